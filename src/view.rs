@@ -1,0 +1,552 @@
+//! What the engine knows besides the object under review.
+//!
+//! The [`View`] trait has two implementations: the static one (an [`Index`] built from manifests,
+//! used by `check`, `--cluster FILE` and the tests) and the live one built from watch caches. Both
+//! keep only projections (the fields the rules read), indexed by namespace, and within a namespace
+//! workloads by label, so that no lookup scans the whole cluster.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::model::{exemptions_of, name_of, ns_of, Exemptions, Kind, Object, ObjectRef, Subject, Workload};
+use crate::selector;
+
+/// A workload as other objects' rules see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadInfo {
+    pub id: ObjectRef,
+    pub selector: Option<LabelSelector>,
+    pub template_labels: BTreeMap<String, String>,
+    pub replicas: i32,
+    pub claim_names: Vec<String>,
+    pub exemptions: Exemptions,
+    /// Non-empty `labelSelector`s of its topology spread constraints (for overlap from the other side).
+    pub spread_selectors: Vec<LabelSelector>,
+    /// A hostname spread or a pod anti-affinity against its own pods keeps replicas apart.
+    pub kept_apart: bool,
+    /// `hostNetwork: true` without a hard one-per-node rule.
+    pub host_network_unprotected: bool,
+    /// For a Deployment with `strategy: Recreate`: its container names and image names.
+    pub recreate_containers: Option<Vec<String>>,
+}
+
+impl WorkloadInfo {
+    pub fn of(w: &Workload) -> Self {
+        use crate::rules::{colocation, spread, strategy};
+        WorkloadInfo {
+            id: w.id(),
+            selector: w.selector.clone(),
+            template_labels: w.template_labels().clone(),
+            replicas: w.replicas,
+            claim_names: w.claim_names(),
+            exemptions: exemptions_of(&w.meta),
+            spread_selectors: spread::selectors(w),
+            kept_apart: colocation::kept_apart(w),
+            host_network_unprotected: colocation::host_network_unprotected(w),
+            recreate_containers: strategy::recreate_containers(w),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PdbInfo {
+    pub id: ObjectRef,
+    /// `None` is a null selector (matches no pod in policy/v1); `Some({})` matches every pod.
+    pub selector: Option<LabelSelector>,
+    pub min_available: Option<IntOrString>,
+    pub max_unavailable: Option<IntOrString>,
+    pub exemptions: Exemptions,
+}
+
+impl PdbInfo {
+    pub fn of(p: &PodDisruptionBudget) -> Self {
+        let spec = p.spec.clone().unwrap_or_default();
+        PdbInfo {
+            id: ObjectRef::new(Kind::PodDisruptionBudget, ns_of(&p.metadata), name_of(&p.metadata)),
+            selector: spec.selector,
+            min_available: spec.min_available,
+            max_unavailable: spec.max_unavailable,
+            exemptions: exemptions_of(&p.metadata),
+        }
+    }
+
+    pub fn covers(&self, template_labels: &BTreeMap<String, String>) -> bool {
+        self.selector.as_ref().is_some_and(|s| selector::matches(s, template_labels))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct HpaInfo {
+    pub id: ObjectRef,
+    /// The workload it scales, when its `scaleTargetRef` names a Deployment or StatefulSet.
+    pub target: Option<ObjectRef>,
+    pub target_description: String,
+    pub min_replicas: i32,
+    pub max_replicas: i32,
+    pub exemptions: Exemptions,
+}
+
+impl HpaInfo {
+    pub fn of(h: &HorizontalPodAutoscaler) -> Self {
+        let ns = ns_of(&h.metadata);
+        let spec = h.spec.clone().unwrap_or_default();
+        let r = &spec.scale_target_ref;
+        let target = Kind::workload_from_ref(r.api_version.as_deref(), &r.kind)
+            .map(|k| ObjectRef::new(k, ns.clone(), r.name.clone()));
+        HpaInfo {
+            id: ObjectRef::new(Kind::HorizontalPodAutoscaler, ns, name_of(&h.metadata)),
+            target,
+            target_description: format!("{} {}", r.kind, r.name),
+            min_replicas: spec.min_replicas.unwrap_or(crate::defaults::HPA_MIN_REPLICAS),
+            max_replicas: spec.max_replicas,
+            exemptions: exemptions_of(&h.metadata),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PvcInfo {
+    pub id: ObjectRef,
+    pub access_modes: Vec<String>,
+}
+
+impl PvcInfo {
+    pub fn of(p: &PersistentVolumeClaim) -> Self {
+        PvcInfo {
+            id: ObjectRef::new(Kind::PersistentVolumeClaim, ns_of(&p.metadata), name_of(&p.metadata)),
+            access_modes: p.spec.as_ref().and_then(|s| s.access_modes.clone()).unwrap_or_default(),
+        }
+    }
+
+    /// Only ReadWriteOnce / ReadWriteOncePod: one node (or one pod) at a time.
+    pub fn single_attach(&self) -> bool {
+        !self.access_modes.is_empty()
+            && self.access_modes.iter().all(|m| m == "ReadWriteOnce" || m == "ReadWriteOncePod")
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeInfo {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub unschedulable: bool,
+    pub taints: Vec<Taint>,
+}
+
+impl NodeInfo {
+    pub fn of(n: &Node) -> Self {
+        let spec = n.spec.clone().unwrap_or_default();
+        NodeInfo {
+            name: name_of(&n.metadata),
+            labels: n.metadata.labels.clone().unwrap_or_default(),
+            unschedulable: spec.unschedulable.unwrap_or(false),
+            taints: spec
+                .taints
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+                .collect(),
+        }
+    }
+}
+
+/// What the engine may ask of the cluster. Every method is a lookup, never a scan of the cluster.
+pub trait View: Send + Sync {
+    /// The view holds every object of the namespaces it covers: rules asserting absence may run.
+    fn is_complete(&self) -> bool;
+    /// The view knows the cluster's nodes (the live view): `spread-unsatisfiable` may run.
+    fn knows_nodes(&self) -> bool;
+    fn workload(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<WorkloadInfo>>;
+    /// Workloads in `namespace` whose pod template labels `selector` matches.
+    fn workloads_selected_by(&self, namespace: &str, selector: &LabelSelector) -> Vec<Arc<WorkloadInfo>>;
+    /// Every workload in `namespace`.
+    fn workloads_in(&self, namespace: &str) -> Vec<Arc<WorkloadInfo>>;
+    fn pdbs_in(&self, namespace: &str) -> Vec<Arc<PdbInfo>>;
+    fn pdb(&self, namespace: &str, name: &str) -> Option<Arc<PdbInfo>>;
+    fn hpas_targeting(&self, target: &ObjectRef) -> Vec<Arc<HpaInfo>>;
+    fn hpa(&self, namespace: &str, name: &str) -> Option<Arc<HpaInfo>>;
+    fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>>;
+    fn nodes(&self) -> Vec<Arc<NodeInfo>>;
+    /// Labels of a namespace the view knows, `None` if it does not know it.
+    fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>>;
+
+    /// Exemption annotations of an object the view knows.
+    fn exemptions(&self, r: &ObjectRef) -> Exemptions {
+        match r.kind {
+            Kind::Deployment | Kind::StatefulSet => {
+                self.workload(r.kind, &r.namespace, &r.name).map(|w| w.exemptions.clone())
+            }
+            Kind::PodDisruptionBudget => self.pdb(&r.namespace, &r.name).map(|p| p.exemptions.clone()),
+            Kind::HorizontalPodAutoscaler => self.hpa(&r.namespace, &r.name).map(|h| h.exemptions.clone()),
+            _ => None,
+        }
+        .unwrap_or_default()
+    }
+}
+
+/// Projections of one namespace.
+#[derive(Default, Debug)]
+struct NamespaceIndex {
+    workloads: HashMap<(Kind, String), Arc<WorkloadInfo>>,
+    /// `key=value` of pod template labels → workloads carrying it.
+    by_label: HashMap<(String, String), HashSet<(Kind, String)>>,
+    pdbs: BTreeMap<String, Arc<PdbInfo>>,
+    hpas: BTreeMap<String, Arc<HpaInfo>>,
+    /// Workload (kind, name) → names of HPAs targeting it.
+    hpas_by_target: HashMap<(Kind, String), BTreeSet<String>>,
+    pvcs: HashMap<String, Arc<PvcInfo>>,
+}
+
+use std::collections::BTreeSet;
+
+/// An indexed set of projections: the static view, and the store behind the live view.
+#[derive(Default, Debug)]
+pub struct Index {
+    namespaces: HashMap<String, NamespaceIndex>,
+    nodes: BTreeMap<String, Arc<NodeInfo>>,
+    namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    complete: bool,
+    knows_nodes: bool,
+}
+
+impl Index {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Declare the view complete (`check --complete`, the live cluster).
+    pub fn set_complete(&mut self, complete: bool) {
+        self.complete = complete;
+    }
+
+    pub fn set_knows_nodes(&mut self, knows: bool) {
+        self.knows_nodes = knows;
+    }
+
+    /// Add (or replace) any decoded object.
+    pub fn insert_object(&mut self, object: &Object) {
+        match object {
+            Object::Subject(Subject::Workload(w)) => self.upsert_workload(WorkloadInfo::of(w)),
+            Object::Subject(Subject::Pdb(p)) => self.upsert_pdb(PdbInfo::of(p)),
+            Object::Subject(Subject::Hpa(h)) => self.upsert_hpa(HpaInfo::of(h)),
+            Object::Subject(Subject::Scale { .. }) => {}
+            Object::Pvc(p) => self.upsert_pvc(PvcInfo::of(p)),
+            Object::Node(n) => self.upsert_node(NodeInfo::of(n)),
+            Object::Namespace(n) => self.upsert_namespace(n),
+        }
+    }
+
+    pub fn upsert_workload(&mut self, info: WorkloadInfo) {
+        self.remove_workload(info.id.kind, &info.id.namespace, &info.id.name);
+        let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
+        let key = (info.id.kind, info.id.name.clone());
+        for (k, v) in &info.template_labels {
+            ns.by_label.entry((k.clone(), v.clone())).or_default().insert(key.clone());
+        }
+        ns.workloads.insert(key, Arc::new(info));
+    }
+
+    pub fn remove_workload(&mut self, kind: Kind, namespace: &str, name: &str) {
+        let Some(ns) = self.namespaces.get_mut(namespace) else { return };
+        let key = (kind, name.to_string());
+        if let Some(old) = ns.workloads.remove(&key) {
+            for (k, v) in &old.template_labels {
+                let label = (k.clone(), v.clone());
+                if let Some(set) = ns.by_label.get_mut(&label) {
+                    set.remove(&key);
+                    if set.is_empty() {
+                        ns.by_label.remove(&label);
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn upsert_pdb(&mut self, info: PdbInfo) {
+        let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
+        ns.pdbs.insert(info.id.name.clone(), Arc::new(info));
+    }
+
+    pub fn remove_pdb(&mut self, namespace: &str, name: &str) {
+        if let Some(ns) = self.namespaces.get_mut(namespace) {
+            ns.pdbs.remove(name);
+        }
+    }
+
+    pub fn upsert_hpa(&mut self, info: HpaInfo) {
+        self.remove_hpa(&info.id.namespace.clone(), &info.id.name.clone());
+        let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
+        if let Some(t) = &info.target {
+            ns.hpas_by_target.entry((t.kind, t.name.clone())).or_default().insert(info.id.name.clone());
+        }
+        ns.hpas.insert(info.id.name.clone(), Arc::new(info));
+    }
+
+    pub fn remove_hpa(&mut self, namespace: &str, name: &str) {
+        let Some(ns) = self.namespaces.get_mut(namespace) else { return };
+        if let Some(old) = ns.hpas.remove(name) {
+            if let Some(t) = &old.target {
+                let key = (t.kind, t.name.clone());
+                if let Some(set) = ns.hpas_by_target.get_mut(&key) {
+                    set.remove(name);
+                    if set.is_empty() {
+                        ns.hpas_by_target.remove(&key);
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn upsert_pvc(&mut self, info: PvcInfo) {
+        let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
+        ns.pvcs.insert(info.id.name.clone(), Arc::new(info));
+    }
+
+    pub fn remove_pvc(&mut self, namespace: &str, name: &str) {
+        if let Some(ns) = self.namespaces.get_mut(namespace) {
+            ns.pvcs.remove(name);
+        }
+    }
+
+    pub fn upsert_node(&mut self, info: NodeInfo) {
+        self.nodes.insert(info.name.clone(), Arc::new(info));
+    }
+
+    pub fn remove_node(&mut self, name: &str) {
+        self.nodes.remove(name);
+    }
+
+    pub fn upsert_namespace(&mut self, ns: &Namespace) {
+        self.namespace_labels.insert(name_of(&ns.metadata), ns.metadata.labels.clone().unwrap_or_default());
+    }
+
+    pub fn remove_namespace(&mut self, name: &str) {
+        self.namespace_labels.remove(name);
+    }
+
+    /// Object counts per kind, for metrics and reports.
+    pub fn counts(&self) -> BTreeMap<Kind, usize> {
+        let mut counts = BTreeMap::new();
+        for ns in self.namespaces.values() {
+            for (kind, _) in ns.workloads.keys() {
+                *counts.entry(*kind).or_insert(0) += 1;
+            }
+            *counts.entry(Kind::PodDisruptionBudget).or_insert(0) += ns.pdbs.len();
+            *counts.entry(Kind::HorizontalPodAutoscaler).or_insert(0) += ns.hpas.len();
+            *counts.entry(Kind::PersistentVolumeClaim).or_insert(0) += ns.pvcs.len();
+        }
+        counts.insert(Kind::Node, self.nodes.len());
+        counts.insert(Kind::Namespace, self.namespace_labels.len());
+        counts
+    }
+}
+
+impl View for Index {
+    fn is_complete(&self) -> bool {
+        self.complete
+    }
+
+    fn knows_nodes(&self) -> bool {
+        self.knows_nodes
+    }
+
+    fn workload(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<WorkloadInfo>> {
+        self.namespaces.get(namespace)?.workloads.get(&(kind, name.to_string())).cloned()
+    }
+
+    fn workloads_selected_by(&self, namespace: &str, sel: &LabelSelector) -> Vec<Arc<WorkloadInfo>> {
+        let Some(ns) = self.namespaces.get(namespace) else { return Vec::new() };
+        // Narrow by the rarest matchLabels pair; a selector of expressions only scans the namespace.
+        let candidates: Box<dyn Iterator<Item = &Arc<WorkloadInfo>>> = match sel
+            .match_labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| ns.by_label.get(&(k.clone(), v.clone())))
+            .min_by_key(|set| set.map_or(0, HashSet::len))
+        {
+            Some(None) => return Vec::new(),
+            Some(Some(keys)) => Box::new(keys.iter().filter_map(|k| ns.workloads.get(k))),
+            None => Box::new(ns.workloads.values()),
+        };
+        let mut found: Vec<_> =
+            candidates.filter(|w| selector::matches(sel, &w.template_labels)).cloned().collect();
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        found
+    }
+
+    fn workloads_in(&self, namespace: &str) -> Vec<Arc<WorkloadInfo>> {
+        let mut found: Vec<_> =
+            self.namespaces.get(namespace).map(|ns| ns.workloads.values().cloned().collect()).unwrap_or_default();
+        found.sort_by(|a: &Arc<WorkloadInfo>, b| a.id.cmp(&b.id));
+        found
+    }
+
+    fn pdbs_in(&self, namespace: &str) -> Vec<Arc<PdbInfo>> {
+        self.namespaces.get(namespace).map(|ns| ns.pdbs.values().cloned().collect()).unwrap_or_default()
+    }
+
+    fn pdb(&self, namespace: &str, name: &str) -> Option<Arc<PdbInfo>> {
+        self.namespaces.get(namespace)?.pdbs.get(name).cloned()
+    }
+
+    fn hpas_targeting(&self, target: &ObjectRef) -> Vec<Arc<HpaInfo>> {
+        let Some(ns) = self.namespaces.get(&target.namespace) else { return Vec::new() };
+        ns.hpas_by_target
+            .get(&(target.kind, target.name.clone()))
+            .into_iter()
+            .flatten()
+            .filter_map(|name| ns.hpas.get(name).cloned())
+            .collect()
+    }
+
+    fn hpa(&self, namespace: &str, name: &str) -> Option<Arc<HpaInfo>> {
+        self.namespaces.get(namespace)?.hpas.get(name).cloned()
+    }
+
+    fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>> {
+        self.namespaces.get(namespace)?.pvcs.get(name).cloned()
+    }
+
+    fn nodes(&self) -> Vec<Arc<NodeInfo>> {
+        self.nodes.values().cloned().collect()
+    }
+
+    fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
+        self.namespace_labels.get(namespace).cloned()
+    }
+}
+
+/// The view as seen while reviewing `subject`: the subject's own projection replaces whatever the
+/// view holds for it (the cache has the old version, or none on CREATE), so cross-object rules see
+/// the object as it will be.
+pub struct Overlay<'a> {
+    base: &'a dyn View,
+    id: ObjectRef,
+    workload: Option<Arc<WorkloadInfo>>,
+    pdb: Option<Arc<PdbInfo>>,
+    hpa: Option<Arc<HpaInfo>>,
+}
+
+impl<'a> Overlay<'a> {
+    pub fn new(base: &'a dyn View, subject: &Subject) -> Self {
+        let mut overlay = Overlay { base, id: subject.id(), workload: None, pdb: None, hpa: None };
+        match subject {
+            Subject::Workload(w) => overlay.workload = Some(Arc::new(WorkloadInfo::of(w))),
+            Subject::Pdb(p) => overlay.pdb = Some(Arc::new(PdbInfo::of(p))),
+            Subject::Hpa(h) => overlay.hpa = Some(Arc::new(HpaInfo::of(h))),
+            Subject::Scale { target, replicas } => {
+                overlay.workload = base
+                    .workload(target.kind, &target.namespace, &target.name)
+                    .map(|w| Arc::new(WorkloadInfo { replicas: *replicas, ..(*w).clone() }));
+            }
+        }
+        overlay
+    }
+
+    /// The subject's own projection as a workload (for a scale write, the target with its new count).
+    pub fn subject_workload(&self) -> Option<&Arc<WorkloadInfo>> {
+        self.workload.as_ref()
+    }
+
+    fn is_subject(&self, r: &ObjectRef) -> bool {
+        *r == self.id
+    }
+}
+
+impl View for Overlay<'_> {
+    fn is_complete(&self) -> bool {
+        self.base.is_complete()
+    }
+
+    fn knows_nodes(&self) -> bool {
+        self.base.knows_nodes()
+    }
+
+    fn workload(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<WorkloadInfo>> {
+        match &self.workload {
+            Some(w) if w.id.kind == kind && w.id.namespace == namespace && w.id.name == name => Some(w.clone()),
+            _ => self.base.workload(kind, namespace, name),
+        }
+    }
+
+    fn workloads_selected_by(&self, namespace: &str, sel: &LabelSelector) -> Vec<Arc<WorkloadInfo>> {
+        let mut found: Vec<_> =
+            self.base.workloads_selected_by(namespace, sel).into_iter().filter(|w| !self.is_subject(&w.id)).collect();
+        if let Some(w) = &self.workload {
+            if w.id.namespace == namespace && selector::matches(sel, &w.template_labels) {
+                found.push(w.clone());
+                found.sort_by(|a, b| a.id.cmp(&b.id));
+            }
+        }
+        found
+    }
+
+    fn workloads_in(&self, namespace: &str) -> Vec<Arc<WorkloadInfo>> {
+        let mut found: Vec<_> =
+            self.base.workloads_in(namespace).into_iter().filter(|w| !self.is_subject(&w.id)).collect();
+        if let Some(w) = &self.workload {
+            if w.id.namespace == namespace {
+                found.push(w.clone());
+                found.sort_by(|a, b| a.id.cmp(&b.id));
+            }
+        }
+        found
+    }
+
+    fn pdbs_in(&self, namespace: &str) -> Vec<Arc<PdbInfo>> {
+        let mut found: Vec<_> =
+            self.base.pdbs_in(namespace).into_iter().filter(|p| !self.is_subject(&p.id)).collect();
+        if let Some(p) = &self.pdb {
+            if p.id.namespace == namespace {
+                found.push(p.clone());
+                found.sort_by(|a, b| a.id.cmp(&b.id));
+            }
+        }
+        found
+    }
+
+    fn pdb(&self, namespace: &str, name: &str) -> Option<Arc<PdbInfo>> {
+        match &self.pdb {
+            Some(p) if p.id.namespace == namespace && p.id.name == name => Some(p.clone()),
+            _ => self.base.pdb(namespace, name),
+        }
+    }
+
+    fn hpas_targeting(&self, target: &ObjectRef) -> Vec<Arc<HpaInfo>> {
+        let mut found: Vec<_> =
+            self.base.hpas_targeting(target).into_iter().filter(|h| !self.is_subject(&h.id)).collect();
+        if let Some(h) = &self.hpa {
+            if h.target.as_ref() == Some(target) {
+                found.push(h.clone());
+                found.sort_by(|a, b| a.id.cmp(&b.id));
+            }
+        }
+        found
+    }
+
+    fn hpa(&self, namespace: &str, name: &str) -> Option<Arc<HpaInfo>> {
+        match &self.hpa {
+            Some(h) if h.id.namespace == namespace && h.id.name == name => Some(h.clone()),
+            _ => self.base.hpa(namespace, name),
+        }
+    }
+
+    fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>> {
+        self.base.pvc(namespace, name)
+    }
+
+    fn nodes(&self) -> Vec<Arc<NodeInfo>> {
+        self.base.nodes()
+    }
+
+    fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
+        self.base.namespace_labels(namespace)
+    }
+}
