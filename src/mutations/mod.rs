@@ -1,0 +1,176 @@
+//! The mutation plan (DESIGN.md §2, Mutations): RFC 6902 operations that only add missing fields,
+//! so that they are idempotent and never fight a field manager under server-side apply.
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::{json, Value};
+
+use crate::arith;
+use crate::catalogue::Mutation;
+use crate::config::Config;
+use crate::model::{Kind, Subject, Workload};
+use crate::rules::colocation::HOSTNAME;
+use crate::rules::spread::constraints;
+use crate::selector;
+use crate::view::{Overlay, View};
+
+pub static MUTATIONS: &[Mutation] = &[
+    Mutation {
+        id: "inject-spread-selector",
+        default_on: true,
+        summary: "fills a spread's missing labelSelector with the workload's selector",
+        doc: include_str!("../../docs/rules/inject-spread-selector.md"),
+    },
+    Mutation {
+        id: "inject-unhealthy-pod-eviction-policy",
+        default_on: true,
+        summary: "sets unhealthyPodEvictionPolicy: AlwaysAllow on a PDB that has none",
+        doc: include_str!("../../docs/rules/inject-unhealthy-pod-eviction-policy.md"),
+    },
+    Mutation {
+        id: "inject-default-spread",
+        default_on: false,
+        summary: "adds a ScheduleAnyway hostname spread when the floor > 1 and none exists",
+        doc: include_str!("../../docs/rules/inject-default-spread.md"),
+    },
+    Mutation {
+        id: "inject-match-label-keys",
+        default_on: false,
+        summary: "adds matchLabelKeys: [pod-template-hash] to a Deployment's spreads",
+        doc: include_str!("../../docs/rules/inject-match-label-keys.md"),
+    },
+];
+
+/// One planned change: which mutation, at which path, and the operation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    pub mutation: &'static str,
+    pub operation: PatchOperation,
+}
+
+impl Change {
+    pub fn path(&self) -> String {
+        match &self.operation {
+            PatchOperation::Add(a) => a.path.to_string(),
+            other => format!("{other:?}"),
+        }
+    }
+}
+
+/// The changes for one subject; empty when nothing is missing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    pub changes: Vec<Change>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    pub fn operations(&self) -> Vec<PatchOperation> {
+        self.changes.iter().map(|c| c.operation.clone()).collect()
+    }
+
+    pub fn patch(&self) -> json_patch::Patch {
+        json_patch::Patch(self.operations())
+    }
+
+    /// The IDs of the mutations that changed something, each once.
+    pub fn applied(&self) -> Vec<&'static str> {
+        let mut ids: Vec<_> = self.changes.iter().map(|c| c.mutation).collect();
+        ids.dedup();
+        ids
+    }
+
+    fn add(&mut self, mutation: &'static str, tokens: &[&str], value: Value) {
+        let path = PointerBuf::from_tokens(tokens.iter().copied());
+        self.changes.push(Change { mutation, operation: PatchOperation::Add(AddOperation { path, value }) });
+    }
+}
+
+const SPREADS: [&str; 4] = ["spec", "template", "spec", "topologySpreadConstraints"];
+
+/// Plans the mutations for `subject`. Pure: the view supplies HPA floors.
+pub fn plan(subject: &Subject, view: &dyn View, config: &Config) -> Plan {
+    let mut plan = Plan::default();
+    match subject {
+        Subject::Workload(w) => plan_workload(w, subject, view, config, &mut plan),
+        Subject::Pdb(p) => {
+            let Some(spec) = &p.spec else { return plan };
+            if config.mutation_on("inject-unhealthy-pod-eviction-policy") && spec.unhealthy_pod_eviction_policy.is_none() {
+                plan.add(
+                    "inject-unhealthy-pod-eviction-policy",
+                    &["spec", "unhealthyPodEvictionPolicy"],
+                    json!("AlwaysAllow"),
+                );
+            }
+        }
+        Subject::Hpa(_) | Subject::Scale { .. } => {}
+    }
+    plan
+}
+
+/// The workload's selector without the keys a constraint lists in `matchLabelKeys` (the API
+/// refuses a key in both). `None` if nothing would be left: an empty selector counts every pod.
+fn selector_for(own: &LabelSelector, match_label_keys: &[String]) -> Option<LabelSelector> {
+    let mut s = own.clone();
+    if let Some(labels) = s.match_labels.as_mut() {
+        labels.retain(|k, _| !match_label_keys.contains(k));
+        if labels.is_empty() {
+            s.match_labels = None;
+        }
+    }
+    if let Some(exprs) = s.match_expressions.as_mut() {
+        exprs.retain(|e| !match_label_keys.contains(&e.key));
+        if exprs.is_empty() {
+            s.match_expressions = None;
+        }
+    }
+    (!selector::is_empty(&s)).then_some(s)
+}
+
+fn plan_workload(w: &Workload, subject: &Subject, view: &dyn View, config: &Config, plan: &mut Plan) {
+    // Without a selector (a kustomize base) there is nothing safe to inject.
+    let Some(own) = w.selector.as_ref().filter(|s| !selector::is_empty(s)) else { return };
+    let existing = constraints(w);
+    let match_keys = config.mutation_on("inject-match-label-keys") && w.kind == Kind::Deployment;
+    for (i, c) in existing.iter().enumerate() {
+        let index = i.to_string();
+        let keys = c.match_label_keys.clone().unwrap_or_default();
+        let mut has_selector = c.label_selector.is_some();
+        if !has_selector && config.mutation_on("inject-spread-selector") {
+            if let Some(sel) = selector_for(own, &keys) {
+                let value = serde_json::to_value(sel).unwrap_or(Value::Null);
+                plan.add("inject-spread-selector", &[&SPREADS[..], &[index.as_str(), "labelSelector"]].concat(), value);
+                has_selector = true;
+            }
+        }
+        // matchLabelKeys needs a labelSelector; only added where the user set none.
+        if match_keys && has_selector && c.match_label_keys.is_none() {
+            plan.add("inject-match-label-keys", &[&SPREADS[..], &[index.as_str(), "matchLabelKeys"]].concat(), json!(["pod-template-hash"]));
+        }
+    }
+    if config.mutation_on("inject-default-spread") && !existing.iter().any(|c| c.topology_key == HOSTNAME) {
+        let overlay = Overlay::new(view, subject);
+        let floor = overlay.subject_workload().map(|info| arith::bounds(info, &overlay).floor).unwrap_or(w.replicas);
+        if floor > 1 {
+            let mut spread = json!({
+                "maxSkew": 1,
+                "topologyKey": HOSTNAME,
+                "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": serde_json::to_value(own).unwrap_or(Value::Null),
+            });
+            if match_keys {
+                spread["matchLabelKeys"] = json!(["pod-template-hash"]);
+            }
+            let has_list = w.pod_spec().is_some_and(|s| s.topology_spread_constraints.is_some());
+            if has_list {
+                plan.add("inject-default-spread", &[&SPREADS[..], &["-"]].concat(), spread);
+            } else {
+                plan.add("inject-default-spread", &SPREADS, json!([spread]));
+            }
+        }
+    }
+}

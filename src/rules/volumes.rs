@@ -1,0 +1,117 @@
+//! ReadWriteOnce volumes on workloads that run more than one pod: `rwo-volume-multi-replica`,
+//! `rwo-volume-rolling-surge`.
+
+use std::sync::Arc;
+
+use super::{pod_path, scaled_workload};
+use crate::arith::{self, Amount};
+use crate::catalogue::{Action, Rule};
+use crate::engine::{Ctx, Emitter};
+use crate::model::{Kind, Strategy, Subject};
+use crate::view::{PvcInfo, View};
+
+pub static RULES: &[Rule] = &[
+    Rule {
+        id: "rwo-volume-multi-replica",
+        default: Action::Deny,
+        default_text: "deny",
+        summary: "several replicas mount a ReadWriteOnce / ReadWriteOncePod claim",
+        doc: include_str!("../../docs/rules/rwo-volume-multi-replica.md"),
+    },
+    Rule {
+        id: "rwo-volume-rolling-surge",
+        default: Action::Warn,
+        default_text: "warn",
+        summary: "a single-replica Deployment with a ReadWriteOnce claim surges a second pod on rollout",
+        doc: include_str!("../../docs/rules/rwo-volume-rolling-surge.md"),
+    },
+];
+
+pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
+    let Some(scaled) = scaled_workload(ctx) else { return };
+    let w = &scaled.workload;
+    let ns = &w.id.namespace;
+    let subject = ctx.subject.id();
+    // (index in volumes, claim) for every claim the view knows to be single-attach.
+    let rwo: Vec<(usize, Arc<PvcInfo>)> = w
+        .claim_names
+        .iter()
+        .enumerate()
+        .filter_map(|(i, name)| ctx.view.pvc(ns, name).filter(|p| p.single_attach()).map(|p| (i, p)))
+        .collect();
+    if rwo.is_empty() {
+        return;
+    }
+    let ceiling = scaled.bounds.ceiling;
+    let scale = scaled.bounds.describe(w);
+    if ceiling > 1 {
+        for (i, pvc) in &rwo {
+            let path = if let Subject::Workload(full) = ctx.subject {
+                volume_path(full, &pvc.id.name).unwrap_or_else(|| pod_path(&format!("volumes[{i}]")))
+            } else {
+                scaled.ceiling_path.to_string()
+            };
+            let mut related = scaled.related(&subject);
+            related.push(pvc.id.clone());
+            out.emit(
+                "rwo-volume-multi-replica",
+                Action::Deny,
+                path,
+                format!(
+                    "{scale} can run {ceiling} pods that all mount PersistentVolumeClaim {} (access modes {}): \
+                     the volume attaches to one node only, so the extra pods hang in ContainerCreating with a \
+                     Multi-Attach error while the install reports success.",
+                    pvc.id.name,
+                    pvc.access_modes.join(", ")
+                ),
+                "run one replica (and an HPA maxReplicas of 1), use a StatefulSet with volumeClaimTemplates so \
+                 each replica gets its own claim, or use a ReadWriteMany volume."
+                    .to_string(),
+                related,
+                scaled.anchor(),
+            );
+        }
+        return;
+    }
+    // A single replica: the rollout's surge pod is the second one.
+    let Subject::Workload(full) = ctx.subject else { return };
+    if full.kind != Kind::Deployment {
+        return;
+    }
+    let Strategy::RollingUpdate { max_surge, .. } = &full.strategy else { return };
+    let surge = match arith::amount(max_surge) {
+        Ok(Amount::Int(n)) => n,
+        Ok(Amount::Percent(p)) => arith::percent_up(p, full.replicas),
+        Err(_) => return,
+    };
+    if surge <= 0 {
+        return;
+    }
+    let (_, pvc) = &rwo[0];
+    out.emit(
+        "rwo-volume-rolling-surge",
+        Action::Warn,
+        "spec.strategy.rollingUpdate.maxSurge",
+        format!(
+            "{scale} mounts ReadWriteOnce PersistentVolumeClaim {} and rolls out with maxSurge {} (resolves to \
+             {surge}): the surge pod starts before the old one stops and, on another node, hangs on a \
+             Multi-Attach error, so the rollout stalls.",
+            pvc.id.name,
+            match max_surge {
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(i) => i.to_string(),
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s) => s.clone(),
+            }
+        ),
+        "set strategy.rollingUpdate to maxSurge: 0 and maxUnavailable: 1, or use strategy Recreate.".to_string(),
+        rwo.iter().map(|(_, p)| p.id.clone()).collect(),
+        None,
+    );
+}
+
+fn volume_path(w: &crate::model::Workload, claim: &str) -> Option<String> {
+    let volumes = w.pod_spec()?.volumes.as_ref()?;
+    let i = volumes
+        .iter()
+        .position(|v| v.persistent_volume_claim.as_ref().is_some_and(|c| c.claim_name == claim))?;
+    Some(pod_path(&format!("volumes[{i}].persistentVolumeClaim.claimName")))
+}
