@@ -1,0 +1,263 @@
+//! Reading manifests: files, directories (recursively, `.yaml`/`.yml`/`.json`), `-` for stdin,
+//! multi-document YAML, JSON, and `List` kinds. Every document keeps where it came from.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// Where a document came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Origin {
+    /// The path as given (or `-` for stdin).
+    pub file: String,
+    /// Index of the document in the file, from 0.
+    pub document: usize,
+    /// Index inside a `List` document's `items`, if it came from one.
+    pub item: Option<usize>,
+    /// 1-based line where the document starts.
+    pub line: usize,
+}
+
+/// One parsed document.
+#[derive(Clone, Debug)]
+pub struct Document {
+    pub origin: Origin,
+    pub value: Value,
+}
+
+/// A file's text and how it splits into documents, kept for `--fix`.
+#[derive(Clone, Debug)]
+pub struct Source {
+    pub file: String,
+    pub path: Option<PathBuf>,
+    pub json: bool,
+    pub text: String,
+    /// Byte ranges of each document in `text` (YAML); the whole text for JSON.
+    pub spans: Vec<std::ops::Range<usize>>,
+}
+
+/// Input that cannot be used: names the file and, where known, the document.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{file}{}: {message}", document.map(|d| format!(" (document {d})")).unwrap_or_default())]
+pub struct LoadError {
+    pub file: String,
+    pub document: Option<usize>,
+    pub message: String,
+}
+
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub sources: Vec<Source>,
+    pub documents: Vec<Document>,
+    pub errors: Vec<LoadError>,
+}
+
+/// Loads every path: a directory is walked recursively in name order.
+pub fn load(paths: &[String]) -> Loaded {
+    let mut loaded = Loaded::default();
+    for p in paths {
+        if p == "-" {
+            let mut text = String::new();
+            match std::io::stdin().read_to_string(&mut text) {
+                Ok(_) => add_text(&mut loaded, "-".into(), None, text, false),
+                Err(e) => loaded.errors.push(LoadError { file: "-".into(), document: None, message: e.to_string() }),
+            }
+            continue;
+        }
+        let path = Path::new(p);
+        if path.is_dir() {
+            let mut files = Vec::new();
+            if let Err(e) = walk(path, &mut files) {
+                loaded.errors.push(LoadError { file: p.clone(), document: None, message: e.to_string() });
+            }
+            files.sort();
+            for f in files {
+                load_file(&mut loaded, &f);
+            }
+        } else {
+            load_file(&mut loaded, path);
+        }
+    }
+    loaded
+}
+
+fn walk(dir: &Path, files: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            walk(&path, files)?;
+        } else if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json")) {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn load_file(loaded: &mut Loaded, path: &Path) {
+    let file = path.display().to_string();
+    match std::fs::read(path) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => {
+                let json = path.extension().and_then(|e| e.to_str()) == Some("json");
+                add_text(loaded, file, Some(path.to_path_buf()), text, json);
+            }
+            Err(_) => loaded.errors.push(LoadError { file, document: None, message: "not UTF-8 text".into() }),
+        },
+        Err(e) => loaded.errors.push(LoadError { file, document: None, message: e.to_string() }),
+    }
+}
+
+/// Parses one file's text. JSON is tried for `.json` files and for text starting with `{` or `[`
+/// (stdin); YAML otherwise (YAML is a superset of JSON, but JSON errors read better for JSON).
+pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: String, json_hint: bool) {
+    let looks_json = json_hint || text.trim_start().starts_with('{');
+    if looks_json {
+        if let Ok(value) = serde_json::from_str::<Value>(&text) {
+            let origin = Origin { file: file.clone(), document: 0, item: None, line: 1 };
+            push_document(loaded, origin, value);
+            let spans = vec![0..text.len()];
+            loaded.sources.push(Source { file, path, json: true, text, spans });
+            return;
+        }
+        if json_hint {
+            if let Err(e) = serde_json::from_str::<Value>(&text) {
+                loaded.errors.push(LoadError { file, document: Some(0), message: format!("not valid JSON: {e}") });
+                return;
+            }
+        }
+    }
+    let spans = split_documents(&text);
+    for (index, span) in spans.iter().enumerate() {
+        let doc = &text[span.clone()];
+        // The line of the document's first content, past its `---` marker and comments.
+        let skipped = doc.lines().take_while(|l| is_blank(l)).count();
+        let line = text[..span.start].matches('\n').count() + 1 + skipped;
+        if is_blank(doc) {
+            continue;
+        }
+        match serde_saphyr::from_str::<Value>(doc) {
+            Ok(Value::Null) => {}
+            Ok(value) => push_document(loaded, Origin { file: file.clone(), document: index, item: None, line }, value),
+            Err(e) => loaded.errors.push(LoadError {
+                file: file.clone(),
+                document: Some(index),
+                message: format!("not valid YAML (document starts at line {line}): {}", one_line(&e.to_string())),
+            }),
+        }
+    }
+    loaded.sources.push(Source { file, path, json: false, text, spans });
+}
+
+fn one_line(s: &str) -> String {
+    s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+fn is_blank(doc: &str) -> bool {
+    doc.lines().all(|l| {
+        let t = l.trim();
+        t.is_empty() || t.starts_with('#') || t == "---" || t.starts_with("--- ") || t == "..." || t.starts_with('%')
+    })
+}
+
+/// Splits YAML text into documents at `---` lines. In YAML a `---` at column 0 always starts a new
+/// document (even inside a block scalar), so a line split is exact. The marker line belongs to the
+/// document it opens (`--- # comment` or `--- {inline}` stay with their document).
+pub fn split_documents(text: &str) -> Vec<std::ops::Range<usize>> {
+    let mut spans = Vec::new();
+    let mut start = 0;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_end_matches(['\n', '\r']);
+        let is_marker = trimmed == "---" || trimmed.starts_with("--- ") || trimmed.starts_with("---\t");
+        if is_marker && offset > start {
+            spans.push(start..offset);
+            start = offset;
+        }
+        offset += line.len();
+    }
+    if offset > start || spans.is_empty() {
+        spans.push(start..offset);
+    }
+    spans
+}
+
+/// Adds a document, unwrapping `List` kinds (`v1/List`, `*List` with `items`) into their items.
+fn push_document(loaded: &mut Loaded, origin: Origin, value: Value) {
+    let is_list = value.get("kind").and_then(Value::as_str).is_some_and(|k| k == "List" || k.ends_with("List"))
+        && value.get("items").is_some_and(Value::is_array);
+    if is_list {
+        if let Some(items) = value.get("items").and_then(Value::as_array) {
+            for (i, item) in items.iter().enumerate() {
+                let origin = Origin { item: Some(i), ..origin.clone() };
+                loaded.documents.push(Document { origin, value: item.clone() });
+            }
+        }
+        return;
+    }
+    loaded.documents.push(Document { origin, value });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Loaded {
+        let mut l = Loaded::default();
+        add_text(&mut l, "t.yaml".into(), None, text.into(), false);
+        l
+    }
+
+    #[test]
+    fn splits_documents_and_keeps_lines() {
+        let l = parse("a: 1\n---\nb: 2\n--- # third\nc: 3\n");
+        assert_eq!(l.documents.len(), 3);
+        assert_eq!(l.documents[1].origin.document, 1);
+        assert_eq!(l.documents[1].origin.line, 3);
+        assert_eq!(l.documents[2].origin.line, 5);
+        assert_eq!(l.documents[2].value["c"], 3);
+    }
+
+    #[test]
+    fn leading_marker_and_empty_documents() {
+        let l = parse("---\na: 1\n---\n---\n# only a comment\n---\nb: 2\n");
+        assert_eq!(l.documents.len(), 2);
+        assert_eq!(l.documents[1].origin.document, 3);
+        assert!(l.errors.is_empty());
+    }
+
+    #[test]
+    fn bad_yaml_names_file_and_document() {
+        let l = parse("a: 1\n---\nb: [1, 2\n---\nc: 3\n");
+        assert_eq!(l.documents.len(), 2, "the good documents are kept");
+        assert_eq!(l.errors.len(), 1);
+        let e = l.errors[0].to_string();
+        assert!(e.starts_with("t.yaml (document 1): not valid YAML"), "{e}");
+    }
+
+    #[test]
+    fn lists_are_unwrapped() {
+        let l = parse("apiVersion: v1\nkind: List\nitems:\n- kind: A\n- kind: B\n");
+        assert_eq!(l.documents.len(), 2);
+        assert_eq!(l.documents[1].origin.item, Some(1));
+        assert_eq!(l.documents[1].value["kind"], "B");
+    }
+
+    #[test]
+    fn json_text_is_json() {
+        let mut l = Loaded::default();
+        add_text(&mut l, "-".into(), None, "{\"kind\": \"A\"}".into(), false);
+        assert_eq!(l.documents.len(), 1);
+        assert!(l.sources[0].json);
+        let mut l = Loaded::default();
+        add_text(&mut l, "x.json".into(), None, "{\"kind\": ".into(), true);
+        assert!(l.errors[0].to_string().contains("x.json (document 0): not valid JSON"), "{:?}", l.errors);
+    }
+
+    #[test]
+    fn block_scalars_and_anchors() {
+        let l = parse("a: |\n  line\n  --- not a marker\nb: &x 1\nc: *x\n");
+        assert_eq!(l.documents.len(), 1, "{:?}", l.errors);
+        assert_eq!(l.documents[0].value["c"], 1);
+    }
+}
