@@ -66,3 +66,72 @@ pub fn plan(subject_yaml: &str, view_yaml: &str, config: &Config) -> Plan {
 pub fn actions(d: &Decided) -> Vec<(&'static str, Decision)> {
     d.findings.iter().map(|f| (f.rule, f.action)).collect()
 }
+
+/// Evaluates `subject_yaml` against a view of `view_yaml` with the given config.
+pub fn findings_with(subject_yaml: &str, view_yaml: &str, complete: bool, config: &Config) -> Vec<Finding> {
+    engine::evaluate(&subject(subject_yaml), &view(view_yaml, complete), config).findings
+}
+
+/// Evaluates `subject_yaml` against an already built view, with the default config.
+pub fn findings_in(subject_yaml: &str, view: &Index) -> Vec<Finding> {
+    engine::evaluate(&subject(subject_yaml), view, &Config::default()).findings
+}
+
+/// A view like the live one: complete, and it knows the cluster's nodes (`spread-unsatisfiable` runs).
+pub fn live_view(yaml: &str) -> Index {
+    let mut index = view(yaml, true);
+    index.set_knows_nodes(true);
+    index
+}
+
+/// `text` with every non-empty line indented by `n` spaces (to splice YAML fragments).
+pub fn indent(text: &str, n: usize) -> String {
+    let pad = " ".repeat(n);
+    text.lines()
+        .map(|l| if l.trim().is_empty() { String::new() } else { format!("{pad}{l}\n") })
+        .collect()
+}
+
+/// A workload `name` of `kind` (`Deployment` or `StatefulSet`) in namespace `default`, selecting
+/// and labelling its pods `app: <name>`. `spec` is spliced into `spec` (replicas, strategy, ...),
+/// `pod` into the pod template's spec; a single container `app` (nginx) is added unless `pod`
+/// has its own top-level `containers:`.
+pub fn workload(kind: &str, name: &str, spec: &str, pod: &str) -> String {
+    let mut pod = pod.to_string();
+    if !pod.lines().any(|l| l.starts_with("containers:")) {
+        pod.push_str("\ncontainers:\n- name: app\n  image: nginx:1.27\n");
+    }
+    format!(
+        "apiVersion: apps/v1\nkind: {kind}\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n{}  selector:\n    \
+         matchLabels:\n      app: {name}\n  template:\n    metadata:\n      labels:\n        app: {name}\n    spec:\n{}",
+        indent(spec, 2),
+        indent(&pod, 6)
+    )
+}
+
+/// [`workload`] for a Deployment.
+pub fn deployment(name: &str, spec: &str, pod: &str) -> String {
+    workload("Deployment", name, spec, pod)
+}
+
+/// An autoscaling/v2 HPA `name` targeting Deployment `target`; `min` `None` leaves minReplicas unset.
+pub fn hpa(name: &str, target: &str, min: Option<i32>, max: i32) -> String {
+    let min = min.map(|m| format!("  minReplicas: {m}\n")).unwrap_or_default();
+    format!(
+        "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata:\n  name: {name}\n  namespace: default\n\
+         spec:\n  scaleTargetRef:\n    apiVersion: apps/v1\n    kind: Deployment\n    name: {target}\n{min}  \
+         maxReplicas: {max}\n"
+    )
+}
+
+/// Joins YAML documents into one multi-document stream.
+pub fn docs(parts: &[&str]) -> String {
+    parts.join("\n---\n")
+}
+
+/// `yaml` with `from` replaced by `to`; panics when `from` is not there (so an edit cannot
+/// silently leave the manifest unchanged and the test vacuous).
+pub fn edit(yaml: &str, from: &str, to: &str) -> String {
+    assert!(yaml.contains(from), "{from:?} not found in:\n{yaml}");
+    yaml.replace(from, to)
+}
