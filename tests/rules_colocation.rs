@@ -1,0 +1,378 @@
+//! replicas-colocated, host-network-colocation, spread-unsatisfiable.
+
+mod common;
+
+use common::*;
+use ha_guard::engine::Decision;
+use ha_guard::model::{Kind, ObjectRef};
+use rstest::rstest;
+
+fn web() -> ObjectRef {
+    ObjectRef::new(Kind::Deployment, "default", "web")
+}
+
+fn web_hpa() -> ObjectRef {
+    ObjectRef::new(Kind::HorizontalPodAutoscaler, "default", "web")
+}
+
+/// A hostname spread against web's own pods.
+fn hostname_spread(when: &str) -> String {
+    format!(
+        "topologySpreadConstraints:\n- maxSkew: 1\n  topologyKey: kubernetes.io/hostname\n  whenUnsatisfiable: {when}\n  \
+         labelSelector:\n    matchLabels:\n      app: web\n"
+    )
+}
+
+/// A pod anti-affinity term (`required` or `preferred`) on `key` against pods `app: <app>`.
+fn anti_affinity(required: bool, key: &str, app: &str) -> String {
+    let term = format!("topologyKey: {key}\nlabelSelector:\n  matchLabels:\n    app: {app}\n");
+    if required {
+        format!(
+            "affinity:\n  podAntiAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n    - {}",
+            indent(&term, 6).trim_start()
+        )
+    } else {
+        format!(
+            "affinity:\n  podAntiAffinity:\n    preferredDuringSchedulingIgnoredDuringExecution:\n    - weight: 100\n      \
+             podAffinityTerm:\n{}",
+            indent(&term, 8)
+        )
+    }
+}
+
+// ---- replicas-colocated ----
+
+#[test]
+fn two_replicas_with_nothing_keeping_them_apart_warn() {
+    let f = findings(&deployment("web", "replicas: 2", ""), "", false);
+    let c = of_rule(&f, "replicas-colocated");
+    assert_eq!(c.len(), 1, "{f:#?}");
+    let c = c[0];
+    assert_eq!(c.action, Decision::Warn);
+    assert_eq!(c.path, "spec.template.spec.topologySpreadConstraints");
+    assert_eq!(c.anchor, web());
+    assert!(c.related.is_empty(), "{:?}", c.related);
+    assert!(c.what.contains("Deployment web (replicas 2)"), "{}", c.what);
+    assert!(c.what.contains("at least 2 replicas"), "{}", c.what);
+    assert!(c.what.contains("kubernetes.io/hostname") && c.what.contains("anti-affinity"), "{}", c.what);
+    assert!(c.what.contains("node failure or drain takes both"), "{}", c.what);
+    assert!(
+        c.fix.contains("maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: ScheduleAnyway")
+            && c.fix.contains("labelSelector: app=web"),
+        "{}",
+        c.fix
+    );
+}
+
+#[rstest]
+#[case::one_replica("replicas: 1")]
+#[case::replicas_unset_defaults_to_one("")]
+#[case::scaled_to_zero("replicas: 0")]
+fn floor_of_one_or_less_does_not_warn(#[case] spec: &str) {
+    let f = findings(&deployment("web", spec, ""), "", false);
+    assert!(of_rule(&f, "replicas-colocated").is_empty(), "{f:#?}");
+}
+
+#[test]
+fn floor_from_an_hpa_min_replicas_over_one_replica() {
+    let f = findings(&deployment("web", "replicas: 1", ""), &hpa("web", "web", Some(2), 5), false);
+    let c = of_rule(&f, "replicas-colocated");
+    assert_eq!(c.len(), 1, "{f:#?}");
+    assert_eq!(c[0].path, "spec.template.spec.topologySpreadConstraints");
+    assert_eq!(c[0].related, vec![web_hpa()]);
+    assert_eq!(c[0].anchor, web());
+    assert!(c[0].what.contains("Deployment web (replicas 1, HPA web min 2 max 5)"), "{}", c[0].what);
+    assert!(c[0].what.contains("at least 2 replicas"), "{}", c[0].what);
+}
+
+#[test]
+fn hpa_floor_of_one_over_three_replicas_does_not_warn() {
+    // The HPA owns the replica count: its floor of 1 is the floor.
+    let f = findings(&deployment("web", "replicas: 3", ""), &hpa("web", "web", None, 5), false);
+    assert!(of_rule(&f, "replicas-colocated").is_empty(), "{f:#?}");
+}
+
+#[rstest]
+#[case::preferred_anti_affinity_on_hostname(anti_affinity(false, "kubernetes.io/hostname", "web"))]
+#[case::required_anti_affinity_on_hostname(anti_affinity(true, "kubernetes.io/hostname", "web"))]
+#[case::preferred_anti_affinity_on_zone(anti_affinity(false, "topology.kubernetes.io/zone", "web"))]
+#[case::hostname_spread_schedule_anyway(hostname_spread("ScheduleAnyway"))]
+#[case::hostname_spread_do_not_schedule(hostname_spread("DoNotSchedule"))]
+fn something_keeping_replicas_apart_silences_it(#[case] pod: String) {
+    let f = findings(&deployment("web", "replicas: 3", &pod), "", false);
+    assert!(of_rule(&f, "replicas-colocated").is_empty(), "{f:#?}");
+}
+
+#[rstest]
+#[case::anti_affinity_against_other_pods(anti_affinity(true, "kubernetes.io/hostname", "db"))]
+#[case::preferred_against_other_pods(anti_affinity(false, "kubernetes.io/hostname", "db"))]
+#[case::zone_spread_only(edit(&hostname_spread("ScheduleAnyway"), "kubernetes.io/hostname", "topology.kubernetes.io/zone"))]
+#[case::hostname_spread_over_other_pods(edit(&hostname_spread("ScheduleAnyway"), "app: web", "app: db"))]
+fn what_does_not_keep_its_own_replicas_apart_still_warns(#[case] pod: String) {
+    let f = findings(&deployment("web", "replicas: 3", &pod), "", false);
+    let c = of_rule(&f, "replicas-colocated");
+    assert_eq!(c.len(), 1, "{f:#?}");
+    assert!(c[0].what.contains("at least 3 replicas"), "{}", c[0].what);
+}
+
+#[test]
+fn found_from_the_hpa_side() {
+    let f = findings(&hpa("web", "web", Some(3), 6), &deployment("web", "replicas: 1", ""), false);
+    let c = of_rule(&f, "replicas-colocated");
+    assert_eq!(c.len(), 1, "{f:#?}");
+    let c = c[0];
+    assert_eq!(c.action, Decision::Warn);
+    assert_eq!(c.object, web_hpa());
+    assert_eq!(c.path, "spec.minReplicas");
+    assert_eq!(c.anchor, web(), "the finding is about the Deployment");
+    assert_eq!(c.related, vec![web()]);
+    assert!(c.what.contains("Deployment web (replicas 1, HPA web min 3 max 6)"), "{}", c.what);
+    assert!(c.what.contains("at least 3 replicas"), "{}", c.what);
+}
+
+#[test]
+fn hpa_side_none_when_the_deployment_spreads_or_the_floor_is_one() {
+    let spread = deployment("web", "replicas: 1", &hostname_spread("ScheduleAnyway"));
+    let f = findings(&hpa("web", "web", Some(3), 6), &spread, false);
+    assert!(of_rule(&f, "replicas-colocated").is_empty(), "{f:#?}");
+    let f = findings(&hpa("web", "web", Some(1), 6), &deployment("web", "replicas: 1", ""), false);
+    assert!(of_rule(&f, "replicas-colocated").is_empty(), "{f:#?}");
+}
+
+// ---- host-network-colocation ----
+
+#[test]
+fn host_network_with_two_replicas_denies() {
+    let f = findings(&deployment("web", "replicas: 2", "hostNetwork: true"), "", false);
+    let h = of_rule(&f, "host-network-colocation");
+    assert_eq!(h.len(), 1, "{f:#?}");
+    let h = h[0];
+    assert_eq!(h.action, Decision::Deny);
+    assert_eq!(h.path, "spec.template.spec.hostNetwork");
+    assert_eq!(h.anchor, web());
+    assert!(h.related.is_empty());
+    assert!(h.what.contains("Deployment web (replicas 2)"), "{}", h.what);
+    assert!(h.what.contains("hostNetwork: true") && h.what.contains("can run 2 replicas"), "{}", h.what);
+    assert!(h.what.contains("host ports") && h.what.contains("crash-loops"), "{}", h.what);
+    assert!(h.fix.contains("required pod anti-affinity on kubernetes.io/hostname"), "{}", h.fix);
+    assert!(h.fix.contains("whenUnsatisfiable: DoNotSchedule"), "{}", h.fix);
+}
+
+#[rstest]
+#[case::required_anti_affinity_on_hostname(anti_affinity(true, "kubernetes.io/hostname", "web"), false)]
+#[case::do_not_schedule_hostname_spread(hostname_spread("DoNotSchedule"), false)]
+#[case::schedule_anyway_spread(hostname_spread("ScheduleAnyway"), true)]
+#[case::preferred_anti_affinity(anti_affinity(false, "kubernetes.io/hostname", "web"), true)]
+#[case::required_anti_affinity_on_zone(anti_affinity(true, "topology.kubernetes.io/zone", "web"), true)]
+#[case::required_anti_affinity_against_other_pods(anti_affinity(true, "kubernetes.io/hostname", "db"), true)]
+fn host_network_needs_a_hard_one_per_node_rule(#[case] rule: String, #[case] denies: bool) {
+    let pod = format!("hostNetwork: true\n{rule}");
+    let f = findings(&deployment("web", "replicas: 2", &pod), "", false);
+    let h = of_rule(&f, "host-network-colocation");
+    assert_eq!(h.len(), usize::from(denies), "{f:#?}");
+    if denies {
+        assert_eq!(h[0].action, Decision::Deny);
+    }
+}
+
+#[test]
+fn host_network_ceiling_from_an_hpa() {
+    let dep = deployment("web", "replicas: 1", "hostNetwork: true");
+    // Deployment side: the HPA lets it run 2.
+    let f = findings(&dep, &hpa("web", "web", None, 2), false);
+    let h = of_rule(&f, "host-network-colocation");
+    assert_eq!(h.len(), 1, "{f:#?}");
+    assert_eq!(h[0].path, "spec.template.spec.hostNetwork");
+    assert_eq!(h[0].related, vec![web_hpa()]);
+    assert!(h[0].what.contains("can run 2 replicas") && h[0].what.contains("HPA web min 1 max 2"), "{}", h[0].what);
+    assert!(of_rule(&f, "replicas-colocated").is_empty(), "the floor is 1");
+    // HPA side.
+    let f = findings(&hpa("web", "web", None, 2), &dep, false);
+    let h = of_rule(&f, "host-network-colocation");
+    assert_eq!(h.len(), 1, "{f:#?}");
+    assert_eq!(h[0].object, web_hpa());
+    assert_eq!(h[0].path, "spec.maxReplicas");
+    assert_eq!(h[0].anchor, web());
+    assert_eq!(h[0].related, vec![web()]);
+}
+
+#[rstest]
+#[case::one_replica_no_hpa("replicas: 1", "hostNetwork: true", None)]
+#[case::replicas_unset_no_hpa("", "hostNetwork: true", None)]
+#[case::hpa_max_one("replicas: 1", "hostNetwork: true", Some(1))]
+#[case::host_network_false("replicas: 2", "hostNetwork: false", None)]
+#[case::host_network_unset("replicas: 2", "", None)]
+fn host_network_does_not_fire(#[case] spec: &str, #[case] pod: &str, #[case] hpa_max: Option<i32>) {
+    let view = hpa_max.map(|max| hpa("web", "web", None, max)).unwrap_or_default();
+    let f = findings(&deployment("web", spec, pod), &view, false);
+    assert!(of_rule(&f, "host-network-colocation").is_empty(), "{f:#?}");
+}
+
+// ---- spread-unsatisfiable ----
+
+/// A Node labelled with its hostname and `pool: b` when its name ends in `b`, else `pool: a`.
+fn node(name: &str, extra_spec: &str) -> String {
+    let pool = if name.ends_with('b') { "b" } else { "a" };
+    let spec = if extra_spec.is_empty() { "spec: {}\n".to_string() } else { format!("spec:\n{}", indent(extra_spec, 2)) };
+    format!("apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n    pool: {pool}\n{spec}")
+}
+
+/// `n` plain schedulable nodes n1a, n2a, ...
+fn nodes(n: usize) -> Vec<String> {
+    (1..=n).map(|i| node(&format!("n{i}a"), "")).collect()
+}
+
+fn cluster(nodes: &[String]) -> String {
+    nodes.join("\n---\n")
+}
+
+const AFFINITY_PATH: &str = "spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+
+fn one_per_node(replicas: i32, extra_pod: &str) -> String {
+    deployment(
+        "web",
+        &format!("replicas: {replicas}"),
+        &format!("{}{extra_pod}", anti_affinity(true, "kubernetes.io/hostname", "web")),
+    )
+}
+
+#[test]
+fn required_anti_affinity_over_too_few_nodes_warns() {
+    let f = findings_in(&one_per_node(4, ""), &live_view(&cluster(&nodes(3))));
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.len(), 1, "{f:#?}");
+    let u = u[0];
+    assert_eq!(u.action, Decision::Warn);
+    assert_eq!(u.path, AFFINITY_PATH);
+    assert_eq!(u.anchor, web());
+    assert!(u.related.is_empty());
+    assert!(u.what.contains("Deployment web (replicas 4)") && u.what.contains("can run 4 replicas"), "{}", u.what);
+    assert!(u.what.contains("3 schedulable nodes"), "{}", u.what);
+    assert!(u.what.contains("required pod anti-affinity on kubernetes.io/hostname"), "{}", u.what);
+    assert!(u.what.contains("at most 3 can be placed") && u.what.contains("Pending"), "{}", u.what);
+    assert!(u.fix.contains("lower replicas") && u.fix.contains("maxReplicas") && u.fix.contains("add nodes"), "{}", u.fix);
+}
+
+#[rstest]
+#[case::ceiling_equals_capacity(3, 3, false)]
+#[case::ceiling_below_capacity(2, 3, false)]
+#[case::one_above(4, 3, true)]
+#[case::no_nodes_at_all(1, 0, true)]
+fn required_anti_affinity_boundary(#[case] replicas: i32, #[case] n: usize, #[case] fires: bool) {
+    let f = findings_in(&one_per_node(replicas, ""), &live_view(&cluster(&nodes(n))));
+    assert_eq!(of_rule(&f, "spread-unsatisfiable").len(), usize::from(fires), "{f:#?}");
+}
+
+#[test]
+fn cordoned_and_untolerated_tainted_nodes_do_not_count() {
+    let mut all = nodes(3);
+    all.push(node("cordoned", "unschedulable: true"));
+    all.push(node("gpu", "taints:\n- {key: dedicated, value: gpu, effect: NoSchedule}"));
+    all.push(node("evicting", "taints:\n- {key: dedicated, value: gpu, effect: NoExecute}"));
+    let f = findings_in(&one_per_node(4, ""), &live_view(&cluster(&all)));
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.len(), 1, "{f:#?}");
+    assert!(u[0].what.contains("3 schedulable nodes") && u[0].what.contains("at most 3"), "{}", u[0].what);
+}
+
+#[test]
+fn a_prefer_no_schedule_taint_does_not_exclude_a_node() {
+    let mut all = nodes(3);
+    all.push(node("soft", "taints:\n- {key: dedicated, value: gpu, effect: PreferNoSchedule}"));
+    let f = findings_in(&one_per_node(4, ""), &live_view(&cluster(&all)));
+    assert!(of_rule(&f, "spread-unsatisfiable").is_empty(), "{f:#?}");
+}
+
+#[rstest]
+#[case::equal("- {key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}", true)]
+#[case::equal_by_default("- {key: dedicated, value: gpu}", true)]
+#[case::exists_key("- {key: dedicated, operator: Exists}", true)]
+#[case::exists_everything("- {operator: Exists}", true)]
+#[case::other_value("- {key: dedicated, operator: Equal, value: cpu, effect: NoSchedule}", false)]
+#[case::other_key("- {key: team, operator: Exists}", false)]
+#[case::other_effect("- {key: dedicated, operator: Exists, effect: NoExecute}", false)]
+fn a_toleration_makes_a_tainted_node_count(#[case] toleration: &str, #[case] tolerated: bool) {
+    let mut all = nodes(3);
+    all.push(node("gpu", "taints:\n- {key: dedicated, value: gpu, effect: NoSchedule}"));
+    let pod = format!("\ntolerations:\n{toleration}\n");
+    let f = findings_in(&one_per_node(4, &pod), &live_view(&cluster(&all)));
+    // 4 replicas: placeable on 4 nodes when the gpu node counts, not on 3.
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.is_empty(), tolerated, "{f:#?}");
+}
+
+#[test]
+fn a_node_selector_narrows_the_nodes() {
+    // n1a, n2a in pool a; n3b in pool b.
+    let all = vec![node("n1a", ""), node("n2a", ""), node("n3b", "")];
+    let f = findings_in(&one_per_node(3, "\nnodeSelector:\n  pool: a\n"), &live_view(&cluster(&all)));
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.len(), 1, "{f:#?}");
+    assert!(u[0].what.contains("2 schedulable nodes") && u[0].what.contains("at most 2"), "{}", u[0].what);
+    let f = findings_in(&one_per_node(3, ""), &live_view(&cluster(&all)));
+    assert!(of_rule(&f, "spread-unsatisfiable").is_empty(), "{f:#?}");
+}
+
+#[test]
+fn the_ceiling_comes_from_an_hpa() {
+    let view = format!("{}\n---\n{}", cluster(&nodes(3)), hpa("web", "web", Some(2), 4));
+    let f = findings_in(&one_per_node(2, ""), &live_view(&view));
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.len(), 1, "{f:#?}");
+    assert!(u[0].what.contains("can run 4 replicas") && u[0].what.contains("HPA web min 2 max 4"), "{}", u[0].what);
+}
+
+fn min_domains_spread(replicas: i32, max_skew: i32, min_domains: i32, when: &str) -> String {
+    deployment(
+        "web",
+        &format!("replicas: {replicas}"),
+        &format!(
+            "topologySpreadConstraints:\n- maxSkew: {max_skew}\n  minDomains: {min_domains}\n  topologyKey: \
+             kubernetes.io/hostname\n  whenUnsatisfiable: {when}\n  labelSelector:\n    matchLabels:\n      app: web\n"
+        ),
+    )
+}
+
+#[test]
+fn min_domains_above_the_node_count_caps_each_node_at_max_skew() {
+    let f = findings_in(&min_domains_spread(4, 1, 5, "DoNotSchedule"), &live_view(&cluster(&nodes(3))));
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.len(), 1, "{f:#?}");
+    let u = u[0];
+    assert_eq!(u.action, Decision::Warn);
+    assert_eq!(u.path, "spec.template.spec.topologySpreadConstraints[0].minDomains");
+    assert!(u.what.contains("can run 4 replicas") && u.what.contains("3 schedulable nodes"), "{}", u.what);
+    assert!(u.what.contains("minDomains 5") && u.what.contains("maxSkew 1"), "{}", u.what);
+    assert!(u.what.contains("at most 3 can be placed"), "{}", u.what);
+}
+
+#[rstest]
+#[case::ceiling_equals_capacity(3, 1, 5, "DoNotSchedule", false)]
+#[case::max_skew_two_holds_six(6, 2, 5, "DoNotSchedule", false)]
+#[case::max_skew_two_over_six(7, 2, 5, "DoNotSchedule", true)]
+#[case::min_domains_equal_to_nodes(10, 1, 3, "DoNotSchedule", false)]
+#[case::schedule_anyway_is_soft(10, 1, 5, "ScheduleAnyway", false)]
+fn min_domains_boundary(
+    #[case] replicas: i32,
+    #[case] max_skew: i32,
+    #[case] min_domains: i32,
+    #[case] when: &str,
+    #[case] fires: bool,
+) {
+    let f = findings_in(&min_domains_spread(replicas, max_skew, min_domains, when), &live_view(&cluster(&nodes(3))));
+    assert_eq!(of_rule(&f, "spread-unsatisfiable").len(), usize::from(fires), "{f:#?}");
+}
+
+#[test]
+fn without_knowledge_of_nodes_it_never_fires() {
+    let view_yaml = cluster(&nodes(1));
+    for subject in [one_per_node(10, ""), min_domains_spread(10, 1, 5, "DoNotSchedule")] {
+        for complete in [false, true] {
+            let f = findings_in(&subject, &view(&view_yaml, complete));
+            assert!(of_rule(&f, "spread-unsatisfiable").is_empty(), "{f:#?}");
+        }
+        // The same objects with nodes known do fire: the view flag is what silences it.
+        let f = findings_in(&subject, &live_view(&view_yaml));
+        assert_eq!(of_rule(&f, "spread-unsatisfiable").len(), 1, "{f:#?}");
+    }
+}
