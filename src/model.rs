@@ -327,9 +327,13 @@ fn fill_required_workload_fields(value: &mut Value) -> Vec<&'static str> {
 }
 
 /// autoscaling/v1 HPAs carry `targetCPUUtilizationPercentage`, which v2 does not know; the bounds
-/// and the target, all the rules read, are the same.
+/// and the target, all the rules read, are the same. The v2 type checks `apiVersion`, so it is
+/// rewritten too.
 fn strip_v1_hpa_fields(mut value: Value, api_version: &str) -> Value {
     if api_version == "autoscaling/v1" {
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("apiVersion".into(), Value::String("autoscaling/v2".into()));
+        }
         if let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) {
             spec.remove("targetCPUUtilizationPercentage");
         }
