@@ -16,4 +16,5 @@ pub mod model;
 pub mod mutations;
 pub mod rules;
 pub mod selector;
+pub mod server;
 pub mod view;

@@ -22,8 +22,60 @@ enum Format {
     Sarif,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Run the admission webhook (TLS) and its probe port (plain HTTP).
+    Serve {
+        /// Address of the webhook (TLS).
+        #[arg(long, default_value = "0.0.0.0:8443", value_name = "ADDR")]
+        listen: std::net::SocketAddr,
+        /// Address of /healthz, /readyz and /metrics (plain HTTP).
+        #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+        probe_listen: std::net::SocketAddr,
+        /// Serving certificate (PEM); re-read when its content changes.
+        #[arg(long, default_value = "certs/tls.crt", value_name = "FILE")]
+        tls_cert: std::path::PathBuf,
+        /// Serving key (PEM); re-read when its content changes.
+        #[arg(long, default_value = "certs/tls.key", value_name = "FILE")]
+        tls_key: std::path::PathBuf,
+        /// Configuration file; re-read when its content changes.
+        #[arg(long, value_name = "FILE")]
+        config: Option<std::path::PathBuf>,
+        /// Where the view comes from: auto, none, live, or manifest files/directories.
+        #[arg(long, default_value = "auto", num_args = 1.., value_name = "auto|none|live|FILE")]
+        cluster: Vec<String>,
+        #[arg(long, value_enum, default_value = "text")]
+        log_format: LogFormat,
+        /// How often the TLS and config files are polled for changes, in seconds.
+        #[arg(long, default_value = "5", value_name = "SECONDS")]
+        reload_interval: f64,
+        /// Per-request timeout, in seconds (the apiserver's own default is 10).
+        #[arg(long, default_value = "8", value_name = "SECONDS")]
+        request_timeout: f64,
+        /// After SIGTERM, seconds with readiness down before the listener stops.
+        #[arg(long, default_value = "3", value_name = "SECONDS")]
+        shutdown_delay: f64,
+        /// Seconds in-flight requests get to finish after the listener stops.
+        #[arg(long, default_value = "20", value_name = "SECONDS")]
+        shutdown_timeout: f64,
+    },
+    /// Write a CA and a serving certificate signed by it: DIR/ca.crt, DIR/tls.crt, DIR/tls.key.
+    Certs {
+        #[arg(long, value_name = "DIR")]
+        out: std::path::PathBuf,
+        /// DNS names of the serving certificate.
+        #[arg(long, num_args = 1.., required = true, value_name = "NAME")]
+        dns: Vec<String>,
+        /// IP addresses of the serving certificate.
+        #[arg(long, num_args = 1.., value_name = "ADDR")]
+        ip: Vec<String>,
+    },
     /// Lint manifests: files, directories (recursively), `-` for stdin.
     Check {
         /// Files, directories or `-` (stdin) to check.
@@ -56,6 +108,69 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve {
+            listen,
+            probe_listen,
+            tls_cert,
+            tls_key,
+            config,
+            cluster,
+            log_format,
+            reload_interval,
+            request_timeout,
+            shutdown_delay,
+            shutdown_timeout,
+        } => {
+            init_tracing(log_format);
+            let seconds = |s: f64, name: &str| {
+                std::time::Duration::try_from_secs_f64(s).map_err(|_| format!("--{name}: {s} is not a duration in seconds"))
+            };
+            let durations = (|| {
+                Ok::<_, String>((
+                    seconds(reload_interval, "reload-interval")?,
+                    seconds(request_timeout, "request-timeout")?,
+                    seconds(shutdown_delay, "shutdown-delay")?,
+                    seconds(shutdown_timeout, "shutdown-timeout")?,
+                ))
+            })();
+            let (reload_interval, request_timeout, shutdown_delay, shutdown_timeout) = match durations {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let options = ha_guard::server::ServeOptions {
+                listen,
+                probe_listen,
+                tls_cert,
+                tls_key,
+                config,
+                reload_interval,
+                request_timeout,
+                shutdown_delay,
+                shutdown_timeout,
+                generate_dev_certs: false,
+            };
+            serve(options, cluster)
+        }
+        Command::Certs { out, dns, ip } => {
+            let result = ha_guard::server::certs::parse_ips(&ip)
+                .and_then(|ips| ha_guard::server::certs::generate(&dns, &ips))
+                .and_then(|bundle| ha_guard::server::certs::write(&out, &bundle));
+            match result {
+                Ok(()) => {
+                    for f in ["ca.crt", "tls.crt", "tls.key"] {
+                        println!("{}", out.join(f).display());
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Command::Check { paths, format, config, complete, fix, namespace } => {
             run_check(paths, format, config, complete, fix, namespace)
         }
@@ -133,4 +248,74 @@ fn run_check(
         }
     }
     ExitCode::from(report.exit_code() as u8)
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+/// Builds the view the `--cluster` values ask for.
+fn cluster_view(cluster: &[String]) -> Result<(ha_guard::view::Index, bool), String> {
+    match cluster {
+        [one] if one == "none" => Ok((ha_guard::view::Index::new(), false)),
+        [one] if one == "auto" => {
+            tracing::info!("--cluster auto: no live cluster view yet (it comes with the live-view work), so the view is empty (none)");
+            Ok((ha_guard::view::Index::new(), false))
+        }
+        [one] if one == "live" => Err("--cluster live: the live cluster view is not available in this build yet".into()),
+        files => {
+            let loaded = load::load(files);
+            let mut errors = loaded.errors.clone();
+            let decoded = check::decode(&loaded.documents, "default", &mut errors);
+            if let Some(e) = errors.first() {
+                return Err(format!("--cluster: {e}"));
+            }
+            let mut index = ha_guard::view::Index::new();
+            for d in &decoded {
+                index.insert_object(&d.object);
+            }
+            tracing::info!(objects = decoded.len(), files = loaded.sources.len(), "static cluster view loaded");
+            Ok((index, true))
+        }
+    }
+}
+
+fn serve(mut options: ha_guard::server::ServeOptions, cluster: Vec<String>) -> ExitCode {
+    let (index, _from_files) = match cluster_view(&cluster) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Development certificates only where no live cluster is in use (there, a Secret holds them).
+    options.generate_dev_certs = true;
+    let config = match options.config.as_deref().map(Config::load).transpose() {
+        Ok(c) => c.unwrap_or_default(),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let state = ha_guard::server::AppState::new(std::sync::Arc::new(ha_guard::server::StaticSource(index)), config);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(ha_guard::server::serve(options, state, ha_guard::server::termination_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
 }

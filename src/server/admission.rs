@@ -1,0 +1,260 @@
+//! The webhook's core: an AdmissionReview in, an AdmissionReview out. Pure apart from the view
+//! and config it is handed; the HTTP handlers only move bytes.
+
+use std::collections::HashMap;
+
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::DynamicObject;
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::decide::{self, Context, Decided};
+use crate::engine::{self, Decision, Finding};
+use crate::model::{self, Kind, Object, ObjectRef, Subject};
+use crate::mutations;
+use crate::view::View;
+
+/// Which endpoint answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Webhook {
+    Validate,
+    Mutate,
+}
+
+impl Webhook {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Webhook::Validate => "validate",
+            Webhook::Mutate => "mutate",
+        }
+    }
+}
+
+/// A body that is not a usable AdmissionReview: HTTP 400 with this message.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("{0}")]
+pub struct BadRequest(pub String);
+
+/// What happened, for logs and metrics.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub uid: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub operation: String,
+    pub dry_run: bool,
+    /// `allowed`, `denied`, `warned`, `patched`, `skipped` (not a kind or operation we check).
+    pub decision: &'static str,
+    pub findings: Vec<(&'static str, Decision)>,
+    pub mutations: Vec<&'static str>,
+}
+
+/// The apiserver's limit on the sum of warnings, and what it cuts each one to past it.
+pub const WARNINGS_TOTAL_LIMIT: usize = 4096;
+pub const WARNING_ITEM_LIMIT: usize = 256;
+
+/// Decodes a request body. Only `admission.k8s.io/v1` with a `request` is usable.
+pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, BadRequest> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| BadRequest(format!("body is not JSON: {e}")))?;
+    let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
+    if kind != "AdmissionReview" || api_version != "admission.k8s.io/v1" {
+        return Err(BadRequest(format!(
+            "expected an AdmissionReview of apiVersion admission.k8s.io/v1, got kind {kind:?} apiVersion {api_version:?}"
+        )));
+    }
+    if value.get("request").is_none_or(Value::is_null) {
+        return Err(BadRequest("the AdmissionReview has no request".into()));
+    }
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_value(value).map_err(|e| BadRequest(format!("not a usable AdmissionReview: {e}")))?;
+    review.try_into().map_err(|_| BadRequest("the AdmissionReview has no request".into()))
+}
+
+/// The subject of a request, or `None` for kinds and operations ha-guard leaves alone.
+fn subject_of(req: &AdmissionRequest<DynamicObject>, object: &Option<DynamicObject>) -> Result<Option<Subject>, BadRequest> {
+    let Some(object) = object else { return Ok(None) };
+    let namespace = req.namespace.clone().unwrap_or_default();
+    if req.sub_resource.as_deref() == Some("scale") {
+        let kind = match (req.resource.group.as_str(), req.resource.resource.as_str()) {
+            ("apps", "deployments") => Kind::Deployment,
+            ("apps", "statefulsets") => Kind::StatefulSet,
+            _ => return Ok(None),
+        };
+        let replicas = object
+            .data
+            .get("spec")
+            .and_then(|s| s.get("replicas"))
+            .map(|r| r.as_i64().and_then(|r| i32::try_from(r).ok()).ok_or_else(|| BadRequest("request.object.spec.replicas of the Scale is not an integer".into())))
+            .transpose()?
+            .unwrap_or(0);
+        return Ok(Some(Subject::Scale { target: ObjectRef::new(kind, namespace, req.name.clone()), replicas }));
+    }
+    if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Ok(None);
+    }
+    let mut value = serde_json::to_value(object).map_err(|e| BadRequest(e.to_string()))?;
+    // The object's own apiVersion/kind decide how it decodes; fall back to the request's kind.
+    if let Some(obj) = value.as_object_mut() {
+        let gvk = &req.kind;
+        let api_version = if gvk.group.is_empty() { gvk.version.clone() } else { format!("{}/{}", gvk.group, gvk.version) };
+        obj.entry("apiVersion").or_insert(Value::String(api_version));
+        obj.entry("kind").or_insert(Value::String(gvk.kind.clone()));
+    }
+    match model::decode(&value, &namespace) {
+        Ok(Some(Object::Subject(s))) => Ok(Some(s)),
+        Ok(_) => Ok(None),
+        Err(e) => Err(BadRequest(format!("request.object: {e}"))),
+    }
+}
+
+/// Answers one request.
+pub fn review(req: &AdmissionRequest<DynamicObject>, webhook: Webhook, view: &dyn View, config: &Config) -> Result<(AdmissionResponse, Outcome), BadRequest> {
+    let mut outcome = Outcome {
+        uid: req.uid.clone(),
+        kind: req.kind.kind.clone(),
+        namespace: req.namespace.clone().unwrap_or_default(),
+        name: req.name.clone(),
+        operation: format!("{:?}", req.operation).to_uppercase(),
+        dry_run: req.dry_run,
+        decision: "skipped",
+        ..Default::default()
+    };
+    if req.sub_resource.as_deref() == Some("scale") {
+        outcome.kind = format!("{}/scale", req.resource.resource);
+    }
+    let mut response = AdmissionResponse::from(req);
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return Ok((response, outcome));
+    }
+    let Some(subject) = subject_of(req, &req.object)? else { return Ok((response, outcome)) };
+    let namespace = subject.id().namespace;
+    if outcome.name.is_empty() {
+        outcome.name = subject.id().name;
+    }
+    if let Some(reason) = decide::skip_reason(&namespace, view, config) {
+        response.audit_annotations.insert("skipped".into(), reason);
+        return Ok((response, outcome));
+    }
+    match webhook {
+        Webhook::Mutate => {
+            let plan = mutations::plan(&subject, view, config);
+            outcome.decision = "allowed";
+            if !plan.is_empty() {
+                outcome.mutations = plan.applied();
+                outcome.decision = "patched";
+                response.audit_annotations.insert("mutations".into(), plan.applied().join(","));
+                response = response.with_patch(plan.patch()).map_err(|e| BadRequest(e.to_string()))?;
+            }
+        }
+        Webhook::Validate => {
+            let eval = engine::evaluate(&subject, view, config);
+            let old_findings: Option<Vec<Finding>> = match (&req.operation, &req.old_object) {
+                (Operation::Update, old @ Some(_)) => {
+                    subject_of(req, old).ok().flatten().map(|old| engine::evaluate(&old, view, config).findings)
+                }
+                _ => None,
+            };
+            let ctx = Context {
+                old: old_findings.as_deref(),
+                scale: matches!(subject, Subject::Scale { .. }),
+                subject_exemptions: subject.exemptions(),
+            };
+            let decided = decide::decide(eval, &namespace, view, config, &ctx);
+            outcome.findings = decided.findings.iter().map(|f| (f.rule, f.action)).collect();
+            outcome.decision = if decided.denied() {
+                "denied"
+            } else if decided.with(Decision::Warn).next().is_some() || !decided.warnings.is_empty() {
+                "warned"
+            } else {
+                "allowed"
+            };
+            response = respond(response, &decided);
+        }
+    }
+    Ok((response, outcome))
+}
+
+/// One line per finding: `[rule-id] Kind ns/name spec.path: what Fix: fix`.
+pub fn line(f: &Finding) -> String {
+    let pre = f.notes.iter().any(|n| n == "pre-existing");
+    format!("[{}] {}{}: {}", f.rule, if pre { "(pre-existing) " } else { "" }, f.path, f.message())
+}
+
+fn respond(mut response: AdmissionResponse, decided: &Decided) -> AdmissionResponse {
+    let denials: Vec<String> = decided.with(Decision::Deny).map(line).collect();
+    let warnings: Vec<String> = decided
+        .with(Decision::Warn)
+        .map(line)
+        .chain(decided.warnings.iter().cloned())
+        .collect();
+    response.audit_annotations = audit_annotations(decided);
+    if !warnings.is_empty() {
+        response.warnings = Some(fit_warnings(warnings));
+    }
+    if !denials.is_empty() {
+        response = response.deny(denials.join("\n"));
+        response.result.code = 403;
+        response.result.reason = "Forbidden".into();
+    }
+    response
+}
+
+fn audit_annotations(decided: &Decided) -> HashMap<String, String> {
+    let mut a = HashMap::new();
+    let findings: Vec<String> = decided.findings.iter().map(|f| format!("{}={}", f.rule, f.action.as_str())).collect();
+    if !findings.is_empty() {
+        a.insert("findings".into(), findings.join(","));
+    }
+    let exempted: Vec<String> = decided
+        .with(Decision::Allowed)
+        .map(|f| format!("{}: {}", f.rule, f.notes.join("; ")))
+        .collect();
+    if !exempted.is_empty() {
+        a.insert("exempted".into(), exempted.join(" | "));
+    }
+    a
+}
+
+fn cut(s: &str, max_chars: usize) -> String {
+    if s.chars().count() <= max_chars {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max_chars - 1).collect();
+    out.push('…');
+    out
+}
+
+/// The apiserver keeps warnings whole while their sum stays within 4 KiB, and cuts each to 256
+/// characters past that. Do it ourselves so what is cut is predictable: whole messages when they
+/// fit, else each cut to 256, else as many as fit and a last line saying how many were left out.
+pub fn fit_warnings(warnings: Vec<String>) -> Vec<String> {
+    let total = |w: &[String]| w.iter().map(|s| s.chars().count()).sum::<usize>();
+    if total(&warnings) <= WARNINGS_TOTAL_LIMIT {
+        return warnings;
+    }
+    let cut_all: Vec<String> = warnings.iter().map(|w| cut(w, WARNING_ITEM_LIMIT)).collect();
+    if total(&cut_all) <= WARNINGS_TOTAL_LIMIT {
+        return cut_all;
+    }
+    let mut kept = Vec::new();
+    let mut used = 0;
+    let reserve = 80;
+    for w in &cut_all {
+        let n = w.chars().count();
+        if used + n + reserve > WARNINGS_TOTAL_LIMIT {
+            break;
+        }
+        used += n;
+        kept.push(w.clone());
+    }
+    let left = cut_all.len() - kept.len();
+    kept.push(format!("[ha-guard] {left} more warnings left out (see the audit annotations)"));
+    kept
+}
+
+/// The review to send back.
+pub fn into_review(response: AdmissionResponse) -> AdmissionReview<DynamicObject> {
+    response.into_review()
+}

@@ -1,0 +1,77 @@
+//! Certificates: `ha-guard certs` and the development CA generated on first start.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    SanType,
+};
+use time::{Duration, OffsetDateTime};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error("cannot generate a certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("bad IP address {0:?}")]
+    BadIp(String),
+}
+
+/// A CA and a serving certificate signed by it, in PEM.
+pub struct Bundle {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// The names a Kubernetes TLS Secret uses.
+pub const CA_FILE: &str = "ca.crt";
+pub const CERT_FILE: &str = "tls.crt";
+pub const KEY_FILE: &str = "tls.key";
+
+/// A CA (10 years) and a serving certificate (1 year) for `dns` names and `ips`.
+pub fn generate(dns: &[String], ips: &[IpAddr]) -> Result<Bundle, CertError> {
+    let now = OffsetDateTime::now_utc();
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.distinguished_name.push(DnType::CommonName, "ha-guard CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    ca.not_before = now - Duration::hours(1);
+    ca.not_after = now + Duration::days(3650);
+    let ca_key = KeyPair::generate()?;
+    let ca_cert = ca.self_signed(&ca_key)?;
+
+    let mut leaf = CertificateParams::new(dns.to_vec())?;
+    leaf.subject_alt_names.extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
+    leaf.distinguished_name.push(DnType::CommonName, dns.first().map(String::as_str).unwrap_or("ha-guard"));
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    leaf.not_before = now - Duration::hours(1);
+    leaf.not_after = now + Duration::days(365);
+    let key = KeyPair::generate()?;
+    let issuer = Issuer::from_params(&ca, &ca_key);
+    let cert = leaf.signed_by(&key, &issuer)?;
+    Ok(Bundle { ca_pem: ca_cert.pem(), cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+}
+
+pub fn parse_ips(ips: &[String]) -> Result<Vec<IpAddr>, CertError> {
+    ips.iter().map(|s| s.parse().map_err(|_| CertError::BadIp(s.clone()))).collect()
+}
+
+/// Writes `ca.crt`, `tls.crt`, `tls.key` into `dir` (the key readable by its owner only).
+pub fn write(dir: &Path, bundle: &Bundle) -> Result<(), CertError> {
+    let io = |path: PathBuf| move |source| CertError::Io { path: path.clone(), source };
+    std::fs::create_dir_all(dir).map_err(io(dir.to_path_buf()))?;
+    std::fs::write(dir.join(CA_FILE), &bundle.ca_pem).map_err(io(dir.join(CA_FILE)))?;
+    std::fs::write(dir.join(CERT_FILE), &bundle.cert_pem).map_err(io(dir.join(CERT_FILE)))?;
+    let key_path = dir.join(KEY_FILE);
+    std::fs::write(&key_path, &bundle.key_pem).map_err(io(key_path.clone()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600)).map_err(io(key_path.clone()))?;
+    }
+    Ok(())
+}

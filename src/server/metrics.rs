@@ -1,0 +1,97 @@
+//! The metrics of DESIGN.md §5, in Prometheus text format on the probe port.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub webhook: &'static str,
+    pub kind: String,
+    pub operation: String,
+    pub decision: &'static str,
+    pub dry_run: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    pub webhook: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FindingLabels {
+    pub rule: &'static str,
+    pub action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
+}
+
+fn duration_histogram() -> Histogram {
+    // 50 µs .. ~6.5 s: admission answers in microseconds, the apiserver gives up at 10 s.
+    Histogram::new(exponential_buckets(0.00005, 2.0, 18))
+}
+
+pub struct Metrics {
+    pub registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    pub duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
+    pub findings: Family<FindingLabels, Counter>,
+    pub cache_objects: Family<KindLabels, Gauge>,
+    pub cache_synced: Family<KindLabels, Gauge>,
+    pub config_reloads: Family<ResultLabels, Counter>,
+    pub tls_not_after: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let duration = Family::<WebhookLabels, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram as fn() -> Histogram);
+        let findings = Family::<FindingLabels, Counter>::default();
+        let cache_objects = Family::<KindLabels, Gauge>::default();
+        let cache_synced = Family::<KindLabels, Gauge>::default();
+        let config_reloads = Family::<ResultLabels, Counter>::default();
+        let tls_not_after = Gauge::default();
+        registry.register("ha_guard_admission_requests", "Admission requests answered", requests.clone());
+        registry.register_with_unit(
+            "ha_guard_admission_duration",
+            "Time to answer an admission request",
+            Unit::Seconds,
+            duration.clone(),
+        );
+        registry.register("ha_guard_findings", "Findings reported, by rule and decided action", findings.clone());
+        registry.register("ha_guard_cache_objects", "Objects in the cluster view, by kind", cache_objects.clone());
+        registry.register("ha_guard_cache_synced", "1 when the view of a kind is synced", cache_synced.clone());
+        registry.register("ha_guard_config_reloads", "Configuration reloads, by result", config_reloads.clone());
+        registry.register_with_unit(
+            "ha_guard_tls_cert_not_after",
+            "notAfter of the serving certificate, as a Unix time",
+            Unit::Seconds,
+            tls_not_after.clone(),
+        );
+        Metrics { registry, requests, duration, findings, cache_objects, cache_synced, config_reloads, tls_not_after }
+    }
+
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,384 @@
+//! `ha-guard serve`: the engine behind the kube-apiserver. Transport only: TLS with reload, body
+//! limits, timeouts, probes, metrics, graceful shutdown. The answers come from [`admission`].
+
+pub mod admission;
+pub mod certs;
+pub mod metrics;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::TimeoutLayer;
+
+use crate::config::Config;
+use crate::view::{Index, View};
+use admission::Webhook;
+use metrics::{FindingLabels, Metrics, RequestLabels, ResultLabels, WebhookLabels};
+
+/// The largest request body accepted. The apiserver sends objects of up to ~3 MiB, twice on
+/// UPDATE (object and oldObject) plus the review's own fields: 8 MiB covers that with room.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Where the engine's view comes from.
+pub trait ViewSource: Send + Sync {
+    /// Runs `f` on the current view.
+    fn with_view(&self, f: &mut dyn FnMut(&dyn View));
+    /// Every cache has synced (static views always have).
+    fn synced(&self) -> bool;
+}
+
+/// A view that does not change: `--cluster FILE` and `--cluster none`.
+pub struct StaticSource(pub Index);
+
+impl ViewSource for StaticSource {
+    fn with_view(&self, f: &mut dyn FnMut(&dyn View)) {
+        f(&self.0);
+    }
+    fn synced(&self) -> bool {
+        true
+    }
+}
+
+/// Shared by the handlers.
+pub struct AppState {
+    pub view: Arc<dyn ViewSource>,
+    pub config: RwLock<Arc<Config>>,
+    pub metrics: Metrics,
+    /// TLS material loaded and config valid; false again once shutdown starts.
+    pub ready: AtomicBool,
+    pub shutting_down: AtomicBool,
+}
+
+impl AppState {
+    pub fn new(view: Arc<dyn ViewSource>, config: Config) -> Arc<Self> {
+        Arc::new(AppState {
+            view,
+            config: RwLock::new(Arc::new(config)),
+            metrics: Metrics::new(),
+            ready: AtomicBool::new(false),
+            shutting_down: AtomicBool::new(false),
+        })
+    }
+
+    pub fn config(&self) -> Arc<Config> {
+        self.config.read().map(|c| c.clone()).unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    pub fn set_config(&self, config: Config) {
+        match self.config.write() {
+            Ok(mut c) => *c = Arc::new(config),
+            Err(p) => *p.into_inner() = Arc::new(config),
+        }
+    }
+}
+
+/// The TLS port's routes: `POST /validate`, `POST /mutate`.
+pub fn webhook_router(state: Arc<AppState>, request_timeout: Duration) -> Router {
+    Router::new()
+        .route("/validate", post(validate))
+        .route("/mutate", post(mutate))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, request_timeout))
+        .layer(CatchPanicLayer::custom(|_| json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal error while answering")))
+        .with_state(state)
+}
+
+/// The probe port's routes: `/healthz`, `/readyz`, `/metrics`.
+pub fn probe_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(state)
+}
+
+fn json_error(status: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({ "error": message }).to_string();
+    (status, [(header::CONTENT_TYPE, "application/json")], body + "\n").into_response()
+}
+
+async fn validate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    answer(&state, Webhook::Validate, &body)
+}
+
+async fn mutate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    answer(&state, Webhook::Mutate, &body)
+}
+
+fn answer(state: &AppState, webhook: Webhook, body: &[u8]) -> Response {
+    let started = Instant::now();
+    let result = admission::parse(body).and_then(|req| {
+        let config = state.config();
+        let mut out = None;
+        state.view.with_view(&mut |view| out = Some(admission::review(&req, webhook, view, &config)));
+        out.unwrap_or_else(|| Err(admission::BadRequest("no view".into())))
+    });
+    let elapsed = started.elapsed();
+    state.metrics.duration.get_or_create(&WebhookLabels { webhook: webhook.as_str() }).observe(elapsed.as_secs_f64());
+    match result {
+        Ok((response, outcome)) => {
+            record(state, webhook, &outcome);
+            tracing::info!(
+                webhook = webhook.as_str(),
+                uid = %outcome.uid,
+                kind = %outcome.kind,
+                object = %format!("{}/{}", outcome.namespace, outcome.name),
+                operation = %outcome.operation,
+                dry_run = outcome.dry_run,
+                decision = outcome.decision,
+                rules = %outcome.findings.iter().map(|(r, a)| format!("{r}={}", a.as_str())).chain(outcome.mutations.iter().map(|m| m.to_string())).collect::<Vec<_>>().join(","),
+                latency_us = elapsed.as_micros() as u64,
+                "admission"
+            );
+            let review = admission::into_review(response);
+            match serde_json::to_vec(&review) {
+                Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+                Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+            }
+        }
+        Err(e) => {
+            tracing::warn!(webhook = webhook.as_str(), error = %e, latency_us = elapsed.as_micros() as u64, "bad request");
+            json_error(StatusCode::BAD_REQUEST, &e.0)
+        }
+    }
+}
+
+fn record(state: &AppState, webhook: Webhook, o: &admission::Outcome) {
+    state
+        .metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            webhook: webhook.as_str(),
+            kind: o.kind.clone(),
+            operation: o.operation.clone(),
+            decision: o.decision,
+            dry_run: if o.dry_run { "true" } else { "false" },
+        })
+        .inc();
+    for (rule, action) in &o.findings {
+        state.metrics.findings.get_or_create(&FindingLabels { rule, action: action.as_str() }).inc();
+    }
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    if state.shutting_down.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response();
+    }
+    if !state.ready.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "TLS material or configuration not loaded\n").into_response();
+    }
+    if !state.view.synced() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "cluster caches not synced\n").into_response();
+    }
+    (StatusCode::OK, "ok\n").into_response()
+}
+
+async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.encode())
+        .into_response()
+}
+
+/// Options of `ha-guard serve`.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    pub probe_listen: SocketAddr,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub config: Option<PathBuf>,
+    /// Poll interval for the TLS files and the config file.
+    pub reload_interval: Duration,
+    pub request_timeout: Duration,
+    /// After SIGTERM, how long readiness is down before the listener stops.
+    pub shutdown_delay: Duration,
+    /// How long in-flight requests get to finish.
+    pub shutdown_timeout: Duration,
+    /// Generate development certificates when neither file exists.
+    pub generate_dev_certs: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error(transparent)]
+    Certs(#[from] certs::CertError),
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("{addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("server: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Generates development certificates into the directory of `cert` when neither file exists.
+pub fn ensure_dev_certs(cert: &Path, key: &Path) -> Result<bool, ServeError> {
+    if cert.exists() || key.exists() {
+        return Ok(false);
+    }
+    let dir = cert.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let bundle = certs::generate(
+        &["localhost".into(), "ha-guard".into(), "ha-guard.ha-guard.svc".into()],
+        &[std::net::IpAddr::from([127, 0, 0, 1]), std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST)],
+    )?;
+    certs::write(dir, &bundle)?;
+    if dir.join(certs::CERT_FILE) != cert || dir.join(certs::KEY_FILE) != key {
+        std::fs::rename(dir.join(certs::CERT_FILE), cert)?;
+        std::fs::rename(dir.join(certs::KEY_FILE), key)?;
+    }
+    Ok(true)
+}
+
+/// Runs the webhook until SIGTERM or ctrl-c (or `shutdown` resolves), then shuts down gracefully.
+pub async fn serve(
+    options: ServeOptions,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    if options.generate_dev_certs && ensure_dev_certs(&options.tls_cert, &options.tls_key)? {
+        let dir = options.tls_cert.parent().map(|p| p.display().to_string()).unwrap_or_else(|| ".".into());
+        tracing::info!(cert = %options.tls_cert.display(), key = %options.tls_key.display(), "generated a development CA and serving certificate");
+        eprintln!(
+            "ha-guard: generated a development CA and serving certificate:\n  {dir}/ca.crt\n  {}\n  {}\n\
+             call it with:\n  curl --cacert {dir}/ca.crt -H 'Content-Type: application/json' \
+             --data @tests/fixtures/deployment-spread-no-selector.json https://localhost:{}/validate",
+            options.tls_cert.display(),
+            options.tls_key.display(),
+            options.listen.port()
+        );
+    }
+    let material = tls::read(&options.tls_cert, &options.tls_key)?;
+    let rustls_config = tls::server_config(&material, &options.tls_cert, &options.tls_key)?;
+    if let Some(t) = material.not_after {
+        state.metrics.tls_not_after.set(t);
+    }
+    let tls_config = axum_server::tls_rustls::RustlsConfig::from_config(rustls_config);
+    state.ready.store(true, Ordering::SeqCst);
+
+    // Reload loops: TLS files and config file, by content.
+    tokio::spawn(reload_tls(options.clone(), tls_config.clone(), material.digest, state.clone()));
+    if let Some(path) = options.config.clone() {
+        tokio::spawn(reload_config(path, options.reload_interval, state.clone()));
+    }
+
+    let probe = tokio::net::TcpListener::bind(options.probe_listen)
+        .await
+        .map_err(|source| ServeError::Bind { addr: options.probe_listen, source })?;
+    let probe_state = state.clone();
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(probe, probe_router(probe_state)).await {
+            tracing::error!(error = %e, "probe server stopped");
+        }
+    });
+
+    let handle = axum_server::Handle::new();
+    let listener = std::net::TcpListener::bind(options.listen).map_err(|source| ServeError::Bind { addr: options.listen, source })?;
+    listener.set_nonblocking(true)?;
+    tracing::info!(listen = %options.listen, probe = %options.probe_listen, "serving");
+    let shutdown_state = state.clone();
+    let shutdown_handle = handle.clone();
+    let (delay, grace) = (options.shutdown_delay, options.shutdown_timeout);
+    tokio::spawn(async move {
+        shutdown.await;
+        // Readiness first, so endpoints stop routing here before the listener closes.
+        shutdown_state.shutting_down.store(true, Ordering::SeqCst);
+        tracing::info!(delay_ms = delay.as_millis() as u64, "shutting down: readiness is down");
+        tokio::time::sleep(delay).await;
+        shutdown_handle.graceful_shutdown(Some(grace));
+    });
+    let app = webhook_router(state.clone(), options.request_timeout);
+    axum_server::from_tcp_rustls(listener, tls_config)?
+        .handle(handle)
+        .serve(app.into_make_service())
+        .await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn reload_tls(options: ServeOptions, config: axum_server::tls_rustls::RustlsConfig, mut digest: [u8; 32], state: Arc<AppState>) {
+    let mut tick = tokio::time::interval(options.reload_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let material = match tls::read(&options.tls_cert, &options.tls_key) {
+            Ok(m) => m,
+            Err(e) => {
+                // A Secret update can be seen half-written; keep the current material.
+                tracing::warn!(error = %e, "TLS files unreadable; keeping the current certificate");
+                continue;
+            }
+        };
+        if material.digest == digest {
+            continue;
+        }
+        match tls::server_config(&material, &options.tls_cert, &options.tls_key) {
+            Ok(c) => {
+                config.reload_from_config(c);
+                digest = material.digest;
+                if let Some(t) = material.not_after {
+                    state.metrics.tls_not_after.set(t);
+                }
+                tracing::info!(cert = %options.tls_cert.display(), "reloaded the TLS certificate");
+            }
+            Err(e) => tracing::warn!(error = %e, "new TLS files rejected; keeping the current certificate"),
+        }
+    }
+}
+
+async fn reload_config(path: PathBuf, interval: Duration, state: Arc<AppState>) {
+    let mut last = std::fs::read(&path).ok();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let current = std::fs::read(&path).ok();
+        if current == last {
+            continue;
+        }
+        last = current;
+        match Config::load(&path) {
+            Ok(c) => {
+                state.set_config(c);
+                state.metrics.config_reloads.get_or_create(&ResultLabels { result: "success" }).inc();
+                tracing::info!(config = %path.display(), "reloaded the configuration");
+            }
+            Err(e) => {
+                state.metrics.config_reloads.get_or_create(&ResultLabels { result: "failure" }).inc();
+                tracing::error!(error = %e, "configuration rejected; keeping the previous one");
+            }
+        }
+    }
+}
+
+/// Resolves on SIGTERM or ctrl-c.
+pub async fn termination_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

@@ -1,0 +1,134 @@
+//! TLS material: loading PEM files into a rustls config, and re-reading them when their content
+//! changes. Polling the content (not watching the path) sees a mounted Secret's atomic symlink
+//! swap; new connections get the new certificate, connections in flight keep theirs.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::ServerConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: no PEM certificate in it ({detail})")]
+    NoCertificate { path: PathBuf, detail: String },
+    #[error("{path}: no PEM private key in it ({detail})")]
+    NoKey { path: PathBuf, detail: String },
+    #[error("{cert} / {key}: the certificate and key do not make a server identity: {detail}")]
+    Config { cert: PathBuf, key: PathBuf, detail: String },
+}
+
+/// The PEM material as read, with a digest to notice changes.
+pub struct Material {
+    pub certs: Vec<CertificateDer<'static>>,
+    pub key: PrivateKeyDer<'static>,
+    pub digest: [u8; 32],
+    /// The leaf certificate's notAfter, seconds since the epoch (for the metric).
+    pub not_after: Option<i64>,
+}
+
+pub fn read(cert: &Path, key: &Path) -> Result<Material, TlsError> {
+    let cert_pem = std::fs::read(cert).map_err(|source| TlsError::Read { path: cert.into(), source })?;
+    let key_pem = std::fs::read(key).map_err(|source| TlsError::Read { path: key.into(), source })?;
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| TlsError::NoCertificate { path: cert.into(), detail: e.to_string() })?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate { path: cert.into(), detail: "empty".into() });
+    }
+    let key_der = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|e| TlsError::NoKey { path: key.into(), detail: e.to_string() })?;
+    let mut hasher = Sha256::new();
+    hasher.update(&cert_pem);
+    hasher.update(&key_pem);
+    let not_after = not_after(&certs[0]);
+    Ok(Material { certs, key: key_der, digest: hasher.finalize().into(), not_after })
+}
+
+/// TLS 1.2 and 1.3 only (rustls supports nothing older), HTTP/2 and HTTP/1.1 by ALPN.
+pub fn server_config(m: &Material, cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| TlsError::Config { cert: cert.into(), key: key.into(), detail: e.to_string() })?
+        .with_no_client_auth()
+        .with_single_cert(m.certs.clone(), m.key.clone_key())
+        .map_err(|e| TlsError::Config { cert: cert.into(), key: key.into(), detail: e.to_string() })?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// notAfter of a DER certificate, read from its validity field (enough for the metric; no full
+/// X.509 parser needed: the TBSCertificate's validity is two UTCTime/GeneralizedTime values).
+fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
+    let der = cert.as_ref();
+    // Scan for the second time value of the first validity sequence (tag 0x17 UTCTime, 0x18 GeneralizedTime).
+    let mut times = Vec::new();
+    let mut i = 0;
+    while i + 2 < der.len() && times.len() < 2 {
+        let tag = der[i];
+        let len = der[i + 1] as usize;
+        if (tag == 0x17 && len == 13) || (tag == 0x18 && len == 15) {
+            if let Some(bytes) = der.get(i + 2..i + 2 + len) {
+                if let Ok(s) = std::str::from_utf8(bytes) {
+                    if s.ends_with('Z') && s[..len - 1].bytes().all(|b| b.is_ascii_digit()) {
+                        times.push(s.to_string());
+                        i += 2 + len;
+                        continue;
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+    let t = times.get(1)?;
+    let (year, rest) = if t.len() == 13 {
+        let yy: i32 = t[0..2].parse().ok()?;
+        (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &t[2..])
+    } else {
+        (t[0..4].parse().ok()?, &t[4..])
+    };
+    let num = |r: std::ops::Range<usize>| rest.get(r).and_then(|s| s.parse::<u8>().ok());
+    let month = time::Month::try_from(num(0..2)?).ok()?;
+    let date = time::Date::from_calendar_date(year, month, num(2..4)?).ok()?;
+    let time = time::Time::from_hms(num(4..6)?, num(6..8)?, num(8..10)?).ok()?;
+    Some(time::PrimitiveDateTime::new(date, time).assume_utc().unix_timestamp())
+}
+
+/// How often the files are polled.
+pub const DEFAULT_POLL: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_generated_material_and_its_expiry() {
+        let dir = tempfile::tempdir().unwrap();
+        let bundle = crate::server::certs::generate(&["localhost".into()], &[]).unwrap();
+        crate::server::certs::write(dir.path(), &bundle).unwrap();
+        let (c, k) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        let m = read(&c, &k).unwrap();
+        assert!(server_config(&m, &c, &k).is_ok());
+        let in_a_year = time::OffsetDateTime::now_utc().unix_timestamp() + 365 * 86400;
+        let not_after = m.not_after.expect("notAfter parsed");
+        assert!((not_after - in_a_year).abs() < 2 * 3600, "{not_after} vs {in_a_year}");
+    }
+
+    #[test]
+    fn bad_files_name_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = dir.path().join("tls.crt");
+        std::fs::write(&c, "not pem").unwrap();
+        let e = read(&c, &dir.path().join("missing.key")).unwrap_err().to_string();
+        assert!(e.contains("missing.key"), "{e}");
+        std::fs::write(dir.path().join("k"), "not pem").unwrap();
+        let e = read(&c, &dir.path().join("k")).unwrap_err().to_string();
+        assert!(e.contains("tls.crt") && e.contains("no PEM certificate"), "{e}");
+    }
+}
