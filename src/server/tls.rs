@@ -32,6 +32,17 @@ pub struct Material {
     pub not_after: Option<i64>,
 }
 
+/// Never prints the key.
+impl std::fmt::Debug for Material {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Material")
+            .field("certs", &self.certs.len())
+            .field("key", &"<redacted>")
+            .field("not_after", &self.not_after)
+            .finish()
+    }
+}
+
 pub fn read(cert: &Path, key: &Path) -> Result<Material, TlsError> {
     let cert_pem = std::fs::read(cert).map_err(|source| TlsError::Read { path: cert.into(), source })?;
     let key_pem = std::fs::read(key).map_err(|source| TlsError::Read { path: key.into(), source })?;
