@@ -73,7 +73,11 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         }
         return;
     }
-    // A single replica: the rollout's surge pod is the second one.
+    // A single replica: the rollout's surge pod is the second one. Scaled to 0 there is no old pod
+    // to collide with (the Deployment controller surges nothing above 0 replicas).
+    if ceiling < 1 {
+        return;
+    }
     let Subject::Workload(full) = ctx.subject else { return };
     if full.kind != Kind::Deployment {
         return;
