@@ -12,6 +12,7 @@ pub mod config;
 pub mod decide;
 pub mod defaults;
 pub mod engine;
+pub mod live;
 pub mod model;
 pub mod mutations;
 pub mod rules;

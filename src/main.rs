@@ -150,7 +150,7 @@ fn main() -> ExitCode {
                 request_timeout,
                 shutdown_delay,
                 shutdown_timeout,
-                generate_dev_certs: false,
+                generate_dev_certs: true,
             };
             serve(options, cluster)
         }
@@ -260,15 +260,30 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
-/// Builds the view the `--cluster` values ask for.
-fn cluster_view(cluster: &[String]) -> Result<(ha_guard::view::Index, bool), String> {
+/// Where the view comes from, as `--cluster` asks.
+enum Cluster {
+    None,
+    Live(kube::Client),
+    Files(ha_guard::view::Index),
+}
+
+/// Resolves `--cluster`. `auto`: in-cluster service account, else KUBECONFIG / ~/.kube/config,
+/// else none. `live` is `auto` that must find a cluster.
+async fn resolve_cluster(cluster: &[String]) -> Result<Cluster, String> {
     match cluster {
-        [one] if one == "none" => Ok((ha_guard::view::Index::new(), false)),
-        [one] if one == "auto" => {
-            tracing::info!("--cluster auto: no live cluster view yet (it comes with the live-view work), so the view is empty (none)");
-            Ok((ha_guard::view::Index::new(), false))
-        }
-        [one] if one == "live" => Err("--cluster live: the live cluster view is not available in this build yet".into()),
+        [one] if one == "none" => Ok(Cluster::None),
+        [one] if one == "auto" || one == "live" => match kube::Config::infer().await {
+            Ok(config) => {
+                let client = kube::Client::try_from(config).map_err(|e| format!("--cluster {one}: {e}"))?;
+                tracing::info!("live cluster view: watching Deployments, StatefulSets, PDBs, HPAs, PVCs, Nodes, Namespaces");
+                Ok(Cluster::Live(client))
+            }
+            Err(e) if one == "auto" => {
+                tracing::info!(reason = %e, "--cluster auto: no in-cluster service account and no kubeconfig, so the view is empty (none)");
+                Ok(Cluster::None)
+            }
+            Err(e) => Err(format!("--cluster live: no cluster to connect to: {e}")),
+        },
         files => {
             let loaded = load::load(files);
             let mut errors = loaded.errors.clone();
@@ -281,21 +296,12 @@ fn cluster_view(cluster: &[String]) -> Result<(ha_guard::view::Index, bool), Str
                 index.insert_object(&d.object);
             }
             tracing::info!(objects = decoded.len(), files = loaded.sources.len(), "static cluster view loaded");
-            Ok((index, true))
+            Ok(Cluster::Files(index))
         }
     }
 }
 
 fn serve(mut options: ha_guard::server::ServeOptions, cluster: Vec<String>) -> ExitCode {
-    let (index, _from_files) = match cluster_view(&cluster) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    // Development certificates only where no live cluster is in use (there, a Secret holds them).
-    options.generate_dev_certs = true;
     let config = match options.config.as_deref().map(Config::load).transpose() {
         Ok(c) => c.unwrap_or_default(),
         Err(e) => {
@@ -303,7 +309,6 @@ fn serve(mut options: ha_guard::server::ServeOptions, cluster: Vec<String>) -> E
             return ExitCode::from(2);
         }
     };
-    let state = ha_guard::server::AppState::new(std::sync::Arc::new(ha_guard::server::StaticSource(index)), config);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -311,7 +316,22 @@ fn serve(mut options: ha_guard::server::ServeOptions, cluster: Vec<String>) -> E
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(ha_guard::server::serve(options, state, ha_guard::server::termination_signal())) {
+    let result = runtime.block_on(async move {
+        let source: std::sync::Arc<dyn ha_guard::server::ViewSource> = match resolve_cluster(&cluster).await? {
+            Cluster::None => std::sync::Arc::new(ha_guard::server::StaticSource(ha_guard::view::Index::new())),
+            Cluster::Files(index) => std::sync::Arc::new(ha_guard::server::StaticSource(index)),
+            Cluster::Live(client) => {
+                // In a cluster the certificates come from a Secret: never generate them there.
+                options.generate_dev_certs = false;
+                let live = std::sync::Arc::new(ha_guard::live::LiveSource::new());
+                live.start(client);
+                live
+            }
+        };
+        let state = ha_guard::server::AppState::new(source, config);
+        ha_guard::server::serve(options, state, ha_guard::server::termination_signal()).await.map_err(|e| e.to_string())
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

@@ -324,7 +324,43 @@ impl Index {
     }
 
     pub fn upsert_namespace(&mut self, ns: &Namespace) {
-        self.namespace_labels.insert(name_of(&ns.metadata), ns.metadata.labels.clone().unwrap_or_default());
+        self.upsert_namespace_labels(name_of(&ns.metadata), ns.metadata.labels.clone().unwrap_or_default());
+    }
+
+    pub fn upsert_namespace_labels(&mut self, name: String, labels: BTreeMap<String, String>) {
+        self.namespace_labels.insert(name, labels);
+    }
+
+    /// Drops every object of `kind` (before a relist replaces them).
+    pub fn clear_kind(&mut self, kind: Kind) {
+        match kind {
+            Kind::Deployment | Kind::StatefulSet => {
+                for ns in self.namespaces.values_mut() {
+                    let names: Vec<_> = ns.workloads.keys().filter(|(k, _)| *k == kind).cloned().collect();
+                    for key in names {
+                        if let Some(old) = ns.workloads.remove(&key) {
+                            for (k, v) in &old.template_labels {
+                                let label = (k.clone(), v.clone());
+                                if let Some(set) = ns.by_label.get_mut(&label) {
+                                    set.remove(&key);
+                                    if set.is_empty() {
+                                        ns.by_label.remove(&label);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Kind::PodDisruptionBudget => self.namespaces.values_mut().for_each(|ns| ns.pdbs.clear()),
+            Kind::HorizontalPodAutoscaler => self.namespaces.values_mut().for_each(|ns| {
+                ns.hpas.clear();
+                ns.hpas_by_target.clear();
+            }),
+            Kind::PersistentVolumeClaim => self.namespaces.values_mut().for_each(|ns| ns.pvcs.clear()),
+            Kind::Node => self.nodes.clear(),
+            Kind::Namespace => self.namespace_labels.clear(),
+        }
     }
 
     pub fn remove_namespace(&mut self, name: &str) {

@@ -1,0 +1,239 @@
+//! The live view: kube-runtime watchers for the seven kinds the rules read, cluster-wide, kept as
+//! projections in one [`Index`] (only the fields the rules read, never whole objects).
+//!
+//! Consistency: the index follows each watch stream; an object written a moment ago may not be
+//! in it yet. Cross-object rules are evaluated on the write of either object of a pair, so the
+//! second write of a pair sees the first once the first has reached the cache.
+
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::defaults;
+use crate::model::{name_of, ns_of, Kind};
+use crate::server::ViewSource;
+use crate::view::{HpaInfo, Index, NodeInfo, PdbInfo, PvcInfo, View, WorkloadInfo};
+
+/// What one object contributes to the index.
+#[derive(Debug)]
+pub enum Projection {
+    Workload(WorkloadInfo),
+    Pdb(PdbInfo),
+    Hpa(HpaInfo),
+    Pvc(PvcInfo),
+    Node(NodeInfo),
+    Namespace(String, std::collections::BTreeMap<String, String>),
+}
+
+impl Projection {
+    fn apply(self, index: &mut Index) {
+        match self {
+            Projection::Workload(w) => index.upsert_workload(w),
+            Projection::Pdb(p) => index.upsert_pdb(p),
+            Projection::Hpa(h) => index.upsert_hpa(h),
+            Projection::Pvc(p) => index.upsert_pvc(p),
+            Projection::Node(n) => index.upsert_node(n),
+            Projection::Namespace(name, labels) => index.upsert_namespace_labels(name, labels),
+        }
+    }
+}
+
+/// A kind the live view watches.
+pub trait Tracked: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
+    const KIND: Kind;
+    fn project(self) -> Projection;
+    fn remove(&self, index: &mut Index);
+}
+
+impl Tracked for Deployment {
+    const KIND: Kind = Kind::Deployment;
+    fn project(self) -> Projection {
+        Projection::Workload(WorkloadInfo::of(&defaults::deployment(self)))
+    }
+    fn remove(&self, index: &mut Index) {
+        index.remove_workload(Kind::Deployment, &ns_of(&self.metadata), &name_of(&self.metadata));
+    }
+}
+
+impl Tracked for StatefulSet {
+    const KIND: Kind = Kind::StatefulSet;
+    fn project(self) -> Projection {
+        Projection::Workload(WorkloadInfo::of(&defaults::stateful_set(self)))
+    }
+    fn remove(&self, index: &mut Index) {
+        index.remove_workload(Kind::StatefulSet, &ns_of(&self.metadata), &name_of(&self.metadata));
+    }
+}
+
+impl Tracked for PodDisruptionBudget {
+    const KIND: Kind = Kind::PodDisruptionBudget;
+    fn project(self) -> Projection {
+        Projection::Pdb(PdbInfo::of(&self))
+    }
+    fn remove(&self, index: &mut Index) {
+        index.remove_pdb(&ns_of(&self.metadata), &name_of(&self.metadata));
+    }
+}
+
+impl Tracked for HorizontalPodAutoscaler {
+    const KIND: Kind = Kind::HorizontalPodAutoscaler;
+    fn project(mut self) -> Projection {
+        defaults::hpa(&mut self);
+        Projection::Hpa(HpaInfo::of(&self))
+    }
+    fn remove(&self, index: &mut Index) {
+        index.remove_hpa(&ns_of(&self.metadata), &name_of(&self.metadata));
+    }
+}
+
+impl Tracked for PersistentVolumeClaim {
+    const KIND: Kind = Kind::PersistentVolumeClaim;
+    fn project(self) -> Projection {
+        Projection::Pvc(PvcInfo::of(&self))
+    }
+    fn remove(&self, index: &mut Index) {
+        index.remove_pvc(&ns_of(&self.metadata), &name_of(&self.metadata));
+    }
+}
+
+impl Tracked for Node {
+    const KIND: Kind = Kind::Node;
+    fn project(self) -> Projection {
+        Projection::Node(NodeInfo::of(&self))
+    }
+    fn remove(&self, index: &mut Index) {
+        index.remove_node(&name_of(&self.metadata));
+    }
+}
+
+impl Tracked for Namespace {
+    const KIND: Kind = Kind::Namespace;
+    fn project(self) -> Projection {
+        Projection::Namespace(name_of(&self.metadata), self.metadata.labels.unwrap_or_default())
+    }
+    fn remove(&self, index: &mut Index) {
+        index.remove_namespace(&name_of(&self.metadata));
+    }
+}
+
+/// The kinds watched, in a fixed order (for readiness and metrics).
+pub const KINDS: [Kind; 7] = [
+    Kind::Deployment,
+    Kind::StatefulSet,
+    Kind::PodDisruptionBudget,
+    Kind::HorizontalPodAutoscaler,
+    Kind::PersistentVolumeClaim,
+    Kind::Node,
+    Kind::Namespace,
+];
+
+/// The live view and its sync state.
+pub struct LiveSource {
+    index: RwLock<Index>,
+    synced: [AtomicBool; 7],
+}
+
+impl Default for LiveSource {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LiveSource {
+    pub fn new() -> Self {
+        let mut index = Index::new();
+        // The cluster is the whole truth: rules asserting absence run, nodes are known.
+        index.set_complete(true);
+        index.set_knows_nodes(true);
+        LiveSource { index: RwLock::new(index), synced: Default::default() }
+    }
+
+    fn slot(kind: Kind) -> usize {
+        KINDS.iter().position(|k| *k == kind).unwrap_or(0)
+    }
+
+    pub fn is_synced(&self, kind: Kind) -> bool {
+        self.synced[Self::slot(kind)].load(Ordering::SeqCst)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Index> {
+        self.index.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies one watch event. Relists are buffered (as projections) and swapped in at once, so
+    /// the view never shows a half-listed kind.
+    pub fn apply<K: Tracked>(&self, event: Event<K>, buffer: &mut Option<Vec<Projection>>) {
+        match event {
+            Event::Apply(obj) => {
+                let p = obj.project();
+                p.apply(&mut self.write());
+            }
+            Event::Delete(obj) => obj.remove(&mut self.write()),
+            Event::Init => *buffer = Some(Vec::new()),
+            Event::InitApply(obj) => buffer.get_or_insert_with(Vec::new).push(obj.project()),
+            Event::InitDone => {
+                let items = buffer.take().unwrap_or_default();
+                let mut index = self.write();
+                index.clear_kind(K::KIND);
+                for p in items {
+                    p.apply(&mut index);
+                }
+                drop(index);
+                self.synced[Self::slot(K::KIND)].store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Starts a watcher per kind, cluster-wide. They retry with backoff forever; while one is
+    /// failing, its kind keeps its last known state.
+    pub fn start(self: &Arc<Self>, client: Client) {
+        self.spawn::<Deployment>(client.clone());
+        self.spawn::<StatefulSet>(client.clone());
+        self.spawn::<PodDisruptionBudget>(client.clone());
+        self.spawn::<HorizontalPodAutoscaler>(client.clone());
+        self.spawn::<PersistentVolumeClaim>(client.clone());
+        self.spawn::<Node>(client.clone());
+        self.spawn::<Namespace>(client);
+    }
+
+    fn spawn<K: Tracked>(self: &Arc<Self>, client: Client) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let api: Api<K> = Api::all(client);
+            let mut stream = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
+            let mut buffer = None;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(event) => this.apply(event, &mut buffer),
+                    Err(e) => tracing::warn!(kind = %K::KIND, error = %e, "watch failed; serving the last known state and retrying"),
+                }
+            }
+        });
+    }
+}
+
+impl ViewSource for LiveSource {
+    fn with_view(&self, f: &mut dyn FnMut(&dyn View)) {
+        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        f(&*index);
+    }
+
+    fn synced(&self) -> bool {
+        KINDS.iter().all(|k| self.is_synced(*k))
+    }
+
+    fn stats(&self) -> Vec<(Kind, usize, bool)> {
+        let counts = self.index.read().unwrap_or_else(|p| p.into_inner()).counts();
+        KINDS.iter().map(|k| (*k, counts.get(k).copied().unwrap_or(0), self.is_synced(*k))).collect()
+    }
+}
