@@ -15,8 +15,11 @@ pub struct Origin {
     pub document: usize,
     /// Index inside a `List` document's `items`, if it came from one.
     pub item: Option<usize>,
-    /// 1-based line where the document starts.
+    /// 1-based line: where the document starts, or (for a finding located by
+    /// [`super::locate`]) the line of its field.
     pub line: usize,
+    /// 1-based column of the field, when located.
+    pub column: Option<usize>,
 }
 
 /// One parsed document.
@@ -114,7 +117,7 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
     let looks_json = json_hint || text.trim_start().starts_with('{');
     if looks_json {
         if let Ok(value) = serde_json::from_str::<Value>(&text) {
-            let origin = Origin { file: file.clone(), document: 0, item: None, line: 1 };
+            let origin = Origin { file: file.clone(), document: 0, item: None, line: 1, column: None };
             push_document(loaded, origin, value);
             let spans = vec![0..text.len()];
             loaded.sources.push(Source { file, path, json: true, text, spans });
@@ -138,7 +141,7 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
         }
         match serde_saphyr::from_str::<Value>(doc) {
             Ok(Value::Null) => {}
-            Ok(value) => push_document(loaded, Origin { file: file.clone(), document: index, item: None, line }, value),
+            Ok(value) => push_document(loaded, Origin { file: file.clone(), document: index, item: None, line, column: None }, value),
             Err(e) => loaded.errors.push(LoadError {
                 file: file.clone(),
                 document: Some(index),

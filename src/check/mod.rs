@@ -6,6 +6,7 @@
 
 pub mod fix;
 pub mod load;
+pub mod locate;
 pub mod output;
 
 use std::collections::{BTreeMap, HashSet};
@@ -30,7 +31,14 @@ pub struct Options {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Located {
     pub finding: Finding,
+    /// The file, document and the line (and column) of the finding's field, or of its deepest
+    /// ancestor present in the file.
     pub origin: Origin,
+    /// The first segment of the finding's path that is not in the file (`None` when the field
+    /// itself is there, or the document could not be located).
+    pub missing: Option<String>,
+    /// The text of the source line `origin.line`, for diagnostics.
+    pub snippet: Option<String>,
 }
 
 /// The mutations one document would get.
@@ -39,6 +47,9 @@ pub struct Fixable {
     pub object: ObjectRef,
     pub origin: Origin,
     pub changes: Vec<Change>,
+    /// Where each change goes (same order as `changes`): the line of the field it adds or of its
+    /// deepest existing ancestor.
+    pub at: Vec<Origin>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -114,29 +125,40 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
         })
         .collect();
     let mut report = Report { objects: decoded.len(), files: loaded.sources.len(), ..Default::default() };
+    let mut locator = locate::Locator::new(&loaded.sources);
     for d in &decoded {
         let Object::Subject(subject) = &d.object else { continue };
         let id = subject.id();
+        // The object itself (a `List` item starts below its document's first line).
+        let object_origin = locator.locate(&d.origin, "");
         let eval = engine::evaluate(subject, &index, &options.config);
         for u in &eval.unchecked {
-            report.unchecked.push((d.origin.clone(), u.clone()));
+            report.unchecked.push((object_origin.clone(), u.clone()));
         }
         let ctx = Context { subject_exemptions: subject.exemptions(), ..Default::default() };
         let decided = decide::decide(eval, &id.namespace, &index, &options.config, &ctx);
         for w in decided.warnings {
-            report.notices.push((d.origin.clone(), w));
+            report.notices.push((object_origin.clone(), w));
         }
         for f in decided.findings {
             // Reported on the object it is about when that object is checked too.
             if f.anchor != f.object && checked.contains(&f.anchor) {
                 continue;
             }
-            report.findings.push(Located { finding: f, origin: d.origin.clone() });
+            // Point at the finding's field, or its deepest ancestor present in the file.
+            let (origin, missing) = match locator.resolve(&d.origin, &f.path) {
+                Some((at, missing)) => (Origin { line: at.line, column: Some(at.column), ..d.origin.clone() }, missing),
+                None => (d.origin.clone(), None),
+            };
+            let snippet = locator.source_line(&origin.file, origin.line).map(str::to_string);
+            report.findings.push(Located { finding: f, origin, missing, snippet });
         }
         if decide::skip_reason(&id.namespace, &index, &options.config).is_none() {
             let plan = mutations::plan(subject, &index, &options.config);
             if !plan.is_empty() {
-                report.fixes.push(Fixable { object: id, origin: d.origin.clone(), changes: plan.changes });
+                // Where each change goes: the deepest existing ancestor of the field it adds.
+                let at = plan.changes.iter().map(|c| locator.locate(&d.origin, &c.path())).collect();
+                report.fixes.push(Fixable { object: id, origin: object_origin.clone(), changes: plan.changes, at });
             }
         }
     }
