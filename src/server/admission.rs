@@ -258,3 +258,87 @@ pub fn fit_warnings(warnings: Vec<String>) -> Vec<String> {
 pub fn into_review(response: AdmissionResponse) -> AdmissionReview<DynamicObject> {
     response.into_review()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` warnings of exactly `len` characters, each starting `[rule-i]`.
+    fn warnings(n: usize, len: usize, fill: char) -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                let mut w = format!("[rule-{i}] ");
+                while w.chars().count() < len {
+                    w.push(fill);
+                }
+                w
+            })
+            .collect()
+    }
+
+    fn total(w: &[String]) -> usize {
+        w.iter().map(|s| s.chars().count()).sum()
+    }
+
+    #[test]
+    fn under_the_limit_they_are_kept_whole() {
+        let w = warnings(3, 1000, 'x');
+        assert_eq!(fit_warnings(w.clone()), w);
+        assert!(fit_warnings(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn exactly_at_the_limit_they_are_kept_whole() {
+        let w = warnings(4, WARNINGS_TOTAL_LIMIT / 4, 'x');
+        assert_eq!(total(&w), WARNINGS_TOTAL_LIMIT);
+        assert_eq!(fit_warnings(w.clone()), w);
+    }
+
+    #[test]
+    fn one_character_over_cuts_each_long_one_to_256() {
+        let mut w = warnings(4, WARNINGS_TOTAL_LIMIT / 4, 'x');
+        w.push("[short] y".into());
+        assert_eq!(total(&w), WARNINGS_TOTAL_LIMIT + 9);
+        let fitted = fit_warnings(w.clone());
+        assert_eq!(fitted.len(), 5, "nothing dropped: {fitted:?}");
+        for (cut, orig) in fitted.iter().zip(&w).take(4) {
+            assert_eq!(cut.chars().count(), WARNING_ITEM_LIMIT);
+            assert!(cut.ends_with('…'), "{cut}");
+            let kept: String = orig.chars().take(WARNING_ITEM_LIMIT - 1).collect();
+            assert!(cut.starts_with(&kept), "the start (and the [rule-id] prefix) is kept");
+        }
+        assert_eq!(fitted[4], "[short] y", "a warning under 256 characters is not cut");
+    }
+
+    #[test]
+    fn multibyte_characters_count_once_and_are_not_split() {
+        // 3000 characters but 6000 bytes: whole.
+        let w = warnings(3, 1000, 'é');
+        assert_eq!(fit_warnings(w.clone()), w);
+        // 5000 characters: cut on a character boundary.
+        let w = warnings(5, 1000, 'é');
+        let fitted = fit_warnings(w);
+        assert!(fitted.iter().all(|f| f.chars().count() == WARNING_ITEM_LIMIT && f.ends_with("é…")));
+    }
+
+    #[test]
+    fn far_over_the_limit_a_last_line_says_how_many_are_left_out() {
+        let w = warnings(100, 300, 'x');
+        let fitted = fit_warnings(w.clone());
+        assert!(total(&fitted) <= WARNINGS_TOTAL_LIMIT, "{} characters", total(&fitted));
+        let (last, kept) = fitted.split_last().unwrap();
+        assert!(kept.len() >= 10, "as many as fit are kept: {}", kept.len());
+        for (i, k) in kept.iter().enumerate() {
+            assert!(k.starts_with(&format!("[rule-{i}] ")), "kept in order: {k}");
+            assert_eq!(k.chars().count(), WARNING_ITEM_LIMIT);
+        }
+        let left = 100 - kept.len();
+        assert_eq!(last, &format!("[ha-guard] {left} more warnings left out (see the audit annotations)"));
+    }
+
+    #[test]
+    fn cut_keeps_short_strings_and_marks_cut_ones() {
+        assert_eq!(cut("abc", 3), "abc");
+        assert_eq!(cut("abcd", 3), "ab…");
+    }
+}

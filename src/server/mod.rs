@@ -13,6 +13,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -36,6 +37,10 @@ pub trait ViewSource: Send + Sync {
     fn with_view(&self, f: &mut dyn FnMut(&dyn View));
     /// Every cache has synced (static views always have).
     fn synced(&self) -> bool;
+    /// Per kind: objects held and whether its cache has synced (for the cache metrics).
+    fn stats(&self) -> Vec<(crate::model::Kind, usize, bool)> {
+        Vec::new()
+    }
 }
 
 /// A view that does not change: `--cluster FILE` and `--cluster none`.
@@ -47,6 +52,9 @@ impl ViewSource for StaticSource {
     }
     fn synced(&self) -> bool {
         true
+    }
+    fn stats(&self) -> Vec<(crate::model::Kind, usize, bool)> {
+        self.0.counts().into_iter().map(|(k, n)| (k, n, true)).collect()
     }
 }
 
@@ -108,12 +116,31 @@ fn json_error(status: StatusCode, message: &str) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body + "\n").into_response()
 }
 
-async fn validate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    answer(&state, Webhook::Validate, &body)
+async fn validate(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+    match body {
+        Ok(body) => answer(&state, Webhook::Validate, &body),
+        Err(e) => body_error(Webhook::Validate, e),
+    }
 }
 
-async fn mutate(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
-    answer(&state, Webhook::Mutate, &body)
+async fn mutate(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+    match body {
+        Ok(body) => answer(&state, Webhook::Mutate, &body),
+        Err(e) => body_error(Webhook::Mutate, e),
+    }
+}
+
+/// A body that could not be read: over the limit (413) or cut off (400). The same one-line JSON
+/// error as a body that is not an AdmissionReview, rather than axum's plain-text rejection.
+fn body_error(webhook: Webhook, e: BytesRejection) -> Response {
+    let status = e.status();
+    let message = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        format!("the request body is over the limit of {MAX_BODY_BYTES} bytes")
+    } else {
+        format!("cannot read the request body: {}", e.body_text())
+    };
+    tracing::warn!(webhook = webhook.as_str(), status = status.as_u16(), error = %message, "bad request body");
+    json_error(status, &message)
 }
 
 fn answer(state: &AppState, webhook: Webhook, body: &[u8]) -> Response {
@@ -185,6 +212,11 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
+    for (kind, objects, synced) in state.view.stats() {
+        let labels = metrics::KindLabels { kind: kind.as_str().to_string() };
+        state.metrics.cache_objects.get_or_create(&labels).set(objects as i64);
+        state.metrics.cache_synced.get_or_create(&labels).set(i64::from(synced));
+    }
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.encode())
         .into_response()
 }
@@ -240,12 +272,52 @@ pub fn ensure_dev_certs(cert: &Path, key: &Path) -> Result<bool, ServeError> {
     Ok(true)
 }
 
+/// The two sockets, bound before serving: `serve` binds the configured addresses, tests bind
+/// port 0 and read the addresses back.
+pub struct Listeners {
+    /// The webhook (TLS).
+    pub webhook: std::net::TcpListener,
+    /// `/healthz`, `/readyz`, `/metrics` (plain HTTP).
+    pub probe: std::net::TcpListener,
+}
+
+impl Listeners {
+    pub fn bind(webhook: SocketAddr, probe: SocketAddr) -> Result<Self, ServeError> {
+        let bind = |addr: SocketAddr| std::net::TcpListener::bind(addr).map_err(|source| ServeError::Bind { addr, source });
+        Ok(Listeners { webhook: bind(webhook)?, probe: bind(probe)? })
+    }
+
+    pub fn webhook_addr(&self) -> std::io::Result<SocketAddr> {
+        self.webhook.local_addr()
+    }
+
+    pub fn probe_addr(&self) -> std::io::Result<SocketAddr> {
+        self.probe.local_addr()
+    }
+}
+
 /// Runs the webhook until SIGTERM or ctrl-c (or `shutdown` resolves), then shuts down gracefully.
+/// Binds `options.listen` and `options.probe_listen`; see [`serve_with_listeners`].
 pub async fn serve(
     options: ServeOptions,
     state: Arc<AppState>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    let listeners = Listeners::bind(options.listen, options.probe_listen)?;
+    serve_with_listeners(options, listeners, state, shutdown).await
+}
+
+/// [`serve`] on sockets already bound (`options.listen` and `options.probe_listen` are not used).
+/// When `shutdown` resolves: readiness drops, `shutdown_delay` later the listener stops accepting,
+/// and in-flight requests get `shutdown_timeout` to finish; then this returns.
+pub async fn serve_with_listeners(
+    options: ServeOptions,
+    listeners: Listeners,
+    state: Arc<AppState>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let listen = listeners.webhook_addr()?;
+    let probe_listen = listeners.probe_addr()?;
     if options.generate_dev_certs && ensure_dev_certs(&options.tls_cert, &options.tls_key)? {
         let dir = options.tls_cert.parent().map(|p| p.display().to_string()).unwrap_or_else(|| ".".into());
         tracing::info!(cert = %options.tls_cert.display(), key = %options.tls_key.display(), "generated a development CA and serving certificate");
@@ -255,7 +327,7 @@ pub async fn serve(
              --data @tests/fixtures/deployment-spread-no-selector.json https://localhost:{}/validate",
             options.tls_cert.display(),
             options.tls_key.display(),
-            options.listen.port()
+            listen.port()
         );
     }
     let material = tls::read(&options.tls_cert, &options.tls_key)?;
@@ -264,44 +336,45 @@ pub async fn serve(
         state.metrics.tls_not_after.set(t);
     }
     let tls_config = axum_server::tls_rustls::RustlsConfig::from_config(rustls_config);
-    state.ready.store(true, Ordering::SeqCst);
 
-    // Reload loops: TLS files and config file, by content.
-    tokio::spawn(reload_tls(options.clone(), tls_config.clone(), material.digest, state.clone()));
+    // Reload loops: TLS files and config file, by content. Stopped when serving ends, so that a
+    // server run in-process (tests) leaves nothing behind.
+    let mut background = tokio::task::JoinSet::new();
+    background.spawn(reload_tls(options.clone(), tls_config.clone(), material.digest, state.clone()));
     if let Some(path) = options.config.clone() {
-        tokio::spawn(reload_config(path, options.reload_interval, state.clone()));
+        background.spawn(reload_config(path, options.reload_interval, state.clone()));
     }
 
-    let probe = tokio::net::TcpListener::bind(options.probe_listen)
-        .await
-        .map_err(|source| ServeError::Bind { addr: options.probe_listen, source })?;
+    listeners.probe.set_nonblocking(true)?;
+    let probe = tokio::net::TcpListener::from_std(listeners.probe)?;
     let probe_state = state.clone();
-    tokio::spawn(async move {
+    background.spawn(async move {
         if let Err(e) = axum::serve(probe, probe_router(probe_state)).await {
             tracing::error!(error = %e, "probe server stopped");
         }
     });
 
     let handle = axum_server::Handle::new();
-    let listener = std::net::TcpListener::bind(options.listen).map_err(|source| ServeError::Bind { addr: options.listen, source })?;
+    let listener = listeners.webhook;
     listener.set_nonblocking(true)?;
-    tracing::info!(listen = %options.listen, probe = %options.probe_listen, "serving");
+    state.ready.store(true, Ordering::SeqCst);
+    tracing::info!(listen = %listen, probe = %probe_listen, "serving");
     let shutdown_state = state.clone();
     let shutdown_handle = handle.clone();
     let (delay, grace) = (options.shutdown_delay, options.shutdown_timeout);
-    tokio::spawn(async move {
+    background.spawn(async move {
         shutdown.await;
         // Readiness first, so endpoints stop routing here before the listener closes.
         shutdown_state.shutting_down.store(true, Ordering::SeqCst);
         tracing::info!(delay_ms = delay.as_millis() as u64, "shutting down: readiness is down");
         tokio::time::sleep(delay).await;
+        tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down: no new connections; in-flight requests finish");
         shutdown_handle.graceful_shutdown(Some(grace));
     });
     let app = webhook_router(state.clone(), options.request_timeout);
-    axum_server::from_tcp_rustls(listener, tls_config)?
-        .handle(handle)
-        .serve(app.into_make_service())
-        .await?;
+    let served = axum_server::from_tcp_rustls(listener, tls_config)?.handle(handle).serve(app.into_make_service()).await;
+    background.abort_all();
+    served?;
     tracing::info!("stopped");
     Ok(())
 }
