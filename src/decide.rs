@@ -105,14 +105,22 @@ pub fn decide(eval: Evaluation, namespace: &str, view: &dyn View, config: &Confi
     decided
 }
 
-/// The same violation on the old object: same rule at the same field.
+/// The same violation on the old object: same rule at the same field, about the same object (a
+/// workload relabelled under another blocking PDB has a new violation, not the old one).
 fn same(old: &Finding, new: &Finding) -> bool {
-    old.rule == new.rule && old.path == new.path
+    old.rule == new.rule && old.path == new.path && old.anchor == new.anchor
 }
 
 /// The exemption that applies to `f`: on the subject, or on any object the finding names.
 fn exemption(f: &Finding, view: &dyn View, ctx: &Context, warnings: &mut Vec<String>) -> Option<(ObjectRef, String)> {
-    let mut candidates: Vec<(ObjectRef, Exemptions)> = vec![(f.object.clone(), ctx.subject_exemptions.clone())];
+    let mut own = ctx.subject_exemptions.clone();
+    if ctx.scale {
+        // A scale write carries no annotations and does not change them: the workload's count.
+        for (rule, reason) in view.exemptions(&f.object) {
+            own.entry(rule).or_insert(reason);
+        }
+    }
+    let mut candidates: Vec<(ObjectRef, Exemptions)> = vec![(f.object.clone(), own)];
     for r in f.related.iter().chain(std::iter::once(&f.anchor)) {
         if *r != f.object && !candidates.iter().any(|(c, _)| c == r) {
             candidates.push((r.clone(), view.exemptions(r)));
