@@ -79,8 +79,13 @@ impl Plan {
 
     /// The IDs of the mutations that changed something, each once.
     pub fn applied(&self) -> Vec<&'static str> {
-        let mut ids: Vec<_> = self.changes.iter().map(|c| c.mutation).collect();
-        ids.dedup();
+        // Changes of different mutations interleave (selector and matchLabelKeys per spread).
+        let mut ids: Vec<&'static str> = Vec::new();
+        for c in &self.changes {
+            if !ids.contains(&c.mutation) {
+                ids.push(c.mutation);
+            }
+        }
         ids
     }
 
@@ -131,6 +136,14 @@ fn selector_for(own: &LabelSelector, match_label_keys: &[String]) -> Option<Labe
     (!selector::is_empty(&s)).then_some(s)
 }
 
+const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+
+/// Whether `s` has a requirement on label `key`.
+fn mentions(s: &LabelSelector, key: &str) -> bool {
+    s.match_labels.as_ref().is_some_and(|l| l.contains_key(key))
+        || s.match_expressions.iter().flatten().any(|e| e.key == key)
+}
+
 fn plan_workload(w: &Workload, subject: &Subject, view: &dyn View, config: &Config, plan: &mut Plan) {
     // Without a selector (a kustomize base) there is nothing safe to inject.
     let Some(own) = w.selector.as_ref().filter(|s| !selector::is_empty(s)) else { return };
@@ -139,17 +152,19 @@ fn plan_workload(w: &Workload, subject: &Subject, view: &dyn View, config: &Conf
     for (i, c) in existing.iter().enumerate() {
         let index = i.to_string();
         let keys = c.match_label_keys.clone().unwrap_or_default();
-        let mut has_selector = c.label_selector.is_some();
-        if !has_selector && config.mutation_on("inject-spread-selector") {
+        let mut effective = c.label_selector.clone();
+        if effective.is_none() && config.mutation_on("inject-spread-selector") {
             if let Some(sel) = selector_for(own, &keys) {
-                let value = serde_json::to_value(sel).unwrap_or(Value::Null);
+                let value = serde_json::to_value(&sel).unwrap_or(Value::Null);
                 plan.add("inject-spread-selector", &[&SPREADS[..], &[index.as_str(), "labelSelector"]].concat(), value);
-                has_selector = true;
+                effective = Some(sel);
             }
         }
-        // matchLabelKeys needs a labelSelector; only added where the user set none.
-        if match_keys && has_selector && c.match_label_keys.is_none() {
-            plan.add("inject-match-label-keys", &[&SPREADS[..], &[index.as_str(), "matchLabelKeys"]].concat(), json!(["pod-template-hash"]));
+        // matchLabelKeys needs a labelSelector; only added where the user set none, and not when
+        // the selector already names the key (the API refuses a key in both).
+        let names_hash = effective.as_ref().is_some_and(|s| mentions(s, POD_TEMPLATE_HASH));
+        if match_keys && effective.is_some() && !names_hash && c.match_label_keys.is_none() {
+            plan.add("inject-match-label-keys", &[&SPREADS[..], &[index.as_str(), "matchLabelKeys"]].concat(), json!([POD_TEMPLATE_HASH]));
         }
     }
     if config.mutation_on("inject-default-spread") && !existing.iter().any(|c| c.topology_key == HOSTNAME) {
@@ -162,8 +177,8 @@ fn plan_workload(w: &Workload, subject: &Subject, view: &dyn View, config: &Conf
                 "whenUnsatisfiable": "ScheduleAnyway",
                 "labelSelector": serde_json::to_value(own).unwrap_or(Value::Null),
             });
-            if match_keys {
-                spread["matchLabelKeys"] = json!(["pod-template-hash"]);
+            if match_keys && !mentions(own, POD_TEMPLATE_HASH) {
+                spread["matchLabelKeys"] = json!([POD_TEMPLATE_HASH]);
             }
             let has_list = w.pod_spec().is_some_and(|s| s.topology_spread_constraints.is_some());
             if has_list {
