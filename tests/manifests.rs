@@ -1,0 +1,120 @@
+//! ha-guard's own install manifests: they pass its own check, grant only what it reads, and
+//! register webhooks that can never lock ha-guard out of its own namespace.
+
+use std::path::Path;
+
+use ha_guard::check::{self, load, Options};
+use serde_json::Value;
+
+fn manifests() -> Vec<load::Document> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    let loaded = load::load(&[dir.display().to_string()]);
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    loaded.documents
+}
+
+fn of_kind<'a>(docs: &'a [load::Document], kind: &str) -> Vec<&'a Value> {
+    docs.iter().map(|d| &d.value).filter(|v| v["kind"] == kind).collect()
+}
+
+#[test]
+fn own_manifests_have_no_finding_at_all() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    let loaded = load::load(&[dir.display().to_string()]);
+    // Complete: the manifests are ha-guard's whole namespace, so pdb-missing and friends run too.
+    let options = Options { complete: true, namespace: "default".into(), config: Default::default() };
+    let report = check::check(&loaded, &options);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let findings: Vec<_> = report.findings.iter().map(|l| (l.finding.rule, l.finding.object.to_string())).collect();
+    assert!(findings.is_empty(), "ha-guard's own manifests must pass its own check: {findings:?}");
+    assert!(report.fixes.is_empty(), "nothing left for the mutations to add: {:?}", report.fixes);
+    assert!(report.unchecked.is_empty(), "{:?}", report.unchecked);
+    assert_eq!(report.objects, 3, "the Deployment, its PDB and the Namespace are checked");
+}
+
+#[test]
+fn the_cluster_role_only_reads_the_kinds_the_rules_read() {
+    let docs = manifests();
+    let roles = of_kind(&docs, "ClusterRole");
+    assert_eq!(roles.len(), 1);
+    let mut granted: Vec<(String, String, Vec<String>)> = Vec::new();
+    for rule in roles[0]["rules"].as_array().unwrap() {
+        let verbs: Vec<String> = rule["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+        for group in rule["apiGroups"].as_array().unwrap() {
+            for resource in rule["resources"].as_array().unwrap() {
+                granted.push((group.as_str().unwrap().into(), resource.as_str().unwrap().into(), verbs.clone()));
+            }
+        }
+        assert!(rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none());
+    }
+    granted.sort();
+    let read = vec!["get".to_string(), "list".into(), "watch".into()];
+    let expected: Vec<(String, String, Vec<String>)> = [
+        ("", "namespaces"),
+        ("", "nodes"),
+        ("", "persistentvolumeclaims"),
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("autoscaling", "horizontalpodautoscalers"),
+        ("policy", "poddisruptionbudgets"),
+    ]
+    .iter()
+    .map(|(g, r)| (g.to_string(), r.to_string(), read.clone()))
+    .collect();
+    assert_eq!(granted, expected, "get/list/watch on exactly the watched kinds; no Secrets, no writes");
+}
+
+#[test]
+fn webhooks_leave_out_kube_system_and_their_own_namespace() {
+    let docs = manifests();
+    for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+        let configs = of_kind(&docs, kind);
+        assert_eq!(configs.len(), 1, "{kind}");
+        for hook in configs[0]["webhooks"].as_array().unwrap() {
+            assert_eq!(hook["admissionReviewVersions"], serde_json::json!(["v1"]), "{kind}");
+            assert_eq!(hook["sideEffects"], "None", "{kind}");
+            assert_eq!(hook["failurePolicy"], "Ignore", "{kind}: the documented choice");
+            assert_eq!(hook["timeoutSeconds"], 5, "{kind}");
+            let exprs = hook["namespaceSelector"]["matchExpressions"].as_array().unwrap();
+            assert!(exprs.iter().any(|e| e["key"] == "kubernetes.io/metadata.name"
+                && e["operator"] == "NotIn"
+                && e["values"].as_array().unwrap().contains(&"kube-system".into())
+                && e["values"].as_array().unwrap().contains(&"ha-guard".into())), "{kind}: {exprs:?}");
+            for rule in hook["rules"].as_array().unwrap() {
+                assert_eq!(rule["operations"], serde_json::json!(["CREATE", "UPDATE"]), "{kind}");
+            }
+        }
+    }
+    let validating = &of_kind(&docs, "ValidatingWebhookConfiguration")[0]["webhooks"][0];
+    let resources: Vec<&str> = validating["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["resources"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()))
+        .collect();
+    for r in ["deployments", "statefulsets", "deployments/scale", "statefulsets/scale", "poddisruptionbudgets", "horizontalpodautoscalers"] {
+        assert!(resources.contains(&r), "validating webhook must cover {r}: {resources:?}");
+    }
+}
+
+#[test]
+fn the_deployment_practises_what_it_enforces() {
+    let docs = manifests();
+    let d = of_kind(&docs, "Deployment")[0];
+    assert!(d["spec"]["replicas"].as_i64().unwrap() >= 2);
+    assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate");
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["topologySpreadConstraints"][0]["topologyKey"], "kubernetes.io/hostname");
+    assert_eq!(pod["topologySpreadConstraints"][0]["labelSelector"], d["spec"]["selector"]);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let c = &pod["containers"][0];
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert!(c["resources"]["requests"].is_object() && c["resources"]["limits"].is_object());
+    let pdb = of_kind(&docs, "PodDisruptionBudget")[0];
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+}
