@@ -234,3 +234,18 @@ fn a_single_replica_statefulset_does_not_surge() {
     assert!(of_rule(&f, "rwo-volume-rolling-surge").is_empty(), "{f:#?}");
     assert!(of_rule(&f, "rwo-volume-multi-replica").is_empty(), "{f:#?}");
 }
+
+#[test]
+fn a_claim_mounted_through_two_volumes_is_reported_once() {
+    let pod = "volumes:\n- name: data-a\n  persistentVolumeClaim:\n    claimName: data\n\
+               - name: data-b\n  persistentVolumeClaim:\n    claimName: data\n    readOnly: true\n";
+    let f = findings(&deployment("app", "replicas: 2", pod), &pvc("data", "ReadWriteOnce"), false);
+    let r = of_rule(&f, "rwo-volume-multi-replica");
+    assert_eq!(r.len(), 1, "{f:#?}");
+    assert_eq!(r[0].path, "spec.template.spec.volumes[0].persistentVolumeClaim.claimName");
+    assert_eq!(r[0].related, vec![claim("data")]);
+    let f = findings(&deployment("app", "replicas: 1", pod), &pvc("data", "ReadWriteOnce"), false);
+    let s = of_rule(&f, "rwo-volume-rolling-surge");
+    assert_eq!(s.len(), 1, "{f:#?}");
+    assert_eq!(s[0].related, vec![claim("data")]);
+}

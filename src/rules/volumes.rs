@@ -32,13 +32,17 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     let w = &scaled.workload;
     let ns = &w.id.namespace;
     let subject = ctx.subject.id();
-    // (index in volumes, claim) for every claim the view knows to be single-attach.
-    let rwo: Vec<(usize, Arc<PvcInfo>)> = w
-        .claim_names
-        .iter()
-        .enumerate()
-        .filter_map(|(i, name)| ctx.view.pvc(ns, name).filter(|p| p.single_attach()).map(|p| (i, p)))
-        .collect();
+    // (index in volumes, claim) for every claim the view knows to be single-attach, once each
+    // (a pod may mount one claim through two volumes).
+    let mut rwo: Vec<(usize, Arc<PvcInfo>)> = Vec::new();
+    for (i, name) in w.claim_names.iter().enumerate() {
+        if rwo.iter().any(|(_, p)| p.id.name == *name) {
+            continue;
+        }
+        if let Some(p) = ctx.view.pvc(ns, name).filter(|p| p.single_attach()) {
+            rwo.push((i, p));
+        }
+    }
     if rwo.is_empty() {
         return;
     }
