@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds kube-apiserver (version pinned in go.mod) into a cache outside the
+# repository and makes sure an etcd binary is on PATH.
+# Prints the path of the kube-apiserver binary on its last stdout line.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
+
+log() { echo "build.sh: $*" >&2; }
+
+# --- etcd ---------------------------------------------------------------
+if ! command -v etcd >/dev/null 2>&1; then
+  log "etcd not on PATH; installing Debian package etcd-server"
+  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get install -y -q etcd-server >&2 || {
+    $SUDO apt-get update >&2 && $SUDO apt-get install -y -q etcd-server >&2; }
+  # The package enables a systemd unit; we only want the binary.
+  if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
+    $SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
+  fi
+fi
+log "etcd: $(command -v etcd) ($(etcd --version 2>/dev/null | head -1))"
+
+# --- kube-apiserver -----------------------------------------------------
+version="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"   # e.g. v1.34.12
+out="${HA_GUARD_CACHE:-$HOME/.cache/ha-guard}/kube-apiserver-${version}/kube-apiserver"
+
+if [[ -x "$out" ]]; then
+  log "kube-apiserver ${version} already built"
+else
+  log "building kube-apiserver ${version} into ${out} (takes a long while the first time)"
+  major="${version#v}"; major="${major%%.*}"
+  minor="${version#v*.}"; minor="${minor%%.*}"
+  info="$(go mod download -json k8s.io/kubernetes | sed -n 's/.*"Info": "\(.*\)".*/\1/p')"
+  commit="$(sed -n 's/.*"Hash":"\([0-9a-f]*\)".*/\1/p' "$info")"
+  build_date="$(go list -m -f '{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' k8s.io/kubernetes)"
+  ldflags="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X ${pkg}.gitVersion=${version} -X ${pkg}.gitMajor=${major}"
+    ldflags+=" -X ${pkg}.gitMinor=${minor} -X ${pkg}.buildDate=${build_date}"
+    [[ -n "$commit" ]] && ldflags+=" -X ${pkg}.gitCommit=${commit} -X ${pkg}.gitTreeState=clean"
+  done
+  mkdir -p "$(dirname "$out")"
+  CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out.tmp" .
+  mv "$out.tmp" "$out"
+  log "built: $("$out" --version)"
+fi
+
+echo "$out"
