@@ -1,0 +1,448 @@
+//! The webhook over real TLS: the in-process server on ports chosen at run time, a static view, a
+//! reqwest client trusting the generated CA, AdmissionReview fixtures from `tests/fixtures/`.
+
+mod server_support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use ha_guard::config::Config;
+use ha_guard::server::{StaticSource, ViewSource};
+use ha_guard::view::{Index, View};
+use rstest::rstest;
+use serde_json::{json, Value};
+use server_support::{fixture, index, patch_of, rule_ids, warnings, Server, VIEW};
+
+fn sorted(ids: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    v.sort();
+    v
+}
+
+/// `rule=action` entries of the `findings` audit annotation.
+fn audit_findings(response: &Value) -> Vec<String> {
+    let mut v: Vec<String> = response["auditAnnotations"]["findings"]
+        .as_str()
+        .map(|s| s.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Asserts the shape of a response: allowed iff no deny rule; a 403 "Forbidden" status whose
+/// message has one `[rule-id] ...` line per deny finding; one `[rule-id]` warning per warn finding;
+/// the findings named in the audit annotations.
+fn assert_decision(r: &Value, denied: &[&str], warned: &[&str]) {
+    assert_eq!(r["allowed"], denied.is_empty(), "{r:#}");
+    if denied.is_empty() {
+        assert!(r["status"]["code"].is_null() || r["status"]["code"] == 200, "{r:#}");
+        assert!(r["status"]["message"].as_str().unwrap_or("").is_empty(), "{r:#}");
+    } else {
+        assert_eq!(r["status"]["code"], 403, "{r:#}");
+        assert_eq!(r["status"]["reason"], "Forbidden", "{r:#}");
+        let message = r["status"]["message"].as_str().expect("a message");
+        let lines: Vec<&str> = message.lines().collect();
+        assert_eq!(rule_ids(lines.iter().copied()), sorted(denied), "one line per deny finding: {message}");
+        for line in &lines {
+            assert!(line.contains(" Fix: "), "says how to fix: {line}");
+        }
+    }
+    let w = warnings(r);
+    assert_eq!(rule_ids(w.iter().map(String::as_str)), sorted(warned), "warnings: {w:#?}");
+    let mut expected: Vec<String> =
+        denied.iter().map(|d| format!("{d}=deny")).chain(warned.iter().map(|w| format!("{w}=warn"))).collect();
+    expected.sort();
+    assert_eq!(audit_findings(r), expected, "{r:#}");
+}
+
+/// An answer that leaves the request alone: allowed, nothing to say, nothing to patch.
+fn assert_untouched(r: &Value) {
+    assert_eq!(r["allowed"], true, "{r:#}");
+    assert!(r["warnings"].is_null(), "{r:#}");
+    assert!(r["patch"].is_null() && r["patchType"].is_null(), "{r:#}");
+    assert!(r["auditAnnotations"]["findings"].is_null(), "{r:#}");
+    assert!(r["status"]["message"].as_str().unwrap_or("").is_empty(), "{r:#}");
+}
+
+#[rstest]
+// spread
+#[case::spread_denied("deployment-spread-no-selector.json", false, &["spread-selector-missing"], &["replicas-colocated"])]
+#[case::spread_warned("deployment-spread-schedule-anyway-no-selector.json", false, &[], &["spread-selector-missing"])]
+#[case::spread_allowed("deployment-spread-ok.json", false, &[], &[])]
+// colocation
+#[case::colocation_denied("deployment-host-network.json", false, &["host-network-colocation"], &[])]
+#[case::colocation_warned("deployment-colocated.json", false, &[], &["replicas-colocated"])]
+#[case::colocation_allowed("deployment-anti-affinity.json", false, &[], &[])]
+// strategy
+#[case::strategy_denied("deployment-csi-recreate.json", false, &["csi-controller-recreate"], &[])]
+#[case::strategy_warned("deployment-recreate.json", false, &[], &["recreate-multi-replica"])]
+#[case::strategy_allowed("deployment-recreate-single.json", false, &[], &[])]
+// volumes
+#[case::volumes_denied("deployment-rwo-multi-replica.json", false, &["rwo-volume-multi-replica"], &[])]
+#[case::volumes_warned("deployment-rwo-rolling-surge.json", false, &[], &["rwo-volume-rolling-surge"])]
+#[case::volumes_allowed("deployment-rwo-no-surge.json", false, &[], &[])]
+// pdb
+#[case::pdb_denied("pdb-blocks-eviction.json", false, &["pdb-blocks-eviction"], &[])]
+#[case::pdb_warned("pdb-if-healthy-budget.json", false, &[], &["pdb-unhealthy-eviction-policy"])]
+#[case::pdb_allowed("pdb-ok.json", false, &[], &[])]
+// hpa (its warn rule asserts absence: a complete view, like the live one)
+#[case::hpa_denied("hpa-replica-bounds.json", false, &["hpa-replica-bounds"], &[])]
+#[case::hpa_warned("hpa-target-missing.json", true, &[], &["hpa-target-missing"])]
+#[case::hpa_allowed("hpa-ok.json", false, &[], &[])]
+// termination
+#[case::termination_denied("deployment-prestop-exceeds-grace.json", false, &["prestop-exceeds-grace"], &[])]
+#[case::termination_warned("deployment-grace-zero.json", false, &[], &["termination-grace-zero"])]
+#[case::termination_allowed("deployment-prestop-ok.json", false, &[], &[])]
+#[tokio::test]
+async fn rule_families(#[case] name: &str, #[case] complete: bool, #[case] denied: &[&str], #[case] warned: &[&str]) {
+    let server = Server::start_with(Arc::new(StaticSource(index(VIEW, complete))), Config::default(), |_| {}).await;
+    let r = server.respond("/validate", name).await;
+    assert_decision(&r, denied, warned);
+    // The mutating webhook never denies and never warns.
+    let m = server.respond("/mutate", name).await;
+    assert_eq!(m["allowed"], true, "{m:#}");
+    assert!(m["warnings"].is_null() && m["status"]["message"].as_str().unwrap_or("").is_empty(), "{m:#}");
+}
+
+#[tokio::test]
+async fn deny_messages_say_where_what_and_how_to_fix() {
+    let server = Server::start().await;
+    let r = server.respond("/validate", "deployment-spread-no-selector.json").await;
+    let message = r["status"]["message"].as_str().unwrap();
+    assert!(message.starts_with("[spread-selector-missing] spec.template.spec.topologySpreadConstraints"), "{message}");
+    assert!(!message.contains('\n'), "one deny finding, one line: {message}");
+    let w = warnings(&r);
+    assert!(w[0].starts_with("[replicas-colocated] "), "{w:?}");
+}
+
+/// The JSON Patch of `/mutate` applies to the object, names the mutations in the audit
+/// annotations, and a second pass over the patched object yields no patch.
+#[rstest]
+#[case::spread_selector_with_a_slash_in_the_label_key(
+    "deployment-spread-no-selector.json",
+    "",
+    &["inject-spread-selector"],
+    "/spec/template/spec/topologySpreadConstraints/0/labelSelector",
+    json!({"matchLabels": {"app.kubernetes.io/name": "web"}})
+)]
+#[case::pdb_eviction_policy(
+    "pdb-no-eviction-policy.json",
+    "",
+    &["inject-unhealthy-pod-eviction-policy"],
+    "/spec/unhealthyPodEvictionPolicy",
+    json!("AlwaysAllow")
+)]
+#[case::default_spread(
+    "deployment-colocated.json",
+    "mutations: {inject-default-spread: true}",
+    &["inject-default-spread"],
+    "/spec/template/spec/topologySpreadConstraints/0",
+    json!({
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "frontend"}}
+    })
+)]
+#[case::selector_and_match_label_keys(
+    "deployment-spread-no-selector.json",
+    "mutations: {inject-match-label-keys: true}",
+    &["inject-match-label-keys", "inject-spread-selector"],
+    "/spec/template/spec/topologySpreadConstraints/0",
+    json!({
+        "maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "web"}},
+        "matchLabelKeys": ["pod-template-hash"]
+    })
+)]
+#[tokio::test]
+async fn mutate_patches_apply_and_are_idempotent(
+    #[case] name: &str,
+    #[case] config: &str,
+    #[case] mutations: &[&str],
+    #[case] pointer: &str,
+    #[case] expected: Value,
+) {
+    let config = Config::parse(config, "test config").unwrap();
+    let server = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |_| {}).await;
+    let mut review = fixture(name);
+    let r = server.review("/mutate", &review).await["response"].clone();
+    assert_eq!(r["allowed"], true, "{r:#}");
+    let mut ids: Vec<&str> = r["auditAnnotations"]["mutations"].as_str().expect("mutations named").split(',').collect();
+    ids.sort();
+    assert_eq!(ids, mutations);
+    let patch = patch_of(&r).expect("a patch");
+    let object = &mut review["request"]["object"];
+    let before = object.clone();
+    json_patch::patch(object, &patch).unwrap_or_else(|e| panic!("the patch applies: {e}\n{patch:?}"));
+    assert_eq!(object.pointer(pointer), Some(&expected), "{object:#}");
+    // Only adds: every field of the original is still there with its value.
+    let after = object.clone();
+    assert_contains(&after, &before, "");
+
+    // Second pass: nothing left to add.
+    review["request"]["uid"] = json!("00000000-0000-4000-8000-second-pass");
+    let again = server.review("/mutate", &review).await["response"].clone();
+    assert_eq!(again["allowed"], true);
+    let second = patch_of(&again);
+    assert!(second.as_ref().is_none_or(|p| p.0.is_empty()), "idempotent, but got {second:?}");
+    assert!(again["auditAnnotations"]["mutations"].is_null(), "{again:#}");
+}
+
+/// `big` has every field of `small`, with the same scalar values (patches only add).
+fn assert_contains(big: &Value, small: &Value, at: &str) {
+    match (big, small) {
+        (Value::Object(b), Value::Object(s)) => {
+            for (k, v) in s {
+                let b = b.get(k).unwrap_or_else(|| panic!("{at}/{k} was removed"));
+                assert_contains(b, v, &format!("{at}/{k}"));
+            }
+        }
+        (Value::Array(b), Value::Array(s)) => {
+            assert!(b.len() >= s.len(), "{at}: items removed");
+            for (i, (bv, sv)) in b.iter().zip(s).enumerate() {
+                assert_contains(bv, sv, &format!("{at}/{i}"));
+            }
+        }
+        _ => assert_eq!(big, small, "{at} was rewritten"),
+    }
+}
+
+/// With the mutating webhook in front, the missing selector is filled rather than denied.
+#[tokio::test]
+async fn mutated_object_passes_validation() {
+    let server = Server::start().await;
+    let mut review = fixture("deployment-spread-no-selector.json");
+    let r = server.review("/mutate", &review).await["response"].clone();
+    json_patch::patch(&mut review["request"]["object"], &patch_of(&r).unwrap()).unwrap();
+    let v = server.review("/validate", &review).await["response"].clone();
+    assert_decision(&v, &[], &[]);
+}
+
+#[rstest]
+#[case::deny("deployment-spread-no-selector.json")]
+#[case::warn("deployment-colocated.json")]
+#[case::allow("deployment-spread-ok.json")]
+#[case::mutate_pdb("pdb-no-eviction-policy.json")]
+#[tokio::test]
+async fn dry_run_is_answered_exactly_like_the_real_request(#[case] name: &str) {
+    let server = Server::start().await;
+    for path in ["/validate", "/mutate"] {
+        let real = fixture(name);
+        let mut dry = real.clone();
+        dry["request"]["dryRun"] = json!(true);
+        let (a, b) = (server.review(path, &real).await, server.review(path, &dry).await);
+        assert_eq!(a, b, "{path}: dryRun changed the answer");
+    }
+    let metrics = server.get_probe("/metrics").await.1;
+    assert!(metrics.contains(r#"dry_run="true""#) && metrics.contains(r#"dry_run="false""#), "{metrics}");
+}
+
+#[tokio::test]
+async fn ratchet_on_update() {
+    let server = Server::start().await;
+    // The old object already broke the rule: the deny becomes a warning marked pre-existing.
+    let r = server.respond("/validate", "deployment-update-preexisting.json").await;
+    assert_decision(&r, &[], &["spread-selector-missing"]);
+    let w = warnings(&r);
+    assert!(w[0].starts_with("[spread-selector-missing] (pre-existing) "), "{w:?}");
+    // A violation the old object did not have is denied.
+    let r = server.respond("/validate", "deployment-update-new-violation.json").await;
+    assert_decision(&r, &["spread-selector-missing"], &[]);
+    // Both at once: the new one denied, the old one a warning.
+    let r = server.respond("/validate", "deployment-update-preexisting-and-new.json").await;
+    assert_decision(&r, &["prestop-exceeds-grace"], &["spread-selector-missing"]);
+    assert!(warnings(&r)[0].contains("(pre-existing)"));
+}
+
+#[tokio::test]
+async fn ratchet_off_in_config_denies_pre_existing_violations() {
+    let config = Config::parse("ratchet: false", "test config").unwrap();
+    let server = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |_| {}).await;
+    let r = server.respond("/validate", "deployment-update-preexisting.json").await;
+    assert_decision(&r, &["spread-selector-missing"], &[]);
+}
+
+#[tokio::test]
+async fn exemption_annotation() {
+    let server = Server::start().await;
+    let r = server.respond("/validate", "deployment-exempt.json").await;
+    assert_eq!(r["allowed"], true, "{r:#}");
+    assert!(r["warnings"].is_null(), "{r:#}");
+    assert_eq!(audit_findings(&r), ["spread-selector-missing=allowed"]);
+    let exempted = r["auditAnnotations"]["exempted"].as_str().expect("exemptions are reported");
+    assert!(exempted.starts_with("spread-selector-missing: exempted by Deployment shop/web: "), "{exempted}");
+    assert!(exempted.contains("ticket OPS-42"), "the reason is kept: {exempted}");
+
+    // An empty reason does not exempt, and says so.
+    let r = server.respond("/validate", "deployment-exempt-empty-reason.json").await;
+    assert_eq!(r["allowed"], false, "{r:#}");
+    let w = warnings(&r);
+    assert!(
+        w.iter().any(|w| w.starts_with("[spread-selector-missing] the annotation ha-guard.io/allow-spread-selector-missing")
+            && w.contains("empty reason")),
+        "{w:#?}"
+    );
+}
+
+#[tokio::test]
+async fn scale_subresource_is_never_denied() {
+    let server = Server::start().await;
+    let r = server.respond("/validate", "scale-deployment-to-one.json").await;
+    assert_decision(&r, &[], &["pdb-blocks-eviction"]);
+    // The same violation with a deny-everything config is still only a warning on a scale write.
+    let config = Config::parse("rules: {pdb-blocks-eviction: deny}\nratchet: false", "test config").unwrap();
+    let strict = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |_| {}).await;
+    let r = strict.respond("/validate", "scale-deployment-to-one.json").await;
+    assert_decision(&r, &[], &["pdb-blocks-eviction"]);
+    // The mutating webhook has nothing to add to a Scale.
+    let m = server.respond("/mutate", "scale-deployment-to-one.json").await;
+    assert_untouched(&m);
+    let metrics = server.get_probe("/metrics").await.1;
+    assert!(metrics.contains(r#"kind="deployments/scale""#), "{metrics}");
+}
+
+#[rstest]
+#[case::configmap("configmap-create.json")]
+#[case::pod_with_host_network_and_zero_grace("pod-create.json")]
+#[case::delete_of_a_violating_deployment("deployment-delete.json")]
+#[tokio::test]
+async fn unrelated_requests_are_allowed_untouched(#[case] name: &str) {
+    let server = Server::start().await;
+    for path in ["/validate", "/mutate"] {
+        let r = server.respond(path, name).await;
+        assert_untouched(&r);
+    }
+}
+
+#[tokio::test]
+async fn namespace_in_warn_mode_turns_deny_into_warn() {
+    let server = Server::start().await;
+    let r = server.respond("/validate", "deployment-namespace-warn-mode.json").await;
+    assert_decision(&r, &[], &["spread-selector-missing"]);
+    // The same object in an enforcing namespace is denied.
+    let mut review = fixture("deployment-namespace-warn-mode.json");
+    review["request"]["namespace"] = json!("shop");
+    review["request"]["object"]["metadata"]["namespace"] = json!("shop");
+    let r = server.review("/validate", &review).await["response"].clone();
+    assert_decision(&r, &["spread-selector-missing"], &[]);
+}
+
+#[tokio::test]
+async fn namespace_exempt_in_config_is_skipped() {
+    let config = Config::parse("exemptNamespaces: [shop]", "test config").unwrap();
+    let server = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |_| {}).await;
+    let r = server.respond("/validate", "deployment-spread-no-selector.json").await;
+    assert_eq!(r["allowed"], true, "{r:#}");
+    assert!(r["warnings"].is_null(), "{r:#}");
+    assert!(r["auditAnnotations"]["skipped"].as_str().unwrap().contains("shop"), "{r:#}");
+}
+
+/// Many warnings: the response keeps within the apiserver's 4 KiB, ends with an "N more" line,
+/// and the audit annotations still name every finding.
+#[tokio::test]
+async fn many_warnings_are_cut_to_fit() {
+    let server = Server::start().await;
+    let mut review = fixture("deployment-spread-schedule-anyway-no-selector.json");
+    let spreads: Vec<Value> = (0..40)
+        .map(|i| json!({"maxSkew": 1, "topologyKey": format!("example.com/rack-{i}"), "whenUnsatisfiable": "ScheduleAnyway"}))
+        .collect();
+    review["request"]["object"]["spec"]["template"]["spec"]["topologySpreadConstraints"] = json!(spreads);
+    let r = server.review("/validate", &review).await["response"].clone();
+    assert_eq!(r["allowed"], true);
+    let w = warnings(&r);
+    let total: usize = w.iter().map(|s| s.chars().count()).sum();
+    assert!(total <= 4096, "{total} characters of warnings");
+    let (last, kept) = w.split_last().unwrap();
+    assert!(kept.iter().all(|k| k.starts_with("[spread-selector-missing] ") && k.chars().count() <= 256), "{kept:#?}");
+    assert_eq!(last, &format!("[ha-guard] {} more warnings left out (see the audit annotations)", 40 - kept.len()));
+    assert_eq!(audit_findings(&r).len(), 40);
+}
+
+#[tokio::test]
+async fn probes_and_metrics() {
+    let server = Server::start().await;
+    assert_eq!(server.get_probe("/healthz").await, (200, "ok\n".into()));
+    assert_eq!(server.get_probe("/readyz").await, (200, "ok\n".into()));
+    server.respond("/validate", "deployment-spread-no-selector.json").await;
+    server.respond("/validate", "deployment-colocated.json").await;
+    server.respond("/mutate", "deployment-spread-no-selector.json").await;
+    let (status, metrics) = server.get_probe("/metrics").await;
+    assert_eq!(status, 200);
+    for needle in [
+        r#"ha_guard_admission_requests_total{webhook="validate",kind="Deployment",operation="CREATE",decision="denied",dry_run="false"} 1"#,
+        r#"ha_guard_admission_requests_total{webhook="validate",kind="Deployment",operation="CREATE",decision="warned",dry_run="false"} 1"#,
+        r#"ha_guard_admission_requests_total{webhook="mutate",kind="Deployment",operation="CREATE",decision="patched",dry_run="false"} 1"#,
+        r#"ha_guard_findings_total{rule="spread-selector-missing",action="deny"} 1"#,
+        r#"ha_guard_findings_total{rule="replicas-colocated",action="warn"} 2"#,
+        "ha_guard_admission_duration_seconds_bucket{",
+        "ha_guard_tls_cert_not_after_seconds ",
+    ] {
+        assert!(metrics.contains(needle), "missing {needle}\n{metrics}");
+    }
+    // The certificate's notAfter: about a year from now.
+    let not_after: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ha_guard_tls_cert_not_after_seconds "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!((not_after - now - 365.0 * 86400.0).abs() < 86400.0, "{not_after}");
+    server.stop().await;
+}
+
+/// A view source whose first lookup panics, as a bug in the engine would.
+struct PanicsOnce {
+    inner: Index,
+    panicked: AtomicBool,
+}
+
+impl ViewSource for PanicsOnce {
+    fn with_view(&self, f: &mut dyn FnMut(&dyn View)) {
+        if !self.panicked.swap(true, Ordering::SeqCst) {
+            panic!("injected: a bug while answering");
+        }
+        f(&self.inner);
+    }
+    fn synced(&self) -> bool {
+        true
+    }
+}
+
+/// A panic while answering is a 500 with a JSON error, and the server keeps serving.
+#[tokio::test]
+async fn a_panic_in_a_handler_does_not_take_the_server_down() {
+    let source = Arc::new(PanicsOnce { inner: index(VIEW, false), panicked: AtomicBool::new(false) });
+    let server = Server::start_with(source.clone(), Config::default(), |_| {}).await;
+    let (status, body) = server.post("/validate", serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap()).await;
+    assert!(source.panicked.load(Ordering::SeqCst));
+    assert_eq!(status, 500, "{body}");
+    let error: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["error"], "internal error while answering");
+    server.still_serving().await;
+    assert_eq!(server.get_probe("/healthz").await.0, 200);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn answers_over_http2_and_http1() {
+    let server = Server::start().await;
+    let body = serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap();
+    for http1 in [false, true] {
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .add_root_certificate(reqwest::Certificate::from_pem(server.ca_pem.as_bytes()).unwrap());
+        if http1 {
+            builder = builder.http1_only();
+        }
+        let response = builder.build().unwrap().post(server.url("/validate")).body(body.clone()).send().await.unwrap();
+        let expected = if http1 { reqwest::Version::HTTP_11 } else { reqwest::Version::HTTP_2 };
+        assert_eq!(response.version(), expected);
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["content-type"], "application/json");
+    }
+}
