@@ -36,7 +36,8 @@ pub fn pointer_to_path(pointer: &str) -> String {
 /// The source line with a gutter and a caret under the column, like a compiler's diagnostic.
 fn snippet(out: &mut String, located: &Located) {
     let (Some(line), Some(column)) = (&located.snippet, located.origin.column) else { return };
-    let number = located.origin.line.to_string();
+    // At least two columns wide, so that the gutter lines up with `  -->` and `   =`.
+    let number = format!("{:>2}", located.origin.line);
     let pad = " ".repeat(number.len());
     // The caret goes under the same character: keep tabs as tabs.
     let lead: String = line.chars().take(column.saturating_sub(1)).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
