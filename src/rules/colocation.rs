@@ -2,6 +2,7 @@
 //! `host-network-colocation`.
 
 use k8s_openapi::api::core::v1::{PodAffinityTerm, PodSpec, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::{pod_path, scaled_workload};
 use crate::catalogue::{Action, Rule};
@@ -36,8 +37,16 @@ pub static RULES: &[Rule] = &[
 
 pub const HOSTNAME: &str = "kubernetes.io/hostname";
 
+/// Whether `sel` selects the workload's own pods. A manifest without `spec.selector` (a kustomize
+/// base or patch) does not carry its final labels yet: kustomize adds the same labels to the
+/// selector and the pod template when it renders. Its own pods cannot be told apart then, so a
+/// selector is taken to be against them rather than firing on labels the fragment never had.
+fn selects_own(sel: &LabelSelector, w: &Workload) -> bool {
+    w.selector.is_none() || selector::matches(sel, w.template_labels())
+}
+
 fn against_own(term: &PodAffinityTerm, w: &Workload) -> bool {
-    term.label_selector.as_ref().is_some_and(|s| selector::matches(s, w.template_labels()))
+    term.label_selector.as_ref().is_some_and(|s| selects_own(s, w))
 }
 
 fn required_anti_affinity(spec: &PodSpec) -> &[PodAffinityTerm] {
@@ -69,7 +78,7 @@ fn hostname_spread(w: &Workload, hard: bool) -> bool {
     super::spread::constraints(w).iter().any(|c| {
         c.topology_key == HOSTNAME
             && (!hard || c.when_unsatisfiable == "DoNotSchedule")
-            && c.label_selector.as_ref().is_some_and(|s| selector::matches(s, w.template_labels()))
+            && c.label_selector.as_ref().is_some_and(|s| selects_own(s, w))
     })
 }
 
