@@ -254,3 +254,22 @@ fn mutual_overlap_is_reported_once_from_each_subject() {
     assert_eq!(overlap[0].path, SPREAD_PATH);
     assert_eq!(overlap[0].related, vec![dep("b")]);
 }
+
+#[test]
+fn overlap_through_match_expressions() {
+    let a = edit(
+        &frontend("a", "default", true),
+        "        labelSelector:\n          matchLabels:\n            tier: fe\n",
+        "        labelSelector:\n          matchExpressions:\n          - {key: tier, operator: In, values: [fe, be]}\n",
+    );
+    let f = findings(&a, &docs(&[&frontend("b", "default", false), &frontend("c", "other", false)]), false);
+    let overlap = of_rule(&f, "spread-selector-overlap");
+    assert_eq!(overlap.len(), 1, "{f:#?}");
+    assert_eq!(overlap[0].related, vec![dep("b")]);
+    assert!(overlap[0].what.contains("labelSelector tier in (fe,be)"), "{}", overlap[0].what);
+    // And from b's side.
+    let f = findings(&frontend("b", "default", false), &a, false);
+    let overlap = of_rule(&f, "spread-selector-overlap");
+    assert_eq!(overlap.len(), 1, "{f:#?}");
+    assert_eq!(overlap[0].anchor, dep("a"));
+}

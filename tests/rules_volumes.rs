@@ -249,3 +249,17 @@ fn a_claim_mounted_through_two_volumes_is_reported_once() {
     assert_eq!(s.len(), 1, "{f:#?}");
     assert_eq!(s[0].related, vec![claim("data")]);
 }
+
+#[test]
+fn the_hpa_under_review_replaces_its_old_version_in_the_view() {
+    // Raising maxReplicas from 1 to 3: the new bound counts.
+    let view = docs(&[&app("replicas: 1"), &pvc("data", "ReadWriteOnce"), &hpa("app-hpa", "app", None, 1)]);
+    let f = findings(&hpa("app-hpa", "app", None, 3), &view, true);
+    let r = of_rule(&f, "rwo-volume-multi-replica");
+    assert_eq!(r.len(), 1, "{f:#?}");
+    assert!(r[0].what.contains("HPA app-hpa min 1 max 3") && !r[0].what.contains("max 1)"), "{}", r[0].what);
+    // Lowering it from 3 to 1 fixes it.
+    let view = docs(&[&app("replicas: 1"), &pvc("data", "ReadWriteOnce"), &hpa("app-hpa", "app", None, 3)]);
+    let f = findings(&hpa("app-hpa", "app", None, 1), &view, true);
+    assert!(of_rule(&f, "rwo-volume-multi-replica").is_empty(), "{f:#?}");
+}
