@@ -9,6 +9,17 @@ cd "$here"
 
 log() { echo "build.sh: $*" >&2; }
 
+# One build at a time per cache: two test binaries (or two engineers) calling this on a fresh
+# machine would otherwise both run apt and both write "$out.tmp". The second waits, then finds
+# the binary built.
+cache="${HA_GUARD_CACHE:-$HOME/.cache/ha-guard}"
+mkdir -p "$cache"
+exec 9>"$cache/build.lock"
+if ! flock -n 9; then
+  log "another build.sh holds $cache/build.lock; waiting for it"
+  flock 9
+fi
+
 # --- etcd ---------------------------------------------------------------
 if ! command -v etcd >/dev/null 2>&1; then
   log "etcd not on PATH; installing Debian package etcd-server"
@@ -25,7 +36,7 @@ log "etcd: $(command -v etcd) ($(etcd --version 2>/dev/null | head -1))"
 
 # --- kube-apiserver -----------------------------------------------------
 version="$(go list -m -f '{{.Version}}' k8s.io/kubernetes)"   # e.g. v1.34.12
-out="${HA_GUARD_CACHE:-$HOME/.cache/ha-guard}/kube-apiserver-${version}/kube-apiserver"
+out="$cache/kube-apiserver-${version}/kube-apiserver"
 
 if [[ -x "$out" ]]; then
   log "kube-apiserver ${version} already built"
