@@ -153,12 +153,13 @@ fn plan_workload(w: &Workload, subject: &Subject, view: &dyn View, config: &Conf
         let index = i.to_string();
         let keys = c.match_label_keys.clone().unwrap_or_default();
         let mut effective = c.label_selector.clone();
-        if effective.is_none() && config.mutation_on("inject-spread-selector") {
-            if let Some(sel) = selector_for(own, &keys) {
-                let value = serde_json::to_value(&sel).unwrap_or(Value::Null);
-                plan.add("inject-spread-selector", &[&SPREADS[..], &[index.as_str(), "labelSelector"]].concat(), value);
-                effective = Some(sel);
-            }
+        if effective.is_none()
+            && config.mutation_on("inject-spread-selector")
+            && let Some(sel) = selector_for(own, &keys)
+        {
+            let value = serde_json::to_value(&sel).unwrap_or(Value::Null);
+            plan.add("inject-spread-selector", &[&SPREADS[..], &[index.as_str(), "labelSelector"]].concat(), value);
+            effective = Some(sel);
         }
         // matchLabelKeys needs a labelSelector; only added where the user set none, and not when
         // the selector already names the key (the API refuses a key in both).
