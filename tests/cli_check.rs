@@ -600,6 +600,15 @@ fn fix_writes_the_mutations_and_keeps_the_rest() {
     let pdb = yaml(new[2]);
     assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
     assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    // The fields are inserted into the text: comments, flow style and quoting are kept.
+    assert_eq!(
+        new[1],
+        old[1].replace(
+            "      - maxSkew: 1\n",
+            "      - labelSelector:\n          matchLabels:\n            app: api\n        maxSkew: 1\n"
+        )
+    );
+    assert_eq!(new[2], old[2].replace("spec:\n  maxUnavailable", "spec:\n  unhealthyPodEvictionPolicy: AlwaysAllow\n  maxUnavailable"));
     // Nothing but the added fields changed.
     let mut expected = yaml(old[1]);
     expected["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["labelSelector"] =
@@ -640,15 +649,19 @@ fn fix_rewrites_json_files_and_list_items() {
     let f = write(dir.path(), "pdb.json", json);
     let r = run(&["check", "-f", s(&f), "--fix"]);
     assert_eq!(r.code, 0, "{}", r.all());
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).expect("still JSON");
+    let fixed = std::fs::read_to_string(&f).unwrap();
+    let v: Value = serde_json::from_str(&fixed).expect("still JSON");
     assert_eq!(v["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
     assert_eq!(v["spec"]["maxUnavailable"], 1);
+    assert_eq!(fixed, json.replace(r#""spec": {"maxUnavailable""#, r#""spec": {"unhealthyPodEvictionPolicy": "AlwaysAllow", "maxUnavailable""#), "the layout is kept");
 
     let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: c}\n- apiVersion: policy/v1\n  kind: PodDisruptionBudget\n  metadata: {name: p}\n  spec:\n    maxUnavailable: 1\n    selector: {matchLabels: {app: x}}\n";
     let f = write(dir.path(), "list.yaml", list);
     let r = run(&["check", "-f", s(&f), "--fix"]);
     assert_eq!(r.code, 0, "{}", r.all());
-    let v = yaml(&std::fs::read_to_string(&f).unwrap());
+    let fixed = std::fs::read_to_string(&f).unwrap();
+    assert_eq!(fixed, list.replace("  spec:\n    maxUnavailable", "  spec:\n    unhealthyPodEvictionPolicy: AlwaysAllow\n    maxUnavailable"));
+    let v = yaml(&fixed);
     assert_eq!(v["items"][1]["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
     assert_eq!(v["items"][0], serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}));
 }

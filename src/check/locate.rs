@@ -8,28 +8,35 @@
 
 use std::collections::HashMap;
 
-use serde_saphyr::granit_parser::{Event, Parser, Span};
+use serde_saphyr::granit_parser::{Event, Parser, Span, StructureStyle};
 
 use super::load::{Origin, Source};
 
-/// A position in a file: 1-based line and column (columns count characters).
+/// A position in a file: 1-based line and column (columns count characters), and the byte
+/// offset in the text that was parsed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Position {
     pub line: usize,
     pub column: usize,
+    pub offset: usize,
 }
 
 impl Position {
     fn of(span: &Span, line_offset: usize) -> Position {
-        Position { line: span.start.line() + line_offset, column: span.start.col() + 1 }
+        Position {
+            line: span.start.line() + line_offset,
+            column: span.start.col() + 1,
+            offset: span.start.byte_offset().unwrap_or_default(),
+        }
     }
 }
 
 /// The skeleton of a YAML (or JSON) node: where it starts and what it contains.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Node {
-    /// `(key, position of the key, value)` in source order. Non-scalar keys are kept as `""`.
-    Map(Position, Vec<(String, Position, Node)>),
+    /// Whether it is written in flow style (`{a: 1}`, as JSON is), and `(key, position of the
+    /// key, value)` in source order. Non-scalar keys are kept as `""`.
+    Map(Position, bool, Vec<(String, Position, Node)>),
     Seq(Position, Vec<Node>),
     /// A scalar or an alias.
     Leaf(Position),
@@ -38,7 +45,7 @@ pub enum Node {
 impl Node {
     pub fn position(&self) -> Position {
         match self {
-            Node::Map(p, _) | Node::Seq(p, _) | Node::Leaf(p) => *p,
+            Node::Map(p, ..) | Node::Seq(p, _) | Node::Leaf(p) => *p,
         }
     }
 
@@ -57,7 +64,7 @@ impl Node {
         for segment in segments {
             let segment = segment.as_ref();
             match node {
-                Node::Map(_, entries) => {
+                Node::Map(_, _, entries) => {
                     // The last occurrence wins, as it does when the document is decoded.
                     let Some((_, key_at, value)) = entries.iter().rev().find(|(k, _, _)| k == segment) else {
                         break;
@@ -78,11 +85,27 @@ impl Node {
     }
 }
 
+impl Node {
+    /// The node at exactly `segments`, if it is in the text.
+    pub fn get<S: AsRef<str>>(&self, segments: &[S]) -> Option<&Node> {
+        let mut node = self;
+        for segment in segments {
+            let segment = segment.as_ref();
+            node = match node {
+                Node::Map(_, _, entries) => &entries.iter().rev().find(|(k, _, _)| k == segment)?.2,
+                Node::Seq(_, items) => items.get(segment.parse::<usize>().ok()?)?,
+                Node::Leaf(_) => return None,
+            };
+        }
+        Some(node)
+    }
+}
+
 /// Parses the first document of `text`; positions are shifted by `line_offset` lines. `None` when
 /// the text is not valid YAML or holds no node.
 pub fn parse(text: &str, line_offset: usize) -> Option<Node> {
     enum Open {
-        Map(Position, Vec<(String, Position, Node)>, Option<(String, Position)>),
+        Map(Position, bool, Vec<(String, Position, Node)>, Option<(String, Position)>),
         Seq(Position, Vec<Node>),
     }
     let mut stack: Vec<Open> = Vec::new();
@@ -92,7 +115,7 @@ pub fn parse(text: &str, line_offset: usize) -> Option<Node> {
         match stack.last_mut() {
             None => *root = Some(node),
             Some(Open::Seq(_, items)) => items.push(node),
-            Some(Open::Map(_, entries, pending)) => match pending.take() {
+            Some(Open::Map(_, _, entries, pending)) => match pending.take() {
                 Some((key, at)) => entries.push((key, at, node)),
                 None => *pending = Some((key_text.unwrap_or_default().to_string(), node.position())),
             },
@@ -102,11 +125,11 @@ pub fn parse(text: &str, line_offset: usize) -> Option<Node> {
         let (event, span) = event.ok()?;
         let at = Position::of(&span, line_offset);
         match event {
-            Event::MappingStart(..) => stack.push(Open::Map(at, Vec::new(), None)),
+            Event::MappingStart(style, ..) => stack.push(Open::Map(at, style == StructureStyle::Flow, Vec::new(), None)),
             Event::SequenceStart(..) => stack.push(Open::Seq(at, Vec::new())),
             Event::MappingEnd | Event::SequenceEnd => {
                 let node = match stack.pop()? {
-                    Open::Map(p, entries, _) => Node::Map(p, entries),
+                    Open::Map(p, flow, entries, _) => Node::Map(p, flow, entries),
                     Open::Seq(p, items) => Node::Seq(p, items),
                 };
                 attach(&mut stack, &mut root, node, None);
@@ -320,7 +343,11 @@ spec:
     #[test]
     fn columns_are_one_based() {
         let p = parse(DEPLOYMENT, 0).unwrap().locate(&segments("spec.replicas"));
-        assert_eq!(p, Position { line: 7, column: 3 });
+        assert_eq!((p.line, p.column), (7, 3));
+        assert_eq!(&DEPLOYMENT[p.offset..p.offset + 9], "replicas:", "byte offsets point at the key");
+        let text = "# é\nmetadata: {name: \"ñ\", labels: {app: web}}\n";
+        let p = parse(text, 0).unwrap().locate(&segments("metadata.labels"));
+        assert_eq!(&text[p.offset..p.offset + 7], "labels:", "byte offsets past multi-byte characters");
     }
 
     #[test]
@@ -330,6 +357,16 @@ spec:
         assert_eq!(line(text, "d"), 6);
         assert_eq!(line(text, "d.c"), 6, "an alias is a leaf: its own line");
         assert_eq!(line(text, "e.f"), 8);
+    }
+
+    #[test]
+    fn styles_and_exact_nodes() {
+        let tree = parse(DEPLOYMENT, 0).unwrap();
+        assert!(matches!(tree.get(&segments("metadata.labels")), Some(Node::Map(_, true, _))));
+        assert!(matches!(tree.get(&segments("spec.selector")), Some(Node::Map(_, false, _))));
+        assert!(matches!(tree.get(&segments("spec.template.spec.containers")), Some(Node::Seq(..))));
+        assert!(tree.get(&segments("spec.template.spec.topologySpreadConstraints[0].labelSelector")).is_none());
+        assert!(tree.get(&segments("spec.replicas.x")).is_none());
     }
 
     #[test]
@@ -356,7 +393,7 @@ spec:
         assert_eq!(locator.position(second, "spec.replicas").map(|p| p.line), Some(7));
         assert_eq!(locator.position(second, "spec.minReadySeconds").map(|p| p.line), Some(6));
         let third = &l.documents[2].origin;
-        assert_eq!(locator.position(third, "spec.replicas"), Some(Position { line: 9, column: 8 }));
+        assert_eq!(locator.position(third, "spec.replicas").map(|p| (p.line, p.column)), Some((9, 8)));
         let moved = locator.locate(third, "spec.replicas");
         assert_eq!((moved.line, moved.column, moved.document), (9, Some(8), 2));
     }
