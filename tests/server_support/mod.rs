@@ -163,6 +163,17 @@ impl Server {
     pub async fn start_with(view: Arc<dyn ViewSource>, config: Config, tweak: impl FnOnce(&mut ServeOptions)) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let pki = pki(dir.path());
+        Server::start_in(dir, pki, view, config, tweak).await
+    }
+
+    /// A server over [`VIEW`] serving the certificate and key of `pki` (kept in `dir`).
+    pub async fn start_in(
+        dir: tempfile::TempDir,
+        pki: Pki,
+        view: Arc<dyn ViewSource>,
+        config: Config,
+        tweak: impl FnOnce(&mut ServeOptions),
+    ) -> Server {
         let listeners = Listeners::bind("127.0.0.1:0".parse().unwrap(), "127.0.0.1:0".parse().unwrap()).unwrap();
         let (addr, probe) = (listeners.webhook_addr().unwrap(), listeners.probe_addr().unwrap());
         let mut opts = options(&listeners, &pki);
