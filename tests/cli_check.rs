@@ -447,6 +447,7 @@ spec:
     assert_eq!(unchecked.len(), 1, "{unchecked:?}");
     assert_eq!(unchecked[0]["file"], s(&f));
     assert_eq!(unchecked[0]["document"], 0);
+    assert_eq!(unchecked[0]["line"], 1);
     assert!(unchecked[0]["message"].as_str().unwrap().contains("Deployment default/fragment"));
 }
 

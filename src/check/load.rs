@@ -119,15 +119,13 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
         if let Ok(value) = serde_json::from_str::<Value>(&text) {
             let origin = Origin { file: file.clone(), document: 0, item: None, line: 1, column: None };
             push_document(loaded, origin, value);
-            let spans = vec![0..text.len()];
+            let spans = std::iter::once(0..text.len()).collect();
             loaded.sources.push(Source { file, path, json: true, text, spans });
             return;
         }
-        if json_hint {
-            if let Err(e) = serde_json::from_str::<Value>(&text) {
-                loaded.errors.push(LoadError { file, document: Some(0), message: format!("not valid JSON: {e}") });
-                return;
-            }
+        if json_hint && let Err(e) = serde_json::from_str::<Value>(&text) {
+            loaded.errors.push(LoadError { file, document: Some(0), message: format!("not valid JSON: {e}") });
+            return;
         }
     }
     let spans = split_documents(&text);

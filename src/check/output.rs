@@ -19,9 +19,8 @@ fn location(origin: &super::Origin) -> String {
 pub fn pointer_to_path(pointer: &str) -> String {
     let mut out = String::new();
     for token in super::locate::segments(pointer) {
-        if token.parse::<usize>().is_ok() {
-            let _ = write!(out, "[{token}]");
-        } else if token.contains(['.', '[', ']']) {
+        // An index, or a key that would not read as one segment (`app.kubernetes.io/name`).
+        if token.parse::<usize>().is_ok() || token.contains(['.', '[', ']']) {
             let _ = write!(out, "[{token}]");
         } else {
             if !out.is_empty() {
@@ -190,7 +189,7 @@ pub fn json(report: &Report) -> Value {
             "allowed": report.count(Decision::Allowed),
         },
         "mutations": mutations,
-        "unchecked": report.unchecked.iter().map(|(o, m)| json!({"file": o.file, "document": o.document, "message": m})).collect::<Vec<_>>(),
+        "unchecked": report.unchecked.iter().map(|(o, m)| json!({"file": o.file, "document": o.document, "line": o.line, "message": m})).collect::<Vec<_>>(),
         "errors": report.errors.iter().map(|e| json!({"file": e.file, "document": e.document, "message": e.message})).collect::<Vec<_>>(),
     })
 }
