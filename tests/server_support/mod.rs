@@ -364,20 +364,6 @@ pub fn read_response(stream: &mut impl Read) -> std::io::Result<RawResponse> {
     Ok(RawResponse { status, body: String::from_utf8_lossy(&body).to_string() })
 }
 
-/// Sends `body` to `path` in `chunks` pieces spread over `over`, then reads the response.
-pub fn slow_post(addr: SocketAddr, ca_pem: &str, path: &str, body: &[u8], chunks: usize, over: Duration) -> std::io::Result<RawResponse> {
-    let mut stream = tls_connect(addr, ca_pem);
-    write_head(&mut stream, path, body.len())?;
-    let size = body.len().div_ceil(chunks);
-    let pause = over / chunks as u32;
-    for piece in body.chunks(size) {
-        std::thread::sleep(pause);
-        stream.write_all(piece)?;
-        stream.flush()?;
-    }
-    read_response(&mut stream)
-}
-
 /// Rule IDs of lines prefixed `[rule-id]`.
 pub fn rule_ids<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let mut ids: Vec<String> = lines
