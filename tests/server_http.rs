@@ -446,3 +446,40 @@ async fn answers_over_http2_and_http1() {
         assert_eq!(response.headers()["content-type"], "application/json");
     }
 }
+
+/// The config file is re-read when its content changes; a bad one keeps the previous config.
+#[tokio::test]
+async fn config_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, "ratchet: true\n").unwrap();
+    let config = Config::load(&path).unwrap();
+    let server = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |o| {
+        o.config = Some(path.clone());
+        o.reload_interval = std::time::Duration::from_millis(100);
+    })
+    .await;
+    let name = "deployment-spread-no-selector.json";
+    assert_decision(&server.respond("/validate", name).await, &["spread-selector-missing"], &["replicas-colocated"]);
+
+    std::fs::write(&path, "rules: {spread-selector-missing: warn, replicas-colocated: off}\n").unwrap();
+    let start = std::time::Instant::now();
+    while server.respond("/validate", name).await["allowed"] != true {
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "the new config is not picked up");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_decision(&server.respond("/validate", name).await, &[], &["spread-selector-missing"]);
+    let metrics = server.get_probe("/metrics").await.1;
+    assert!(metrics.contains(r#"ha_guard_config_reloads_total{result="success"} 1"#), "{metrics}");
+
+    std::fs::write(&path, "rules: {no-such-rule: deny}\n").unwrap();
+    let start = std::time::Instant::now();
+    while !server.get_probe("/metrics").await.1.contains(r#"ha_guard_config_reloads_total{result="failure"} 1"#) {
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "the bad config is not noticed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // The previous configuration is kept.
+    assert_decision(&server.respond("/validate", name).await, &[], &["spread-selector-missing"]);
+    assert_eq!(server.get_probe("/readyz").await.0, 200);
+    server.stop().await;
+}
