@@ -192,10 +192,11 @@ fn main() -> ExitCode {
 }
 
 fn rules_table() -> String {
-    let mut out = String::from("RULE                            DEFAULT  WHAT\n");
+    let mut out = String::new();
     for r in catalogue::rules() {
-        out.push_str(&format!("{:<31} {:<8} {}\n", r.id, r.default.as_str(), r.summary));
+        out.push_str(&format!("{:<31} {:<44} {}\n", r.id, r.default_text, r.summary));
     }
+    out.insert_str(0, &format!("{:<31} {:<44} {}\n", "RULE", "DEFAULT", "WHAT"));
     out.push_str("\nMUTATION                              DEFAULT  WHAT\n");
     for m in catalogue::mutations() {
         out.push_str(&format!("{:<37} {:<8} {}\n", m.id, if m.default_on { "on" } else { "off" }, m.summary));
@@ -242,7 +243,8 @@ fn run_check(
         Format::Json => println!("{}", serde_json::to_string_pretty(&output::json(&report)).unwrap_or_default()),
         Format::Sarif => println!("{}", serde_json::to_string_pretty(&output::sarif(&report)).unwrap_or_default()),
     }
-    if !matches!(format, Format::Text) {
+    // Errors also go to stderr, so they are seen when the report is redirected to a file.
+    if !matches!(format, Format::Text) || !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         for e in &report.errors {
             eprintln!("error: {e}");
         }
