@@ -1,0 +1,1033 @@
+//! End-to-end harness shared by `tests/e2e_*.rs`: a real etcd + kube-apiserver
+//! ([`ControlPlane`], `tests/e2e/control-plane/`), the real `ha-guard serve` binary watching it
+//! ([`HaGuard`]), webhook configurations generated from `manifests/base/webhooks.yaml`, a `kubectl`
+//! runner, and a step runner ([`Steps`]).
+//!
+//! Nothing is mocked and everything is started and stopped here:
+//! - ports are chosen at run time (the kernel picks free ones);
+//! - every process is stopped by a `Drop` guard, also when a step panics;
+//! - if the test process itself dies without unwinding (SIGKILL, a timeout, ctrl-c), a small
+//!   reaper process (its own process group, so ctrl-c spares it) notices that its stdin pipe from
+//!   the test process closed and stops ha-guard, kube-apiserver and etcd by their pid files, then
+//!   removes the temporary directory;
+//! - a control plane that cannot be built or started is a test failure with the reason, never a
+//!   skip.
+//!
+//! Each test binary runs one `#[test]` that starts one control plane and one ha-guard and runs
+//! named steps against them, each in its own namespace ([`Steps`] reports every failed step by
+//! name). Statics are never dropped in Rust, so a shared fixture in a `OnceLock` would leave its
+//! processes behind; one test function with locals is what makes the `Drop` guards run.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// How long any single wait in the harness may take before it is a failure.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn control_plane_script(name: &str) -> PathBuf {
+    repo().join("tests/e2e/control-plane").join(name)
+}
+
+/// Polls `f` every `every` until it returns `Some`, for at most `timeout`; the error says what was
+/// awaited and the last state seen.
+pub fn poll<T>(what: &str, timeout: Duration, every: Duration, mut f: impl FnMut() -> Result<T, String>) -> Result<T, String> {
+    let started = Instant::now();
+    loop {
+        match f() {
+            Ok(t) => return Ok(t),
+            Err(last) if started.elapsed() >= timeout => {
+                return Err(format!("{what}: still not the case after {:?}; last: {last}", timeout))
+            }
+            Err(_) => std::thread::sleep(every),
+        }
+    }
+}
+
+/// Last `n` lines of a file (for failure messages).
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("({}: {e})", path.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+// --- build -----------------------------------------------------------------------------------
+
+/// Builds (once per machine: cached outside the repository) and returns the kube-apiserver
+/// binary, by running `tests/e2e/control-plane/build.sh`, which also installs etcd if missing.
+/// The first build takes minutes; later calls take well under a second.
+pub fn kube_apiserver() -> Result<PathBuf, String> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let script = control_plane_script("build.sh");
+            let started = Instant::now();
+            let out = Command::new(&script)
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if !out.status.success() {
+                return Err(format!(
+                    "{} failed ({}), so there is no control plane to test against:\n{stderr}",
+                    script.display(),
+                    out.status
+                ));
+            }
+            let path = PathBuf::from(stdout.lines().last().unwrap_or("").trim());
+            if !path.is_file() {
+                return Err(format!("{} printed no kube-apiserver path: {stdout:?}\n{stderr}", script.display()));
+            }
+            eprintln!("[e2e] kube-apiserver: {} (build.sh took {:.1?})", path.display(), started.elapsed());
+            Ok(path)
+        })
+        .clone()
+}
+
+// --- reaper ----------------------------------------------------------------------------------
+
+/// Stops whatever is left under a root directory when the test process dies without running its
+/// `Drop`s. It waits on a pipe from this process: "done" means all was stopped normally; end of
+/// file means this process is gone.
+struct Reaper {
+    child: Child,
+    stdin: Option<ChildStdin>,
+}
+
+const REAPER: &str = r#"
+root="$1"; stop="$2"
+IFS= read -r line
+[ "$line" = done ] && exit 0
+for p in "$root"/*.pid; do
+  [ -s "$p" ] || continue
+  pid="$(cat "$p")"
+  # Only a process of ours: its command line names the root directory.
+  if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$root"; then kill -KILL "$pid"; fi
+done
+[ -d "$root/cp" ] && "$stop" "$root/cp" >/dev/null 2>&1
+rm -rf "$root"
+"#;
+
+impl Reaper {
+    fn spawn(root: &Path) -> Result<Reaper, String> {
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new("bash")
+            .arg("-c")
+            .arg(REAPER)
+            .arg("ha-guard-e2e-reaper")
+            .arg(root)
+            .arg(control_plane_script("stop.sh"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("cannot start the reaper (bash): {e}"))?;
+        let stdin = child.stdin.take();
+        Ok(Reaper { child, stdin })
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = stdin.write_all(b"done\n");
+        }
+        let _ = self.child.wait();
+    }
+}
+
+// --- control plane ---------------------------------------------------------------------------
+
+/// etcd + kube-apiserver on loopback (`start.sh` in a temporary directory; `Drop` runs `stop.sh`).
+/// The temporary directory is also where [`HaGuard`] keeps its certificates, logs and pid file.
+pub struct ControlPlane {
+    // Field order is drop order: the reaper is told "done" only after `drop` stopped everything,
+    // and the directory goes last.
+    reaper: Reaper,
+    root: tempfile::TempDir,
+    stopped: bool,
+}
+
+impl ControlPlane {
+    /// Builds the control plane if needed, then starts it. Every failure says why.
+    pub fn start() -> Result<ControlPlane, String> {
+        let apiserver = kube_apiserver()?;
+        let root = tempfile::Builder::new()
+            .prefix("ha-guard-e2e-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+        let reaper = Reaper::spawn(root.path())?;
+        let mut cp = ControlPlane { reaper, root, stopped: false };
+        let script = control_plane_script("start.sh");
+        let started = Instant::now();
+        let out = Command::new(&script)
+            .arg(cp.dir())
+            .env("KUBE_APISERVER", &apiserver)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if !out.status.success() {
+            cp.stopped = true; // start.sh stops what it started when it fails
+            return Err(format!(
+                "{} {} failed ({}):\n{}",
+                script.display(),
+                cp.dir().display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        eprintln!("[e2e] control plane up in {:.1?}: kubectl --kubeconfig {}", started.elapsed(), cp.kubeconfig().display());
+        Ok(cp)
+    }
+
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// start.sh's directory: kubeconfig, pid files, logs.
+    pub fn dir(&self) -> PathBuf {
+        self.root.path().join("cp")
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir().join("kubeconfig")
+    }
+
+    /// `https://127.0.0.1:PORT` of the apiserver, from the kubeconfig.
+    pub fn server(&self) -> String {
+        let text = std::fs::read_to_string(self.kubeconfig()).unwrap_or_default();
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .map(str::to_string)
+            .unwrap_or_default()
+    }
+
+    /// Runs kubectl against this control plane.
+    pub fn kubectl(&self, args: &[&str]) -> Kubectl {
+        kubectl(&self.kubeconfig(), args, None)
+    }
+
+    /// Runs kubectl with `stdin` (YAML or JSON), e.g. `cp.kubectl_in(&["apply", "-f", "-"], yaml)`.
+    pub fn kubectl_in(&self, args: &[&str], stdin: &str) -> Kubectl {
+        kubectl(&self.kubeconfig(), args, Some(stdin))
+    }
+
+    /// `kubectl apply -f -` of `doc` (YAML or JSON).
+    pub fn apply(&self, doc: impl std::fmt::Display) -> Kubectl {
+        self.kubectl_in(&["apply", "-f", "-"], &doc.to_string())
+    }
+
+    /// Creates a namespace with labels (must succeed).
+    pub fn namespace(&self, name: &str, labels: &[(&str, &str)]) {
+        let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}});
+        self.apply(&ns).success();
+    }
+
+    /// Creates Node objects that a scheduler would consider: labelled with their hostname and
+    /// without the `not-ready` taint the apiserver's TaintNodesByCondition admission adds (no
+    /// kubelet runs here to clear it, as it would once the node is Ready).
+    pub fn nodes(&self, names: &[&str]) {
+        for name in names {
+            let node = json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}});
+            self.apply(&node).success();
+            let taints = self.kubectl(&["get", "node", name, "-o", "jsonpath={.spec.taints}"]).success().stdout;
+            if taints.contains("node.kubernetes.io/not-ready") {
+                self.kubectl(&["taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-"]).success();
+            }
+        }
+    }
+
+    /// Stops etcd and kube-apiserver (`stop.sh`); also done on drop.
+    pub fn stop(&mut self) -> Result<(), String> {
+        if self.stopped {
+            return Ok(());
+        }
+        self.stopped = true;
+        let script = control_plane_script("stop.sh");
+        let out = Command::new(&script)
+            .arg(self.dir())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("{} failed: {}", script.display(), String::from_utf8_lossy(&out.stderr)))
+        }
+    }
+
+    pub fn apiserver_log_tail(&self, n: usize) -> String {
+        tail(&self.dir().join("apiserver.log"), n)
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            eprintln!("[e2e] {e}");
+        }
+    }
+}
+
+// --- kubectl ---------------------------------------------------------------------------------
+
+/// What a kubectl run returned.
+#[derive(Clone, Debug)]
+pub struct Kubectl {
+    pub command: String,
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `kubectl --kubeconfig KUBECONFIG --request-timeout 30s ARGS` (with `stdin` if given).
+pub fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Kubectl {
+    let command = format!("kubectl {}", args.join(" "));
+    let mut cmd = Command::new("kubectl");
+    cmd.arg("--kubeconfig").arg(kubeconfig).arg("--request-timeout=30s").args(args);
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot run {command}: {e} (is kubectl on PATH?)"));
+    if let Some(text) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin");
+        let text = text.to_string();
+        // Written from a thread so a large input cannot deadlock against a full stdout pipe.
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(text.as_bytes());
+        });
+    }
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("{command}: {e}"));
+    Kubectl {
+        command,
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+impl Kubectl {
+    pub fn ok(&self) -> bool {
+        self.code == 0
+    }
+
+    /// Both streams, for assertions on what the user sees and for failure messages.
+    pub fn output(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+
+    fn show(&self) -> String {
+        format!("`{}` exited {}\n--- stdout\n{}\n--- stderr\n{}", self.command, self.code, self.stdout, self.stderr)
+    }
+
+    /// Panics unless it exited 0.
+    #[track_caller]
+    pub fn success(self) -> Self {
+        assert!(self.ok(), "expected success: {}", self.show());
+        self
+    }
+
+    /// Panics unless it failed.
+    #[track_caller]
+    pub fn failure(self) -> Self {
+        assert!(!self.ok(), "expected a failure: {}", self.show());
+        self
+    }
+
+    /// Panics unless stdout or stderr contains every one of `needles`.
+    #[track_caller]
+    pub fn shows(self, needles: &[&str]) -> Self {
+        let all = self.output();
+        for n in needles {
+            assert!(all.contains(n), "expected {n:?} in the output of {}", self.show());
+        }
+        self
+    }
+
+    /// Panics if stdout or stderr contains any of `needles`.
+    #[track_caller]
+    pub fn hides(self, needles: &[&str]) -> Self {
+        let all = self.output();
+        for n in needles {
+            assert!(!all.contains(n), "did not expect {n:?} in the output of {}", self.show());
+        }
+        self
+    }
+
+    /// The `Warning: ...` lines kubectl printed (one per admission warning).
+    pub fn warnings(&self) -> Vec<String> {
+        self.stderr.lines().filter_map(|l| l.strip_prefix("Warning: ")).map(str::to_string).collect()
+    }
+
+    /// Panics unless kubectl printed a `Warning: [rule] ...` line for each of `rules`.
+    #[track_caller]
+    pub fn warns(self, rules: &[&str]) -> Self {
+        let warnings = self.warnings();
+        for r in rules {
+            let prefix = format!("[{r}] ");
+            assert!(warnings.iter().any(|w| w.starts_with(&prefix)), "expected `Warning: [{r}] ...` from {}", self.show());
+        }
+        self
+    }
+
+    /// Panics if kubectl printed a warning of ha-guard's (`Warning: [...`). The apiserver's own
+    /// warnings (e.g. "a null labelSelector results in matching no pod") do not count.
+    #[track_caller]
+    pub fn no_warnings(self) -> Self {
+        let ours: Vec<String> = self.warnings().into_iter().filter(|w| w.starts_with('[')).collect();
+        assert!(ours.is_empty(), "expected no warnings from ha-guard, got {ours:?} from {}", self.show());
+        self
+    }
+
+    /// Panics unless the write was refused by ha-guard's validating webhook with each of `rules`
+    /// in the message, as kubectl shows it.
+    #[track_caller]
+    pub fn denied(self, rules: &[&str]) -> Self {
+        let this = self.failure().shows(&["admission webhook \"validate.ha-guard.io\" denied the request"]);
+        for r in rules {
+            assert!(this.stderr.contains(&format!("[{r}] ")), "expected the denial to name [{r}]: {}", this.show());
+        }
+        this
+    }
+
+    /// stdout as JSON (for `-o json`).
+    #[track_caller]
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.show()))
+    }
+}
+
+/// A multi-document YAML file of `docs`, as a user would keep it.
+pub fn yaml_file(docs: &[Value]) -> String {
+    docs.iter()
+        .map(|d| serde_saphyr::to_string(d).unwrap_or_else(|e| panic!("cannot render YAML: {e}")))
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// Parses one or more YAML documents (kubectl's `-o yaml` output, test manifests).
+pub fn yaml_docs(text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text)
+        .unwrap_or_else(|e| panic!("bad YAML ({e}):\n{text}"))
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+// --- ha-guard --------------------------------------------------------------------------------
+
+/// Two distinct free loopback ports (the kernel picks them; released just before use).
+fn free_ports() -> (u16, u16) {
+    let a = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let b = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    (a.local_addr().expect("addr").port(), b.local_addr().expect("addr").port())
+}
+
+/// The real `ha-guard serve` binary with `--cluster live`, watching the control plane.
+pub struct HaGuard {
+    name: String,
+    dir: PathBuf,
+    pidfile: PathBuf,
+    kubeconfig: PathBuf,
+    pub webhook_port: u16,
+    pub probe_port: u16,
+    child: Option<Child>,
+}
+
+impl HaGuard {
+    /// Starts ha-guard against `cp` and waits until `/readyz` answers 200. Ports are picked free
+    /// just before the start; if another process took one meanwhile, it tries again with others.
+    pub fn start(cp: &ControlPlane) -> Result<HaGuard, String> {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let mut hg = Self::spawn_with(cp, "ha-guard", &cp.kubeconfig())?;
+            match hg.wait_ready(WAIT) {
+                Ok(()) => return Ok(hg),
+                Err(e) if e.contains("Address already in use") => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
+    }
+
+    /// Starts ha-guard with its own `kubeconfig` (named `name` within the control plane's
+    /// directory), without waiting for readiness.
+    pub fn spawn_with(cp: &ControlPlane, name: &str, kubeconfig: &Path) -> Result<HaGuard, String> {
+        let dir = cp.root().join(name);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let out = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+            .args(["certs", "--out"])
+            .arg(&dir)
+            .args(["--dns", "localhost", "--ip", "127.0.0.1"])
+            .output()
+            .map_err(|e| format!("cannot run ha-guard certs: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("ha-guard certs failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        let (webhook_port, probe_port) = free_ports();
+        let mut hg = HaGuard {
+            name: name.to_string(),
+            pidfile: cp.root().join(format!("{name}.pid")),
+            dir,
+            kubeconfig: kubeconfig.to_path_buf(),
+            webhook_port,
+            probe_port,
+            child: None,
+        };
+        hg.spawn()?;
+        Ok(hg)
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .map_err(|e| format!("{}: {e}", self.log_path().display()))?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let child = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+            .arg("serve")
+            .args(["--listen", &format!("127.0.0.1:{}", self.webhook_port)])
+            .args(["--probe-listen", &format!("127.0.0.1:{}", self.probe_port)])
+            .arg("--tls-cert")
+            .arg(self.dir.join("tls.crt"))
+            .arg("--tls-key")
+            .arg(self.dir.join("tls.key"))
+            .args(["--cluster", "live", "--log-format", "json"])
+            // Readiness drops at once on SIGTERM: nothing routes through a Service here.
+            .args(["--shutdown-delay", "0.2"])
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", env!("CARGO_BIN_EXE_ha-guard")))?;
+        std::fs::write(&self.pidfile, child.id().to_string()).map_err(|e| format!("{}: {e}", self.pidfile.display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("ha-guard.log")
+    }
+
+    pub fn log_tail(&self, n: usize) -> String {
+        tail(&self.log_path(), n)
+    }
+
+    /// `ca.crt` as the webhook configurations' `caBundle` wants it (base64 of the PEM).
+    pub fn ca_bundle(&self) -> String {
+        base64(&std::fs::read(self.dir.join("ca.crt")).expect("ca.crt written by ha-guard certs"))
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("https://127.0.0.1:{}{path}", self.webhook_port)
+    }
+
+    pub fn running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// Waits until `/readyz` answers 200; fails at once if the process exited.
+    pub fn wait_ready(&mut self, timeout: Duration) -> Result<(), String> {
+        poll("ha-guard /readyz 200", timeout, Duration::from_millis(100), || {
+            if !self.running() {
+                return Ok(Err(format!("ha-guard is not running; its log:\n{}", self.log_tail(30))));
+            }
+            match self.get("/readyz") {
+                Ok((200, _)) => Ok(Ok(())),
+                Ok((code, body)) => Err(format!("{code} {}", body.trim())),
+                Err(e) => Err(e),
+            }
+        })?
+    }
+
+    /// Stops ha-guard as Kubernetes would (SIGTERM, then SIGKILL after 20 s) and waits for it.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) | Err(_) => break,
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+        let _ = std::fs::remove_file(&self.pidfile);
+    }
+
+    /// Starts it again on the same ports (the webhook configurations name them) and waits until
+    /// it is ready.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.stop();
+        self.spawn()?;
+        self.wait_ready(WAIT)
+    }
+
+    /// GET on the probe port (plain HTTP): status and body.
+    pub fn get(&self, path: &str) -> Result<(u16, String), String> {
+        http_get(self.probe_port, path)
+    }
+
+    pub fn metrics(&self) -> Metrics {
+        let (code, body) = self.get("/metrics").unwrap_or_else(|e| panic!("GET /metrics: {e}"));
+        assert_eq!(code, 200, "GET /metrics: {body}");
+        Metrics::parse(&body)
+    }
+
+    /// `ha_guard_cache_objects{kind}`.
+    pub fn cache_objects(&self, kind: &str) -> u64 {
+        self.metrics().get("ha_guard_cache_objects", &[("kind", kind)]).unwrap_or(0.0) as u64
+    }
+
+    /// Waits until `ha_guard_cache_objects{kind}` satisfies `ok`. This is how a test waits for
+    /// ha-guard's live view to have seen a write: the view follows the watch streams and is only
+    /// eventually consistent (see the doc comment of `src/live.rs`), so the second write of a
+    /// cross-object pair is only judged against the first once the first has reached the cache.
+    #[track_caller]
+    pub fn wait_cache(&self, kind: &str, what: &str, ok: impl Fn(u64) -> bool) -> u64 {
+        poll(&format!("ha_guard_cache_objects{{kind=\"{kind}\"}} {what}"), WAIT, Duration::from_millis(50), || {
+            let n = self.cache_objects(kind);
+            if ok(n) { Ok(n) } else { Err(format!("{n}")) }
+        })
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Runs `write` (which must create `kind` objects) and waits until the cache holds `n` more.
+    #[track_caller]
+    pub fn created<T>(&self, kind: &str, n: u64, write: impl FnOnce() -> T) -> T {
+        let before = self.cache_objects(kind);
+        let out = write();
+        self.wait_cache(kind, &format!(">= {}", before + n), |c| c >= before + n);
+        out
+    }
+}
+
+impl Drop for HaGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_file(&self.pidfile);
+    }
+}
+
+/// A minimal HTTP/1.1 GET over plain TCP (the probe port), bounded by timeouts.
+pub fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
+    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))
+        .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).map_err(|e| format!("GET {path}: {e}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| format!("GET {path}: no HTTP response: {text:?}"))?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("GET {path}: bad status line: {head:?}"))?;
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    Ok((code, if chunked { dechunk(body) } else { body.to_string() }))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Samples of a Prometheus text exposition.
+#[derive(Clone, Debug, Default)]
+pub struct Metrics(pub Vec<(String, BTreeMap<String, String>, f64)>);
+
+impl Metrics {
+    pub fn parse(text: &str) -> Metrics {
+        let mut samples = Vec::new();
+        for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+            let (name_labels, value) = match line.rsplit_once(' ') {
+                Some(x) => x,
+                None => continue,
+            };
+            let (name, labels) = match name_labels.split_once('{') {
+                Some((n, rest)) => (n.to_string(), parse_labels(rest.trim_end_matches('}'))),
+                None => (name_labels.to_string(), BTreeMap::new()),
+            };
+            if let Ok(v) = value.parse::<f64>() {
+                samples.push((name, labels, v));
+            }
+        }
+        Metrics(samples)
+    }
+
+    /// The sample of `name` whose labels include all of `labels`.
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        self.all(name, labels).first().map(|(_, v)| *v)
+    }
+
+    /// The samples of `name` whose labels include all of `labels`.
+    pub fn all(&self, name: &str, labels: &[(&str, &str)]) -> Vec<(BTreeMap<String, String>, f64)> {
+        self.0
+            .iter()
+            .filter(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v)))
+            .map(|(_, l, v)| (l.clone(), *v))
+            .collect()
+    }
+
+    /// The sum of the samples of `name` whose labels include all of `labels`.
+    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.all(name, labels).iter().map(|(_, v)| v).sum()
+    }
+}
+
+fn parse_labels(s: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect::<String>().trim_start_matches(',').trim().to_string();
+        if key.is_empty() || chars.next() != Some('"') {
+            break;
+        }
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(c) => value.push(c),
+                    None => break,
+                },
+                '"' => break,
+                c => value.push(c),
+            }
+        }
+        out.insert(key, value);
+    }
+    out
+}
+
+pub fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+// --- webhook registration --------------------------------------------------------------------
+
+/// Which of the two shipped webhook configurations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Webhooks {
+    Mutating,
+    Validating,
+}
+
+impl Webhooks {
+    pub fn kind(self) -> &'static str {
+        match self {
+            Webhooks::Mutating => "MutatingWebhookConfiguration",
+            Webhooks::Validating => "ValidatingWebhookConfiguration",
+        }
+    }
+
+    pub fn resource(self) -> &'static str {
+        match self {
+            Webhooks::Mutating => "mutatingwebhookconfiguration",
+            Webhooks::Validating => "validatingwebhookconfiguration",
+        }
+    }
+}
+
+/// The shipped webhook configurations (`manifests/base/webhooks.yaml`: same rules, failurePolicy,
+/// timeouts, namespaceSelector, ...) pointed at `hg`: each `clientConfig.service` becomes
+/// `url: https://127.0.0.1:PORT<service.path>` with `caBundle` set to ha-guard's CA.
+pub fn webhook_configurations(hg: &HaGuard) -> Vec<Value> {
+    let path = repo().join("manifests/base/webhooks.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut docs = yaml_docs(&text);
+    assert_eq!(docs.len(), 2, "{}: expected the mutating and the validating configuration", path.display());
+    for doc in &mut docs {
+        let hooks = doc["webhooks"].as_array_mut().unwrap_or_else(|| panic!("{}: a configuration without webhooks", path.display()));
+        for hook in hooks {
+            let service_path = hook["clientConfig"]["service"]["path"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{}: webhook {} has no clientConfig.service.path", path.display(), hook["name"]))
+                .to_string();
+            hook["clientConfig"] = json!({"url": hg.url(&service_path), "caBundle": hg.ca_bundle()});
+        }
+    }
+    docs
+}
+
+/// The shipped configuration of `which`, as JSON for `kubectl apply -f -`.
+pub fn webhook_configuration(hg: &HaGuard, which: Webhooks) -> Value {
+    webhook_configurations(hg)
+        .into_iter()
+        .find(|d| d["kind"] == which.kind())
+        .unwrap_or_else(|| panic!("manifests/base/webhooks.yaml has no {}", which.kind()))
+}
+
+/// A Deployment that ha-guard always refuses, whatever the view (`prestop-exceeds-grace`).
+pub fn canary_deny(namespace: &str) -> String {
+    slow_prestop(deployment(namespace, "canary", 1)).to_string()
+}
+
+/// A PDB without `unhealthyPodEvictionPolicy` (the mutating webhook adds it).
+pub fn canary_mutate(namespace: &str) -> String {
+    format!(
+        r#"apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: canary, namespace: {namespace}}}
+spec:
+  maxUnavailable: 1
+  selector: {{matchLabels: {{app: canary}}}}
+"#
+    )
+}
+
+/// Whether ha-guard's validating webhook answers writes now (a dry-run of the canary is denied).
+pub fn validating_live(cp: &ControlPlane, namespace: &str) -> Result<(), String> {
+    let out = cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &canary_deny(namespace));
+    if !out.ok() && out.stderr.contains("[prestop-exceeds-grace]") { Ok(()) } else { Err(out.output()) }
+}
+
+/// Whether ha-guard's mutating webhook answers writes now (a dry-run PDB comes back mutated).
+pub fn mutating_live(cp: &ControlPlane, namespace: &str) -> Result<(), String> {
+    let out = cp.kubectl_in(&["apply", "--dry-run=server", "-o", "json", "-f", "-"], &canary_mutate(namespace));
+    if out.ok() && out.json()["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow" { Ok(()) } else { Err(out.output()) }
+}
+
+/// Namespace of the canary writes that tell whether the webhooks are live.
+pub const CANARY_NS: &str = "e2e-canary";
+
+/// Registers `which` of the shipped webhook configurations for `hg`, then waits until the
+/// apiserver calls it (its configuration informer picks new configurations up asynchronously).
+pub fn register(cp: &ControlPlane, hg: &HaGuard, which: &[Webhooks]) -> Result<(), String> {
+    if cp.kubectl(&["get", "namespace", CANARY_NS]).code != 0 {
+        cp.namespace(CANARY_NS, &[]);
+    }
+    for w in which {
+        let out = cp.kubectl_in(&["apply", "-f", "-"], &webhook_configuration(hg, *w).to_string());
+        if !out.ok() {
+            return Err(format!("registering the {}: {}", w.kind(), out.output()));
+        }
+    }
+    for w in which {
+        match w {
+            Webhooks::Validating => poll("the validating webhook denies the canary", WAIT, Duration::from_millis(200), || {
+                validating_live(cp, CANARY_NS)
+            })?,
+            Webhooks::Mutating => poll("the mutating webhook mutates the canary", WAIT, Duration::from_millis(200), || {
+                mutating_live(cp, CANARY_NS)
+            })?,
+        }
+    }
+    Ok(())
+}
+
+/// Deletes `which` and waits until the apiserver no longer calls it.
+pub fn unregister(cp: &ControlPlane, which: Webhooks) -> Result<(), String> {
+    let out = cp.kubectl(&["delete", which.resource(), "ha-guard"]);
+    if !out.ok() {
+        return Err(format!("deleting the {}: {}", which.kind(), out.output()));
+    }
+    poll(&format!("the {} is no longer called", which.kind()), WAIT, Duration::from_millis(200), || {
+        let live = match which {
+            Webhooks::Validating => validating_live(cp, CANARY_NS),
+            Webhooks::Mutating => mutating_live(cp, CANARY_NS),
+        };
+        match live {
+            Ok(()) => Err("still called".to_string()),
+            Err(_) => Ok(()),
+        }
+    })
+}
+
+// --- steps -----------------------------------------------------------------------------------
+
+/// Runs named steps, each caught on its own: a failed step is reported by name (with its panic
+/// message) and the others still run; [`Steps::finish`] fails the test if any step failed.
+pub struct Steps {
+    failed: Vec<String>,
+    started: Instant,
+    /// Printed after a failure (e.g. the tail of ha-guard's log).
+    context: Box<dyn Fn() -> String>,
+}
+
+impl Steps {
+    pub fn new(context: impl Fn() -> String + 'static) -> Steps {
+        Steps { failed: Vec::new(), started: Instant::now(), context: Box::new(context) }
+    }
+
+    pub fn run(&mut self, name: &str, f: impl FnOnce()) {
+        let started = Instant::now();
+        eprintln!("[e2e] step {name} ...");
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        match result {
+            Ok(()) => eprintln!("[e2e] step {name}: ok ({:.1?})", started.elapsed()),
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "(no message)".into());
+                eprintln!("[e2e] step {name}: FAILED ({:.1?}): {msg}\n--- context\n{}", started.elapsed(), (self.context)());
+                self.failed.push(name.to_string());
+            }
+        }
+    }
+
+    pub fn finish(self) {
+        eprintln!("[e2e] all steps done in {:.1?}", self.started.elapsed());
+        assert!(self.failed.is_empty(), "failed steps: {} (messages above)", self.failed.join(", "));
+    }
+}
+
+// --- objects ---------------------------------------------------------------------------------
+
+/// RFC 7386 JSON merge patch (objects merge, anything else replaces; `null` deletes).
+pub fn merge(mut base: Value, patch: Value) -> Value {
+    fn go(base: &mut Value, patch: Value) {
+        match (base, patch) {
+            (Value::Object(b), Value::Object(p)) => {
+                for (k, v) in p {
+                    if v.is_null() {
+                        b.remove(&k);
+                    } else {
+                        go(b.entry(k).or_insert(Value::Null), v);
+                    }
+                }
+            }
+            (b, p) => *b = p,
+        }
+    }
+    go(&mut base, patch);
+    base
+}
+
+/// A Deployment `name` in `ns` with `replicas`, pods labelled `app: name`, one nginx container.
+pub fn deployment(ns: &str, name: &str, replicas: i64) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}
+            }
+        }
+    })
+}
+
+/// `d` with a `DoNotSchedule` hostname spread over its own pods: replicas kept apart, so the
+/// multi-replica warnings about colocation stay quiet.
+pub fn spread_out(d: Value) -> Value {
+    let name = d["metadata"]["name"].as_str().expect("name").to_string();
+    merge(d, json!({"spec": {"template": {"spec": {"topologySpreadConstraints": [{
+        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": name}}
+    }]}}}}))
+}
+
+/// `d`'s pod spec merged with `spec`.
+pub fn pod(d: Value, spec: Value) -> Value {
+    merge(d, json!({"spec": {"template": {"spec": spec}}}))
+}
+
+/// A PodDisruptionBudget over `app: target` with `budget` (e.g. `json!({"minAvailable": 1})`).
+pub fn pdb(ns: &str, name: &str, target: &str, budget: Value) -> Value {
+    merge(
+        json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"selector": {"matchLabels": {"app": target}}}
+        }),
+        json!({"spec": budget}),
+    )
+}
+
+/// An autoscaling/v2 HPA on Deployment `target`.
+pub fn hpa(ns: &str, name: &str, target: &str, min: i64, max: i64) -> Value {
+    json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+            "minReplicas": min, "maxReplicas": max,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}]
+        }
+    })
+}
+
+/// A PersistentVolumeClaim with one access mode.
+pub fn pvc(ns: &str, name: &str, mode: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"accessModes": [mode], "resources": {"requests": {"storage": "1Gi"}}}
+    })
+}
+
+/// `d` mounting claim `claim` at /data.
+pub fn mounting(d: Value, claim: &str) -> Value {
+    pod(d, json!({
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        "containers": [{"name": "app", "image": "nginx:1.27", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]
+    }))
+}
+
+/// `d` with a preStop hook that sleeps 20 s under a termination grace of 10 s
+/// (`prestop-exceeds-grace`). An exec of `sleep`: the apiserver itself refuses a `sleep` action
+/// at least as long as the grace, before any webhook is called.
+pub fn slow_prestop(d: Value) -> Value {
+    pod(d, json!({
+        "terminationGracePeriodSeconds": 10,
+        "containers": [{"name": "app", "image": "nginx:1.27",
+            "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 20; nginx -s quit"]}}}}]
+    }))
+}
