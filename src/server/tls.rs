@@ -84,16 +84,15 @@ fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
     while i + 2 < der.len() && times.len() < 2 {
         let tag = der[i];
         let len = der[i + 1] as usize;
-        if (tag == 0x17 && len == 13) || (tag == 0x18 && len == 15) {
-            if let Some(bytes) = der.get(i + 2..i + 2 + len) {
-                if let Ok(s) = std::str::from_utf8(bytes) {
-                    if s.ends_with('Z') && s[..len - 1].bytes().all(|b| b.is_ascii_digit()) {
-                        times.push(s.to_string());
-                        i += 2 + len;
-                        continue;
-                    }
-                }
-            }
+        if ((tag == 0x17 && len == 13) || (tag == 0x18 && len == 15))
+            && let Some(bytes) = der.get(i + 2..i + 2 + len)
+            && let Ok(s) = std::str::from_utf8(bytes)
+            && s.ends_with('Z')
+            && s[..len - 1].bytes().all(|b| b.is_ascii_digit())
+        {
+            times.push(s.to_string());
+            i += 2 + len;
+            continue;
         }
         i += 1;
     }
