@@ -161,3 +161,30 @@ async fn a_dribbled_body_is_cut_off_by_the_request_timeout() {
     }
     server.still_serving().await;
 }
+
+/// A connection that sends part of its headers and stalls is closed after the request timeout
+/// (without it, the read below would wait for its own 30 s timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_headers_are_cut_off() {
+    let server = slow_server().await;
+    let (addr, ca) = (server.addr, server.ca_pem.clone());
+    let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+    let stalled = tokio::task::spawn_blocking(move || {
+        let mut stream = tls_connect(addr, &ca);
+        stream.write_all(b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Ty")?;
+        stream.flush()?;
+        let _ = started_tx.send(());
+        read_response(&mut stream)
+    });
+    started_rx.await.expect("the stalled client started");
+    server.still_serving().await;
+    let outcome = tokio::time::timeout(Duration::from_secs(60), stalled).await.expect("ended").unwrap();
+    match outcome {
+        Ok(response) => panic!("a response to half a request: {response:?}"),
+        Err(e) => assert!(
+            !matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock),
+            "the server did not close the connection: {e}"
+        ),
+    }
+    server.still_serving().await;
+}

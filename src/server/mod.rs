@@ -372,7 +372,16 @@ pub async fn serve_with_listeners(
         shutdown_handle.graceful_shutdown(Some(grace));
     });
     let app = webhook_router(state.clone(), options.request_timeout);
-    let served = axum_server::from_tcp_rustls(listener, tls_config)?.handle(handle).serve(app.into_make_service()).await;
+    // The request timeout starts once a request is dispatched; until then (a connection that
+    // completes the handshake and then sends nothing, or its headers byte by byte) the first
+    // request gets the same bound. Later requests on a kept-alive connection are not bounded
+    // while idle: hyper's header timeout would also close idle keep-alive connections, racing
+    // the apiserver's reuse of them.
+    let served = axum_server::from_tcp_rustls(listener, tls_config)?
+        .handle(handle)
+        .first_request_timeout(options.request_timeout)
+        .serve(app.into_make_service())
+        .await;
     background.abort_all();
     served?;
     tracing::info!("stopped");
