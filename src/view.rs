@@ -115,6 +115,7 @@ impl HpaInfo {
 pub struct PvcInfo {
     pub id: ObjectRef,
     pub access_modes: Vec<String>,
+    pub exemptions: Exemptions,
 }
 
 impl PvcInfo {
@@ -122,6 +123,7 @@ impl PvcInfo {
         PvcInfo {
             id: ObjectRef::new(Kind::PersistentVolumeClaim, ns_of(&p.metadata), name_of(&p.metadata)),
             access_modes: p.spec.as_ref().and_then(|s| s.access_modes.clone()).unwrap_or_default(),
+            exemptions: exemptions_of(&p.metadata),
         }
     }
 
@@ -185,7 +187,8 @@ pub trait View: Send + Sync {
             }
             Kind::PodDisruptionBudget => self.pdb(&r.namespace, &r.name).map(|p| p.exemptions.clone()),
             Kind::HorizontalPodAutoscaler => self.hpa(&r.namespace, &r.name).map(|h| h.exemptions.clone()),
-            _ => None,
+            Kind::PersistentVolumeClaim => self.pvc(&r.namespace, &r.name).map(|p| p.exemptions.clone()),
+            Kind::Node | Kind::Namespace => None,
         }
         .unwrap_or_default()
     }

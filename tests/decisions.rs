@@ -402,3 +402,17 @@ fn same_write_without_the_scale_flag_is_denied() {
     assert_eq!(only(&d, "pdb-blocks-eviction").action, Decision::Deny);
     assert_eq!(only(&d, "pdb-blocks-eviction").anchor, pdb_ref());
 }
+
+#[test]
+fn an_exemption_on_the_claim_counts_for_rwo_findings() {
+    let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: db, namespace: default}\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n    spec:\n      containers: [{name: db, image: postgres}]\n      volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]\n";
+    let pvc = |annotations: &str| format!("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: data, namespace: default{annotations}}}\nspec: {{accessModes: [ReadWriteOnce]}}\n");
+    let exempt = pvc(", annotations: {ha-guard.io/allow-rwo-volume-multi-replica: \"one writer, the other waits on a lock\"}");
+    let d = common::decided(deployment, &exempt, false, &Config::default());
+    let f: Vec<_> = d.findings.iter().filter(|f| f.rule == "rwo-volume-multi-replica").collect();
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0].action, Decision::Allowed);
+    assert!(f[0].notes.iter().any(|n| n.contains("PersistentVolumeClaim default/data") && n.contains("one writer")), "{:?}", f[0].notes);
+    let d = common::decided(deployment, &pvc(""), false, &Config::default());
+    assert!(d.findings.iter().any(|f| f.rule == "rwo-volume-multi-replica" && f.action == Decision::Deny));
+}

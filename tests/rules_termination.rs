@@ -45,7 +45,7 @@ fn zero_grace_warns() {
     assert_eq!(z.anchor, ObjectRef::new(Kind::Deployment, "default", "web"));
     assert!(z.related.is_empty());
     assert!(z.what.contains("Deployment default/web"), "{}", z.what);
-    assert!(z.what.contains("terminationGracePeriodSeconds: 0") && z.what.contains("SIGKILL"), "{}", z.what);
+    assert!(z.what.contains("terminationGracePeriodSeconds: 0") && z.what.contains("preStop hooks are skipped"), "{}", z.what);
     assert!(z.fix.contains("remove the field (30 s by default)"), "{}", z.fix);
 }
 

@@ -146,7 +146,8 @@ fn pdb_side(ctx: &Ctx, pdb: &PdbInfo, policy: Option<&str>, out: &mut Emitter) {
             "spec.unhealthyPodEvictionPolicy",
             format!(
                 "{} sets unhealthyPodEvictionPolicy: IfHealthyBudget: once the budget is unmet it refuses to \
-                 evict even pods that are not running, so a drain hangs on a workload that is already down.",
+                 evict running pods that are not ready (crash-looping, failing readiness), so a drain hangs \
+                 on a workload that is already down.",
                 pdb.id
             ),
             "set unhealthyPodEvictionPolicy: AlwaysAllow (broken pods may always be evicted).".to_string(),

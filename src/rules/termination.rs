@@ -67,8 +67,9 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
             Action::Warn,
             pod_path("terminationGracePeriodSeconds"),
             format!(
-                "{} sets terminationGracePeriodSeconds: 0: its pods are killed with SIGKILL at once on every \
-                 eviction, rollout and drain, so in-flight requests are cut and nothing is drained.",
+                "{} sets terminationGracePeriodSeconds: 0: its pods are deleted at once on every eviction, \
+                 rollout and drain, preStop hooks are skipped and the process gets 2 s after SIGTERM, so \
+                 in-flight requests are cut and nothing is drained.",
                 w.id()
             ),
             "remove the field (30 s by default) or set the time the process needs to shut down cleanly."
@@ -99,8 +100,8 @@ fn check_container(id: crate::model::ObjectRef, at: &str, c: &Container, grace: 
             pod_path(&format!("{at}.lifecycle.preStop")),
             format!(
                 "container {} of {id} sleeps {sleep} s in its preStop hook, at least the pod's termination grace \
-                 period of {grace} s: the kubelet kills the container before the hook returns, so it never \
-                 receives SIGTERM and shuts down uncleanly every time.",
+                 period of {grace} s: the kubelet sends SIGTERM only once the grace period has run out and kills \
+                 the container 2 s later, so the process never gets the time to shut down cleanly.",
                 c.name
             ),
             format!(
