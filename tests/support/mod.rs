@@ -442,7 +442,10 @@ pub struct HaGuard {
     name: String,
     dir: PathBuf,
     pidfile: PathBuf,
-    kubeconfig: PathBuf,
+    /// `None`: no KUBECONFIG and a HOME without `.kube` (no cluster to find).
+    kubeconfig: Option<PathBuf>,
+    /// `--cluster`: `live` unless said otherwise.
+    cluster: String,
     pub webhook_port: u16,
     pub probe_port: u16,
     child: Option<Child>,
@@ -464,9 +467,15 @@ impl HaGuard {
         Err(last)
     }
 
-    /// Starts ha-guard with its own `kubeconfig` (named `name` within the control plane's
-    /// directory), without waiting for readiness.
+    /// Starts ha-guard (`--cluster live`) with its own `kubeconfig` (named `name` within the
+    /// control plane's directory), without waiting for readiness.
     pub fn spawn_with(cp: &ControlPlane, name: &str, kubeconfig: &Path) -> Result<HaGuard, String> {
+        Self::spawn_cluster(cp, name, Some(kubeconfig), "live")
+    }
+
+    /// Starts ha-guard with `--cluster cluster`, with `kubeconfig` or with none to be found,
+    /// without waiting for readiness.
+    pub fn spawn_cluster(cp: &ControlPlane, name: &str, kubeconfig: Option<&Path>, cluster: &str) -> Result<HaGuard, String> {
         let dir = cp.root().join(name);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let out = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
@@ -483,7 +492,8 @@ impl HaGuard {
             name: name.to_string(),
             pidfile: cp.root().join(format!("{name}.pid")),
             dir,
-            kubeconfig: kubeconfig.to_path_buf(),
+            kubeconfig: kubeconfig.map(Path::to_path_buf),
+            cluster: cluster.to_string(),
             webhook_port,
             probe_port,
             child: None,
@@ -499,7 +509,12 @@ impl HaGuard {
             .open(self.log_path())
             .map_err(|e| format!("{}: {e}", self.log_path().display()))?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
-        let child = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ha-guard"));
+        match &self.kubeconfig {
+            Some(k) => cmd.env("KUBECONFIG", k),
+            None => cmd.env_remove("KUBECONFIG").env("HOME", &self.dir),
+        };
+        let child = cmd
             .arg("serve")
             .args(["--listen", &format!("127.0.0.1:{}", self.webhook_port)])
             .args(["--probe-listen", &format!("127.0.0.1:{}", self.probe_port)])
@@ -507,10 +522,9 @@ impl HaGuard {
             .arg(self.dir.join("tls.crt"))
             .arg("--tls-key")
             .arg(self.dir.join("tls.key"))
-            .args(["--cluster", "live", "--log-format", "json"])
+            .args(["--cluster", &self.cluster, "--log-format", "json"])
             // Readiness drops at once on SIGTERM: nothing routes through a Service here.
             .args(["--shutdown-delay", "0.2"])
-            .env("KUBECONFIG", &self.kubeconfig)
             .env_remove("KUBERNETES_SERVICE_HOST")
             .stdin(Stdio::null())
             .stdout(log)
@@ -537,6 +551,11 @@ impl HaGuard {
 
     pub fn url(&self, path: &str) -> String {
         format!("https://127.0.0.1:{}{path}", self.webhook_port)
+    }
+
+    /// The exit status once it has exited (`None` while it runs or after [`HaGuard::stop`]).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
     pub fn running(&mut self) -> bool {
@@ -1030,4 +1049,104 @@ pub fn slow_prestop(d: Value) -> Value {
         "containers": [{"name": "app", "image": "nginx:1.27",
             "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 20; nginx -s quit"]}}}}]
     }))
+}
+
+// --- relay -----------------------------------------------------------------------------------
+
+/// A TCP relay to the apiserver on a port of its own, which can be closed and opened again: an
+/// apiserver that is not up yet, or goes away and comes back, as ha-guard sees it. TLS passes
+/// through untouched (the apiserver's certificate is valid for 127.0.0.1).
+pub struct Relay {
+    pub port: u16,
+    target: std::net::SocketAddr,
+    run: Option<RelayRun>,
+}
+
+struct RelayRun {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
+    accept: std::thread::JoinHandle<()>,
+}
+
+impl Relay {
+    /// A relay to `target` on a free port, closed (connections are refused) until [`Relay::open`].
+    pub fn new(target: std::net::SocketAddr) -> Relay {
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+        Relay { port, target, run: None }
+    }
+
+    /// A copy of `kubeconfig` whose server is this relay.
+    pub fn kubeconfig(&self, kubeconfig: &Path, out: &Path) -> PathBuf {
+        let text = std::fs::read_to_string(kubeconfig).expect("kubeconfig");
+        let relayed: String = text
+            .lines()
+            .map(|l| match l.split_once("server: ") {
+                Some((indent, _)) => format!("{indent}server: https://127.0.0.1:{}\n", self.port),
+                None => format!("{l}\n"),
+            })
+            .collect();
+        std::fs::write(out, relayed).expect("write the relayed kubeconfig");
+        out.to_path_buf()
+    }
+
+    /// Starts accepting (and relaying) connections.
+    pub fn open(&mut self) -> Result<(), String> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+        if self.run.is_some() {
+            return Ok(());
+        }
+        let listener = poll("the relay port is free", Duration::from_secs(10), Duration::from_millis(50), || {
+            TcpListener::bind(("127.0.0.1", self.port)).map_err(|e| e.to_string())
+        })?;
+        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let (stop2, conns2, target) = (stop.clone(), conns.clone(), self.target);
+        let accept = std::thread::spawn(move || {
+            while !stop2.load(Ordering::SeqCst) {
+                let client = match listener.accept() {
+                    Ok((c, _)) => c,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    }
+                    Err(_) => continue,
+                };
+                let _ = client.set_nonblocking(false);
+                let Ok(server) = TcpStream::connect(target) else { continue };
+                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = (client.try_clone(), server.try_clone(), client.try_clone(), server.try_clone())
+                else {
+                    continue;
+                };
+                conns2.lock().unwrap_or_else(|p| p.into_inner()).extend([c3, s3]);
+                for (mut from, mut to) in [(client, s2), (server, c2)] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+            // The listener is dropped here: new connections are refused.
+        });
+        self.run = Some(RelayRun { stop, conns, accept });
+        Ok(())
+    }
+
+    /// Stops accepting and cuts every relayed connection.
+    pub fn close(&mut self) {
+        let Some(run) = self.run.take() else { return };
+        run.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = run.accept.join();
+        for c in run.conns.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.close();
+    }
 }

@@ -1,0 +1,405 @@
+//! End-to-end: ha-guard's live view (`src/live.rs`, `--cluster live|auto`) against a real
+//! kube-apiserver. Objects are created, updated and deleted through the API with kube-rs (the
+//! same client library ha-guard watches with, but a separate client) and observed twice: in
+//! ha-guard's cache gauges (`ha_guard_cache_objects{kind}`) and in its decisions on writes that
+//! depend on them (kubectl `--dry-run=server`, through the registered webhooks).
+//!
+//! ha-guard reaches the apiserver through a TCP relay the test opens and closes, so it can be
+//! started before "the apiserver is up" and can lose it for a while.
+//!
+//! Consistency is eventual (see `src/live.rs`): an object counted in the gauges is in the view
+//! (both read the same index), so a decision checked after the gauge moved needs no retry; an
+//! update does not move a gauge, so its effect is polled for, bounded.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{json, Value};
+use support::*;
+
+/// The seven kinds the live view watches, as the metrics label them.
+const KINDS: [&str; 7] =
+    ["Deployment", "StatefulSet", "PodDisruptionBudget", "HorizontalPodAutoscaler", "PersistentVolumeClaim", "Node", "Namespace"];
+
+/// A kube-rs client of the control plane (admin), blocking on a runtime of its own.
+struct Kube {
+    rt: tokio::runtime::Runtime,
+    client: kube::Client,
+}
+
+impl Kube {
+    fn new(kubeconfig: &std::path::Path) -> Kube {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+        let client = rt.block_on(async {
+            let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("config");
+            kube::Client::try_from(config).expect("client")
+        });
+        Kube { rt, client }
+    }
+
+    fn api(&self, kind: &str, ns: Option<&str>) -> Api<DynamicObject> {
+        let ar = match kind {
+            "Deployment" => ApiResource::erase::<Deployment>(&()),
+            "StatefulSet" => ApiResource::erase::<StatefulSet>(&()),
+            "PodDisruptionBudget" => ApiResource::erase::<PodDisruptionBudget>(&()),
+            "HorizontalPodAutoscaler" => ApiResource::erase::<HorizontalPodAutoscaler>(&()),
+            "PersistentVolumeClaim" => ApiResource::erase::<PersistentVolumeClaim>(&()),
+            "Node" => ApiResource::erase::<Node>(&()),
+            "Namespace" => ApiResource::erase::<Namespace>(&()),
+            other => panic!("no API for {other}"),
+        };
+        match ns {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+
+    fn kind_ns_name(obj: &Value) -> (String, Option<String>, String) {
+        (
+            obj["kind"].as_str().expect("kind").to_string(),
+            obj["metadata"]["namespace"].as_str().map(str::to_string),
+            obj["metadata"]["name"].as_str().expect("name").to_string(),
+        )
+    }
+
+    /// POST; the API's answer (a refusal is `Err` with the apiserver's Status).
+    fn try_create(&self, obj: &Value) -> Result<DynamicObject, kube::Error> {
+        let (kind, ns, _) = Self::kind_ns_name(obj);
+        let o: DynamicObject = serde_json::from_value(obj.clone()).expect("an object");
+        self.rt.block_on(self.api(&kind, ns.as_deref()).create(&PostParams::default(), &o))
+    }
+
+    #[track_caller]
+    fn create(&self, obj: &Value) {
+        if let Err(e) = self.try_create(obj) {
+            panic!("creating {}: {e}", obj["metadata"]["name"]);
+        }
+    }
+
+    /// JSON merge patch.
+    #[track_caller]
+    fn patch(&self, kind: &str, ns: Option<&str>, name: &str, patch: Value) {
+        let result = self.rt.block_on(self.api(kind, ns).patch(name, &PatchParams::default(), &Patch::Merge(&patch)));
+        if let Err(e) = result {
+            panic!("patching {kind} {name}: {e}");
+        }
+    }
+
+    #[track_caller]
+    fn delete(&self, kind: &str, ns: Option<&str>, name: &str) {
+        let result = self.rt.block_on(self.api(kind, ns).delete(name, &DeleteParams::default()));
+        if let Err(e) = result {
+            panic!("deleting {kind} {name}: {e}");
+        }
+    }
+}
+
+/// Creates `obj` through the API and waits until ha-guard's view counts it.
+fn create(k: &Kube, hg: &HaGuard, obj: &Value) {
+    hg.created(obj["kind"].as_str().unwrap(), 1, || k.create(obj));
+}
+
+/// Deletes an object through the API and waits until ha-guard's view no longer counts it.
+fn delete(k: &Kube, hg: &HaGuard, kind: &str, ns: Option<&str>, name: &str) {
+    let before = hg.cache_objects(kind);
+    k.delete(kind, ns, name);
+    hg.wait_cache(kind, &format!("<= {}", before - 1), |n| n < before);
+}
+
+/// kubectl's answer to a server-side dry-run of `obj` (through both webhooks; nothing stored).
+fn dry_run(cp: &ControlPlane, obj: &Value) -> Kubectl {
+    cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &obj.to_string())
+}
+
+/// Whether a dry-run of `obj` is refused naming `rule` (true) or admitted (false; anything else
+/// fails).
+fn refused(cp: &ControlPlane, obj: &Value, rule: &str) -> bool {
+    let out = dry_run(cp, obj);
+    let refused = !out.ok() && out.stderr.contains(&format!("[{rule}] "));
+    assert!(refused || out.ok(), "neither refused for [{rule}] nor admitted: {}{}", out.stdout, out.stderr);
+    refused
+}
+
+/// Polls until a dry-run of `obj` is refused naming `rule` (`want` true) or admitted (`false`).
+#[track_caller]
+fn eventually_refused(cp: &ControlPlane, obj: &Value, rule: &str, want: bool) {
+    poll(
+        &format!("a dry-run of {} {} for [{rule}]", obj["metadata"]["name"], if want { "refused" } else { "admitted" }),
+        WAIT,
+        Duration::from_millis(100),
+        || if refused(cp, obj, rule) == want { Ok(()) } else { Err(String::new()) },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn live_view_follows_the_apiserver() {
+    let cp = ControlPlane::start().unwrap_or_else(|e| panic!("control plane: {e}"));
+    cp.nodes(&["node-a", "node-b", "node-c"]);
+    let target: std::net::SocketAddr = cp.server().trim_start_matches("https://").parse().expect("the apiserver's address");
+    let mut relay = Relay::new(target);
+    let relayed = relay.kubeconfig(&cp.kubeconfig(), &cp.root().join("relayed.kubeconfig"));
+    let k = Kube::new(&cp.kubeconfig());
+
+    // ha-guard starts while its apiserver is not reachable.
+    let mut hg = HaGuard::spawn_with(&cp, "ha-guard", &relayed).unwrap_or_else(|e| panic!("ha-guard: {e}"));
+    let log = hg.log_path();
+    let mut steps = Steps::new(move || format!("ha-guard log (last lines):\n{}", tail(&log, 12)));
+
+    steps.run("readiness waits for every watcher", || readiness(&mut hg, &mut relay));
+    register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating]).unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
+    create(&k, &hg, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "live"}}));
+
+    steps.run("pdbs come and go", || pdbs(&cp, &k, &hg));
+    steps.run("deployments come, change and go", || deployments(&cp, &k, &hg));
+    steps.run("statefulsets come and go", || statefulsets(&cp, &k, &hg));
+    steps.run("hpas come, change and go", || hpas(&cp, &k, &hg));
+    steps.run("pvcs come and go", || pvcs(&cp, &k, &hg));
+    steps.run("nodes come, change and go", || nodes(&cp, &k, &hg));
+    steps.run("namespaces come, change and go", || namespaces(&cp, &k, &hg));
+    steps.run("an apiserver outage keeps the last state, then catches up", || outage(&cp, &k, &hg, &mut relay));
+    steps.run("--cluster auto finds the kubeconfig; live without one fails", || cluster_modes(&cp));
+    steps.finish();
+}
+
+/// `/readyz` is 503 until every watcher has listed its kind, then 200, and
+/// `ha_guard_cache_synced{kind}` is 1 for each of the seven kinds.
+fn readiness(hg: &mut HaGuard, relay: &mut Relay) {
+    // Observe the first answers for a while: the apiserver is not reachable, so none is 200.
+    let started = std::time::Instant::now();
+    let mut answers = Vec::new();
+    while started.elapsed() < Duration::from_secs(3) {
+        if let Ok((code, body)) = hg.get("/readyz") {
+            answers.push((code, body.trim().to_string()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!answers.is_empty(), "ha-guard never answered /readyz:\n{}", hg.log_tail(20));
+    assert!(answers.iter().all(|(code, _)| *code == 503), "not ready without its apiserver: {answers:?}");
+    assert_eq!(answers.last().map(|(_, b)| b.as_str()), Some("cluster caches not synced"));
+    assert!(hg.running(), "ha-guard keeps running without its apiserver:\n{}", hg.log_tail(20));
+    assert_eq!(hg.get("/healthz").expect("/healthz").0, 200, "alive while not ready");
+    let m = hg.metrics();
+    for kind in KINDS {
+        assert_eq!(m.get("ha_guard_cache_synced", &[("kind", kind)]), Some(0.0), "{kind} not synced yet");
+    }
+
+    relay.open().unwrap_or_else(|e| panic!("relay: {e}"));
+    hg.wait_ready(WAIT).unwrap_or_else(|e| panic!("{e}"));
+    let m = hg.metrics();
+    let synced = m.all("ha_guard_cache_synced", &[]);
+    let mut kinds: Vec<&str> = synced.iter().map(|(l, _)| l["kind"].as_str()).collect();
+    kinds.sort();
+    let mut want = KINDS.to_vec();
+    want.sort();
+    assert_eq!(kinds, want, "one ha_guard_cache_synced per watched kind");
+    assert!(synced.iter().all(|(_, v)| *v == 1.0), "all synced once ready: {synced:?}");
+    assert_eq!(m.get("ha_guard_cache_objects", &[("kind", "Node")]), Some(3.0), "the three nodes were listed");
+    assert!(m.get("ha_guard_cache_objects", &[("kind", "Namespace")]).unwrap_or(0.0) >= 4.0, "default, kube-system, ...");
+}
+
+/// A PDB that exists makes a Deployment write be refused; changed, it allows it; deleted, too.
+fn pdbs(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
+    let solo = deployment("live", "solo", 1);
+    assert!(!refused(cp, &solo, "pdb-blocks-eviction"));
+    create(k, hg, &pdb("live", "solo", "solo", json!({"minAvailable": 1})));
+    assert!(refused(cp, &solo, "pdb-blocks-eviction"), "the PDB in the view blocks the Deployment");
+    // The same refusal through kube-rs: a 403 with the rule in the message.
+    match k.try_create(&solo) {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 403, "{status:?}");
+            assert!(status.message.contains("[pdb-blocks-eviction]"), "{status:?}");
+        }
+        other => panic!("expected a 403 from the webhook, got {other:?}"),
+    }
+    k.patch("PodDisruptionBudget", Some("live"), "solo", json!({"spec": {"minAvailable": null, "maxUnavailable": 1}}));
+    eventually_refused(cp, &solo, "pdb-blocks-eviction", false);
+    k.patch("PodDisruptionBudget", Some("live"), "solo", json!({"spec": {"maxUnavailable": null, "minAvailable": 1}}));
+    eventually_refused(cp, &solo, "pdb-blocks-eviction", true);
+    delete(k, hg, "PodDisruptionBudget", Some("live"), "solo");
+    assert!(!refused(cp, &solo, "pdb-blocks-eviction"), "the deleted PDB left the view");
+}
+
+/// A Deployment in the view decides a PDB write; scaled down it blocks it; deleted, the PDB
+/// covers nothing.
+fn deployments(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
+    let budget = pdb("live", "web", "web", json!({"minAvailable": 1}));
+    create(k, hg, &spread_out(deployment("live", "web", 2)));
+    assert!(!refused(cp, &budget, "pdb-blocks-eviction"), "two replicas leave one disruption");
+    k.patch("Deployment", Some("live"), "web", json!({"spec": {"replicas": 1}}));
+    eventually_refused(cp, &budget, "pdb-blocks-eviction", true);
+    delete(k, hg, "Deployment", Some("live"), "web");
+    dry_run(cp, &budget).success().warns(&["pdb-selects-nothing"]);
+}
+
+/// StatefulSets are workloads too.
+fn statefulsets(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
+    let mut sts = deployment("live", "db", 1);
+    sts["kind"] = json!("StatefulSet");
+    sts["spec"]["serviceName"] = json!("db");
+    let budget = pdb("live", "db", "db", json!({"minAvailable": 1}));
+    create(k, hg, &sts);
+    dry_run(cp, &budget).denied(&["pdb-blocks-eviction"]).shows(&["StatefulSet db (replicas 1)"]);
+    delete(k, hg, "StatefulSet", Some("live"), "db");
+    assert!(!refused(cp, &budget, "pdb-blocks-eviction"));
+}
+
+/// An HPA's minReplicas is the workload's floor.
+fn hpas(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
+    create(k, hg, &spread_out(deployment("live", "api", 1)));
+    let budget = pdb("live", "api", "api", json!({"minAvailable": 1}));
+    assert!(refused(cp, &budget, "pdb-blocks-eviction"));
+    create(k, hg, &hpa("live", "api", "api", 2, 4));
+    assert!(!refused(cp, &budget, "pdb-blocks-eviction"), "the HPA's floor of 2 leaves one disruption");
+    k.patch("HorizontalPodAutoscaler", Some("live"), "api", json!({"spec": {"minReplicas": 1}}));
+    eventually_refused(cp, &budget, "pdb-blocks-eviction", true);
+    k.patch("HorizontalPodAutoscaler", Some("live"), "api", json!({"spec": {"minReplicas": 3}}));
+    eventually_refused(cp, &budget, "pdb-blocks-eviction", false);
+    delete(k, hg, "HorizontalPodAutoscaler", Some("live"), "api");
+    assert!(refused(cp, &budget, "pdb-blocks-eviction"), "without the HPA the floor is the Deployment's 1 replica");
+}
+
+/// A ReadWriteOnce claim in the view refuses a second replica mounting it.
+fn pvcs(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
+    let two = mounting(spread_out(deployment("live", "store", 2)), "store-data");
+    assert!(!refused(cp, &two, "rwo-volume-multi-replica"), "an unknown claim is not judged");
+    create(k, hg, &pvc("live", "store-data", "ReadWriteOnce"));
+    dry_run(cp, &two).denied(&["rwo-volume-multi-replica"]).shows(&["store-data"]);
+    // The apiserver gives every claim the kubernetes.io/pvc-protection finalizer, which the PVC
+    // protection controller removes once no pod uses the claim. That controller does not run
+    // here: a deleted claim stays (terminating, and still in the view) until the test does its job.
+    let before = hg.cache_objects("PersistentVolumeClaim");
+    k.delete("PersistentVolumeClaim", Some("live"), "store-data");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(hg.cache_objects("PersistentVolumeClaim"), before, "a terminating claim is still there");
+    k.patch("PersistentVolumeClaim", Some("live"), "store-data", json!({"metadata": {"finalizers": null}}));
+    hg.wait_cache("PersistentVolumeClaim", &format!("< {before}"), |n| n < before);
+    assert!(!refused(cp, &two, "rwo-volume-multi-replica"));
+    create(k, hg, &pvc("live", "store-data", "ReadWriteMany"));
+    assert!(!refused(cp, &two, "rwo-volume-multi-replica"), "a ReadWriteMany claim takes many pods");
+}
+
+/// The schedulable nodes decide spread-unsatisfiable: deleted, cordoned and added nodes count.
+fn nodes(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
+    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "per-node"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
+    let three = pod(deployment("live", "per-node", 3), anti);
+    let warned = |cp: &ControlPlane| dry_run(cp, &three).success().warnings().iter().find(|w| w.starts_with("[spread-unsatisfiable] ")).cloned();
+    assert_eq!(warned(cp), None, "three nodes take three replicas");
+
+    delete(k, hg, "Node", None, "node-c");
+    let w = warned(cp).expect("two nodes cannot take three replicas, one per node");
+    assert!(w.contains("2 schedulable nodes"), "{w}");
+    create(k, hg, &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-c", "labels": {"kubernetes.io/hostname": "node-c"}}}));
+    // A new node carries the not-ready taint until its kubelet reports Ready: not schedulable.
+    assert!(warned(cp).is_some(), "a not-ready node takes no pods");
+    k.patch("Node", None, "node-c", json!({"spec": {"taints": null}}));
+    poll("the untainted node counts", WAIT, Duration::from_millis(100), || warned(cp).map_or(Ok(()), Err))
+        .unwrap_or_else(|e| panic!("{e}"));
+    k.patch("Node", None, "node-b", json!({"spec": {"unschedulable": true}}));
+    poll("the cordoned node does not count", WAIT, Duration::from_millis(100), || warned(cp).ok_or_else(String::new))
+        .unwrap_or_else(|e| panic!("{e}"));
+    k.patch("Node", None, "node-b", json!({"spec": {"unschedulable": null}}));
+    poll("the uncordoned node counts", WAIT, Duration::from_millis(100), || warned(cp).map_or(Ok(()), Err))
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Namespace labels decide the mode; a deleted namespace leaves the view.
+fn namespaces(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
+    create(k, hg, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "moody"}}));
+    let bad = slow_prestop(deployment("moody", "drainer", 1));
+    dry_run(cp, &bad).denied(&["prestop-exceeds-grace"]);
+    k.patch("Namespace", None, "moody", json!({"metadata": {"labels": {"ha-guard.io/mode": "warn"}}}));
+    poll("mode warn is seen", WAIT, Duration::from_millis(100), || {
+        let out = dry_run(cp, &bad);
+        if out.ok() { Ok(out) } else { Err(out.stderr) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"))
+    .warns(&["prestop-exceeds-grace"]);
+    k.patch("Namespace", None, "moody", json!({"metadata": {"labels": {"ha-guard.io/mode": "off"}}}));
+    poll("mode off is seen", WAIT, Duration::from_millis(100), || {
+        let out = dry_run(cp, &bad);
+        if out.ok() && out.warnings().iter().all(|w| !w.starts_with('[')) { Ok(()) } else { Err(out.output()) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    k.patch("Namespace", None, "moody", json!({"metadata": {"labels": {"ha-guard.io/mode": null}}}));
+    poll("enforcing again", WAIT, Duration::from_millis(100), || {
+        let out = dry_run(cp, &bad);
+        if !out.ok() { Ok(()) } else { Err(out.output()) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    // No namespace controller runs here to empty a deleted namespace and drop its finalizer:
+    // do what it would (the namespace is empty), through the finalize subresource.
+    let before = hg.cache_objects("Namespace");
+    k.create(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "fleeting"}}));
+    hg.wait_cache("Namespace", &format!("> {before}"), |n| n > before);
+    k.delete("Namespace", None, "fleeting");
+    let mut ns = cp.kubectl(&["get", "namespace", "fleeting", "-o", "json"]).success().json();
+    ns["spec"]["finalizers"] = json!([]);
+    cp.kubectl_in(&["replace", "--raw", "/api/v1/namespaces/fleeting/finalize", "-f", "-"], &ns.to_string()).success();
+    hg.wait_cache("Namespace", &format!("back to {before}"), |n| n == before);
+}
+
+/// While ha-guard cannot reach the apiserver it stays ready and decides on the last state it saw;
+/// when the apiserver is back, what changed meanwhile reaches the view.
+fn outage(cp: &ControlPlane, k: &Kube, hg: &HaGuard, relay: &mut Relay) {
+    create(k, hg, &deployment("live", "steady", 1));
+    create(k, hg, &pdb("live", "steady", "steady", json!({"maxUnavailable": 1})));
+    let pdbs = hg.cache_objects("PodDisruptionBudget");
+    let deployments = hg.cache_objects("Deployment");
+    // A second PDB over "steady" would overlap the first (and block every eviction).
+    let second = pdb("live", "steady-again", "steady", json!({"minAvailable": 1}));
+    // A PDB over "lonely", which only exists from the outage on.
+    let blocking = pdb("live", "lonely", "lonely", json!({"minAvailable": 1}));
+    assert!(refused(cp, &second, "pdb-overlap"));
+    assert!(!refused(cp, &blocking, "pdb-blocks-eviction"));
+
+    relay.close();
+    // Meanwhile, through the API directly: "steady" and its PDB go, "lonely" comes.
+    k.delete("PodDisruptionBudget", Some("live"), "steady");
+    k.delete("Deployment", Some("live"), "steady");
+    k.create(&deployment("live", "lonely", 1));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(hg.get("/readyz").expect("/readyz").0, 200, "still ready: serving the last known state");
+    let m = hg.metrics();
+    assert!(m.all("ha_guard_cache_synced", &[]).iter().all(|(_, v)| *v == 1.0), "{m:?}");
+    assert_eq!(m.get("ha_guard_cache_objects", &[("kind", "PodDisruptionBudget")]), Some(pdbs as f64), "the last state");
+    assert_eq!(m.get("ha_guard_cache_objects", &[("kind", "Deployment")]), Some(deployments as f64), "the last state");
+    assert!(refused(cp, &second, "pdb-overlap"), "decided on the last state: the deleted PDB still counts");
+    assert!(!refused(cp, &blocking, "pdb-blocks-eviction"), "decided on the last state: lonely is not known yet");
+
+    relay.open().unwrap_or_else(|e| panic!("relay: {e}"));
+    hg.wait_cache("PodDisruptionBudget", &format!("== {} after the outage", pdbs - 1), |n| n == pdbs - 1);
+    eventually_refused(cp, &blocking, "pdb-blocks-eviction", true);
+    eventually_refused(cp, &second, "pdb-overlap", false);
+    dry_run(cp, &second).success().warns(&["pdb-selects-nothing"]);
+    assert_eq!(hg.cache_objects("Deployment"), deployments, "one gone, one come");
+}
+
+/// `--cluster auto` with a kubeconfig watches the cluster like `live`; `--cluster live` with no
+/// cluster to find exits with an error naming the problem.
+fn cluster_modes(cp: &ControlPlane) {
+    let mut auto = HaGuard::spawn_cluster(cp, "ha-guard-auto", Some(&cp.kubeconfig()), "auto").unwrap_or_else(|e| panic!("{e}"));
+    auto.wait_ready(WAIT).unwrap_or_else(|e| panic!("{e}"));
+    let m = auto.metrics();
+    assert_eq!(m.all("ha_guard_cache_synced", &[]).len(), 7, "auto found the kubeconfig and watches: {m:?}");
+    assert_eq!(m.get("ha_guard_cache_objects", &[("kind", "Node")]), Some(3.0));
+    auto.stop();
+
+    let mut none = HaGuard::spawn_cluster(cp, "ha-guard-nowhere", None, "live").unwrap_or_else(|e| panic!("{e}"));
+    let status = poll("--cluster live without a cluster exits", WAIT, Duration::from_millis(100), || {
+        none.exited().ok_or_else(String::new)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(status.code(), Some(2), "{}", none.log_tail(5));
+    assert!(none.log_tail(5).contains("--cluster live: no cluster to connect to"), "{}", none.log_tail(5));
+}
