@@ -167,6 +167,7 @@ fn live_view_follows_the_apiserver() {
     steps.run("namespaces come, change and go", || namespaces(&cp, &k, &hg));
     steps.run("an apiserver outage keeps the last state, then catches up", || outage(&cp, &k, &hg, &mut relay));
     steps.run("--cluster auto finds the kubeconfig; live without one fails", || cluster_modes(&cp));
+    steps.run("the shipped RBAC: ready only once every kind can be watched", || shipped_rbac(&cp));
     steps.finish();
 }
 
@@ -402,4 +403,64 @@ fn cluster_modes(cp: &ControlPlane) {
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(status.code(), Some(2), "{}", none.log_tail(5));
     assert!(none.log_tail(5).contains("--cluster live: no cluster to connect to"), "{}", none.log_tail(5));
+}
+
+/// Runs ha-guard as its own ServiceAccount with the shipped RBAC (`manifests/base/rbac.yaml`).
+/// First with the HPA rule taken out of the ClusterRole: six kinds sync, HPAs cannot, and
+/// `/readyz` stays 503 (it needs every watcher). Then with the shipped ClusterRole: ready, all
+/// seven synced, which also shows the shipped RBAC is enough for the live view.
+fn shipped_rbac(cp: &ControlPlane) {
+    cp.apply(std::fs::read_to_string(repo().join("manifests/base/namespace.yaml")).expect("namespace.yaml")).success();
+    let rbac = std::fs::read_to_string(repo().join("manifests/base/rbac.yaml")).expect("rbac.yaml");
+    let mut docs = yaml_docs(&rbac);
+    let role = docs.iter_mut().find(|d| d["kind"] == "ClusterRole").expect("the shipped ClusterRole");
+    let rules = role["rules"].as_array_mut().expect("rules");
+    let before = rules.len();
+    rules.retain(|r| !r["resources"].as_array().is_some_and(|rs| rs.iter().any(|x| x == "horizontalpodautoscalers")));
+    assert_eq!(rules.len(), before - 1, "the shipped ClusterRole has one rule for HPAs");
+    cp.apply(yaml_file(&docs)).success();
+
+    // A kubeconfig with a token of the ServiceAccount (TokenRequest API), as in a pod.
+    let token = cp.kubectl(&["create", "token", "ha-guard", "-n", "ha-guard", "--duration=1h"]).success().stdout;
+    let admin = std::fs::read_to_string(cp.kubeconfig()).expect("kubeconfig");
+    let ca = admin
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
+        .expect("certificate-authority-data");
+    let sa_kubeconfig = cp.root().join("sa.kubeconfig");
+    std::fs::write(
+        &sa_kubeconfig,
+        json!({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "e2e", "cluster": {"server": cp.server(), "certificate-authority-data": ca}}],
+            "users": [{"name": "ha-guard", "user": {"token": token.trim()}}],
+            "contexts": [{"name": "ha-guard", "context": {"cluster": "e2e", "user": "ha-guard"}}],
+            "current-context": "ha-guard"
+        })
+        .to_string(),
+    )
+    .expect("write sa.kubeconfig");
+
+    let mut hg = HaGuard::spawn_with(cp, "ha-guard-rbac", &sa_kubeconfig).unwrap_or_else(|e| panic!("{e}"));
+    let six: Vec<&str> = KINDS.iter().copied().filter(|k| *k != "HorizontalPodAutoscaler").collect();
+    poll("the six permitted kinds sync", WAIT, Duration::from_millis(100), || {
+        let m = hg.metrics_opt()?;
+        if six.iter().all(|k| m.get("ha_guard_cache_synced", &[("kind", k)]) == Some(1.0)) { Ok(()) } else { Err(format!("{m:?}")) }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(10)));
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(2) {
+        let (code, body) = hg.get("/readyz").expect("/readyz");
+        assert_eq!((code, body.trim()), (503, "cluster caches not synced"), "HPAs are not synced");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(hg.metrics().get("ha_guard_cache_synced", &[("kind", "HorizontalPodAutoscaler")]), Some(0.0));
+    assert!(hg.log_tail(50).contains("forbidden"), "the watch failure is logged:\n{}", hg.log_tail(10));
+
+    cp.apply(rbac).success();
+    hg.wait_ready(WAIT).unwrap_or_else(|e| panic!("{e}"));
+    let m = hg.metrics();
+    assert!(KINDS.iter().all(|k| m.get("ha_guard_cache_synced", &[("kind", k)]) == Some(1.0)), "{m:?}");
+    assert_eq!(m.get("ha_guard_cache_objects", &[("kind", "Node")]), Some(3.0), "{m:?}");
+    hg.stop();
 }

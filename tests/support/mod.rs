@@ -611,6 +611,14 @@ impl HaGuard {
         http_get(self.probe_port, path)
     }
 
+    /// `/metrics`, or why it could not be read.
+    pub fn metrics_opt(&self) -> Result<Metrics, String> {
+        match self.get("/metrics")? {
+            (200, body) => Ok(Metrics::parse(&body)),
+            (code, body) => Err(format!("GET /metrics: {code} {body}")),
+        }
+    }
+
     pub fn metrics(&self) -> Metrics {
         let (code, body) = self.get("/metrics").unwrap_or_else(|e| panic!("GET /metrics: {e}"));
         assert_eq!(code, 200, "GET /metrics: {body}");
