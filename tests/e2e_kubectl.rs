@@ -39,7 +39,7 @@ fn namespace(cp: &ControlPlane, hg: &HaGuard, ns: &str, labels: &[(&str, &str)])
 /// Applies `obj` (which must be admitted) and waits until ha-guard's view holds one more `kind`.
 fn create(cp: &ControlPlane, hg: &HaGuard, obj: &Value) -> Kubectl {
     let kind = obj["kind"].as_str().expect("kind").to_string();
-    hg.created(&kind, 1, || cp.apply(&obj.to_string()).success())
+    hg.created(&kind, 1, || cp.apply(obj).success())
 }
 
 const SPREADS: &str = "spec.template.spec.topologySpreadConstraints";
@@ -51,7 +51,7 @@ fn kubectl_against_a_real_apiserver() {
 
     // Ratcheting needs objects that were out of policy before the guardrail was installed.
     cp.namespace("ratchet", &[]);
-    cp.apply(&slow_prestop(deployment("ratchet", "legacy", 1)).to_string()).success();
+    cp.apply(slow_prestop(deployment("ratchet", "legacy", 1))).success();
 
     let mut hg = HaGuard::start(&cp).unwrap_or_else(|e| panic!("ha-guard: {e}"));
     register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating]).unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
@@ -82,7 +82,7 @@ fn deny_cases(cp: &ControlPlane, hg: &HaGuard) {
         json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
             "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "other"}}}]}),
     );
-    cp.apply(&mismatch.to_string()).denied(&["spread-selector-mismatch"]).shows(&[
+    cp.apply(mismatch).denied(&["spread-selector-mismatch"]).shows(&[
         &format!("[spread-selector-mismatch] {SPREADS}[0].labelSelector: "),
         "has labelSelector app=other which does not match this Deployment's pod template labels (app=mismatch)",
         "Fix: set labelSelector to the workload's own selector (app=mismatch)",
@@ -95,7 +95,7 @@ fn deny_cases(cp: &ControlPlane, hg: &HaGuard) {
         json!({"hostNetwork": true, "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
             "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "hostnet"}}}]}),
     );
-    cp.apply(&hostnet.to_string()).denied(&["host-network-colocation"]).shows(&[
+    cp.apply(hostnet).denied(&["host-network-colocation"]).shows(&[
         "[host-network-colocation] spec.template.spec.hostNetwork: ",
         "hostNetwork",
         "Fix: ",
@@ -111,18 +111,18 @@ fn deny_cases(cp: &ControlPlane, hg: &HaGuard) {
         ),
         json!({"spec": {"strategy": {"type": "Recreate", "rollingUpdate": null}}}),
     );
-    cp.apply(&csi.to_string()).denied(&["csi-controller-recreate"]).shows(&["[csi-controller-recreate] spec.strategy", "Recreate"]);
+    cp.apply(csi).denied(&["csi-controller-recreate"]).shows(&["[csi-controller-recreate] spec.strategy", "Recreate"]);
     absent(cp, ns, "deployment", "csi-controller");
 
     // rwo-volume-multi-replica needs the claim in ha-guard's view first.
     create(cp, hg, &pvc(ns, "data", "ReadWriteOnce"));
     let db = mounting(spread_out(deployment(ns, "db", 2)), "data");
-    cp.apply(&db.to_string()).denied(&["rwo-volume-multi-replica"]).shows(&["[rwo-volume-multi-replica] ", "data", "ReadWriteOnce"]);
+    cp.apply(db).denied(&["rwo-volume-multi-replica"]).shows(&["[rwo-volume-multi-replica] ", "data", "ReadWriteOnce"]);
     absent(cp, ns, "deployment", "db");
 
     // pdb-blocks-eviction: the Deployment first, then the PDB that would block every eviction.
     create(cp, hg, &deployment(ns, "single", 1));
-    let out = cp.apply(&pdb(ns, "single", "single", json!({"minAvailable": 1}))).denied(&["pdb-blocks-eviction"]);
+    let out = cp.apply(pdb(ns, "single", "single", json!({"minAvailable": 1}))).denied(&["pdb-blocks-eviction"]);
     out.shows(&[
         "[pdb-blocks-eviction] spec.minAvailable: ",
         "Deployment single (replicas 1)",
@@ -134,12 +134,12 @@ fn deny_cases(cp: &ControlPlane, hg: &HaGuard) {
     // pdb-overlap: a second PDB over pods a first one already covers.
     create(cp, hg, &spread_out(deployment(ns, "shared", 3)));
     create(cp, hg, &pdb(ns, "shared-a", "shared", json!({"maxUnavailable": 1})));
-    cp.apply(&pdb(ns, "shared-b", "shared", json!({"maxUnavailable": 1})))
+    cp.apply(pdb(ns, "shared-b", "shared", json!({"maxUnavailable": 1})))
         .denied(&["pdb-overlap"])
         .shows(&["[pdb-overlap] spec.selector: ", "covers the pods of Deployment deny/shared, which PodDisruptionBudget shared-a also covers"]);
     absent(cp, ns, "pdb", "shared-b");
 
-    cp.apply(&slow_prestop(deployment(ns, "drainer", 1)).to_string()).denied(&["prestop-exceeds-grace"]).shows(&[
+    cp.apply(slow_prestop(deployment(ns, "drainer", 1))).denied(&["prestop-exceeds-grace"]).shows(&[
         "[prestop-exceeds-grace] spec.template.spec.containers[0].lifecycle.preStop: ",
         "container app of Deployment deny/drainer sleeps 20 s in its preStop hook, at least the pod's termination grace period of 10 s",
         "Fix: set terminationGracePeriodSeconds above 20",
@@ -151,14 +151,14 @@ fn deny_cases(cp: &ControlPlane, hg: &HaGuard) {
         json!({"terminationGracePeriodSeconds": 10,
             "containers": [{"name": "app", "image": "nginx:1.27", "lifecycle": {"preStop": {"sleep": {"seconds": 20}}}}]}),
     );
-    cp.apply(&sleep_action)
+    cp.apply(sleep_action)
         .failure()
         .shows(&["Invalid value: 20: must be non-negative and less than terminationGracePeriodSeconds (10)"])
         .hides(&["[prestop-exceeds-grace]"]);
 
     // The denial is one line per deny finding, each prefixed [rule-id]: two at once.
     let both = slow_prestop(pod(deployment(ns, "both", 2), json!({"hostNetwork": true})));
-    let out = cp.apply(&both.to_string()).denied(&["host-network-colocation", "prestop-exceeds-grace"]);
+    let out = cp.apply(both).denied(&["host-network-colocation", "prestop-exceeds-grace"]);
     let text = denial(&out);
     assert!(text.lines().filter(|l| l.starts_with('[')).count() >= 2, "one line per denial: {text}");
 }
@@ -171,18 +171,18 @@ fn hpa_bounds(cp: &ControlPlane, hg: &HaGuard) {
     create(cp, hg, &spread_out(deployment(ns, "web", 2)));
     let asked = || hg.metrics().sum("ha_guard_admission_requests_total", &[("kind", "HorizontalPodAutoscaler")]);
     let before = asked();
-    cp.apply(&hpa(ns, "inverted", "web", 3, 2).to_string())
+    cp.apply(hpa(ns, "inverted", "web", 3, 2))
         .failure()
         .shows(&["spec.maxReplicas: Invalid value: 2: must be greater than or equal to `minReplicas`"])
         .hides(&["[hpa-replica-bounds]", "ha-guard.io"]);
-    cp.apply(&hpa(ns, "zero", "web", 0, 2).to_string())
+    cp.apply(hpa(ns, "zero", "web", 0, 2))
         .failure()
         .shows(&["spec.minReplicas: Invalid value: 0: must be greater than or equal to 1"])
         .hides(&["[hpa-replica-bounds]"]);
     assert_eq!(asked(), before, "the apiserver rejected the HPAs before calling ha-guard");
     absent(cp, ns, "hpa", "inverted");
     // A good HPA goes through ha-guard (and is counted).
-    cp.apply(&hpa(ns, "good", "web", 2, 4).to_string()).success();
+    cp.apply(hpa(ns, "good", "web", 2, 4)).success();
     assert!(asked() > before, "a valid HPA is reviewed by ha-guard");
 }
 
@@ -198,7 +198,7 @@ fn selector_missing(cp: &ControlPlane, hg: &HaGuard) {
             json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": when}]}),
         )
     };
-    cp.apply(&bare("filled", "DoNotSchedule").to_string()).success().hides(&["[spread-selector-missing]"]);
+    cp.apply(bare("filled", "DoNotSchedule")).success().hides(&["[spread-selector-missing]"]);
     let got = get(cp, ns, "deployment", "filled");
     assert_eq!(
         got["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["labelSelector"],
@@ -217,13 +217,13 @@ fn selector_missing(cp: &ControlPlane, hg: &HaGuard) {
     }
     unregister(cp, Webhooks::Mutating).unwrap_or_else(|e| panic!("{e}"));
     let _back = Back(cp, hg);
-    cp.apply(&bare("unfilled", "DoNotSchedule").to_string()).denied(&["spread-selector-missing"]).shows(&[
+    cp.apply(bare("unfilled", "DoNotSchedule")).denied(&["spread-selector-missing"]).shows(&[
         &format!("[spread-selector-missing] {SPREADS}[0]"),
         "labelSelector",
         "Fix: ",
     ]);
     absent(cp, ns, "deployment", "unfilled");
-    cp.apply(&bare("soft", "ScheduleAnyway").to_string()).success().warns(&["spread-selector-missing"]);
+    cp.apply(bare("soft", "ScheduleAnyway")).success().warns(&["spread-selector-missing"]);
     let got = get(cp, ns, "deployment", "soft");
     assert!(got["spec"]["template"]["spec"]["topologySpreadConstraints"][0].get("labelSelector").is_none(), "not mutated: {got:#}");
 }
@@ -235,7 +235,7 @@ fn warn_cases(cp: &ControlPlane, hg: &HaGuard) {
     let warned = |obj: Value, rule: &str| {
         let kind = obj["kind"].as_str().unwrap().to_lowercase();
         let name = obj["metadata"]["name"].as_str().unwrap().to_string();
-        let out = hg.created(obj["kind"].as_str().unwrap(), 1, || cp.apply(&obj.to_string()).success().warns(&[rule]));
+        let out = hg.created(obj["kind"].as_str().unwrap(), 1, || cp.apply(&obj).success().warns(&[rule]));
         assert!(
             out.warnings().iter().all(|w| w.starts_with('[')),
             "every warning is prefixed [rule-id]: {:?}",
@@ -280,7 +280,7 @@ fn warn_cases(cp: &ControlPlane, hg: &HaGuard) {
     create(cp, hg, &spread_out(deployment(ns, "web", 3)));
     let mut everything = pdb(ns, "everything", "x", json!({"maxUnavailable": 1}));
     everything["spec"]["selector"] = json!({});
-    let out = hg.created("PodDisruptionBudget", 1, || cp.apply(&everything.to_string()).success());
+    let out = hg.created("PodDisruptionBudget", 1, || cp.apply(everything).success());
     let _ = out.warns(&["pdb-selector-empty"]);
 }
 
@@ -379,21 +379,21 @@ fn cross_object(cp: &ControlPlane, hg: &HaGuard) {
 
     // PDB first, then the Deployment it would block.
     create(cp, hg, &pdb(ns, "a", "a", json!({"minAvailable": 1})));
-    cp.apply(&deployment(ns, "a", 1).to_string())
+    cp.apply(deployment(ns, "a", 1))
         .denied(&["pdb-blocks-eviction"])
         .shows(&["PodDisruptionBudget cross/a (minAvailable 1)"]);
     absent(cp, ns, "deployment", "a");
 
     // Deployment first, then the PDB.
     create(cp, hg, &deployment(ns, "b", 1));
-    cp.apply(&pdb(ns, "b", "b", json!({"minAvailable": 1})).to_string()).denied(&["pdb-blocks-eviction"]);
+    cp.apply(pdb(ns, "b", "b", json!({"minAvailable": 1}))).denied(&["pdb-blocks-eviction"]);
     absent(cp, ns, "pdb", "b");
 
     // An HPA that would scale a Deployment on a ReadWriteOnce claim past one replica.
     create(cp, hg, &pvc(ns, "c-data", "ReadWriteOnce"));
     let c = merge(mounting(deployment(ns, "c", 1), "c-data"), json!({"spec": {"strategy": {"type": "Recreate"}}}));
     create(cp, hg, &c).no_warnings();
-    cp.apply(&hpa(ns, "c", "c", 1, 3).to_string())
+    cp.apply(hpa(ns, "c", "c", 1, 3))
         .denied(&["rwo-volume-multi-replica"])
         .shows(&["c-data", "3"]);
     absent(cp, ns, "hpa", "c");
@@ -436,10 +436,10 @@ fn exemptions(cp: &ControlPlane, hg: &HaGuard) {
     let annotated = |d: Value, reason: &str| {
         merge(d, json!({"metadata": {"annotations": {"ha-guard.io/allow-prestop-exceeds-grace": reason}}}))
     };
-    cp.apply(&annotated(slow_prestop(deployment(ns, "drainer", 1)), "drains a 20 s job queue; the grace is raised by the operator").to_string())
+    cp.apply(annotated(slow_prestop(deployment(ns, "drainer", 1)), "drains a 20 s job queue; the grace is raised by the operator"))
         .success()
         .hides(&["[prestop-exceeds-grace]"]);
-    cp.apply(&annotated(slow_prestop(deployment(ns, "no-reason", 1)), " ").to_string())
+    cp.apply(annotated(slow_prestop(deployment(ns, "no-reason", 1)), " "))
         .denied(&["prestop-exceeds-grace"])
         .shows(&["has an empty reason and is ignored"]);
     absent(cp, ns, "deployment", "no-reason");
@@ -457,7 +457,7 @@ fn exemptions(cp: &ControlPlane, hg: &HaGuard) {
 
     // ha-guard.io/mode: warn turns denials into warnings.
     namespace(cp, hg, "relaxed", &[("ha-guard.io/mode", "warn")]);
-    cp.apply(&slow_prestop(deployment("relaxed", "drainer", 1)).to_string())
+    cp.apply(slow_prestop(deployment("relaxed", "drainer", 1)))
         .success()
         .warns(&["prestop-exceeds-grace"]);
     get(cp, "relaxed", "deployment", "drainer");
@@ -468,7 +468,7 @@ fn exemptions(cp: &ControlPlane, hg: &HaGuard) {
         slow_prestop(deployment("ignored", "drainer", 2)),
         json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]}),
     );
-    cp.apply(&bare.to_string()).success().no_warnings().shows(&["a null labelSelector results in matching no pod"]);
+    cp.apply(bare).success().no_warnings().shows(&["a null labelSelector results in matching no pod"]);
     let got = get(cp, "ignored", "deployment", "drainer");
     assert!(got["spec"]["template"]["spec"]["topologySpreadConstraints"][0].get("labelSelector").is_none(), "not mutated: {got:#}");
 }
@@ -486,14 +486,14 @@ fn failure_policy(cp: &ControlPlane, hg: &mut HaGuard) {
         slow_prestop(deployment(ns, "while-down", 1)),
         json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]}),
     );
-    cp.apply(&bare.to_string()).success().no_warnings().shows(&["a null labelSelector results in matching no pod"]);
+    cp.apply(bare).success().no_warnings().shows(&["a null labelSelector results in matching no pod"]);
     let got = get(cp, ns, "deployment", "while-down");
     assert!(got["spec"]["template"]["spec"]["topologySpreadConstraints"][0].get("labelSelector").is_none(), "not mutated: {got:#}");
 
     hg.restart().unwrap_or_else(|e| panic!("restart: {e}"));
     poll("the validating webhook denies again", WAIT, std::time::Duration::from_millis(200), || validating_live(cp, CANARY_NS))
         .unwrap_or_else(|e| panic!("{e}"));
-    cp.apply(&slow_prestop(deployment(ns, "after", 1)).to_string()).denied(&["prestop-exceeds-grace"]);
+    cp.apply(slow_prestop(deployment(ns, "after", 1))).denied(&["prestop-exceeds-grace"]);
     absent(cp, ns, "deployment", "after");
     // What slipped in while it was down is now pre-existing: its image can still be updated.
     cp.kubectl(&["set", "image", "deployment/while-down", "app=nginx:1.28", "-n", ns])

@@ -157,7 +157,9 @@ pub struct ControlPlane {
     // Field order is drop order: the reaper is told "done" only after `drop` stopped everything,
     // and the directory goes last.
     reaper: Reaper,
-    root: tempfile::TempDir,
+    /// `None` once kept (`HA_GUARD_E2E_KEEP`).
+    root: Option<tempfile::TempDir>,
+    root_path: PathBuf,
     stopped: bool,
 }
 
@@ -170,7 +172,8 @@ impl ControlPlane {
             .tempdir()
             .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
         let reaper = Reaper::spawn(root.path())?;
-        let mut cp = ControlPlane { reaper, root, stopped: false };
+        let root_path = root.path().to_path_buf();
+        let mut cp = ControlPlane { reaper, root: Some(root), root_path, stopped: false };
         let script = control_plane_script("start.sh");
         let started = Instant::now();
         let out = Command::new(&script)
@@ -194,12 +197,12 @@ impl ControlPlane {
     }
 
     pub fn root(&self) -> &Path {
-        self.root.path()
+        &self.root_path
     }
 
     /// start.sh's directory: kubeconfig, pid files, logs.
     pub fn dir(&self) -> PathBuf {
-        self.root.path().join("cp")
+        self.root_path.join("cp")
     }
 
     pub fn kubeconfig(&self) -> PathBuf {
@@ -277,9 +280,14 @@ impl ControlPlane {
 }
 
 impl Drop for ControlPlane {
+    /// Stops etcd and kube-apiserver; the directory (certificates, logs, etcd data) is removed
+    /// unless `HA_GUARD_E2E_KEEP` is set, for looking at the logs after a failure.
     fn drop(&mut self) {
         if let Err(e) = self.stop() {
             eprintln!("[e2e] {e}");
+        }
+        if let (Some(_), Some(root)) = (std::env::var_os("HA_GUARD_E2E_KEEP"), self.root.take()) {
+            eprintln!("[e2e] HA_GUARD_E2E_KEEP: logs kept in {}", root.keep().display());
         }
     }
 }
