@@ -97,7 +97,7 @@ fn deny_cases(cp: &ControlPlane, hg: &HaGuard) {
     );
     cp.apply(hostnet).denied(&["host-network-colocation"]).shows(&[
         "[host-network-colocation] spec.template.spec.hostNetwork: ",
-        "hostNetwork",
+        "Deployment hostnet (replicas 2) uses hostNetwork: true and can run 2 replicas, but nothing forces one replica per node",
         "Fix: ",
     ]);
     absent(cp, ns, "deployment", "hostnet");
@@ -111,13 +111,21 @@ fn deny_cases(cp: &ControlPlane, hg: &HaGuard) {
         ),
         json!({"spec": {"strategy": {"type": "Recreate", "rollingUpdate": null}}}),
     );
-    cp.apply(csi).denied(&["csi-controller-recreate"]).shows(&["[csi-controller-recreate] spec.strategy", "Recreate"]);
+    cp.apply(csi).denied(&["csi-controller-recreate"]).shows(&[
+        "[csi-controller-recreate] spec.strategy.type: ",
+        "Deployment csi-controller (replicas 2) is a CSI controller (csi-provisioner) with strategy Recreate and up to 2 replicas",
+        "Fix: use strategy RollingUpdate",
+    ]);
     absent(cp, ns, "deployment", "csi-controller");
 
     // rwo-volume-multi-replica needs the claim in ha-guard's view first.
     create(cp, hg, &pvc(ns, "data", "ReadWriteOnce"));
     let db = mounting(spread_out(deployment(ns, "db", 2)), "data");
-    cp.apply(db).denied(&["rwo-volume-multi-replica"]).shows(&["[rwo-volume-multi-replica] ", "data", "ReadWriteOnce"]);
+    cp.apply(db).denied(&["rwo-volume-multi-replica"]).shows(&[
+        "[rwo-volume-multi-replica] spec.template.spec.volumes[0].persistentVolumeClaim.claimName: ",
+        "Deployment db (replicas 2) can run 2 pods that all mount PersistentVolumeClaim data (access modes ReadWriteOnce)",
+        "Fix: ",
+    ]);
     absent(cp, ns, "deployment", "db");
 
     // pdb-blocks-eviction: the Deployment first, then the PDB that would block every eviction.
@@ -198,7 +206,9 @@ fn selector_missing(cp: &ControlPlane, hg: &HaGuard) {
             json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": when}]}),
         )
     };
-    cp.apply(bare("filled", "DoNotSchedule")).success().hides(&["[spread-selector-missing]"]);
+    // The apiserver's own "null labelSelector" warning does not show either: the selector is
+    // filled before the apiserver validates the object.
+    cp.apply(bare("filled", "DoNotSchedule")).success().hides(&["[spread-selector-missing]", "null labelSelector"]);
     let got = get(cp, ns, "deployment", "filled");
     assert_eq!(
         got["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["labelSelector"],
@@ -252,6 +262,13 @@ fn warn_cases(cp: &ControlPlane, hg: &HaGuard) {
     warned(pod(deployment(ns, "soft-mismatch", 2), spread(json!({"matchLabels": {"app": "other"}}))), "spread-selector-mismatch")
         .shows(&["[spread-selector-mismatch] spec.template.spec.topologySpreadConstraints[0].labelSelector: "]);
     warned(pod(deployment(ns, "soft-everything", 2), spread(json!({}))), "spread-selector-overlap");
+    // The other form: a selector that also matches another workload's pods (in the view first).
+    let tiered = |name: &str, replicas: i64| {
+        merge(deployment(ns, name, replicas), json!({"spec": {"template": {"metadata": {"labels": {"tier": "web"}}}}}))
+    };
+    create(cp, hg, &tiered("front", 1));
+    warned(pod(tiered("back", 2), spread(json!({"matchLabels": {"tier": "web"}}))), "spread-selector-overlap")
+        .shows(&["front"]);
     let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "too-many"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
     warned(pod(deployment(ns, "too-many", 4), anti), "spread-unsatisfiable").shows(&["3 schedulable nodes"]);
