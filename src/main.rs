@@ -64,8 +64,25 @@ enum Command {
         /// Seconds in-flight requests get to finish after the listener stops.
         #[arg(long, default_value = "20", value_name = "SECONDS")]
         shutdown_timeout: f64,
+        /// Require callers to present a certificate signed by a CA in this PEM file (the TLS
+        /// handshake fails otherwise); re-read with the serving certificate. Without it, no client
+        /// certificate is asked for.
+        #[arg(long, value_name = "FILE")]
+        client_ca: Option<std::path::PathBuf>,
+        /// Requests answered at once; one more gets HTTP 503 at once, its body unread.
+        #[arg(long, default_value_t = ha_guard::server::DEFAULT_MAX_CONCURRENT_REQUESTS as u64, value_name = "N",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        max_concurrent_requests: u64,
+        /// Open connections, TLS handshakes included; one more is closed at once.
+        #[arg(long, default_value_t = ha_guard::server::DEFAULT_MAX_CONNECTIONS as u64, value_name = "N",
+              value_parser = clap::value_parser!(u64).range(1..))]
+        max_connections: u64,
+        /// Seconds a TLS handshake may take (a client that connects and sends nothing is closed).
+        #[arg(long, default_value = "10", value_name = "SECONDS")]
+        tls_handshake_timeout: f64,
     },
-    /// Write a CA and a serving certificate signed by it: DIR/ca.crt, DIR/tls.crt, DIR/tls.key.
+    /// Write a CA and a serving certificate signed by it: DIR/ca.crt, DIR/tls.crt, DIR/tls.key
+    /// (and DIR/client.crt, DIR/client.key with --client).
     Certs {
         #[arg(long, value_name = "DIR")]
         out: std::path::PathBuf,
@@ -75,6 +92,11 @@ enum Command {
         /// IP addresses of the serving certificate.
         #[arg(long, num_args = 1.., value_name = "ADDR")]
         ip: Vec<String>,
+        /// Also write a client certificate with this common name, signed by the same CA, as
+        /// DIR/client.crt and DIR/client.key: for the kube-apiserver to present to a webhook
+        /// run with `serve --client-ca DIR/ca.crt`.
+        #[arg(long, value_name = "NAME")]
+        client: Option<String>,
     },
     /// Lint manifests: files, directories (recursively), `-` for stdin.
     Check {
@@ -120,6 +142,10 @@ fn main() -> ExitCode {
             request_timeout,
             shutdown_delay,
             shutdown_timeout,
+            client_ca,
+            max_concurrent_requests,
+            max_connections,
+            tls_handshake_timeout,
         } => {
             init_tracing(log_format);
             let seconds = |s: f64, name: &str| {
@@ -131,9 +157,10 @@ fn main() -> ExitCode {
                     seconds(request_timeout, "request-timeout")?,
                     seconds(shutdown_delay, "shutdown-delay")?,
                     seconds(shutdown_timeout, "shutdown-timeout")?,
+                    seconds(tls_handshake_timeout, "tls-handshake-timeout")?,
                 ))
             })();
-            let (reload_interval, request_timeout, shutdown_delay, shutdown_timeout) = match durations {
+            let (reload_interval, request_timeout, shutdown_delay, shutdown_timeout, tls_handshake_timeout) = match durations {
                 Ok(d) => d,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -151,17 +178,21 @@ fn main() -> ExitCode {
                 shutdown_delay,
                 shutdown_timeout,
                 generate_dev_certs: true,
+                client_ca,
+                max_concurrent_requests: usize::try_from(max_concurrent_requests).unwrap_or(usize::MAX),
+                max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
+                tls_handshake_timeout,
             };
             serve(options, cluster)
         }
-        Command::Certs { out, dns, ip } => {
+        Command::Certs { out, dns, ip, client } => {
             let result = ha_guard::server::certs::parse_ips(&ip)
-                .and_then(|ips| ha_guard::server::certs::generate(&dns, &ips))
+                .and_then(|ips| ha_guard::server::certs::generate_with_client(&dns, &ips, client.as_deref()))
                 .and_then(|bundle| ha_guard::server::certs::write(&out, &bundle));
             match result {
-                Ok(()) => {
-                    for f in ["ca.crt", "tls.crt", "tls.key"] {
-                        println!("{}", out.join(f).display());
+                Ok(files) => {
+                    for f in files {
+                        println!("{}", f.display());
                     }
                     ExitCode::SUCCESS
                 }

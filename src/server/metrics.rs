@@ -37,6 +37,11 @@ pub struct ResultLabels {
     pub result: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
 fn duration_histogram() -> Histogram {
     // 50 µs .. ~6.5 s: admission answers in microseconds, the apiserver gives up at 10 s.
     Histogram::new(exponential_buckets(0.00005, 2.0, 18))
@@ -51,6 +56,14 @@ pub struct Metrics {
     pub cache_synced: Family<KindLabels, Gauge>,
     pub config_reloads: Family<ResultLabels, Counter>,
     pub tls_not_after: Gauge,
+    /// Requests being answered (each holds one of `--max-concurrent-requests`).
+    pub in_flight: Gauge,
+    /// Requests and connections refused for overload: `max-concurrent-requests` (503),
+    /// `max-connections` (closed).
+    pub rejected: Family<ReasonLabels, Counter>,
+    /// TLS handshakes that failed or timed out (a caller without an accepted client certificate
+    /// included).
+    pub tls_handshake_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -86,7 +99,29 @@ impl Metrics {
             Unit::Seconds,
             tls_not_after.clone(),
         );
-        Metrics { registry, requests, duration, findings, cache_objects, cache_synced, config_reloads, tls_not_after }
+        let in_flight = Gauge::default();
+        let rejected = Family::<ReasonLabels, Counter>::default();
+        let tls_handshake_failures = Counter::default();
+        registry.register("ha_guard_requests_in_flight", "Requests being answered", in_flight.clone());
+        registry.register("ha_guard_rejected", "Requests (503) and connections (closed) refused for overload, by limit", rejected.clone());
+        registry.register(
+            "ha_guard_tls_handshake_failures",
+            "TLS handshakes that failed or timed out (a refused client certificate included)",
+            tls_handshake_failures.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            duration,
+            findings,
+            cache_objects,
+            cache_synced,
+            config_reloads,
+            tls_not_after,
+            in_flight,
+            rejected,
+            tls_handshake_failures,
+        }
     }
 
     pub fn encode(&self) -> String {

@@ -25,7 +25,7 @@ use tower_http::timeout::TimeoutLayer;
 use crate::config::Config;
 use crate::view::{Index, View};
 use admission::Webhook;
-use metrics::{FindingLabels, Metrics, RequestLabels, ResultLabels, WebhookLabels};
+use metrics::{FindingLabels, Metrics, ReasonLabels, RequestLabels, ResultLabels, WebhookLabels};
 
 /// The largest request body accepted. The apiserver sends objects of up to ~3 MiB, twice on
 /// UPDATE (object and oldObject) plus the review's own fields: 8 MiB covers that with room.
@@ -91,6 +91,16 @@ impl AppState {
     }
 }
 
+/// Default of `--max-concurrent-requests`. A request holds at most one body of
+/// [`MAX_BODY_BYTES`] plus what decoding it takes; see README "The webhook" for the measured
+/// ceiling this gives. The apiserver sends few requests at a time (each answered in
+/// microseconds), so the limit is only reached by a flood.
+pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 16;
+/// Default of `--max-connections`: open TLS connections, in the handshake or established.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// Default of `--tls-handshake-timeout`.
+pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// The TLS port's routes: `POST /validate`, `POST /mutate`.
 pub fn webhook_router(state: Arc<AppState>, request_timeout: Duration) -> Router {
     Router::new()
@@ -100,6 +110,52 @@ pub fn webhook_router(state: Arc<AppState>, request_timeout: Duration) -> Router
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, request_timeout))
         .layer(CatchPanicLayer::custom(|_| json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal error while answering")))
         .with_state(state)
+}
+
+/// [`webhook_router`] answering at most `max` requests at a time: one more is answered at once
+/// with HTTP 503 and a one-line JSON error (its body is not read), so a flood costs bounded
+/// memory instead of queueing bodies. The apiserver treats the 503 like any failed call (its
+/// `failurePolicy` decides).
+pub fn limited_webhook_router(state: Arc<AppState>, request_timeout: Duration, max: usize) -> Router {
+    let permits = Arc::new(tokio::sync::Semaphore::new(max.clamp(1, tokio::sync::Semaphore::MAX_PERMITS)));
+    let limit_state = state.clone();
+    webhook_router(state, request_timeout).layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
+        let (permits, state) = (permits.clone(), limit_state.clone());
+        async move {
+            let Ok(permit) = permits.try_acquire_owned() else {
+                state.metrics.rejected.get_or_create(&ReasonLabels { reason: "max-concurrent-requests" }).inc();
+                tracing::debug!(max, path = %req.uri().path(), "overloaded: request refused");
+                let mut response = json_error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("overloaded: {max} requests are being answered (--max-concurrent-requests); retry"),
+                );
+                response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+                return response;
+            };
+            // Counted until the request ends, however it ends (a dropped connection included).
+            let _in_flight = InFlight::new(&state.metrics.in_flight, permit);
+            next.run(req).await
+        }
+    }))
+}
+
+/// Holds a request slot and counts it in `ha_guard_requests_in_flight` until dropped.
+struct InFlight {
+    gauge: prometheus_client::metrics::gauge::Gauge,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl InFlight {
+    fn new(gauge: &prometheus_client::metrics::gauge::Gauge, permit: tokio::sync::OwnedSemaphorePermit) -> Self {
+        gauge.inc();
+        InFlight { gauge: gauge.clone(), _permit: permit }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
 }
 
 /// The probe port's routes: `/healthz`, `/readyz`, `/metrics`.
@@ -238,6 +294,38 @@ pub struct ServeOptions {
     pub shutdown_timeout: Duration,
     /// Generate development certificates when neither file exists.
     pub generate_dev_certs: bool,
+    /// Only callers presenting a certificate signed by a CA in this PEM file are answered (the
+    /// handshake fails otherwise); re-read with the serving certificate. `None`: no client
+    /// certificate is asked for.
+    pub client_ca: Option<PathBuf>,
+    /// Requests answered at once; more get 503 at once.
+    pub max_concurrent_requests: usize,
+    /// Open connections (handshakes included); more are closed at once.
+    pub max_connections: usize,
+    /// Bound on a TLS handshake (a client that connects and sends nothing is closed after it).
+    pub tls_handshake_timeout: Duration,
+}
+
+/// The defaults of `ha-guard serve`.
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8443)),
+            probe_listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            tls_cert: PathBuf::from("certs/tls.crt"),
+            tls_key: PathBuf::from("certs/tls.key"),
+            config: None,
+            reload_interval: tls::DEFAULT_POLL,
+            request_timeout: Duration::from_secs(8),
+            shutdown_delay: Duration::from_secs(3),
+            shutdown_timeout: Duration::from_secs(20),
+            generate_dev_certs: true,
+            client_ca: None,
+            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            tls_handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -331,16 +419,21 @@ pub async fn serve_with_listeners(
         );
     }
     let material = tls::read(&options.tls_cert, &options.tls_key)?;
-    let rustls_config = tls::server_config(&material, &options.tls_cert, &options.tls_key)?;
+    let client_ca = options.client_ca.as_deref().map(tls::read_client_ca).transpose()?;
+    let rustls_config = tls::server_config_with(&material, client_ca.as_ref(), &options.tls_cert, &options.tls_key)?;
     if let Some(t) = material.not_after {
         state.metrics.tls_not_after.set(t);
+    }
+    if let Some(ca) = &client_ca {
+        tracing::info!(client_ca = %ca.path.display(), cas = ca.roots.len(), "client certificates required");
     }
     let tls_config = axum_server::tls_rustls::RustlsConfig::from_config(rustls_config);
 
     // Reload loops: TLS files and config file, by content. Stopped when serving ends, so that a
     // server run in-process (tests) leaves nothing behind.
     let mut background = tokio::task::JoinSet::new();
-    background.spawn(reload_tls(options.clone(), tls_config.clone(), material.digest, state.clone()));
+    let digest = tls_digest(&material, client_ca.as_ref());
+    background.spawn(reload_tls(options.clone(), tls_config.clone(), digest, state.clone()));
     if let Some(path) = options.config.clone() {
         background.spawn(reload_config(path, options.reload_interval, state.clone()));
     }
@@ -371,21 +464,112 @@ pub async fn serve_with_listeners(
         tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down: no new connections; in-flight requests finish");
         shutdown_handle.graceful_shutdown(Some(grace));
     });
-    let app = webhook_router(state.clone(), options.request_timeout);
+    let app = limited_webhook_router(state.clone(), options.request_timeout, options.max_concurrent_requests);
+    // A connection holds one of `max_connections` slots from accept to close; over the limit it
+    // is closed at once, before any TLS work. The handshake is bounded by its own timeout.
+    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls_config)
+        .handshake_timeout(options.tls_handshake_timeout)
+        .acceptor(ConnectionLimit { permits: Arc::new(tokio::sync::Semaphore::new(options.max_connections.clamp(1, tokio::sync::Semaphore::MAX_PERMITS))) });
+    let error_state = state.clone();
+    let max_connections = options.max_connections;
     // The request timeout starts once a request is dispatched; until then (a connection that
     // completes the handshake and then sends nothing, or its headers byte by byte) the first
     // request gets the same bound. Later requests on a kept-alive connection are not bounded
     // while idle: hyper's header timeout would also close idle keep-alive connections, racing
     // the apiserver's reuse of them.
-    let served = axum_server::from_tcp_rustls(listener, tls_config)?
+    let served = axum_server::from_tcp(listener)?
+        .acceptor(acceptor)
         .handle(handle)
         .first_request_timeout(options.request_timeout)
+        .accept_error_handler(move |peer: Option<&SocketAddr>, e: &std::io::Error| {
+            let peer = peer.map(ToString::to_string).unwrap_or_default();
+            if e.get_ref().is_some_and(|e| e.is::<OverConnectionLimit>()) {
+                error_state.metrics.rejected.get_or_create(&ReasonLabels { reason: "max-connections" }).inc();
+                tracing::debug!(peer, max_connections, "too many connections: closed");
+            } else {
+                error_state.metrics.tls_handshake_failures.inc();
+                tracing::warn!(peer, error = %e, "TLS handshake failed");
+            }
+        })
         .serve(app.into_make_service())
         .await;
     background.abort_all();
     served?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Over `--max-connections`: the accepted connection is closed at once.
+#[derive(Debug, thiserror::Error)]
+#[error("over the limit of open connections (--max-connections)")]
+struct OverConnectionLimit;
+
+/// An acceptor (under the TLS one) that gives each connection a slot, or refuses it.
+#[derive(Clone)]
+struct ConnectionLimit {
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl<I, S> axum_server::accept::Accept<I, S> for ConnectionLimit {
+    type Stream = Limited<I>;
+    type Service = S;
+    type Future = std::future::Ready<std::io::Result<(Limited<I>, S)>>;
+
+    fn accept(&self, stream: I, service: S) -> Self::Future {
+        std::future::ready(match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => Ok((Limited { inner: stream, _permit: permit }, service)),
+            Err(_) => Err(std::io::Error::other(OverConnectionLimit)),
+        })
+    }
+}
+
+/// A connection and its slot, given back when the connection is dropped.
+struct Limited<I> {
+    inner: I,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Limited<I> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Limited<I> {
+    fn poll_write(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+    fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+    fn poll_shutdown(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// What the TLS reload compares: the serving pair and, when required, the client CA file.
+fn tls_digest(material: &tls::Material, client_ca: Option<&tls::ClientCa>) -> [u8; 32] {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    hasher.update(material.digest);
+    if let Some(ca) = client_ca {
+        hasher.update(ca.digest);
+    }
+    hasher.finalize().into()
 }
 
 async fn reload_tls(options: ServeOptions, config: axum_server::tls_rustls::RustlsConfig, mut digest: [u8; 32], state: Arc<AppState>) {
@@ -401,17 +585,29 @@ async fn reload_tls(options: ServeOptions, config: axum_server::tls_rustls::Rust
                 continue;
             }
         };
-        if material.digest == digest {
+        let client_ca = match options.client_ca.as_deref().map(tls::read_client_ca).transpose() {
+            Ok(ca) => ca,
+            Err(e) => {
+                // Never fall back to accepting every caller: keep the CA (and certificate) in force.
+                tracing::warn!(error = %e, "client CA unreadable; keeping the current TLS configuration");
+                continue;
+            }
+        };
+        let new_digest = tls_digest(&material, client_ca.as_ref());
+        if new_digest == digest {
             continue;
         }
-        match tls::server_config(&material, &options.tls_cert, &options.tls_key) {
+        match tls::server_config_with(&material, client_ca.as_ref(), &options.tls_cert, &options.tls_key) {
             Ok(c) => {
                 config.reload_from_config(c);
-                digest = material.digest;
+                digest = new_digest;
                 if let Some(t) = material.not_after {
                     state.metrics.tls_not_after.set(t);
                 }
-                tracing::info!(cert = %options.tls_cert.display(), "reloaded the TLS certificate");
+                match &client_ca {
+                    Some(ca) => tracing::info!(cert = %options.tls_cert.display(), client_ca = %ca.path.display(), "reloaded the TLS certificate and client CA"),
+                    None => tracing::info!(cert = %options.tls_cert.display(), "reloaded the TLS certificate"),
+                }
             }
             Err(e) => tracing::warn!(error = %e, "new TLS files rejected; keeping the current certificate"),
         }

@@ -1,6 +1,9 @@
 //! TLS material: loading PEM files into a rustls config, and re-reading them when their content
 //! changes. Polling the content (not watching the path) sees a mounted Secret's atomic symlink
 //! swap; new connections get the new certificate, connections in flight keep theirs.
+//!
+//! With a client CA (`serve --client-ca`), only callers presenting a certificate signed by it
+//! complete the handshake; the CA file is polled and reloaded the same way.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,6 +24,8 @@ pub enum TlsError {
     NoKey { path: PathBuf, detail: String },
     #[error("{cert} / {key}: the certificate and key do not make a server identity: {detail}")]
     Config { cert: PathBuf, key: PathBuf, detail: String },
+    #[error("{path}: not a usable client CA: {detail}")]
+    ClientCa { path: PathBuf, detail: String },
 }
 
 /// The PEM material as read, with a digest to notice changes.
@@ -61,13 +66,58 @@ pub fn read(cert: &Path, key: &Path) -> Result<Material, TlsError> {
     Ok(Material { certs, key: key_der, digest: hasher.finalize().into(), not_after })
 }
 
-/// TLS 1.2 and 1.3 only (rustls supports nothing older), HTTP/2 and HTTP/1.1 by ALPN.
+/// The CAs whose certificates callers must present (`serve --client-ca`), as read.
+pub struct ClientCa {
+    pub path: PathBuf,
+    pub roots: Arc<rustls::RootCertStore>,
+    pub digest: [u8; 32],
+}
+
+impl std::fmt::Debug for ClientCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientCa").field("path", &self.path).field("roots", &self.roots.len()).finish()
+    }
+}
+
+/// Reads a PEM bundle of one or more CA certificates. Every certificate in it must be usable as
+/// a trust anchor; an empty or unparsable file is an error (never "trust nothing" by accident).
+pub fn read_client_ca(path: &Path) -> Result<ClientCa, TlsError> {
+    let bad = |detail: String| TlsError::ClientCa { path: path.into(), detail };
+    let pem = std::fs::read(path).map_err(|source| TlsError::Read { path: path.into(), source })?;
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem).collect::<Result<_, _>>().map_err(|e| bad(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(bad("no PEM certificate in it".into()));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for (i, cert) in certs.into_iter().enumerate() {
+        roots.add(cert).map_err(|e| bad(format!("certificate {}: {e}", i + 1)))?;
+    }
+    Ok(ClientCa { path: path.into(), roots: Arc::new(roots), digest: Sha256::digest(&pem).into() })
+}
+
+/// TLS 1.2 and 1.3 only (rustls supports nothing older), HTTP/2 and HTTP/1.1 by ALPN. No client
+/// certificate is asked for.
 pub fn server_config(m: &Material, cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
+    server_config_with(m, None, cert, key)
+}
+
+/// [`server_config`], and with `client_ca` every caller must present a certificate signed by one
+/// of its CAs (and valid for client authentication): the handshake fails otherwise.
+pub fn server_config_with(m: &Material, client_ca: Option<&ClientCa>, cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ServerConfig::builder_with_provider(provider)
+    let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| TlsError::Config { cert: cert.into(), key: key.into(), detail: e.to_string() })?
-        .with_no_client_auth()
+        .map_err(|e| TlsError::Config { cert: cert.into(), key: key.into(), detail: e.to_string() })?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(ca.roots.clone(), provider)
+                .build()
+                .map_err(|e| TlsError::ClientCa { path: ca.path.clone(), detail: e.to_string() })?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder
         .with_single_cert(m.certs.clone(), m.key.clone_key())
         .map_err(|e| TlsError::Config { cert: cert.into(), key: key.into(), detail: e.to_string() })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];

@@ -139,6 +139,7 @@ pub fn options(listeners: &Listeners, pki: &Pki) -> ServeOptions {
         shutdown_delay: Duration::ZERO,
         shutdown_timeout: Duration::from_secs(5),
         generate_dev_certs: false,
+        ..ServeOptions::default()
     }
 }
 
