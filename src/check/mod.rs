@@ -108,10 +108,50 @@ pub fn decode(documents: &[Document], namespace: &str, errors: &mut Vec<LoadErro
     out
 }
 
+/// API versions the cluster no longer serves for the kinds the engine checks: such a document is
+/// not checked (a 1.25+ apiserver refuses it), and says so rather than passing silently.
+fn removed_api(value: &serde_json::Value) -> Option<String> {
+    let (api_version, kind) = model::type_of(value)?;
+    let removed = matches!(
+        (api_version, kind),
+        ("policy/v1beta1", "PodDisruptionBudget")
+            | ("extensions/v1beta1" | "apps/v1beta1" | "apps/v1beta2", "Deployment" | "StatefulSet")
+            | ("autoscaling/v2beta1" | "autoscaling/v2beta2", "HorizontalPodAutoscaler")
+    );
+    removed.then(|| {
+        let name = value.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or("?");
+        format!(
+            "{kind} {name}: {api_version} is no longer served by Kubernetes (removed by 1.25/1.26), so it was \
+             not checked; move it to the current API version"
+        )
+    })
+}
+
 /// Checks loaded documents.
 pub fn check(loaded: &Loaded, options: &Options) -> Report {
     let mut errors = loaded.errors.clone();
     let decoded = decode(&loaded.documents, &options.namespace, &mut errors);
+    let mut unchecked: Vec<(Origin, String)> =
+        loaded.documents.iter().filter_map(|d| removed_api(&d.value).map(|m| (d.origin.clone(), m))).collect();
+    // Two documents describing one object: the view keeps the last, and says so.
+    let mut duplicates = Vec::new();
+    let mut seen: BTreeMap<(model::Kind, String, String), Origin> = BTreeMap::new();
+    for d in &decoded {
+        let id = match &d.object {
+            Object::Subject(s) => s.id(),
+            _ => continue,
+        };
+        if let Some(first) = seen.insert((id.kind, id.namespace.clone(), id.name.clone()), d.origin.clone()) {
+            duplicates.push((
+                d.origin.clone(),
+                format!(
+                    "{id} is also defined in {} (document {}): each is checked against the view holding this \
+                     later one; check alternatives (base and patch, two variants) separately",
+                    first.file, first.document
+                ),
+            ));
+        }
+    }
     let mut index = Index::new();
     index.set_complete(options.complete);
     for d in &decoded {
@@ -125,6 +165,8 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
         })
         .collect();
     let mut report = Report { objects: decoded.len(), files: loaded.sources.len(), ..Default::default() };
+    report.unchecked.append(&mut unchecked);
+    report.notices.append(&mut duplicates);
     let mut locator = locate::Locator::new(&loaded.sources);
     for d in &decoded {
         let Object::Subject(subject) = &d.object else { continue };
@@ -178,4 +220,40 @@ pub fn by_rule(report: &Report) -> BTreeMap<&'static str, usize> {
 /// Whether a subject is in the checked set (used by `--fix` to re-plan).
 pub fn is_subject(object: &Object) -> bool {
     matches!(object, Object::Subject(Subject::Workload(_) | Subject::Pdb(_)))
+}
+
+#[cfg(test)]
+mod notes_tests {
+    use super::*;
+
+    fn run(yaml: &str) -> Report {
+        let mut loaded = Loaded::default();
+        load::add_text(&mut loaded, "t.yaml".into(), None, yaml.into(), false);
+        check(&loaded, &Options { namespace: "default".into(), ..Default::default() })
+    }
+
+    #[test]
+    fn a_removed_api_version_is_reported_as_not_checked() {
+        let r = run("apiVersion: policy/v1beta1\nkind: PodDisruptionBudget\nmetadata: {name: old}\nspec: {minAvailable: 1}\n");
+        assert_eq!(r.objects, 0);
+        assert_eq!(r.unchecked.len(), 1, "{:?}", r.unchecked);
+        let (origin, message) = &r.unchecked[0];
+        assert_eq!((origin.file.as_str(), origin.document), ("t.yaml", 0));
+        assert!(message.contains("PodDisruptionBudget old") && message.contains("policy/v1beta1"), "{message}");
+        assert_eq!(r.exit_code(), 0, "not an error: the rest is still checked");
+        let r = run("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: new}\nspec: {minAvailable: 1, selector: {matchLabels: {a: b}}}\n");
+        assert!(r.unchecked.is_empty());
+    }
+
+    #[test]
+    fn two_documents_for_one_object_are_noticed() {
+        let d = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx}]}\n";
+        let r = run(&format!("{d}---\n{d}"));
+        assert_eq!(r.notices.len(), 1, "{:?}", r.notices);
+        let (origin, message) = &r.notices[0];
+        assert_eq!(origin.document, 1);
+        assert!(message.contains("Deployment default/web is also defined in t.yaml (document 0)"), "{message}");
+        let other = d.replace("name: web}", "name: api}");
+        assert!(run(&format!("{d}---\n{other}")).notices.is_empty());
+    }
 }
