@@ -166,6 +166,13 @@ pub struct ControlPlane {
 impl ControlPlane {
     /// Builds the control plane if needed, then starts it. Every failure says why.
     pub fn start() -> Result<ControlPlane, String> {
+        Self::start_with(|_| Ok(Vec::new()))
+    }
+
+    /// [`ControlPlane::start`] with more kube-apiserver flags: `prepare` gets the temporary root
+    /// directory (where it may write files the flags name, e.g. an AdmissionConfiguration) before
+    /// the apiserver starts, and returns the flags (`--name=value`, one an item).
+    pub fn start_with(prepare: impl FnOnce(&Path) -> Result<Vec<String>, String>) -> Result<ControlPlane, String> {
         let apiserver = kube_apiserver()?;
         let root = tempfile::Builder::new()
             .prefix("ha-guard-e2e-")
@@ -174,11 +181,16 @@ impl ControlPlane {
         let reaper = Reaper::spawn(root.path())?;
         let root_path = root.path().to_path_buf();
         let mut cp = ControlPlane { reaper, root: Some(root), root_path, stopped: false };
+        let flags = prepare(cp.root())?;
+        if let Some(bad) = flags.iter().find(|f| f.contains('\n') || !f.starts_with("--")) {
+            return Err(format!("not a kube-apiserver flag: {bad:?}"));
+        }
         let script = control_plane_script("start.sh");
         let started = Instant::now();
         let out = Command::new(&script)
             .arg(cp.dir())
             .env("KUBE_APISERVER", &apiserver)
+            .env("KUBE_APISERVER_EXTRA_FLAGS", flags.join("\n"))
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
@@ -271,6 +283,35 @@ impl ControlPlane {
             Ok(())
         } else {
             Err(format!("{} failed: {}", script.display(), String::from_utf8_lossy(&out.stderr)))
+        }
+    }
+
+    /// Stops only kube-apiserver (`apiserver.sh stop`: SIGTERM, then SIGKILL after `grace`);
+    /// etcd keeps running. A terminating kube-apiserver stops listening at once but keeps the
+    /// watches it serves open for a while (about 20 s here), so a short `grace` saves time.
+    pub fn stop_apiserver(&self, grace: Duration) -> Result<(), String> {
+        self.apiserver_script("stop", &[("STOP_TIMEOUT", grace.as_secs().max(1).to_string())])
+    }
+
+    /// Starts kube-apiserver again with the command line it had (`apiserver.sh start`: same port,
+    /// certificates, flags and etcd data) and waits for its `/readyz`.
+    pub fn start_apiserver(&self) -> Result<(), String> {
+        self.apiserver_script("start", &[])
+    }
+
+    fn apiserver_script(&self, what: &str, env: &[(&str, String)]) -> Result<(), String> {
+        let script = control_plane_script("apiserver.sh");
+        let out = Command::new(&script)
+            .arg(what)
+            .arg(self.dir())
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("{} {what} failed ({}):\n{}", script.display(), out.status, String::from_utf8_lossy(&out.stderr)))
         }
     }
 
@@ -445,6 +486,46 @@ fn free_ports() -> (u16, u16) {
     (a.local_addr().expect("addr").port(), b.local_addr().expect("addr").port())
 }
 
+/// A free loopback port (the kernel picks it; released at once), for a port that must be known
+/// before ha-guard starts (e.g. named in the apiserver's admission kubeconfig).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("bind 127.0.0.1:0").port()
+}
+
+/// How to start ha-guard ([`HaGuard::spawn_spec`]). [`Spec::new`] is what [`HaGuard::start`]
+/// does: `--cluster live` with the control plane's kubeconfig, certificates from
+/// `ha-guard certs`, free ports.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// Its directory under the control plane's root ([`HaGuard::dir_of`]: certificates, log) and
+    /// the name of its pid file.
+    pub name: String,
+    /// `None`: no KUBECONFIG and a HOME without `.kube` (no cluster to find).
+    pub kubeconfig: Option<PathBuf>,
+    /// `--cluster`.
+    pub cluster: String,
+    /// Run `ha-guard certs` into its directory first; `false`: the caller has put `ca.crt`,
+    /// `tls.crt` and `tls.key` there (files or symlinks).
+    pub generate_certs: bool,
+    /// The webhook port; `None`: a free one.
+    pub webhook_port: Option<u16>,
+    /// More `serve` flags, e.g. `--config FILE`, `--client-ca FILE`, `--reload-interval 0.5`.
+    pub args: Vec<String>,
+}
+
+impl Spec {
+    pub fn new(cp: &ControlPlane, name: &str) -> Spec {
+        Spec {
+            name: name.to_string(),
+            kubeconfig: Some(cp.kubeconfig()),
+            cluster: "live".to_string(),
+            generate_certs: true,
+            webhook_port: None,
+            args: Vec::new(),
+        }
+    }
+}
+
 /// The real `ha-guard serve` binary with `--cluster live`, watching the control plane.
 pub struct HaGuard {
     name: String,
@@ -454,6 +535,8 @@ pub struct HaGuard {
     kubeconfig: Option<PathBuf>,
     /// `--cluster`: `live` unless said otherwise.
     cluster: String,
+    /// More `serve` flags ([`Spec::args`]).
+    args: Vec<String>,
     pub webhook_port: u16,
     pub probe_port: u16,
     child: Option<Child>,
@@ -463,12 +546,18 @@ impl HaGuard {
     /// Starts ha-guard against `cp` and waits until `/readyz` answers 200. Ports are picked free
     /// just before the start; if another process took one meanwhile, it tries again with others.
     pub fn start(cp: &ControlPlane) -> Result<HaGuard, String> {
+        Self::start_spec(cp, &Spec::new(cp, "ha-guard"))
+    }
+
+    /// Starts ha-guard as `spec` says and waits until `/readyz` answers 200 (with free ports:
+    /// tried again with others if one was taken meanwhile).
+    pub fn start_spec(cp: &ControlPlane, spec: &Spec) -> Result<HaGuard, String> {
         let mut last = String::new();
         for _ in 0..3 {
-            let mut hg = Self::spawn_with(cp, "ha-guard", &cp.kubeconfig())?;
+            let mut hg = Self::spawn_spec(cp, spec)?;
             match hg.wait_ready(WAIT) {
                 Ok(()) => return Ok(hg),
-                Err(e) if e.contains("Address already in use") => last = e,
+                Err(e) if e.contains("Address already in use") && spec.webhook_port.is_none() => last = e,
                 Err(e) => return Err(e),
             }
         }
@@ -484,24 +573,47 @@ impl HaGuard {
     /// Starts ha-guard with `--cluster cluster`, with `kubeconfig` or with none to be found,
     /// without waiting for readiness.
     pub fn spawn_cluster(cp: &ControlPlane, name: &str, kubeconfig: Option<&Path>, cluster: &str) -> Result<HaGuard, String> {
-        let dir = cp.root().join(name);
+        let spec = Spec { kubeconfig: kubeconfig.map(Path::to_path_buf), cluster: cluster.to_string(), ..Spec::new(cp, name) };
+        Self::spawn_spec(cp, &spec)
+    }
+
+    /// The directory of the ha-guard named `name` (certificates, log): where a caller puts the
+    /// certificates of a [`Spec`] with `generate_certs: false`.
+    pub fn dir_of(root: &Path, name: &str) -> PathBuf {
+        root.join(name)
+    }
+
+    /// Starts ha-guard as `spec` says, without waiting for readiness.
+    pub fn spawn_spec(cp: &ControlPlane, spec: &Spec) -> Result<HaGuard, String> {
+        let dir = Self::dir_of(cp.root(), &spec.name);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let out = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
-            .args(["certs", "--out"])
-            .arg(&dir)
-            .args(["--dns", "localhost", "--ip", "127.0.0.1"])
-            .output()
-            .map_err(|e| format!("cannot run ha-guard certs: {e}"))?;
-        if !out.status.success() {
-            return Err(format!("ha-guard certs failed: {}", String::from_utf8_lossy(&out.stderr)));
+        if spec.generate_certs {
+            let out = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+                .args(["certs", "--out"])
+                .arg(&dir)
+                .args(["--dns", "localhost", "--ip", "127.0.0.1"])
+                .output()
+                .map_err(|e| format!("cannot run ha-guard certs: {e}"))?;
+            if !out.status.success() {
+                return Err(format!("ha-guard certs failed: {}", String::from_utf8_lossy(&out.stderr)));
+            }
         }
-        let (webhook_port, probe_port) = free_ports();
+        let (webhook_port, probe_port) = match spec.webhook_port {
+            Some(port) => (port, loop {
+                let p = free_port();
+                if p != port {
+                    break p;
+                }
+            }),
+            None => free_ports(),
+        };
         let mut hg = HaGuard {
-            name: name.to_string(),
-            pidfile: cp.root().join(format!("{name}.pid")),
+            name: spec.name.clone(),
+            pidfile: cp.root().join(format!("{}.pid", spec.name)),
             dir,
-            kubeconfig: kubeconfig.map(Path::to_path_buf),
-            cluster: cluster.to_string(),
+            kubeconfig: spec.kubeconfig.clone(),
+            cluster: spec.cluster.clone(),
+            args: spec.args.clone(),
             webhook_port,
             probe_port,
             child: None,
@@ -533,6 +645,7 @@ impl HaGuard {
             .args(["--cluster", &self.cluster, "--log-format", "json"])
             // Readiness drops at once on SIGTERM: nothing routes through a Service here.
             .args(["--shutdown-delay", "0.2"])
+            .args(&self.args)
             .env_remove("KUBERNETES_SERVICE_HOST")
             .stdin(Stdio::null())
             .stdout(log)
@@ -546,6 +659,16 @@ impl HaGuard {
 
     pub fn log_path(&self) -> PathBuf {
         self.dir.join("ha-guard.log")
+    }
+
+    /// Its directory (certificates, log).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The pid of the running process.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     pub fn log_tail(&self, n: usize) -> String {
@@ -604,6 +727,16 @@ impl HaGuard {
             }
         }
         let _ = std::fs::remove_file(&self.pidfile);
+    }
+
+    /// Kills it with SIGKILL (a crash, an OOM kill: nothing is cleaned up) and returns how it
+    /// ended; `None` if it was not running.
+    pub fn kill(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = child.kill();
+        let status = child.wait().ok();
+        let _ = std::fs::remove_file(&self.pidfile);
+        status
     }
 
     /// Starts it again on the same ports (the webhook configurations name them) and waits until
@@ -1165,4 +1298,219 @@ impl Drop for Relay {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+// --- direct calls to the webhook port --------------------------------------------------------
+
+/// A client certificate and its key (PEM), presented to ha-guard's webhook port.
+#[derive(Clone, Debug)]
+pub struct ClientIdentity {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl ClientIdentity {
+    /// `client.crt` and `client.key` as `ha-guard certs --client NAME` writes them into `dir`.
+    pub fn read(dir: &Path) -> ClientIdentity {
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{}: {e}", dir.join(f).display()));
+        ClientIdentity { cert_pem: read("client.crt"), key_pem: read("client.key") }
+    }
+}
+
+/// How a call straight to ha-guard's webhook port (not through the apiserver) ended.
+#[derive(Debug)]
+pub enum Call {
+    /// An HTTP answer, and the certificate the server presented (DER).
+    Answered { status: u16, body: String, server_cert: Vec<u8> },
+    /// The TLS handshake failed as the client saw it (over TLS 1.2 a refused client certificate
+    /// ends the handshake itself).
+    HandshakeFailed(rustls::Error),
+    /// The client's side of the handshake completed, then the server ended the connection with a
+    /// TLS alert and no HTTP answer: over TLS 1.3 the server checks the client's certificate after
+    /// the client has sent its Finished, so a refusal arrives on the first read.
+    RefusedAfterHandshake(rustls::Error),
+}
+
+impl Call {
+    /// The TLS error of a refused call.
+    pub fn tls_error(&self) -> Option<&rustls::Error> {
+        match self {
+            Call::Answered { .. } => None,
+            Call::HandshakeFailed(e) | Call::RefusedAfterHandshake(e) => Some(e),
+        }
+    }
+}
+
+/// The rustls error inside an I/O error, if that is what it is.
+fn rustls_error(e: &std::io::Error) -> Option<rustls::Error> {
+    e.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>()).cloned()
+}
+
+/// `POST path` with `body` (JSON) to ha-guard's webhook port on 127.0.0.1, over HTTP/1.1 and
+/// TLS (`version`, or 1.3 or 1.2 as negotiated), trusting `ca_pem` and presenting `id` if given.
+/// `Err` for anything that is neither an HTTP answer nor a TLS refusal (connection refused, a
+/// timeout, ...).
+pub fn webhook_call(
+    port: u16,
+    ca_pem: &str,
+    id: Option<&ClientIdentity>,
+    version: Option<&'static rustls::SupportedProtocolVersion>,
+    path: &str,
+    body: &[u8],
+) -> Result<Call, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use std::sync::Arc;
+
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.map_err(|e| format!("CA PEM: {e}"))?).map_err(|e| format!("CA: {e}"))?;
+    }
+    let versions: Vec<&'static rustls::SupportedProtocolVersion> = match version {
+        Some(v) => vec![v],
+        None => vec![&rustls::version::TLS13, &rustls::version::TLS12],
+    };
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_protocol_versions(&versions)
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots);
+    let mut config = match id {
+        None => builder.with_no_client_auth(),
+        Some(id) => {
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(id.cert_pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("client certificate PEM: {e}"))?;
+            let key = PrivateKeyDer::from_pem_slice(id.key_pem.as_bytes()).map_err(|e| format!("client key PEM: {e}"))?;
+            builder.with_client_auth_cert(certs, key).map_err(|e| format!("client identity: {e}"))?
+        }
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let server = ServerName::IpAddress(std::net::IpAddr::from([127, 0, 0, 1]).into());
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), server).map_err(|e| e.to_string())?;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| format!("connect {addr}: {e}"))?;
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
+    tcp.set_write_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
+    while conn.is_handshaking() {
+        if let Err(e) = conn.complete_io(&mut tcp) {
+            return match rustls_error(&e) {
+                Some(tls) => Ok(Call::HandshakeFailed(tls)),
+                None => Err(format!("TLS handshake with {addr}: {e}")),
+            };
+        }
+    }
+    let server_cert = conn.peer_certificates().and_then(|c| c.first()).map(|c| c.to_vec()).unwrap_or_default();
+    let mut stream = rustls::StreamOwned::new(conn, tcp);
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut raw = Vec::new();
+    let sent = stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body)).and_then(|()| stream.flush());
+    let received = sent.and_then(|()| stream.read_to_end(&mut raw));
+    match received {
+        Ok(_) => {}
+        // Closed without close_notify after a whole answer: the answer counts.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => {
+            if let Some(tls) = rustls_error(&e) {
+                return Ok(Call::RefusedAfterHandshake(tls));
+            }
+            // The server closed while the request was being written: its alert may still be
+            // waiting to be read.
+            loop {
+                match stream.conn.read_tls(&mut stream.sock) {
+                    Ok(0) | Err(_) => return Err(format!("POST {path}: {e} (no TLS alert from the server)")),
+                    Ok(_) => {
+                        if let Err(tls) = stream.conn.process_new_packets() {
+                            return Ok(Call::RefusedAfterHandshake(tls));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| format!("POST {path}: no HTTP response: {text:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("POST {path}: bad status line: {head:?}"))?;
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    Ok(Call::Answered { status, body: if chunked { dechunk(body) } else { body.to_string() }, server_cert })
+}
+
+/// The serial number of a DER certificate, as its INTEGER's content octets without a leading
+/// zero (enough for comparing; no X.509 parser needed: it is the first INTEGER of the
+/// TBSCertificate, after the optional `[0]` version).
+pub fn cert_serial(der: &[u8]) -> Option<Vec<u8>> {
+    /// One DER TLV: tag, content, what follows.
+    fn tlv(b: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+        let tag = *b.first()?;
+        let first = usize::from(*b.get(1)?);
+        let (len, header) = if first < 0x80 {
+            (first, 2)
+        } else {
+            let n = first & 0x7f;
+            if n == 0 || n > 4 {
+                return None;
+            }
+            let mut len = 0usize;
+            for i in 0..n {
+                len = (len << 8) | usize::from(*b.get(2 + i)?);
+            }
+            (len, 2 + n)
+        };
+        Some((tag, b.get(header..header + len)?, b.get(header + len..)?))
+    }
+    let (0x30, cert, _) = tlv(der)? else { return None };
+    let (0x30, tbs, _) = tlv(cert)? else { return None };
+    let (mut tag, mut content, rest) = tlv(tbs)?;
+    if tag == 0xa0 {
+        (tag, content, _) = tlv(rest)?;
+    }
+    if tag != 0x02 {
+        return None;
+    }
+    let trimmed = match content {
+        [0, rest @ ..] if !rest.is_empty() => rest,
+        c => c,
+    };
+    Some(trimmed.to_vec())
+}
+
+/// The `admission.k8s.io/v1` AdmissionReview the apiserver would send for a CREATE of `obj` (a
+/// Deployment, StatefulSet, PDB or HPA), for calls straight to the webhook port.
+pub fn admission_review(obj: &Value) -> Value {
+    let kind = obj["kind"].as_str().expect("kind");
+    let (group, version) = match obj["apiVersion"].as_str().expect("apiVersion").split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), obj["apiVersion"].as_str().unwrap_or_default().to_string()),
+    };
+    let resource = match kind {
+        "Deployment" => "deployments",
+        "StatefulSet" => "statefulsets",
+        "PodDisruptionBudget" => "poddisruptionbudgets",
+        "HorizontalPodAutoscaler" => "horizontalpodautoscalers",
+        other => panic!("admission_review: no resource for {other}"),
+    };
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let uid = format!("00000000-0000-4000-8000-{:012}", SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst));
+    let gvk = json!({"group": group, "version": version, "kind": kind});
+    let gvr = json!({"group": group, "version": version, "resource": resource});
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": uid, "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+            "name": obj["metadata"]["name"], "namespace": obj["metadata"]["namespace"],
+            "operation": "CREATE",
+            "userInfo": {"username": "ha-guard-admin", "groups": ["system:masters", "system:authenticated"]},
+            "object": obj, "oldObject": null, "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+        }
+    })
 }

@@ -5,6 +5,10 @@
 # DIR/{etcd,apiserver}.log, waits for /readyz and leaves both running.
 # Stop them with stop.sh DIR.
 # KUBE_APISERVER=/path/to/kube-apiserver skips the call to build.sh.
+# KUBE_APISERVER_EXTRA_FLAGS: more kube-apiserver flags, one a line (spaces in a value are kept),
+# e.g. --admission-control-config-file=/path/admission.yaml; none by default.
+# The apiserver's full command line is recorded in DIR/apiserver.args (NUL-separated), so that
+# apiserver.sh can stop it and start it again the same way (same port, certificates and etcd).
 set -euo pipefail
 
 [[ $# -eq 1 ]] || { echo "usage: $0 DIR" >&2; exit 2; }
@@ -91,18 +95,24 @@ nohup etcd --name ha-guard-e2e --data-dir "$dir/etcd-data" --logger zap --log-ou
   </dev/null >"$dir/etcd.log" 2>&1 &
 echo $! > "$dir/etcd.pid"
 
-nohup "$apiserver" \
-  --etcd-servers="$etcd_url" \
-  --bind-address=127.0.0.1 --secure-port="$api_port" --cert-dir="$certs" \
-  --client-ca-file="$certs/ca.crt" \
-  --authorization-mode=RBAC \
-  --service-cluster-ip-range=10.0.0.0/24 \
-  --service-account-issuer="https://127.0.0.1:${api_port}/" \
-  --service-account-key-file="$certs/sa.key" \
-  --service-account-signing-key-file="$certs/sa.key" \
-  --allow-privileged=true \
-  --disable-admission-plugins=ServiceAccount \
-  </dev/null >"$dir/apiserver.log" 2>&1 &
+apiserver_args=(
+  "$apiserver"
+  --etcd-servers="$etcd_url"
+  --bind-address=127.0.0.1 --secure-port="$api_port" --cert-dir="$certs"
+  --client-ca-file="$certs/ca.crt"
+  --authorization-mode=RBAC
+  --service-cluster-ip-range=10.0.0.0/24
+  --service-account-issuer="https://127.0.0.1:${api_port}/"
+  --service-account-key-file="$certs/sa.key"
+  --service-account-signing-key-file="$certs/sa.key"
+  --allow-privileged=true
+  --disable-admission-plugins=ServiceAccount
+)
+while IFS= read -r flag; do
+  if [[ -n "$flag" ]]; then apiserver_args+=("$flag"); fi
+done <<< "${KUBE_APISERVER_EXTRA_FLAGS:-}"
+printf '%s\0' "${apiserver_args[@]}" > "$dir/apiserver.args"
+nohup "${apiserver_args[@]}" </dev/null >"$dir/apiserver.log" 2>&1 &
 echo $! > "$dir/apiserver.pid"
 log "etcd pid $(cat "$dir/etcd.pid") on $etcd_url; kube-apiserver pid $(cat "$dir/apiserver.pid") on https://127.0.0.1:${api_port}"
 
