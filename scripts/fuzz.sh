@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing of ha-guard (cargo-fuzz / libFuzzer, nightly toolchain).
+#
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
+#
+# Runs each target (default: admission check) for SECONDS_PER_TARGET (default 60) seconds, one
+# fuzzing process at a time (one core), and prints the executions per target from libFuzzer's
+# final stats line ("Done N runs in S second(s)"). Exits non-zero on any crash, panic, timeout or
+# out-of-memory, naming the reproducer (fuzz/artifacts/TARGET/...) and how to replay it.
+#
+# The seed corpus is built at run time from tests/fixtures/*.json (AdmissionReviews), examples/
+# and the shared corpus ($HA_GUARD_CORPUS, default ../shared/corpus) into fuzz/seeds/ (nothing
+# from ../shared is committed). What libFuzzer finds is kept in fuzz/corpus/TARGET/ (git-ignored)
+# and reused by the next run on the same machine.
+#
+# Environment:
+#   FUZZ_SANITIZER   address | none (default none: ha-guard has no unsafe code, and without ASan
+#                    the targets run about twice as fast; use address for the dependencies' unsafe)
+#   FUZZ_TIMEOUT     seconds one input may take before it counts as a hang (default 25)
+#   FUZZ_RSS_MB      memory limit of the fuzzing process (default 2048)
+#   FUZZ_FLAGS       more libFuzzer flags, e.g. "-seed=1"
+#   CARGO_FUZZ_VERSION  the cargo-fuzz installed when it is missing (default below)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+seconds=${1:-60}
+shift || true
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(admission check)
+case $seconds in '' | *[!0-9]*) echo "fuzz.sh: SECONDS_PER_TARGET must be a whole number, got '$seconds'" >&2; exit 2 ;; esac
+
+sanitizer=${FUZZ_SANITIZER:-none}
+timeout=${FUZZ_TIMEOUT:-25}
+rss=${FUZZ_RSS_MB:-2048}
+cargo_fuzz_version=${CARGO_FUZZ_VERSION:-0.13.2}
+corpus_src=${HA_GUARD_CORPUS:-$(cd .. && pwd)/shared/corpus}
+
+# --- tools ---------------------------------------------------------------------------------------
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    echo "fuzz.sh: a nightly toolchain is needed (libFuzzer's instrumentation): rustup toolchain install nightly" >&2
+    exit 2
+fi
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+    echo "fuzz.sh: installing cargo-fuzz $cargo_fuzz_version (once, into ~/.cargo/bin)"
+    cargo install cargo-fuzz --version "$cargo_fuzz_version" --locked
+fi
+
+# --- seed corpus -----------------------------------------------------------------------------------
+# admission: every AdmissionReview fixture. check: the examples, the shared corpus split into
+# pieces of at most 16 KiB at document boundaries (libFuzzer truncates longer inputs to -max_len),
+# and the objects inside the fixtures as JSON documents.
+seeds=fuzz/seeds
+rm -rf "$seeds"
+mkdir -p "$seeds/admission" "$seeds/check"
+for f in tests/fixtures/*.json; do
+    grep -q '"AdmissionReview"' "$f" && cp "$f" "$seeds/admission/"
+done
+cp examples/*.yaml examples/*.json "$seeds/check/" 2>/dev/null || true
+if [ ! -d "$corpus_src" ]; then
+    echo "fuzz.sh: no shared corpus at $corpus_src: seeding from the fixtures and examples only" >&2
+    corpus_src=
+fi
+if command -v python3 >/dev/null 2>&1; then
+    python3 - "$seeds/check" "$corpus_src" tests/fixtures/*.json <<'PY'
+import json, os, pathlib, sys
+out, corpus, fixtures = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+LIMIT = 16 * 1024
+def pieces(text):
+    """Consecutive YAML documents, split at `---` lines, grouped up to LIMIT bytes."""
+    docs, cur = [], []
+    for line in text.splitlines(keepends=True):
+        if line.rstrip("\r\n") == "---" or line.startswith("--- "):
+            if cur: docs.append("".join(cur))
+            cur = []
+        cur.append(line)
+    if cur: docs.append("".join(cur))
+    group = ""
+    for d in docs:
+        if len(d.encode()) > LIMIT:
+            continue  # one document too large to fuzz whole (e.g. a CRD schema)
+        if len((group + d).encode()) > LIMIT:
+            yield group
+            group = ""
+        group += d
+    if group.strip(): yield group
+if corpus:
+    for p in sorted(pathlib.Path(corpus).rglob("*")):
+        if p.suffix not in (".yaml", ".yml", ".json") or not p.is_file():
+            continue
+        name = str(p.relative_to(corpus)).replace(os.sep, "__")
+        for i, piece in enumerate(pieces(p.read_text(errors="replace"))):
+            (out / f"shared__{name}.{i}.yaml").write_text(piece)
+for f in fixtures:
+    try:
+        review = json.load(open(f))
+    except Exception:
+        continue
+    req = review.get("request") if isinstance(review, dict) else None
+    if not isinstance(req, dict):
+        continue
+    for field in ("object", "oldObject"):
+        if isinstance(req.get(field), dict):
+            (out / f"fixture__{pathlib.Path(f).stem}.{field}.json").write_text(json.dumps(req[field], indent=2) + "\n")
+PY
+elif [ -n "$corpus_src" ]; then
+    # Without python3: the shared corpus files small enough to fuzz whole.
+    find "$corpus_src" -name '*.yaml' -size -16k | while read -r f; do
+        cp "$f" "$seeds/check/shared__$(echo "${f#"$corpus_src"/}" | tr / _)"
+    done
+fi
+echo "fuzz.sh: seeds: admission $(ls "$seeds/admission" | wc -l), check $(ls "$seeds/check" | wc -l)"
+
+# --- build every target once (not counted in the fuzzing time) ------------------------------------
+fuzz=(cargo +nightly fuzz)
+build_start=$(date +%s)
+if ! "${fuzz[@]}" build --sanitizer "$sanitizer"; then
+    echo "fuzz.sh: the fuzz targets do not build" >&2
+    exit 1
+fi
+echo "fuzz.sh: built in $(( $(date +%s) - build_start )) s (sanitizer: $sanitizer)"
+
+# --- run -------------------------------------------------------------------------------------------
+mkdir -p fuzz/logs
+declare -A max_len=([admission]=16384 [check]=16384)
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+    mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
+    log="fuzz/logs/$t.log"
+    echo "fuzz.sh: $t for ${seconds}s (log: $log)"
+    status=0
+    # One in-process fuzzer (cargo-fuzz --jobs 1: no forked workers), on one core.
+    # shellcheck disable=SC2086
+    "${fuzz[@]}" run --sanitizer "$sanitizer" --jobs 1 "$t" "fuzz/corpus/$t" "$seeds/$t" -- \
+        -max_total_time="$seconds" -max_len="${max_len[$t]:-32768}" -timeout="$timeout" \
+        -rss_limit_mb="$rss" -dict=fuzz/k8s.dict -print_final_stats=1 \
+        -artifact_prefix="fuzz/artifacts/$t/" ${FUZZ_FLAGS:-} >"$log" 2>&1 || status=$?
+    done_line=$(grep -E '^Done [0-9]+ runs in [0-9]+ second' "$log" | tail -n 1 || true)
+    runs=$(echo "$done_line" | awk '{print $2}')
+    secs=$(echo "$done_line" | awk '{print $5}')
+    cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+/[0-9]+[a-zA-Z]*' "$log" | tail -n 1 || true)
+    if [ "$status" -ne 0 ] || [ -z "$done_line" ]; then
+        failed+=("$t")
+        echo "fuzz.sh: $t FAILED (exit $status). The end of its log:" >&2
+        grep -v '^#[0-9]' "$log" | tail -n 60 >&2
+        for a in "fuzz/artifacts/$t"/*; do
+            [ -e "$a" ] || continue
+            echo "fuzz.sh: reproducer: $a" >&2
+            echo "         replay: cargo +nightly fuzz run --sanitizer $sanitizer $t $a" >&2
+        done
+        summary+=("$t: FAILED after ${runs:-?} runs")
+    else
+        summary+=("$t: $runs runs in $secs s ($(( runs / (secs > 0 ? secs : 1) )) exec/s; $cov)")
+    fi
+done
+
+echo "fuzz.sh: summary"
+for s in "${summary[@]}"; do echo "  $s"; done
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "fuzz.sh: crashes in: ${failed[*]}" >&2
+    exit 1
+fi
