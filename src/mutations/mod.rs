@@ -168,7 +168,11 @@ fn plan_workload(w: &Workload, subject: &Subject, view: &dyn View, config: &Conf
             plan.add("inject-match-label-keys", &[&SPREADS[..], &[index.as_str(), "matchLabelKeys"]].concat(), json!([POD_TEMPLATE_HASH]));
         }
     }
-    if config.mutation_on("inject-default-spread") && !existing.iter().any(|c| c.topology_key == HOSTNAME) {
+    // The new spread goes into the pod template's spec: a manifest without one (a kustomize patch,
+    // a fragment, `spec: null`) has no place for it, and a patch adding under a missing parent
+    // does not apply.
+    let has_pod_spec = w.pod_spec().is_some() && !w.missing.iter().any(|m| m.starts_with("spec.template"));
+    if config.mutation_on("inject-default-spread") && has_pod_spec && !existing.iter().any(|c| c.topology_key == HOSTNAME) {
         let overlay = Overlay::new(view, subject);
         let floor = overlay.subject_workload().map(|info| arith::bounds(info, &overlay).floor).unwrap_or(w.replicas);
         if floor > 1 {

@@ -1,0 +1,89 @@
+//! Inputs the fuzzers found (`fuzz/`, run by `scripts/fuzz.sh`), kept as regression tests with
+//! the invariant each one broke.
+
+use ha_guard::check::{self, load, Options};
+use ha_guard::config::Config;
+use ha_guard::model;
+use ha_guard::mutations::MUTATIONS;
+use ha_guard::server::admission::{self, Webhook};
+use ha_guard::view::Index;
+use serde_json::{json, Value};
+
+fn all_mutations_on() -> Config {
+    let mut c = Config::default();
+    for m in MUTATIONS {
+        c.mutations.insert(m.id.to_string(), true);
+    }
+    c
+}
+
+/// `check` with every mutation on: every planned fix applies to its document (the invariant of
+/// the `check` fuzz target). Returns how many fixes were planned.
+fn fixes_apply(yaml: &str) -> usize {
+    let mut loaded = load::Loaded::default();
+    load::add_text(&mut loaded, "input.yaml".into(), None, yaml.into(), false);
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    let options = Options { complete: false, namespace: "default".into(), config: all_mutations_on() };
+    let report = check::check(&loaded, &options);
+    for f in &report.fixes {
+        let doc = loaded.documents.iter().find(|d| d.origin.document == f.origin.document).expect("its document");
+        let mut value = doc.value.clone();
+        let ops: Vec<_> = f.changes.iter().map(|c| c.operation.clone()).collect();
+        json_patch::patch(&mut value, &ops).unwrap_or_else(|e| panic!("the fix of {} does not apply: {e}: {ops:?}", f.object));
+    }
+    report.fixes.len()
+}
+
+// `inject-default-spread` planned an add at `/spec/template/spec/topologySpreadConstraints` for a
+// manifest with no pod template spec (a kustomize patch, a fragment): the patch did not apply,
+// and `check --fix` failed on it. Found by both targets (a `template` key mistyped in a fixture).
+#[test]
+fn default_spread_is_not_planned_without_a_pod_template() {
+    let head = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: frontend, namespace: shop}\nspec:\n  replicas: 3\n  selector: {matchLabels: {app: frontend}}\n";
+    assert_eq!(fixes_apply(head), 0, "no template");
+    assert_eq!(fixes_apply(&format!("{head}  template: null\n")), 0, "a null template");
+    assert_eq!(fixes_apply(&format!("{head}  template: {{metadata: {{labels: {{app: frontend}}}}}}\n")), 0, "a template without spec");
+    assert_eq!(fixes_apply(&format!("{head}  template:\n    metadata: {{labels: {{app: frontend}}}}\n    spec: null\n")), 0, "a null pod spec");
+    // With the pod spec there, the spread is still added (and applies).
+    let full = format!("{head}  template:\n    metadata: {{labels: {{app: frontend}}}}\n    spec:\n      containers: [{{name: c, image: nginx}}]\n");
+    assert_eq!(fixes_apply(&full), 1);
+}
+
+#[test]
+fn default_spread_patch_applies_in_the_webhook_too() {
+    let object = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "web"}},
+            "templAte": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+        }
+    });
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "00000000-0000-4000-8000-00000000f001",
+            "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "name": "web",
+            "namespace": "shop",
+            "operation": "CREATE",
+            "userInfo": {"username": "fuzz"},
+            "object": object,
+        }
+    });
+    let req = admission::parse(&serde_json::to_vec(&review).unwrap()).expect("parses");
+    let view = Index::new();
+    let (response, _) = admission::review(&req, Webhook::Mutate, &view, &all_mutations_on()).expect("answers");
+    assert_eq!(response.uid, req.uid);
+    if let Some(patch) = response.patch {
+        let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+        let mut patched: Value = object.clone();
+        json_patch::patch(&mut patched, &patch).unwrap_or_else(|e| panic!("the patch does not apply: {e}: {patch:?}"));
+    }
+    // The subject decodes (the template is filled with a placeholder and reported unchecked).
+    assert!(model::decode(&object, "shop").unwrap().is_some());
+}
