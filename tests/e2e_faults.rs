@@ -130,6 +130,22 @@ fn write_atomically(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).expect("rename it into place");
 }
 
+/// The local ports of the established TCP connections to 127.0.0.1:`port` (the apiserver's
+/// connections to ha-guard's webhook port), from /proc/net/tcp.
+fn connections_to(port: u16) -> std::collections::BTreeSet<u16> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let remote = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 3 && f[2] == remote && f[3] == "01").then(|| f[1].rsplit_once(':')).flatten()
+        })
+        .filter_map(|(_, p)| u16::from_str_radix(p, 16).ok())
+        .collect()
+}
+
 /// Calls [`served_serial`] made (they reach ha-guard's `/validate`, not through the apiserver).
 static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -172,7 +188,7 @@ fn faults_around_a_real_apiserver() {
     steps.run("c 60 s of writes with a certificate rotation and a config reload: none fails", || {
         load(&cp, &hg, &ca, &first, &config)
     });
-    steps.run("b ha-guard killed (SIGKILL) and restarted: ready with what it missed", || killed(&cp, &mut hg));
+    steps.run("b ha-guard killed (SIGKILL) and restarted: ready with what it missed", || killed(&cp, &mut hg, &ca));
     steps.run("a kube-apiserver restarted: ready on the last state meanwhile, watches resume", || apiserver_restart(&cp, &hg));
     steps.finish();
 }
@@ -428,6 +444,7 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
     // Rotation: a new certificate and key from the same CA, swapped in at once.
     std::thread::sleep(ROTATE_AT.saturating_sub(started.elapsed()));
     let second = ca.issue(&SERIAL_2, 40);
+    let old_connections = connections_to(hg.webhook_port);
     let rotated = Instant::now();
     install_secret(hg.dir(), "v2", &ca.pem, &second);
     let serial = poll("the rotated certificate is served", Duration::from_secs(10), Duration::from_millis(100), || {
@@ -473,6 +490,7 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
         }
     });
     let elapsed = started.elapsed();
+    let connections = connections_to(hg.webhook_port);
     drop(rt);
 
     let hg_after = hg.metrics();
@@ -511,6 +529,12 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
          {handshakes_failed} TLS handshakes failed",
         t.intercepted, api.calls, api.rejected, api.failed, api.fail_open, validated - probes as f64
     ));
+    // Informative: a rotation reaches new connections; the apiserver keeps its HTTP/2
+    // connections open while they are busy (steps b and a make it connect anew).
+    report(&format!(
+        "load: apiserver connections to ha-guard at the rotation {old_connections:?}, at the end {connections:?} ({} opened after the rotation)",
+        connections.difference(&old_connections).count()
+    ));
 
     assert!(t.failures.is_empty() && t.failed == 0, "{} of {} requests failed, first ones:\n{}", t.failed, t.sent, t.failures.join("\n"));
     assert!(t.sent > 0 && t.denied.len() == 3, "every kind of request was sent: {denied:?}");
@@ -536,7 +560,7 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
 
 // --- (b) ha-guard killed -----------------------------------------------------------------------
 
-fn killed(cp: &ControlPlane, hg: &mut HaGuard) {
+fn killed(cp: &ControlPlane, hg: &mut HaGuard, ca: &Ca) {
     use std::os::unix::process::ExitStatusExt;
     let ns = "crash";
     hg.created("Namespace", 1, || cp.namespace(ns, &[]));
@@ -565,7 +589,10 @@ fn killed(cp: &ControlPlane, hg: &mut HaGuard) {
     let m = hg.metrics();
     assert!(m.all("ha_guard_cache_synced", &[]).iter().all(|(_, v)| *v == 1.0), "{m:?}");
     assert_eq!(hg.cache_objects("PodDisruptionBudget"), pdbs, "late in, gone out");
-    // The apiserver reaches the new process (its connection to the old one is gone).
+    // The new process serves the rotated certificate (the files as they are now) ...
+    assert_eq!(served_serial(hg, &ca.pem).unwrap_or_else(|e| panic!("{e}")), SERIAL_2.to_vec(), "the rotated certificate");
+    // ... and the apiserver reaches it on a new connection, so with a new handshake against the
+    // unchanged caBundle (its connection to the old process is gone).
     poll("the validating webhook answers again", WAIT, Duration::from_millis(200), || validating_live(cp, CANARY_NS))
         .unwrap_or_else(|e| panic!("{e}"));
     // The second object of the pair whose first was written while ha-guard was down.
