@@ -292,6 +292,8 @@ async fn scale_subresource_is_never_denied() {
     let server = Server::start().await;
     let r = server.respond("/validate", "scale-deployment-to-one.json").await;
     assert_decision(&r, &[], &["pdb-blocks-eviction"]);
+    let w = warnings(&r);
+    assert!(w[0].starts_with("[pdb-blocks-eviction] (scale writes only warn) "), "{w:?}");
     // The same violation with a deny-everything config is still only a warning on a scale write.
     let config = Config::parse("rules: {pdb-blocks-eviction: deny}\nratchet: false", "test config").unwrap();
     let strict = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |_| {}).await;
@@ -322,6 +324,8 @@ async fn namespace_in_warn_mode_turns_deny_into_warn() {
     let server = Server::start().await;
     let r = server.respond("/validate", "deployment-namespace-warn-mode.json").await;
     assert_decision(&r, &[], &["spread-selector-missing"]);
+    let w = warnings(&r);
+    assert!(w[0].starts_with("[spread-selector-missing] (namespace in warn mode) "), "the warning says why it is not a denial: {w:?}");
     // The same object in an enforcing namespace is denied.
     let mut review = fixture("deployment-namespace-warn-mode.json");
     review["request"]["namespace"] = json!("shop");

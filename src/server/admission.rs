@@ -54,8 +54,52 @@ pub struct Outcome {
 pub const WARNINGS_TOTAL_LIMIT: usize = 4096;
 pub const WARNING_ITEM_LIMIT: usize = 256;
 
-/// Decodes a request body. Only `admission.k8s.io/v1` with a `request` is usable.
+/// The most JSON values (scalars, arrays and objects, at any depth) a request body may hold.
+/// Decoding costs memory per value, not per byte: an 8 MiB body of `"",` or `0,` holds millions
+/// of values and took 0.7-0.9 GiB to decode (about 250 bytes a value: the JSON tree, its typed
+/// copy and the copies between), so the count is checked before anything is decoded. Real objects
+/// hold one value per ~20 bytes (the Deployments of `../shared/corpus`: 300-600 values in
+/// 7-13 KB): an UPDATE of two objects at etcd's 1.5 MiB limit holds ~160,000.
+pub const MAX_JSON_VALUES: usize = 262_144;
+
+/// An upper bound on the number of JSON values in `body`, found without decoding it: one, plus
+/// one per comma and per `[` / `{` outside strings (exact for valid JSON with no empty array or
+/// object). Stops counting past `MAX_JSON_VALUES + 1`.
+pub fn count_values(body: &[u8]) -> usize {
+    let (mut count, mut in_string, mut escaped) = (1usize, false, false);
+    for &b in body {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b',' | b'[' | b'{' => {
+                    count += 1;
+                    if count > MAX_JSON_VALUES {
+                        return count;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    count
+}
+
+/// Decodes a request body. Only `admission.k8s.io/v1` with a `request` is usable, holding at
+/// most [`MAX_JSON_VALUES`] values.
 pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, BadRequest> {
+    if count_values(body) > MAX_JSON_VALUES {
+        return Err(BadRequest(format!(
+            "the body holds more than {MAX_JSON_VALUES} JSON values (an object the apiserver stores holds far fewer)"
+        )));
+    }
     let value: Value = serde_json::from_slice(body).map_err(|e| BadRequest(format!("body is not JSON: {e}")))?;
     let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
@@ -177,9 +221,25 @@ pub fn review(req: &AdmissionRequest<DynamicObject>, webhook: Webhook, view: &dy
 }
 
 /// One line per finding: `[rule-id] Kind ns/name spec.path: what Fix: fix`.
+/// A deny downgraded to a warning says why, so the user knows it would otherwise be refused.
 pub fn line(f: &Finding) -> String {
-    let pre = f.notes.iter().any(|n| n == "pre-existing");
-    format!("[{}] {}{}: {}", f.rule, if pre { "(pre-existing) " } else { "" }, f.path, f.message())
+    let why: Vec<&str> = f
+        .notes
+        .iter()
+        .filter_map(|n| {
+            if n == "pre-existing" {
+                Some("pre-existing")
+            } else if n.starts_with("namespace ") && n.ends_with("=warn") {
+                Some("namespace in warn mode")
+            } else if n.starts_with("scale writes") {
+                Some("scale writes only warn")
+            } else {
+                None
+            }
+        })
+        .collect();
+    let why = if why.is_empty() { String::new() } else { format!("({}) ", why.join(", ")) };
+    format!("[{}] {why}{}: {}", f.rule, f.path, f.message())
 }
 
 fn respond(mut response: AdmissionResponse, decided: &Decided) -> AdmissionResponse {
@@ -334,6 +394,44 @@ mod tests {
         }
         let left = 100 - kept.len();
         assert_eq!(last, &format!("[ha-guard] {left} more warnings left out (see the audit annotations)"));
+    }
+
+    #[test]
+    fn count_values_counts_every_value_and_ignores_strings() {
+        let exact = |json: &str| {
+            let v: Value = serde_json::from_str(json).unwrap();
+            fn values(v: &Value) -> usize {
+                1 + match v {
+                    Value::Array(a) => a.iter().map(values).sum(),
+                    Value::Object(o) => o.values().map(values).sum(),
+                    _ => 0,
+                }
+            }
+            assert_eq!(count_values(json.as_bytes()), values(&v), "{json}");
+        };
+        exact("0");
+        exact(r#""a,b[c{d""#);
+        exact(r#"[1,2,[3,{"k":"v","w":[4]}]]"#);
+        exact(r#"{"a\",\"b":"c\\",  "d" : [ "e" , "]," ]}"#);
+        exact(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x"}}"#);
+        // Empty containers are counted as holding one value: an upper bound.
+        assert_eq!(count_values(b"[[],{}]"), 5);
+    }
+
+    #[test]
+    fn a_body_with_too_many_values_is_refused_before_decoding() {
+        let mut body = b"[".to_vec();
+        body.extend(std::iter::repeat_n(&b"0,"[..], MAX_JSON_VALUES).flatten());
+        body.extend(b"0]");
+        assert_eq!(count_values(&body), MAX_JSON_VALUES + 1);
+        let e = parse(&body).unwrap_err();
+        assert!(e.0.contains("more than 262144 JSON values"), "{e}");
+        // An array of MAX_JSON_VALUES - 1 numbers (MAX_JSON_VALUES values with the array) is
+        // decoded, and refused for what it is.
+        body.drain(1..5);
+        assert_eq!(count_values(&body), MAX_JSON_VALUES);
+        let e = parse(&body).unwrap_err();
+        assert!(e.0.contains("expected an AdmissionReview"), "{e}");
     }
 
     #[test]
