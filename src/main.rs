@@ -73,6 +73,11 @@ enum Command {
         #[arg(long, default_value_t = ha_guard::server::DEFAULT_MAX_CONCURRENT_REQUESTS as u64, value_name = "N",
               value_parser = clap::value_parser!(u64).range(1..))]
         max_concurrent_requests: u64,
+        /// MiB of request bodies read at once, counted by their Content-Length (a body of unknown
+        /// length counts as the 8 MiB limit); a request past it gets HTTP 503 at once.
+        #[arg(long, default_value_t = (ha_guard::server::DEFAULT_MAX_BODY_MEMORY >> 20) as u64, value_name = "MIB",
+              value_parser = clap::value_parser!(u64).range(8..=1 << 20))]
+        max_body_memory: u64,
         /// Open connections, TLS handshakes included; one more is closed at once.
         #[arg(long, default_value_t = ha_guard::server::DEFAULT_MAX_CONNECTIONS as u64, value_name = "N",
               value_parser = clap::value_parser!(u64).range(1..))]
@@ -144,6 +149,7 @@ fn main() -> ExitCode {
             shutdown_timeout,
             client_ca,
             max_concurrent_requests,
+            max_body_memory,
             max_connections,
             tls_handshake_timeout,
         } => {
@@ -180,6 +186,7 @@ fn main() -> ExitCode {
                 generate_dev_certs: true,
                 client_ca,
                 max_concurrent_requests: usize::try_from(max_concurrent_requests).unwrap_or(usize::MAX),
+                max_body_memory: usize::try_from(max_body_memory << 20).unwrap_or(usize::MAX),
                 max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
                 tls_handshake_timeout,
             };

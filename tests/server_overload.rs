@@ -1,6 +1,7 @@
-//! Overload: requests past `--max-concurrent-requests` get 503 at once (not a queue), connections
-//! past `--max-connections` are closed at once, and a connection that never starts its TLS
-//! handshake is closed after `--tls-handshake-timeout`; the server keeps serving throughout.
+//! Overload: requests past `--max-concurrent-requests` or `--max-body-memory` get 503 at once (not
+//! a queue), bodies holding too many JSON values are refused before decoding, connections past
+//! `--max-connections` are closed at once, and a connection that never starts its TLS handshake
+//! is closed after `--tls-handshake-timeout`; the server keeps serving throughout.
 
 mod server_support;
 
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ha_guard::config::Config;
+use ha_guard::server::admission::{count_values, MAX_JSON_VALUES};
 use ha_guard::server::{ServeOptions, StaticSource};
 use serde_json::Value;
 use server_support::{client, fixture, index, read_response, tls_connect, write_head, Server, VIEW};
@@ -37,9 +39,15 @@ async fn eventually(limit: Duration, what: &str, mut f: impl AsyncFnMut() -> boo
 
 /// An upload that sends its head and half its body, then waits for `go` before sending the rest.
 fn slow_upload(server: &Server) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<server_support::RawResponse>>) {
+    slow_upload_of(server, serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap())
+}
+
+fn slow_upload_of(
+    server: &Server,
+    body: Vec<u8>,
+) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<server_support::RawResponse>>) {
     let (addr, ca) = (server.addr, server.ca_pem.clone());
     let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
-    let body = serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap();
     let task = tokio::task::spawn_blocking(move || {
         let mut stream = tls_connect(addr, &ca);
         write_head(&mut stream, "/validate", body.len())?;
@@ -102,6 +110,82 @@ async fn past_the_request_limit_a_request_gets_503_at_once_and_service_resumes()
     server.still_serving().await;
 }
 
+/// A review padded with spaces to `len` bytes.
+fn padded_review(len: usize) -> Vec<u8> {
+    let mut body = serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap();
+    assert!(body.len() <= len);
+    body.resize(len, b' ');
+    body
+}
+
+/// Bodies are weighed by their length: with 8 MiB of body memory and a 6 MiB upload in flight, a
+/// 3 MiB request gets 503 while a small one is answered; once the upload is done, the 3 MiB one is
+/// answered too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_body_memory_a_large_request_gets_503_and_small_ones_are_answered() {
+    const MIB: usize = 1024 * 1024;
+    let server = server(|o| {
+        o.max_body_memory = 8 * MIB;
+        o.request_timeout = Duration::from_secs(600);
+    })
+    .await;
+    let (go, upload) = slow_upload_of(&server, padded_review(6 * MIB));
+    eventually(Duration::from_secs(30), "the upload is in flight", async || {
+        metric(&server, "ha_guard_requests_in_flight").await == 1.0
+    })
+    .await;
+
+    let (status, body) = server.post("/validate", padded_review(3 * MIB)).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("--max-body-memory"), "{body}");
+    assert_eq!(metric(&server, r#"ha_guard_rejected_total{reason="max-body-memory"}"#).await, 1.0);
+    server.still_serving().await;
+    assert!(!upload.is_finished());
+
+    go.send(()).unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(60), upload).await.expect("answered").unwrap().expect("a response");
+    assert_eq!(response.status, 200, "{response:?}");
+    eventually(Duration::from_secs(30), "the upload's share is given back", async || {
+        metric(&server, "ha_guard_requests_in_flight").await == 0.0
+    })
+    .await;
+    let (status, body) = server.post("/validate", padded_review(3 * MIB)).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+/// A review whose container has `args` empty strings.
+fn review_with_args(args: usize) -> Vec<u8> {
+    let mut review = fixture("deployment-spread-ok.json");
+    review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"] = Value::Array(vec![Value::from(""); args]);
+    serde_json::to_vec(&review).unwrap()
+}
+
+/// A body of more JSON values than the limit (here 8 MiB of `"",`: 2.8 million values) is refused
+/// with 400 before it is decoded; one at the limit is answered, and several at the limit sent at
+/// once are all answered (they wait for their turn to decode rather than being refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_over_the_value_limit_are_refused_and_those_at_it_are_answered() {
+    let server = server(|_| {}).await;
+    let base = count_values(&review_with_args(1));
+    let at_limit = review_with_args(MAX_JSON_VALUES - base + 1);
+    assert_eq!(count_values(&at_limit), MAX_JSON_VALUES);
+    let over = review_with_args(MAX_JSON_VALUES - base + 2);
+    let flood = review_with_args((ha_guard::server::MAX_BODY_BYTES - 2000) / 3);
+    assert!(flood.len() <= ha_guard::server::MAX_BODY_BYTES);
+
+    for body in [over, flood] {
+        let (status, text) = server.post("/validate", body).await;
+        assert_eq!(status, 400, "{text}");
+        assert!(text.contains(&format!("more than {MAX_JSON_VALUES} JSON values")), "{text}");
+        assert!(!text.trim_end().contains('\n'), "one line: {text}");
+    }
+    let sends = (0..6).map(|_| server.post("/validate", at_limit.clone()));
+    for (status, text) in futures::future::join_all(sends).await {
+        assert_eq!(status, 200, "{}", &text[..text.len().min(500)]);
+    }
+    server.still_serving().await;
+}
+
 /// An upload whose client goes away mid-body gives its slot back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_slot_is_given_back_when_its_client_goes_away() {
@@ -111,7 +195,7 @@ async fn a_request_slot_is_given_back_when_its_client_goes_away() {
     })
     .await;
     let (addr, ca) = (server.addr, server.ca_pem.clone());
-    let mut stream = tokio::task::spawn_blocking(move || {
+    let stream = tokio::task::spawn_blocking(move || {
         let mut stream = tls_connect(addr, &ca);
         write_head(&mut stream, "/validate", 1000).unwrap();
         stream.write_all(b"{").unwrap();
@@ -202,10 +286,10 @@ async fn past_the_connection_limit_a_connection_is_closed_at_once() {
     .await;
 }
 
-/// The limits must be at least 1.
+/// The limits must be at least 1 (and the body memory at least one body at the limit, 8 MiB).
 #[test]
 fn zero_limits_are_refused_by_serve() {
-    for flag in ["--max-concurrent-requests", "--max-connections"] {
+    for flag in ["--max-concurrent-requests", "--max-connections", "--max-body-memory"] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_ha-guard"))
             .args(["serve", "--cluster", "none", flag, "0"])
             .output()

@@ -55,18 +55,23 @@ pub const WARNINGS_TOTAL_LIMIT: usize = 4096;
 pub const WARNING_ITEM_LIMIT: usize = 256;
 
 /// The most JSON values (scalars, arrays and objects, at any depth) a request body may hold.
-/// Decoding costs memory per value, not per byte: an 8 MiB body of `"",` or `0,` holds millions
-/// of values and took 0.7-0.9 GiB to decode (about 250 bytes a value: the JSON tree, its typed
-/// copy and the copies between), so the count is checked before anything is decoded. Real objects
+/// Decoding costs memory per value, not per byte: an 8 MiB body of `"",` holds 2.8 million values
+/// and took 0.7 GiB to decode (the JSON tree, its typed copy and the copies between: some
+/// 300-450 bytes a value), so the count is checked before anything is decoded. Real objects
 /// hold one value per ~20 bytes (the Deployments of `../shared/corpus`: 300-600 values in
-/// 7-13 KB): an UPDATE of two objects at etcd's 1.5 MiB limit holds ~160,000.
-pub const MAX_JSON_VALUES: usize = 262_144;
+/// 7-13 KB), so 65,536 values is an UPDATE of two ~650 KB Deployments, far beyond real ones.
+pub const MAX_JSON_VALUES: usize = 65_536;
 
-/// An upper bound on the number of JSON values in `body`, found without decoding it: one, plus
-/// one per comma and per `[` / `{` outside strings (exact for valid JSON with no empty array or
-/// object). Stops counting past `MAX_JSON_VALUES + 1`.
+/// How deep serde_json nests before it gives up ("recursion limit exceeded").
+const JSON_DEPTH_LIMIT: usize = 128;
+
+/// An upper bound on the number of JSON values in `body` that decoding it would build, found
+/// without decoding it: one, plus one per comma and per `[` / `{` outside strings (exact for
+/// valid JSON with no empty array or object), not counting deeper than serde_json goes (a body
+/// nested deeper is refused by the parser at that depth). Stops counting past
+/// `MAX_JSON_VALUES + 1`.
 pub fn count_values(body: &[u8]) -> usize {
-    let (mut count, mut in_string, mut escaped) = (1usize, false, false);
+    let (mut count, mut depth, mut in_string, mut escaped) = (1usize, 0usize, false, false);
     for &b in body {
         if in_string {
             if escaped {
@@ -76,17 +81,22 @@ pub fn count_values(body: &[u8]) -> usize {
             } else if b == b'"' {
                 in_string = false;
             }
-        } else {
-            match b {
-                b'"' => in_string = true,
-                b',' | b'[' | b'{' => {
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth <= JSON_DEPTH_LIMIT {
                     count += 1;
-                    if count > MAX_JSON_VALUES {
-                        return count;
-                    }
                 }
-                _ => {}
             }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' if depth <= JSON_DEPTH_LIMIT => count += 1,
+            _ => {}
+        }
+        if count > MAX_JSON_VALUES {
+            return count;
         }
     }
     count
@@ -99,6 +109,16 @@ pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, BadRequest>
         return Err(BadRequest(format!(
             "the body holds more than {MAX_JSON_VALUES} JSON values (an object the apiserver stores holds far fewer)"
         )));
+    }
+    // The usual body decodes straight into the review: no JSON tree first (building it took
+    // about as long as the rest of the request). Whatever that does not take, or takes but is
+    // not a v1 review with a request, goes the way below, which says what is wrong with it.
+    if let Ok(review) = serde_json::from_slice::<AdmissionReview<DynamicObject>>(body)
+        && review.types.kind == "AdmissionReview"
+        && review.types.api_version == "admission.k8s.io/v1"
+        && let Some(request) = review.request
+    {
+        return Ok(AdmissionRequest { types: review.types, ..request });
     }
     let value: Value = serde_json::from_slice(body).map_err(|e| BadRequest(format!("body is not JSON: {e}")))?;
     let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or("");
@@ -138,6 +158,9 @@ fn subject_of(req: &AdmissionRequest<DynamicObject>, object: &Option<DynamicObje
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
         return Ok(None);
     }
+    if let Some(subject) = typed_subject(object, &namespace) {
+        return Ok(Some(subject));
+    }
     let mut value = serde_json::to_value(object).map_err(|e| BadRequest(e.to_string()))?;
     // The object's own apiVersion/kind decide how it decodes; fall back to the request's kind.
     if let Some(obj) = value.as_object_mut() {
@@ -151,6 +174,86 @@ fn subject_of(req: &AdmissionRequest<DynamicObject>, object: &Option<DynamicObje
         Ok(_) => Ok(None),
         Err(e) => Err(BadRequest(format!("request.object: {e}"))),
     }
+}
+
+/// The subject decoded from the object's typed metadata and its borrowed JSON, without the
+/// round trip through a JSON tree that [`model::decode`] takes (serialising the object, copying
+/// it, deserialising it: most of a request's cost). Only for what is decoded exactly as that
+/// would: a Deployment, StatefulSet, PodDisruptionBudget or autoscaling/v2 HPA that states its
+/// apiVersion and kind, with a workload's required fields present; `None` otherwise (and on
+/// any error), and the general way runs. `managedFields` are left out: no rule reads them.
+fn typed_subject(object: &DynamicObject, namespace: &str) -> Option<Subject> {
+    use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStatus, StatefulSet, StatefulSetSpec, StatefulSetStatus};
+    use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec, HorizontalPodAutoscalerStatus};
+    use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
+    use serde::Deserialize;
+
+    fn field<'a, T: Deserialize<'a>>(data: &'a Value, name: &str) -> Option<Option<T>> {
+        match data.get(name) {
+            None | Some(Value::Null) => Some(None),
+            Some(v) => T::deserialize(v).ok().map(Some),
+        }
+    }
+    let types = object.types.as_ref()?;
+    let kind = Kind::from_type(&types.api_version, &types.kind)?;
+    let data = &object.data;
+    if !data.is_object() {
+        return None;
+    }
+    let m = &object.metadata;
+    let mut metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        annotations: m.annotations.clone(),
+        creation_timestamp: m.creation_timestamp.clone(),
+        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+        deletion_timestamp: m.deletion_timestamp.clone(),
+        finalizers: m.finalizers.clone(),
+        generate_name: m.generate_name.clone(),
+        generation: m.generation,
+        labels: m.labels.clone(),
+        name: m.name.clone(),
+        namespace: m.namespace.clone(),
+        owner_references: m.owner_references.clone(),
+        resource_version: m.resource_version.clone(),
+        self_link: m.self_link.clone(),
+        uid: m.uid.clone(),
+        ..Default::default()
+    };
+    if metadata.namespace.as_deref().is_none_or(str::is_empty) {
+        metadata.namespace = Some(namespace.to_string());
+    }
+    let workload_fields_present = || {
+        let spec = data.get("spec").filter(|s| s.is_object())?;
+        let template = spec.get("template").filter(|t| t.is_object())?;
+        let pod = template.get("spec").filter(|p| p.is_object())?;
+        (!spec.get("selector").is_none_or(Value::is_null) && !pod.get("containers").is_none_or(Value::is_null)).then_some(())
+    };
+    Some(match kind {
+        Kind::Deployment => {
+            workload_fields_present()?;
+            let d = Deployment { metadata, spec: field::<DeploymentSpec>(data, "spec")?, status: field::<DeploymentStatus>(data, "status")? };
+            Subject::Workload(Box::new(crate::defaults::deployment(d)))
+        }
+        Kind::StatefulSet => {
+            workload_fields_present()?;
+            let s = StatefulSet { metadata, spec: field::<StatefulSetSpec>(data, "spec")?, status: field::<StatefulSetStatus>(data, "status")? };
+            Subject::Workload(Box::new(crate::defaults::stateful_set(s)))
+        }
+        Kind::PodDisruptionBudget => Subject::Pdb(Box::new(PodDisruptionBudget {
+            metadata,
+            spec: field::<PodDisruptionBudgetSpec>(data, "spec")?,
+            status: field::<PodDisruptionBudgetStatus>(data, "status")?,
+        })),
+        Kind::HorizontalPodAutoscaler if types.api_version == "autoscaling/v2" => {
+            let mut h = HorizontalPodAutoscaler {
+                metadata,
+                spec: field::<HorizontalPodAutoscalerSpec>(data, "spec")?,
+                status: field::<HorizontalPodAutoscalerStatus>(data, "status")?,
+            };
+            crate::defaults::hpa(&mut h);
+            Subject::Hpa(Box::new(h))
+        }
+        _ => return None,
+    })
 }
 
 /// Answers one request.
@@ -416,6 +519,12 @@ mod tests {
         exact(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x"}}"#);
         // Empty containers are counted as holding one value: an upper bound.
         assert_eq!(count_values(b"[[],{}]"), 5);
+        // Nothing deeper than the parser goes is counted: 100,000 nested arrays are refused by
+        // the parser, at depth 128, not by the count.
+        let deep = [vec![b'['; 100_000], vec![b']'; 100_000]].concat();
+        assert_eq!(count_values(&deep), 1 + 128);
+        let deep_lists = [vec![b'['; 100_000], b"1,2,3".to_vec(), vec![b']'; 100_000]].concat();
+        assert_eq!(count_values(&deep_lists), 1 + 128);
     }
 
     #[test]
@@ -425,7 +534,7 @@ mod tests {
         body.extend(b"0]");
         assert_eq!(count_values(&body), MAX_JSON_VALUES + 1);
         let e = parse(&body).unwrap_err();
-        assert!(e.0.contains("more than 262144 JSON values"), "{e}");
+        assert!(e.0.contains("more than 65536 JSON values"), "{e}");
         // An array of MAX_JSON_VALUES - 1 numbers (MAX_JSON_VALUES values with the array) is
         // decoded, and refused for what it is.
         body.drain(1..5);

@@ -66,7 +66,17 @@ pub struct AppState {
     /// TLS material loaded and config valid; false again once shutdown starts.
     pub ready: AtomicBool,
     pub shutting_down: AtomicBool,
+    /// Decoding budget, in JSON values: a request takes as many as its body holds while it is
+    /// decoded and answered, waiting for them if need be (see [`DECODE_BUDGET`]).
+    pub decoding: tokio::sync::Semaphore,
 }
+
+/// JSON values decoded at once, across requests: one body at [`admission::MAX_JSON_VALUES`], or
+/// hundreds of ordinary ones (a few hundred to a few thousand values each). Decoding is CPU
+/// work of milliseconds, so a request waits for its share rather than being refused; what the
+/// budget bounds is the memory of decoded trees (about 250 bytes a value) whatever the number of
+/// cores.
+pub const DECODE_BUDGET: usize = admission::MAX_JSON_VALUES;
 
 impl AppState {
     pub fn new(view: Arc<dyn ViewSource>, config: Config) -> Arc<Self> {
@@ -76,6 +86,7 @@ impl AppState {
             metrics: Metrics::new(),
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
+            decoding: tokio::sync::Semaphore::new(DECODE_BUDGET),
         })
     }
 
@@ -91,11 +102,14 @@ impl AppState {
     }
 }
 
-/// Default of `--max-concurrent-requests`. A request holds at most one body of
-/// [`MAX_BODY_BYTES`] plus what decoding it takes; see README "The webhook" for the measured
-/// ceiling this gives. The apiserver sends few requests at a time (each answered in
-/// microseconds), so the limit is only reached by a flood.
-pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 16;
+/// Default of `--max-concurrent-requests`: a bound on tasks, not on memory (a request with a
+/// small body costs little; [`DEFAULT_MAX_BODY_MEMORY`] bounds the bodies).
+pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 256;
+/// Default of `--max-body-memory`: request bodies held at once, by their Content-Length (a body
+/// of unknown length counts as [`MAX_BODY_BYTES`]). 64 MiB is eight bodies at the limit; with the
+/// decoding budget and the process's own needs, the measured peak under a flood of 8 MiB bodies
+/// stays near 120 MiB (README "The webhook"), half the Deployment's 256Mi memory limit.
+pub const DEFAULT_MAX_BODY_MEMORY: usize = 64 * 1024 * 1024;
 /// Default of `--max-connections`: open TLS connections, in the handshake or established.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 /// Default of `--tls-handshake-timeout`.
@@ -112,28 +126,59 @@ pub fn webhook_router(state: Arc<AppState>, request_timeout: Duration) -> Router
         .with_state(state)
 }
 
-/// [`webhook_router`] answering at most `max` requests at a time: one more is answered at once
-/// with HTTP 503 and a one-line JSON error (its body is not read), so a flood costs bounded
-/// memory instead of queueing bodies. The apiserver treats the 503 like any failed call (its
-/// `failurePolicy` decides).
-pub fn limited_webhook_router(state: Arc<AppState>, request_timeout: Duration, max: usize) -> Router {
-    let permits = Arc::new(tokio::sync::Semaphore::new(max.clamp(1, tokio::sync::Semaphore::MAX_PERMITS)));
+/// Bounds on the requests answered at once.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestLimits {
+    /// Requests (`--max-concurrent-requests`).
+    pub requests: usize,
+    /// Bytes of request bodies, by Content-Length (`--max-body-memory`).
+    pub body_bytes: usize,
+}
+
+/// [`webhook_router`] within `limits`: a request past either is answered at once with HTTP 503
+/// and a one-line JSON error (its body is not read), so a flood costs bounded memory instead of
+/// queueing bodies. The apiserver treats the 503 like any failed call (its `failurePolicy`
+/// decides).
+pub fn limited_webhook_router(state: Arc<AppState>, request_timeout: Duration, limits: RequestLimits) -> Router {
+    let clamp = |n: usize| n.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+    let requests = Arc::new(tokio::sync::Semaphore::new(clamp(limits.requests)));
+    // In KiB, so that a permit count fits in a u32.
+    let body_kib = Arc::new(tokio::sync::Semaphore::new(clamp(limits.body_bytes / 1024)));
     let limit_state = state.clone();
     webhook_router(state, request_timeout).layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
-        let (permits, state) = (permits.clone(), limit_state.clone());
+        let (requests, body_kib, state) = (requests.clone(), body_kib.clone(), limit_state.clone());
         async move {
-            let Ok(permit) = permits.try_acquire_owned() else {
-                state.metrics.rejected.get_or_create(&ReasonLabels { reason: "max-concurrent-requests" }).inc();
-                tracing::debug!(max, path = %req.uri().path(), "overloaded: request refused");
-                let mut response = json_error(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    &format!("overloaded: {max} requests are being answered (--max-concurrent-requests); retry"),
-                );
+            let refuse = |reason: &'static str, message: String| {
+                state.metrics.rejected.get_or_create(&ReasonLabels { reason }).inc();
+                tracing::debug!(reason, path = %req.uri().path(), "overloaded: request refused");
+                let mut response = json_error(StatusCode::SERVICE_UNAVAILABLE, &message);
                 response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-                return response;
+                response
+            };
+            let Ok(permit) = requests.try_acquire_owned() else {
+                return refuse(
+                    "max-concurrent-requests",
+                    format!("overloaded: {} requests are being answered (--max-concurrent-requests); retry", limits.requests),
+                );
+            };
+            // A body longer than the limit is refused (413) when read; count at most the limit.
+            let length = req
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                .map_or(MAX_BODY_BYTES, |n| usize::try_from(n).unwrap_or(usize::MAX).min(MAX_BODY_BYTES));
+            let kib = u32::try_from(length.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+            let Ok(body_permit) = body_kib.try_acquire_many_owned(kib) else {
+                return refuse(
+                    "max-body-memory",
+                    format!(
+                        "overloaded: the request bodies being read fill {} MiB (--max-body-memory); retry",
+                        limits.body_bytes / (1024 * 1024)
+                    ),
+                );
             };
             // Counted until the request ends, however it ends (a dropped connection included).
-            let _in_flight = InFlight::new(&state.metrics.in_flight, permit);
+            let _in_flight = InFlight::new(&state.metrics.in_flight, permit, body_permit);
             next.run(req).await
         }
     }))
@@ -142,13 +187,17 @@ pub fn limited_webhook_router(state: Arc<AppState>, request_timeout: Duration, m
 /// Holds a request slot and counts it in `ha_guard_requests_in_flight` until dropped.
 struct InFlight {
     gauge: prometheus_client::metrics::gauge::Gauge,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _permits: (tokio::sync::OwnedSemaphorePermit, tokio::sync::OwnedSemaphorePermit),
 }
 
 impl InFlight {
-    fn new(gauge: &prometheus_client::metrics::gauge::Gauge, permit: tokio::sync::OwnedSemaphorePermit) -> Self {
+    fn new(
+        gauge: &prometheus_client::metrics::gauge::Gauge,
+        request: tokio::sync::OwnedSemaphorePermit,
+        body: tokio::sync::OwnedSemaphorePermit,
+    ) -> Self {
         gauge.inc();
-        InFlight { gauge: gauge.clone(), _permit: permit }
+        InFlight { gauge: gauge.clone(), _permits: (request, body) }
     }
 }
 
@@ -174,16 +223,30 @@ fn json_error(status: StatusCode, message: &str) -> Response {
 
 async fn validate(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     match body {
-        Ok(body) => answer(&state, Webhook::Validate, &body),
+        Ok(body) => answer_within_budget(&state, Webhook::Validate, &body).await,
         Err(e) => body_error(Webhook::Validate, e),
     }
 }
 
 async fn mutate(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     match body {
-        Ok(body) => answer(&state, Webhook::Mutate, &body),
+        Ok(body) => answer_within_budget(&state, Webhook::Mutate, &body).await,
         Err(e) => body_error(Webhook::Mutate, e),
     }
+}
+
+/// [`answer`] once the body's JSON values fit in the decoding budget. A body over
+/// [`admission::MAX_JSON_VALUES`] takes nothing: it is refused before decoding.
+async fn answer_within_budget(state: &AppState, webhook: Webhook, body: &[u8]) -> Response {
+    let values = admission::count_values(body);
+    let _permit = if values <= admission::MAX_JSON_VALUES {
+        // Never closed; the request timeout bounds the wait.
+        let n = u32::try_from(values.min(DECODE_BUDGET)).unwrap_or(u32::MAX);
+        state.decoding.acquire_many(n).await.ok()
+    } else {
+        None
+    };
+    answer(state, webhook, body)
 }
 
 /// A body that could not be read: over the limit (413) or cut off (400). The same one-line JSON
@@ -300,6 +363,8 @@ pub struct ServeOptions {
     pub client_ca: Option<PathBuf>,
     /// Requests answered at once; more get 503 at once.
     pub max_concurrent_requests: usize,
+    /// Bytes of request bodies (by Content-Length) read at once; more get 503 at once.
+    pub max_body_memory: usize,
     /// Open connections (handshakes included); more are closed at once.
     pub max_connections: usize,
     /// Bound on a TLS handshake (a client that connects and sends nothing is closed after it).
@@ -322,6 +387,7 @@ impl Default for ServeOptions {
             generate_dev_certs: true,
             client_ca: None,
             max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
+            max_body_memory: DEFAULT_MAX_BODY_MEMORY,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             tls_handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT,
         }
@@ -464,7 +530,8 @@ pub async fn serve_with_listeners(
         tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down: no new connections; in-flight requests finish");
         shutdown_handle.graceful_shutdown(Some(grace));
     });
-    let app = limited_webhook_router(state.clone(), options.request_timeout, options.max_concurrent_requests);
+    let limits = RequestLimits { requests: options.max_concurrent_requests, body_bytes: options.max_body_memory };
+    let app = limited_webhook_router(state.clone(), options.request_timeout, limits);
     // A connection holds one of `max_connections` slots from accept to close; over the limit it
     // is closed at once, before any TLS work. The handshake is bounded by its own timeout.
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls_config)
