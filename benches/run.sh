@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The webhook's load benchmark, side by side with its baselines, in one run; writes
+# benches/RESULTS.md (and prints it). Not part of CI. About 7-9 minutes on 2 cores.
+#
+#   benches/run.sh                 # everything
+#   QUICK=1 benches/run.sh         # a shorter pass (1 round, shorter runs): a smoke test
+#   PROFILE=0 benches/run.sh       # without the callgrind profile
+#   OUT=/tmp/r.md benches/run.sh   # write elsewhere
+#
+# What runs (benches/load/main.rs has the details):
+#   1. load: the server process (transport baseline, decode baseline, ha-guard with a 10,000-
+#      Deployment view) pinned to CPU 1, the load generator on CPU 0; HTTP/1.1 and HTTP/2 at
+#      concurrency 1, 4, 16, 64: saturation req/s (median of interleaved rounds), server CPU per
+#      request, then p50/p99/p99.9 at half the saturation rate (open loop), errors.
+#   2. viewsize: evaluate + decide against 1,000 vs 100,000 objects in other namespaces.
+#   3. profile: the server under callgrind, instructions per request by component.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${OUT:-benches/RESULTS.md}
+QUICK=${QUICK:-0}
+PROFILE=${PROFILE:-1}
+WORK=target/load-results
+mkdir -p "$WORK"
+
+if [[ "$QUICK" == 1 ]]; then
+  LOAD_ARGS=(--rounds 1 --warmup 0.3 --duration 1 --lat-duration 1.5)
+  VIEW_ARGS=(--rounds 5 --batch 100)
+  PROFILE_ARGS=(--requests 100)
+else
+  LOAD_ARGS=(--rounds 3 --warmup 0.5 --duration 1.5 --lat-duration 3)
+  VIEW_ARGS=(--rounds 15 --batch 300)
+  PROFILE_ARGS=(--requests 400)
+fi
+LOAD_ARGS+=(${CONC:+--conc "$CONC"} ${PROTOS:+--protos "$PROTOS"})
+
+started=$(date +%s)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "== building (cargo bench --bench load --no-run)" >&2
+exe=$(cargo bench --bench load --no-run --message-format=json 2>/dev/null \
+  | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+[[ -x "$exe" ]] || { echo "could not build the load benchmark" >&2; exit 1; }
+
+# Client on CPU 0, server on CPU 1: each gets a core of its own (as far as the rest of the
+# machine lets it). On a single CPU both share it.
+if [[ $(nproc) -ge 2 ]]; then
+  CLIENT=(taskset -c 0); SERVER_CPUS=1
+else
+  CLIENT=(); SERVER_CPUS=any
+fi
+
+echo "== load (load average before: $load_before)" >&2
+"${CLIENT[@]}" "$exe" bench --server-cpus "$SERVER_CPUS" "${LOAD_ARGS[@]}" --out "$WORK/load.md" >/dev/null
+load_after_load=$(cut -d' ' -f1-3 /proc/loadavg)
+
+echo "== view size" >&2
+"$exe" viewsize "${VIEW_ARGS[@]}" --out "$WORK/viewsize.md" >/dev/null
+
+profile_md="(skipped: PROFILE=0 or valgrind not installed)"
+if [[ "$PROFILE" == 1 ]] && command -v valgrind >/dev/null && command -v callgrind_control >/dev/null; then
+  echo "== profile (callgrind)" >&2
+  "$exe" profile "${PROFILE_ARGS[@]}" --out "$WORK/profile.md" >/dev/null
+  profile_md=$(cat "$WORK/profile.md")
+fi
+elapsed=$(( $(date +%s) - started ))
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+
+model=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
+mem=$(free -h | awk '/^Mem:/ {print $2}')
+command_line="benches/run.sh${QUICK:+ (QUICK=$QUICK)}"
+
+{
+  echo "# Load benchmark results"
+  echo
+  echo "Written by \`$command_line\` on $(date -u '+%Y-%m-%d %H:%M UTC') at commit \`$(git rev-parse --short HEAD)\`$(git diff --quiet HEAD -- src Cargo.toml benches/load || echo ' (with uncommitted changes)'), in ${elapsed}s."
+  echo "How the numbers are made and how to read them: see the end of this file and benches/load/main.rs."
+  echo
+  echo "## Machine"
+  echo
+  echo "- \`nproc\`: $(nproc); CPU: $model; memory: $mem; kernel $(uname -r); $(rustc --version)"
+  echo "- load average (1, 5, 15 min) before: $load_before; after the load runs: $load_after_load; at the end: $load_end"
+  echo "  (a shared machine: other builds ran beside this; ratios are side by side in one run, absolute numbers are not portable)"
+  echo "- server process pinned to CPU $SERVER_CPUS, load generator to CPU 0"
+  echo
+  echo "## Load"
+  echo
+  cat "$WORK/load.md"
+  echo
+  echo "## Evaluation cost against the size of the view"
+  echo
+  cat "$WORK/viewsize.md"
+  echo
+  echo "## Where the time goes (callgrind)"
+  echo
+  echo "$profile_md"
+  echo
+  cat benches/load/NOTES.md
+} > "$OUT"
+cat "$OUT"
+echo "== wrote $OUT in ${elapsed}s" >&2
