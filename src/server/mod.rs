@@ -555,7 +555,12 @@ pub async fn serve_with_listeners(
                 tracing::debug!(peer, max_connections, "too many connections: closed");
             } else {
                 error_state.metrics.tls_handshake_failures.inc();
-                tracing::warn!(peer, error = %e, "TLS handshake failed");
+                // A TCP check that connects and closes says nothing worth a warning.
+                if matches!(e.kind(), std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset) {
+                    tracing::debug!(peer, error = %e, "connection closed before the TLS handshake finished");
+                } else {
+                    tracing::warn!(peer, error = %e, "TLS handshake failed");
+                }
             }
         })
         .serve(app.into_make_service())
