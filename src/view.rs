@@ -5,7 +5,9 @@
 //! keep only projections (the fields the rules read), indexed by namespace, and within a namespace
 //! workloads by label, so that no lookup scans the whole cluster.
 
+use std::collections::hash_map::{Entry, RandomState};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Taint};
@@ -22,13 +24,14 @@ use crate::selector;
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkloadInfo {
     pub id: ObjectRef,
-    pub selector: Option<LabelSelector>,
+    pub selector: Option<Arc<LabelSelector>>,
     pub template_labels: BTreeMap<String, String>,
     pub replicas: i32,
     pub claim_names: Vec<String>,
     pub exemptions: Exemptions,
     /// Non-empty `labelSelector`s of its topology spread constraints (for overlap from the other side).
-    pub spread_selectors: Vec<LabelSelector>,
+    /// One equal to `selector` (the usual hostname spread) shares it.
+    pub spread_selectors: Vec<Arc<LabelSelector>>,
     /// A hostname spread or a pod anti-affinity against its own pods keeps replicas apart.
     pub kept_apart: bool,
     /// `hostNetwork: true` without a hard one-per-node rule.
@@ -40,14 +43,22 @@ pub struct WorkloadInfo {
 impl WorkloadInfo {
     pub fn of(w: &Workload) -> Self {
         use crate::rules::{colocation, spread, strategy};
+        let selector = w.selector.clone().map(Arc::new);
+        let spread_selectors = spread::selectors(w)
+            .into_iter()
+            .map(|s| match &selector {
+                Some(own) if **own == s => own.clone(),
+                _ => Arc::new(s),
+            })
+            .collect();
         WorkloadInfo {
             id: w.id(),
-            selector: w.selector.clone(),
+            selector,
             template_labels: w.template_labels().clone(),
             replicas: w.replicas,
             claim_names: w.claim_names(),
             exemptions: exemptions_of(&w.meta),
-            spread_selectors: spread::selectors(w),
+            spread_selectors,
             kept_apart: colocation::kept_apart(w),
             host_network_unprotected: colocation::host_network_unprotected(w),
             recreate_containers: strategy::recreate_containers(w),
@@ -198,16 +209,87 @@ pub trait View: Send + Sync {
 #[derive(Default, Debug)]
 struct NamespaceIndex {
     workloads: HashMap<(Kind, String), Arc<WorkloadInfo>>,
-    /// `key=value` of pod template labels → workloads carrying it.
-    by_label: HashMap<(String, String), HashSet<(Kind, String)>>,
+    /// Hash of a pod template label's `key=value` → workloads carrying it. Only a hash: a
+    /// collision adds candidates, and every candidate is matched against the selector anyway; so
+    /// the index holds no copy of the label strings.
+    by_label: HashMap<u64, Carriers>,
+    label_hasher: RandomState,
     pdbs: BTreeMap<String, Arc<PdbInfo>>,
     hpas: BTreeMap<String, Arc<HpaInfo>>,
-    /// Workload (kind, name) → names of HPAs targeting it.
-    hpas_by_target: HashMap<(Kind, String), BTreeSet<String>>,
+    /// Workload (kind, name) → names of HPAs targeting it, sorted (nearly always one).
+    hpas_by_target: HashMap<(Kind, String), Vec<String>>,
     pvcs: HashMap<String, Arc<PvcInfo>>,
 }
 
-use std::collections::BTreeSet;
+impl NamespaceIndex {
+    fn label_hash(&self, key: &str, value: &str) -> u64 {
+        self.label_hasher.hash_one((key, value))
+    }
+
+    fn remove_workload(&mut self, key: &(Kind, String)) {
+        let Some(old) = self.workloads.remove(key) else { return };
+        for (k, v) in &old.template_labels {
+            let hash = self.label_hash(k, v);
+            if let Some(carriers) = self.by_label.get_mut(&hash) {
+                if carriers.remove(key) {
+                    self.by_label.remove(&hash);
+                }
+            }
+        }
+    }
+}
+
+/// The workloads carrying one label. Most labels (`app.kubernetes.io/name`, `instance`,
+/// `version`) are carried by a single workload, held without a set (and the set is boxed, so
+/// that a slot of the map is that one workload's size).
+#[derive(Debug)]
+enum Carriers {
+    One((Kind, String)),
+    Many(Box<HashSet<(Kind, String)>>),
+}
+
+impl Carriers {
+    fn insert(&mut self, key: &(Kind, String)) {
+        match self {
+            Carriers::One(one) if one == key => {}
+            Carriers::One(one) => *self = Carriers::Many(Box::new(HashSet::from([one.clone(), key.clone()]))),
+            Carriers::Many(set) => {
+                set.insert(key.clone());
+            }
+        }
+    }
+
+    /// Removes `key`; true when no workload is left.
+    fn remove(&mut self, key: &(Kind, String)) -> bool {
+        match self {
+            Carriers::One(one) => one == key,
+            Carriers::Many(set) => {
+                set.remove(key);
+                if set.len() == 1 {
+                    let last = set.drain().next().expect("one left");
+                    *self = Carriers::One(last);
+                    return false;
+                }
+                set.is_empty()
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Carriers::One(_) => 1,
+            Carriers::Many(set) => set.len(),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(Kind, String)> {
+        let (one, many) = match self {
+            Carriers::One(one) => (Some(one), None),
+            Carriers::Many(set) => (None, Some(&**set)),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+}
 
 /// An indexed set of projections: the static view, and the store behind the live view.
 #[derive(Default, Debug)]
@@ -246,35 +328,33 @@ impl Index {
         }
     }
 
-    pub fn upsert_workload(&mut self, info: WorkloadInfo) {
+    pub fn upsert_workload(&mut self, info: impl Into<Arc<WorkloadInfo>>) {
+        let info = info.into();
         self.remove_workload(info.id.kind, &info.id.namespace, &info.id.name);
         let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
         let key = (info.id.kind, info.id.name.clone());
         for (k, v) in &info.template_labels {
-            ns.by_label.entry((k.clone(), v.clone())).or_default().insert(key.clone());
+            let hash = ns.label_hash(k, v);
+            match ns.by_label.entry(hash) {
+                Entry::Vacant(e) => {
+                    e.insert(Carriers::One(key.clone()));
+                }
+                Entry::Occupied(mut e) => e.get_mut().insert(&key),
+            }
         }
-        ns.workloads.insert(key, Arc::new(info));
+        ns.workloads.insert(key, info);
     }
 
     pub fn remove_workload(&mut self, kind: Kind, namespace: &str, name: &str) {
-        let Some(ns) = self.namespaces.get_mut(namespace) else { return };
-        let key = (kind, name.to_string());
-        if let Some(old) = ns.workloads.remove(&key) {
-            for (k, v) in &old.template_labels {
-                let label = (k.clone(), v.clone());
-                if let Some(set) = ns.by_label.get_mut(&label) {
-                    set.remove(&key);
-                    if set.is_empty() {
-                        ns.by_label.remove(&label);
-                    }
-                }
-            }
+        if let Some(ns) = self.namespaces.get_mut(namespace) {
+            ns.remove_workload(&(kind, name.to_string()));
         }
     }
 
-    pub fn upsert_pdb(&mut self, info: PdbInfo) {
+    pub fn upsert_pdb(&mut self, info: impl Into<Arc<PdbInfo>>) {
+        let info = info.into();
         let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
-        ns.pdbs.insert(info.id.name.clone(), Arc::new(info));
+        ns.pdbs.insert(info.id.name.clone(), info);
     }
 
     pub fn remove_pdb(&mut self, namespace: &str, name: &str) {
@@ -283,13 +363,17 @@ impl Index {
         }
     }
 
-    pub fn upsert_hpa(&mut self, info: HpaInfo) {
+    pub fn upsert_hpa(&mut self, info: impl Into<Arc<HpaInfo>>) {
+        let info = info.into();
         self.remove_hpa(&info.id.namespace.clone(), &info.id.name.clone());
         let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
         if let Some(t) = &info.target {
-            ns.hpas_by_target.entry((t.kind, t.name.clone())).or_default().insert(info.id.name.clone());
+            let names = ns.hpas_by_target.entry((t.kind, t.name.clone())).or_default();
+            if let Err(at) = names.binary_search(&info.id.name) {
+                names.insert(at, info.id.name.clone());
+            }
         }
-        ns.hpas.insert(info.id.name.clone(), Arc::new(info));
+        ns.hpas.insert(info.id.name.clone(), info);
     }
 
     pub fn remove_hpa(&mut self, namespace: &str, name: &str) {
@@ -297,9 +381,11 @@ impl Index {
         if let Some(old) = ns.hpas.remove(name) {
             if let Some(t) = &old.target {
                 let key = (t.kind, t.name.clone());
-                if let Some(set) = ns.hpas_by_target.get_mut(&key) {
-                    set.remove(name);
-                    if set.is_empty() {
+                if let Some(names) = ns.hpas_by_target.get_mut(&key) {
+                    if let Ok(at) = names.binary_search_by(|n| n.as_str().cmp(name)) {
+                        names.remove(at);
+                    }
+                    if names.is_empty() {
                         ns.hpas_by_target.remove(&key);
                     }
                 }
@@ -307,9 +393,10 @@ impl Index {
         }
     }
 
-    pub fn upsert_pvc(&mut self, info: PvcInfo) {
+    pub fn upsert_pvc(&mut self, info: impl Into<Arc<PvcInfo>>) {
+        let info = info.into();
         let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
-        ns.pvcs.insert(info.id.name.clone(), Arc::new(info));
+        ns.pvcs.insert(info.id.name.clone(), info);
     }
 
     pub fn remove_pvc(&mut self, namespace: &str, name: &str) {
@@ -318,8 +405,9 @@ impl Index {
         }
     }
 
-    pub fn upsert_node(&mut self, info: NodeInfo) {
-        self.nodes.insert(info.name.clone(), Arc::new(info));
+    pub fn upsert_node(&mut self, info: impl Into<Arc<NodeInfo>>) {
+        let info = info.into();
+        self.nodes.insert(info.name.clone(), info);
     }
 
     pub fn remove_node(&mut self, name: &str) {
@@ -341,17 +429,7 @@ impl Index {
                 for ns in self.namespaces.values_mut() {
                     let names: Vec<_> = ns.workloads.keys().filter(|(k, _)| *k == kind).cloned().collect();
                     for key in names {
-                        if let Some(old) = ns.workloads.remove(&key) {
-                            for (k, v) in &old.template_labels {
-                                let label = (k.clone(), v.clone());
-                                if let Some(set) = ns.by_label.get_mut(&label) {
-                                    set.remove(&key);
-                                    if set.is_empty() {
-                                        ns.by_label.remove(&label);
-                                    }
-                                }
-                            }
-                        }
+                        ns.remove_workload(&key);
                     }
                 }
             }
@@ -407,8 +485,8 @@ impl View for Index {
             .match_labels
             .iter()
             .flatten()
-            .map(|(k, v)| ns.by_label.get(&(k.clone(), v.clone())))
-            .min_by_key(|set| set.map_or(0, HashSet::len))
+            .map(|(k, v)| ns.by_label.get(&ns.label_hash(k, v)))
+            .min_by_key(|set| set.map_or(0, Carriers::len))
         {
             Some(None) => return Vec::new(),
             Some(Some(keys)) => Box::new(keys.iter().filter_map(|k| ns.workloads.get(k))),
@@ -587,5 +665,86 @@ impl View for Overlay<'_> {
 
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
         self.base.namespace_labels(namespace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload(name: &str, labels: &[(&str, &str)]) -> WorkloadInfo {
+        WorkloadInfo {
+            id: ObjectRef::new(Kind::Deployment, "ns", name),
+            selector: None,
+            template_labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            replicas: 2,
+            claim_names: Vec::new(),
+            exemptions: Exemptions::new(),
+            spread_selectors: Vec::new(),
+            kept_apart: false,
+            host_network_unprotected: false,
+            recreate_containers: None,
+        }
+    }
+
+    fn selected(index: &Index, labels: &[(&str, &str)]) -> Vec<String> {
+        let sel = LabelSelector {
+            match_labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            match_expressions: None,
+        };
+        index.workloads_selected_by("ns", &sel).iter().map(|w| w.id.name.clone()).collect()
+    }
+
+    #[test]
+    fn label_index_follows_upserts_and_removals() {
+        let mut index = Index::new();
+        index.upsert_workload(workload("a", &[("app", "a"), ("tier", "web")]));
+        index.upsert_workload(workload("b", &[("app", "b"), ("tier", "web")]));
+        index.upsert_workload(workload("c", &[("app", "c"), ("tier", "web")]));
+        assert_eq!(selected(&index, &[("tier", "web")]), ["a", "b", "c"]);
+        assert_eq!(selected(&index, &[("app", "b"), ("tier", "web")]), ["b"]);
+        assert!(selected(&index, &[("app", "web")]).is_empty());
+        assert!(selected(&index, &[("app", "d")]).is_empty());
+        // A new version with other labels leaves nothing behind under the old ones.
+        index.upsert_workload(workload("b", &[("app", "b"), ("tier", "db")]));
+        assert_eq!(selected(&index, &[("tier", "web")]), ["a", "c"]);
+        assert_eq!(selected(&index, &[("tier", "db")]), ["b"]);
+        index.remove_workload(Kind::Deployment, "ns", "a");
+        index.remove_workload(Kind::Deployment, "ns", "a");
+        assert_eq!(selected(&index, &[("tier", "web")]), ["c"]);
+        index.remove_workload(Kind::Deployment, "ns", "c");
+        assert!(selected(&index, &[("tier", "web")]).is_empty());
+        index.upsert_workload(workload("a", &[("tier", "web")]));
+        assert_eq!(selected(&index, &[("tier", "web")]), ["a"]);
+        index.clear_kind(Kind::Deployment);
+        assert!(selected(&index, &[("tier", "web")]).is_empty());
+        assert!(selected(&index, &[("app", "b")]).is_empty());
+    }
+
+    #[test]
+    fn hpas_targeting_one_workload_come_sorted_by_name() {
+        let mut index = Index::new();
+        let hpa = |name: &str, target: &str| HpaInfo {
+            id: ObjectRef::new(Kind::HorizontalPodAutoscaler, "ns", name),
+            target: Some(ObjectRef::new(Kind::Deployment, "ns", target)),
+            target_description: format!("Deployment {target}"),
+            min_replicas: 1,
+            max_replicas: 3,
+            exemptions: Exemptions::new(),
+        };
+        let target = ObjectRef::new(Kind::Deployment, "ns", "web");
+        let names = |index: &Index| -> Vec<String> {
+            index.hpas_targeting(&target).iter().map(|h| h.id.name.clone()).collect()
+        };
+        index.upsert_hpa(hpa("z", "web"));
+        index.upsert_hpa(hpa("a", "web"));
+        index.upsert_hpa(hpa("m", "web"));
+        index.upsert_hpa(hpa("a", "web"));
+        assert_eq!(names(&index), ["a", "m", "z"]);
+        index.upsert_hpa(hpa("m", "other"));
+        assert_eq!(names(&index), ["a", "z"]);
+        index.remove_hpa("ns", "a");
+        index.remove_hpa("ns", "z");
+        assert!(names(&index).is_empty());
     }
 }

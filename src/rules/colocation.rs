@@ -131,7 +131,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
             format!(
                 "add a topologySpreadConstraint {{maxSkew: 1, topologyKey: {HOSTNAME}, whenUnsatisfiable: \
                  ScheduleAnyway, labelSelector: {}}} to the pod template (the inject-default-spread mutation can add it).",
-                w.selector.as_ref().map(selector::render).unwrap_or_else(|| selector::render_labels(&w.template_labels))
+                w.selector.as_deref().map(selector::render).unwrap_or_else(|| selector::render_labels(&w.template_labels))
             ),
             scaled.related(&subject),
             scaled.anchor(),

@@ -306,7 +306,7 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
             format!(
                 "add a PodDisruptionBudget with maxUnavailable: 1, unhealthyPodEvictionPolicy: AlwaysAllow and \
                  selector {}.",
-                w.selector.as_ref().map(render).unwrap_or_else(|| selector::render_labels(&w.template_labels))
+                w.selector.as_deref().map(render).unwrap_or_else(|| selector::render_labels(&w.template_labels))
             ),
             scaled.related(&subject),
             scaled.anchor(),
