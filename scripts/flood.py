@@ -15,6 +15,9 @@ Body shapes (each exactly 8 MiB):
   args     a valid Deployment review whose container has as many empty-string args as the
            value limit allows (65,536 JSON values in all), padded with spaces: the decoding
            worst case that is answered
+  slow     `args` without `spec.selector`: such a Deployment is decoded the general way (through
+           JSON trees, several copies) rather than straight into its type: the decoding worst
+           case per value
   numbers  a review whose object holds an array of zeros up to the value limit (the parser's
            worst case per byte)
   dense    8 MiB of `"",` args: ~2.8 million values, over the limit, refused (400) before
@@ -97,10 +100,12 @@ def body_of(shape):
     if shape == "padded":
         return pad(review())
     r = review()
-    if shape in ("args", "dense"):
+    if shape in ("args", "slow", "dense"):
+        if shape == "slow":
+            del r["request"]["object"]["spec"]["selector"]
         container = r["request"]["object"]["spec"]["template"]["spec"]["containers"][0]
         container["args"] = [""]
-        if shape == "args":
+        if shape != "dense":
             n = MAX_JSON_VALUES - count_values(compact(r)) + 1
         else:
             n = (BODY_LIMIT - len(compact(r))) // 3  # `"",` per arg
@@ -218,7 +223,7 @@ def main():
     p.add_argument("--max-connections", type=int, default=0, help="passed to serve (0: its default)")
     p.add_argument("--clients", type=int, default=32, help="concurrent uploading clients")
     p.add_argument("--seconds", type=float, default=20)
-    p.add_argument("--shapes", default="padded,args,numbers,dense")
+    p.add_argument("--shapes", default="padded,args,slow,numbers,dense")
     p.add_argument("--connections", type=int, default=500, help="idle TLS connections to hold (0: skip)")
     args = p.parse_args()
     if not os.access(args.binary, os.X_OK):
