@@ -67,7 +67,9 @@ load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
 model=$(lscpu | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
 mem=$(free -h | awk '/^Mem:/ {print $2}')
-command_line="benches/run.sh${QUICK:+ (QUICK=$QUICK)}"
+command_line="benches/run.sh"
+[[ "$QUICK" == 1 ]] && command_line="QUICK=1 benches/run.sh"
+[[ "$PROFILE" == 1 ]] || command_line="PROFILE=$PROFILE $command_line"
 
 {
   echo "# Load benchmark results"

@@ -809,17 +809,22 @@ fn acceptance(summary: &[(Proto, usize, &str, f64, f64, f64, u64)]) -> String {
 // ---------------------------------------------------------------------------------------------
 // The profile role
 
-/// Components of a request, by the inclusive instruction count of the function that does it.
-/// Listed outermost first; a component's own count leaves out the components listed under it.
-const COMPONENTS: &[(&str, &[&str])] = &[
-    ("TLS: decrypt records (rustls read + process_new_packets)", &["rustls::conn::ConnectionCommon<Data>::process_new_packets", "rustls::conn::connection::ConnectionCommon<Data>::process_new_packets"]),
-    ("TLS: encrypt records (rustls write)", &["<rustls::conn::Writer as std::io::Write>::write", "rustls::common_state::CommonState::buffer_plaintext", "rustls::common_state::CommonState::send_appdata_encrypt"]),
-    ("JSON decode: admission::parse", &["ha_guard::server::admission::parse"]),
-    ("review: evaluate + decide + mutations + response (admission::review)", &["ha_guard::server::admission::review"]),
-    ("JSON encode of the answer (serde_json::to_vec)", &["serde_json::ser::to_vec"]),
-    ("request log line (tracing fmt)", &["tracing_subscriber::fmt::fmt_layer::Layer<S,N,E,W> as tracing_subscriber::layer::Layer<S>>::on_event", "<tracing_subscriber::fmt::fmt_layer::Layer<S,N,E,W> as tracing_subscriber::layer::Layer<S>>::on_event"]),
-    ("metrics (prometheus-client)", &["ha_guard::server::record"]),
-    ("freeing the decoded request", &["core::ptr::drop_in_place<kube_core::admission::AdmissionRequest<kube_core::dynamic::DynamicObject>>"]),
+/// Components of a request, by the inclusive instruction count of the function that does it:
+/// (label, function names, nested in an earlier top-level component).
+const COMPONENTS: &[(&str, &[&str], bool)] = &[
+    ("TLS: decrypt the request (rustls process_new_packets)", &["rustls::conn::ConnectionCore<Data>::process_new_packets"], false),
+    ("TLS: encrypt the answer (rustls write)", &["<rustls::conn::ConnectionCommon<T> as rustls::conn::connection::PlaintextSink>::write_vectored", "rustls::conn::connection::<impl rustls::conn::ConnectionCommon<T>>::send_plaintext", "<rustls::conn::connection::Writer as std::io::Write>::write_vectored", "<rustls::conn::connection::Writer as std::io::Write>::write"], false),
+    ("JSON decode: `admission::parse` (AdmissionReview<DynamicObject>)", &["ha_guard::server::admission::parse"], false),
+    ("`admission::review`", &["ha_guard::server::admission::review"], false),
+    ("of which: the typed subject (`subject_of`, both objects on UPDATE)", &["ha_guard::server::admission::subject_of"], true),
+    ("of which: rules (`engine::evaluate`, both objects on UPDATE)", &["ha_guard::engine::evaluate"], true),
+    ("of which: decisions (`decide::decide`)", &["ha_guard::decide::decide"], true),
+    ("of which: mutations (`mutations::plan`)", &["ha_guard::mutations::plan"], true),
+    ("JSON encode of the answer (AdmissionResponse)", &["kube_core::admission::_::<impl serde_core::ser::Serialize for kube_core::admission::AdmissionResponse>::serialize"], false),
+    ("the request's log line (tracing, fmt to stderr)", &["tracing_core::event::Event::dispatch"], false),
+    ("metrics (`server::record`)", &["ha_guard::server::record"], false),
+    ("freeing the decoded request", &["core::ptr::drop_in_place<kube_core::admission::AdmissionRequest<kube_core::dynamic::DynamicObject>>"], false),
+    ("body size check (`admission::count_values`, every call; one is inside parse)", &["ha_guard::server::admission::count_values"], true),
 ];
 
 fn profile_role(args: &[String]) {
@@ -898,19 +903,22 @@ fn profile_role(args: &[String]) {
         if **name != "validate" && **name != "mutate" && **name != "decode" {
             continue;
         }
-        md += &format!("Where `{name}` spends its instructions (inclusive, per request; nested components subtracted from the outer ones where noted):\n\n");
+        md += &format!("Where `{name}` spends its instructions (inclusive, per request; indented rows are part of the row above them):\n\n");
         md += "| component | Ir / request | share |\n|---|---:|---:|\n";
         let mut accounted = 0u64;
-        for (label, patterns) in COMPONENTS {
+        for (label, patterns, nested) in COMPONENTS {
             let ir: u64 = functions.iter().filter(|(f, _)| patterns.iter().any(|p| f == p)).map(|(_, ir)| *ir).max().unwrap_or(0);
             if ir == 0 {
                 continue;
             }
-            accounted += ir;
+            if !nested {
+                accounted += ir;
+            }
+            let label = if *nested { format!("&nbsp;&nbsp;{label}") } else { label.to_string() };
             md += &format!("| {label} | {:.0} | {:.1}% |\n", ir as f64 / requests as f64, 100.0 * ir as f64 / *total as f64);
         }
         let rest = total.saturating_sub(accounted);
-        md += &format!("| everything else (hyper HTTP/1.1, axum routing and layers, tokio, socket I/O wrappers, allocator outside the above) | {:.0} | {:.1}% |\n", rest as f64 / requests as f64, 100.0 * rest as f64 / *total as f64);
+        md += &format!("| everything else: hyper HTTP/1.1, axum routing and layers, tokio, socket reads and writes, the handler's own work (outside the rows not indented) | {:.0} | {:.1}% |\n", rest as f64 / requests as f64, 100.0 * rest as f64 / *total as f64);
         md += &format!("| **total** | **{:.0}** | |\n\n", *total as f64 / requests as f64);
         let top: Vec<String> = functions
             .iter()
