@@ -181,6 +181,11 @@ pub trait View: Send + Sync {
     fn workloads_selected_by(&self, namespace: &str, selector: &LabelSelector) -> Vec<Arc<WorkloadInfo>>;
     /// Every workload in `namespace`.
     fn workloads_in(&self, namespace: &str) -> Vec<Arc<WorkloadInfo>>;
+    /// Workloads in `namespace` with a topology spread `labelSelector` (`spread_selectors`) that
+    /// matches `labels`, sorted by id: the workloads whose spreads count pods with these labels.
+    fn workloads_spreading_over(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<WorkloadInfo>> {
+        self.workloads_in(namespace).into_iter().filter(|w| spreads_over(w, labels)).collect()
+    }
     fn pdbs_in(&self, namespace: &str) -> Vec<Arc<PdbInfo>>;
     fn pdb(&self, namespace: &str, name: &str) -> Option<Arc<PdbInfo>>;
     fn hpas_targeting(&self, target: &ObjectRef) -> Vec<Arc<HpaInfo>>;
@@ -203,6 +208,11 @@ pub trait View: Send + Sync {
         }
         .unwrap_or_default()
     }
+}
+
+/// Whether one of `w`'s topology spread selectors matches pods with `labels`.
+fn spreads_over(w: &WorkloadInfo, labels: &BTreeMap<String, String>) -> bool {
+    w.spread_selectors.iter().any(|s| selector::matches(s, labels))
 }
 
 /// Projections of one namespace.
@@ -505,6 +515,15 @@ impl View for Index {
         found
     }
 
+    fn workloads_spreading_over(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<WorkloadInfo>> {
+        // Asked once per workload checked: filtering before copying and sorting keeps this one
+        // selector match per workload of the namespace (most have no match).
+        let Some(ns) = self.namespaces.get(namespace) else { return Vec::new() };
+        let mut found: Vec<_> = ns.workloads.values().filter(|w| spreads_over(w, labels)).cloned().collect();
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        found
+    }
+
     fn pdbs_in(&self, namespace: &str) -> Vec<Arc<PdbInfo>> {
         self.namespaces.get(namespace).map(|ns| ns.pdbs.values().cloned().collect()).unwrap_or_default()
     }
@@ -613,6 +632,23 @@ impl View for Overlay<'_> {
                 found.push(w.clone());
                 found.sort_by(|a, b| a.id.cmp(&b.id));
             }
+        }
+        found
+    }
+
+    fn workloads_spreading_over(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<WorkloadInfo>> {
+        let mut found: Vec<_> = self
+            .base
+            .workloads_spreading_over(namespace, labels)
+            .into_iter()
+            .filter(|w| !self.is_subject(&w.id))
+            .collect();
+        if let Some(w) = &self.workload
+            && w.id.namespace == namespace
+            && spreads_over(w, labels)
+        {
+            found.push(w.clone());
+            found.sort_by(|a, b| a.id.cmp(&b.id));
         }
         found
     }

@@ -129,11 +129,16 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
         }
     }
     let spans = split_documents(&text);
+    // Line breaks before the current document, counted incrementally (the spans are in order):
+    // counting from the start of the text for each document would be quadratic in its length.
+    let (mut counted_to, mut breaks_before) = (0, 0);
     for (index, span) in spans.iter().enumerate() {
         let doc = &text[span.clone()];
+        breaks_before += text[counted_to..span.start].matches('\n').count();
+        counted_to = span.start;
         // The line of the document's first content, past its `---` marker and comments.
         let skipped = doc.lines().take_while(|l| is_blank(l)).count();
-        let line = text[..span.start].matches('\n').count() + 1 + skipped;
+        let line = breaks_before + 1 + skipped;
         if is_blank(doc) {
             continue;
         }

@@ -6,6 +6,7 @@
 //! sequence items and their positions. A path is resolved as deep as it exists: a finding about a
 //! missing `labelSelector` points at the `topologySpreadConstraints` item that lacks it.
 
+use std::cell::OnceCell;
 use std::collections::HashMap;
 
 use serde_saphyr::granit_parser::{Event, Parser, Span, StructureStyle};
@@ -173,12 +174,31 @@ pub fn segments(path: &str) -> Vec<String> {
 /// Resolves paths to positions over the loaded sources, parsing each document at most once.
 pub struct Locator<'a> {
     sources: &'a [Source],
+    /// File name → index of its (first) source, so that a lookup does not scan every file.
+    by_file: HashMap<&'a str, usize>,
+    /// Per source, the byte offset where each line starts (built on first use), so that finding a
+    /// document's first line or a line's text does not scan the file from its start each time.
+    line_starts: Vec<OnceCell<Vec<usize>>>,
     cache: HashMap<(String, usize), Option<Node>>,
 }
 
 impl<'a> Locator<'a> {
     pub fn new(sources: &'a [Source]) -> Self {
-        Locator { sources, cache: HashMap::new() }
+        let mut by_file = HashMap::new();
+        for (i, s) in sources.iter().enumerate() {
+            by_file.entry(s.file.as_str()).or_insert(i);
+        }
+        let line_starts = sources.iter().map(|_| OnceCell::new()).collect();
+        Locator { sources, by_file, line_starts, cache: HashMap::new() }
+    }
+
+    fn source(&self, file: &str) -> Option<(&'a Source, &[usize])> {
+        let i = *self.by_file.get(file)?;
+        let source = &self.sources[i];
+        let starts = self.line_starts[i].get_or_init(|| {
+            std::iter::once(0).chain(source.text.match_indices('\n').map(|(at, _)| at + 1)).collect()
+        });
+        Some((source, starts))
     }
 
     /// The position of `path` (a field path or a JSON pointer) in the document `origin` names,
@@ -220,15 +240,23 @@ impl<'a> Locator<'a> {
 
     /// The text of a 1-based line of a file, without its line break.
     pub fn source_line(&self, file: &str, line: usize) -> Option<&'a str> {
-        let source = self.sources.iter().find(|s| s.file == file)?;
-        source.text.lines().nth(line.checked_sub(1)?)
+        let (source, starts) = self.source(file)?;
+        let start = *starts.get(line.checked_sub(1)?)?;
+        // As `str::lines` does: no line after a final line break; `\r\n` and `\n` are removed.
+        if start >= source.text.len() {
+            return None;
+        }
+        let end = starts.get(line).copied().unwrap_or(source.text.len());
+        let text = &source.text[start..end];
+        Some(text.strip_suffix('\n').map_or(text, |t| t.strip_suffix('\r').unwrap_or(t)))
     }
 
     fn parse_document(&self, origin: &Origin) -> Option<Node> {
-        let source = self.sources.iter().find(|s| s.file == origin.file)?;
+        let (source, starts) = self.source(&origin.file)?;
         let span = if source.json { 0..source.text.len() } else { source.spans.get(origin.document)?.clone() };
         let text = source.text.get(span.clone())?;
-        let offset = source.text[..span.start].matches('\n').count();
+        // Line breaks before the span: the lines starting at or before it, less the first.
+        let offset = starts.partition_point(|&s| s <= span.start) - 1;
         parse(text, offset)
     }
 }

@@ -171,16 +171,20 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
     for d in &decoded {
         let Object::Subject(subject) = &d.object else { continue };
         let id = subject.id();
-        // The object itself (a `List` item starts below its document's first line).
-        let object_origin = locator.locate(&d.origin, "");
+        // The object itself (a `List` item starts below its document's first line), located only
+        // when something is reported on it: locating parses the document's text a second time,
+        // which costs about as much as loading it did.
+        let mut located = None;
+        let mut object_origin =
+            |locator: &mut locate::Locator| located.get_or_insert_with(|| locator.locate(&d.origin, "")).clone();
         let eval = engine::evaluate(subject, &index, &options.config);
         for u in &eval.unchecked {
-            report.unchecked.push((object_origin.clone(), u.clone()));
+            report.unchecked.push((object_origin(&mut locator), u.clone()));
         }
         let ctx = Context { subject_exemptions: subject.exemptions(), ..Default::default() };
         let decided = decide::decide(eval, &id.namespace, &index, &options.config, &ctx);
         for w in decided.warnings {
-            report.notices.push((object_origin.clone(), w));
+            report.notices.push((object_origin(&mut locator), w));
         }
         for f in decided.findings {
             // Reported on the object it is about when that object is checked too.
@@ -200,7 +204,7 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
             if !plan.is_empty() {
                 // Where each change goes: the deepest existing ancestor of the field it adds.
                 let at = plan.changes.iter().map(|c| locator.locate(&d.origin, &c.path())).collect();
-                report.fixes.push(Fixable { object: id, origin: object_origin.clone(), changes: plan.changes, at });
+                report.fixes.push(Fixable { object: id, origin: object_origin(&mut locator), changes: plan.changes, at });
             }
         }
     }

@@ -144,7 +144,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         }
     }
     // The other side: this workload's pods are counted by another workload's spread.
-    for other in ctx.view.workloads_in(&id.namespace) {
+    for other in ctx.view.workloads_spreading_over(&id.namespace, own_labels) {
         if other.id == id || reported.contains(&other.id) {
             continue;
         }
