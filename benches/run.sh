@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The webhook's load benchmark, side by side with its baselines, in one run; writes
-# benches/RESULTS.md (and prints it). Not part of CI. About 7-9 minutes on 2 cores.
+# benches/RESULTS.md (and prints it). Not part of CI. About 8 minutes on 2 cores (plus the build).
 #
 #   benches/run.sh                 # everything
 #   QUICK=1 benches/run.sh         # a shorter pass (1 round, shorter runs): a smoke test
@@ -28,9 +28,9 @@ if [[ "$QUICK" == 1 ]]; then
   VIEW_ARGS=(--rounds 5 --batch 100)
   PROFILE_ARGS=(--requests 100)
 else
-  LOAD_ARGS=(--rounds 3 --warmup 0.5 --duration 1.5 --lat-duration 3)
+  LOAD_ARGS=(--rounds 3 --warmup 0.5 --duration 1.5 --lat-duration 3 --by-type-rounds 2 --by-type-duration 1)
   VIEW_ARGS=(--rounds 15 --batch 300)
-  PROFILE_ARGS=(--requests 400)
+  PROFILE_ARGS=(--requests 200)
 fi
 LOAD_ARGS+=(${CONC:+--conc "$CONC"} ${PROTOS:+--protos "$PROTOS"})
 

@@ -665,6 +665,8 @@ fn bench_role(args: &[String]) {
     let duration = Duration::from_secs_f64(arg(args, "--duration", 2.0));
     let lat_duration = Duration::from_secs_f64(arg(args, "--lat-duration", 3.0));
     let by_type_conc: usize = arg(args, "--by-type-conc", 16);
+    let by_type_rounds: usize = arg(args, "--by-type-rounds", rounds);
+    let by_type_duration = Duration::from_secs_f64(arg(args, "--by-type-duration", duration.as_secs_f64()));
     let namespaces: usize = arg(args, "--namespaces", 100);
     let out: Option<PathBuf> = args.iter().position(|a| a == "--out").map(|i| PathBuf::from(&args[i + 1]));
 
@@ -739,14 +741,14 @@ fn bench_role(args: &[String]) {
         md += &acceptance(&summary);
         // Per request type: each body alone, one protocol, one concurrency.
         let proto = protos[0];
-        md += &format!("### Per request type ({}, concurrency {by_type_conc}, saturation, median of {rounds})\n\n", proto.as_str());
+        md += &format!("### Per request type ({}, concurrency {by_type_conc}, saturation, median of {by_type_rounds})\n\n", proto.as_str());
         md += "| request | target | req/s | × decode | server CPU µs/req | errors |\n|---|---|---:|---:|---:|---:|\n";
         for (bi, name) in names.iter().enumerate() {
             let one = targets(&server, &bodies[bi..=bi]);
             let mut sats: Vec<Vec<Sat>> = (0..one.len()).map(|_| Vec::new()).collect();
-            for _ in 0..rounds {
+            for _ in 0..by_type_rounds {
                 for (ti, t) in one.iter().enumerate() {
-                    sats[ti].push(saturate(proto, t.addr, &ca, &t.work, by_type_conc, pid, warmup, duration).await);
+                    sats[ti].push(saturate(proto, t.addr, &ca, &t.work, by_type_conc, pid, warmup, by_type_duration).await);
                 }
             }
             let rps: Vec<f64> = sats.iter().map(|s| median(s.iter().map(|x| x.rps).collect())).collect();
