@@ -29,9 +29,9 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::fmt::Write as _;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
@@ -276,7 +276,8 @@ fn deployment_json(i: usize, generation: usize) -> String {
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "File",
     });
-    let mut volumes = vec![json!({"name": "config", "configMap": {"name": format!("{name}-config"), "defaultMode": 420}})];
+    let mut volumes =
+        vec![json!({"name": "config", "configMap": {"name": format!("{name}-config"), "defaultMode": 420}})];
     if with_pvc {
         volumes.push(json!({"name": "data", "persistentVolumeClaim": {"claimName": format!("{name}-data")}}));
     }
@@ -625,7 +626,8 @@ fn report_path(title: &str, stages: &[(String, Snapshot)]) -> (f64, f64) {
         prev = *s;
     }
     let loaded = stages[3].1;
-    let (rss, anon, heap) = (signed(base.rss, loaded.rss), signed(base.anon, loaded.anon), signed(base.heap, loaded.heap));
+    let (rss, anon, heap) =
+        (signed(base.rss, loaded.rss), signed(base.anon, loaded.anon), signed(base.heap, loaded.heap));
     let blocks = loaded.blocks - base.blocks;
     println!(
         "  {:<24} {:>7}  {:>11} {:>8}  {:>11} {:>8}  {:>11} {:>8}  {:>8}",
@@ -639,11 +641,7 @@ fn report_path(title: &str, stages: &[(String, Snapshot)]) -> (f64, f64) {
         format!("{:.0} B", heap / OBJECTS as f64),
         blocks,
     );
-    println!(
-        "  ({:.1} heap blocks per object; RSS / live heap = {:.2})",
-        blocks as f64 / OBJECTS as f64,
-        rss / heap
-    );
+    println!("  ({:.1} heap blocks per object; RSS / live heap = {:.2})", blocks as f64 / OBJECTS as f64, rss / heap);
     (rss / OBJECTS as f64, heap / OBJECTS as f64)
 }
 
@@ -665,7 +663,8 @@ fn compare<K: Tracked + Clone>(out: &mut String, label: &str, make: impl Fn(usiz
         relist(&source, COMPARED, &make);
         source
     });
-    let _ = writeln!(out, 
+    let _ = writeln!(
+        out,
         "  {:<24} {:>11} {:>9}  {:>11} {:>9}  {:>11} {:>9}  {:>6.1}x  {:>6.1}x",
         label,
         kib(vec as f64),
@@ -700,12 +699,14 @@ fn breakdown(out: &mut String) {
     // is the by-label index.
     let unlabelled = retained(|| {
         let mut index = Index::new();
-        (0..DEPLOYMENTS).for_each(|i| index.upsert_workload(WorkloadInfo { template_labels: BTreeMap::new(), ..project(i) }));
+        (0..DEPLOYMENTS)
+            .for_each(|i| index.upsert_workload(WorkloadInfo { template_labels: BTreeMap::new(), ..project(i) }));
         index
     });
     let infos: Vec<WorkloadInfo> = (0..DEPLOYMENTS).map(project).collect();
     let sum = |f: &dyn Fn(&WorkloadInfo) -> usize| infos.iter().map(f).sum::<usize>();
-    let shared = sum(&|w| w.spread_selectors.iter().filter(|s| w.selector.as_ref().is_some_and(|o| Arc::ptr_eq(o, s))).count());
+    let shared =
+        sum(&|w| w.spread_selectors.iter().filter(|s| w.selector.as_ref().is_some_and(|o| Arc::ptr_eq(o, s))).count());
     let fields = [
         ("Arc<WorkloadInfo> block", DEPLOYMENTS * arc(std::mem::size_of::<WorkloadInfo>())),
         ("id (namespace, name)", sum(&|w| retained(|| w.id.clone()))),
@@ -752,7 +753,10 @@ fn breakdown(out: &mut String) {
         ("Arc<PdbInfo> block", PDBS * arc(std::mem::size_of::<PdbInfo>())),
         ("id (namespace, name)", psum(&|p| retained(|| p.id.clone()))),
         ("selector", psum(&|p| retained(|| p.selector.clone()))),
-        ("min_available / max_unavailable", psum(&|p| retained(|| (p.min_available.clone(), p.max_unavailable.clone())))),
+        (
+            "min_available / max_unavailable",
+            psum(&|p| retained(|| (p.min_available.clone(), p.max_unavailable.clone()))),
+        ),
         ("exemptions", psum(&|p| retained(|| p.exemptions.clone()))),
     ];
     let projections: usize = fields.iter().map(|(_, b)| b).sum();
@@ -795,7 +799,11 @@ fn machine() -> String {
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let mem_kib: f64 = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|m| m.lines().find_map(|l| l.strip_prefix("MemTotal:")).map(|v| v.trim().trim_end_matches("kB").trim().to_string()))
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .map(|v| v.trim().trim_end_matches("kB").trim().to_string())
+        })
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0);
     format!("{cores} cores, {:.1} GiB RAM", mem_kib / 1024.0 / 1024.0)
@@ -833,7 +841,10 @@ fn main() {
     // Heap-only measures (exact whatever else runs) meanwhile, printed after the load paths.
     let mut heap_report = String::new();
     let out = &mut heap_report;
-    let _ = writeln!(out, "\nWhole objects vs projections, live heap of {COMPARED} objects (per object; ratio whole / view)");
+    let _ = writeln!(
+        out,
+        "\nWhole objects vs projections, live heap of {COMPARED} objects (per object; ratio whole / view)"
+    );
     let _ = writeln!(
         out,
         "  {:<24} {:>11} {:>9}  {:>11} {:>9}  {:>11} {:>9}  {:>7}  {:>7}",

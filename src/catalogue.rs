@@ -112,7 +112,12 @@ mod tests {
         let muts: Vec<_> = mutations().iter().map(|m| m.id).collect();
         assert_eq!(
             muts,
-            ["inject-spread-selector", "inject-unhealthy-pod-eviction-policy", "inject-default-spread", "inject-match-label-keys"]
+            [
+                "inject-spread-selector",
+                "inject-unhealthy-pod-eviction-policy",
+                "inject-default-spread",
+                "inject-match-label-keys"
+            ]
         );
         let on: Vec<_> = mutations().iter().map(|m| m.default_on).collect();
         assert_eq!(on, [true, true, false, false]);
@@ -120,9 +125,19 @@ mod tests {
 
     #[test]
     fn defaults_are_the_contract() {
-        let warn = ["spread-selector-overlap", "spread-unsatisfiable", "replicas-colocated", "recreate-multi-replica",
-            "rwo-volume-rolling-surge", "pdb-selector-empty", "pdb-selects-nothing", "pdb-missing",
-            "pdb-unhealthy-eviction-policy", "hpa-target-missing", "termination-grace-zero"];
+        let warn = [
+            "spread-selector-overlap",
+            "spread-unsatisfiable",
+            "replicas-colocated",
+            "recreate-multi-replica",
+            "rwo-volume-rolling-surge",
+            "pdb-selector-empty",
+            "pdb-selects-nothing",
+            "pdb-missing",
+            "pdb-unhealthy-eviction-policy",
+            "hpa-target-missing",
+            "termination-grace-zero",
+        ];
         for r in rules() {
             let expected = if warn.contains(&r.id) { Action::Warn } else { Action::Deny };
             assert_eq!(r.default, expected, "{}", r.id);
@@ -132,13 +147,14 @@ mod tests {
     #[test]
     fn every_entry_has_a_page_titled_with_its_id() {
         let mut seen = HashSet::new();
-        for (id, doc, summary) in rules()
-            .map(|r| (r.id, r.doc, r.summary))
-            .chain(mutations().iter().map(|m| (m.id, m.doc, m.summary)))
+        for (id, doc, summary) in
+            rules().map(|r| (r.id, r.doc, r.summary)).chain(mutations().iter().map(|m| (m.id, m.doc, m.summary)))
         {
             assert!(seen.insert(id), "duplicate id {id}");
             assert!(doc.starts_with(&format!("# {id}\n")), "docs/rules/{id}.md must start with '# {id}'");
-            for section in ["## What it catches", "## Why it matters", "## Example", "## How to fix", "## How to exempt"] {
+            for section in
+                ["## What it catches", "## Why it matters", "## Example", "## How to fix", "## How to exempt"]
+            {
                 let section = if id.starts_with("inject-") {
                     match section {
                         "## What it catches" => "## What it does",

@@ -63,10 +63,7 @@ impl Config {
     }
 
     pub fn mutation_on(&self, id: &str) -> bool {
-        self.mutations
-            .get(id)
-            .copied()
-            .unwrap_or_else(|| catalogue::mutation(id).is_some_and(|m| m.default_on))
+        self.mutations.get(id).copied().unwrap_or_else(|| catalogue::mutation(id).is_some_and(|m| m.default_on))
     }
 
     pub fn namespace_exempt(&self, namespace: &str) -> bool {

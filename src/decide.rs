@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::catalogue::Action;
 use crate::config::Config;
 use crate::engine::{Decision, Evaluation, Finding};
-use crate::model::{Exemptions, ObjectRef, EXEMPT_PREFIX, MODE_LABEL};
+use crate::model::{EXEMPT_PREFIX, Exemptions, MODE_LABEL, ObjectRef};
 use crate::view::View;
 
 /// What the decision needs besides the findings.

@@ -14,13 +14,13 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::defaults;
-use crate::model::{name_of, ns_of, Kind};
+use crate::model::{Kind, name_of, ns_of};
 use crate::server::ViewSource;
 use crate::view::{HpaInfo, Index, NodeInfo, PdbInfo, PvcInfo, View, WorkloadInfo};
 
@@ -216,7 +216,9 @@ impl LiveSource {
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(event) => this.apply(event, &mut buffer),
-                    Err(e) => tracing::warn!(kind = %K::KIND, error = %e, "watch failed; serving the last known state and retrying"),
+                    Err(e) => {
+                        tracing::warn!(kind = %K::KIND, error = %e, "watch failed; serving the last known state and retrying")
+                    }
                 }
             }
         });

@@ -5,11 +5,15 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use ha_guard::catalogue;
-use ha_guard::check::{self, load, output, Options};
+use ha_guard::check::{self, Options, load, output};
 use ha_guard::config::Config;
 
 #[derive(Parser)]
-#[command(name = "ha-guard", version, about = "Admission webhook and linter that keeps Kubernetes workloads highly available")]
+#[command(
+    name = "ha-guard",
+    version,
+    about = "Admission webhook and linter that keeps Kubernetes workloads highly available"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -155,7 +159,8 @@ fn main() -> ExitCode {
         } => {
             init_tracing(log_format);
             let seconds = |s: f64, name: &str| {
-                std::time::Duration::try_from_secs_f64(s).map_err(|_| format!("--{name}: {s} is not a duration in seconds"))
+                std::time::Duration::try_from_secs_f64(s)
+                    .map_err(|_| format!("--{name}: {s} is not a duration in seconds"))
             };
             let durations = (|| {
                 Ok::<_, String>((
@@ -166,13 +171,14 @@ fn main() -> ExitCode {
                     seconds(tls_handshake_timeout, "tls-handshake-timeout")?,
                 ))
             })();
-            let (reload_interval, request_timeout, shutdown_delay, shutdown_timeout, tls_handshake_timeout) = match durations {
-                Ok(d) => d,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
-                }
-            };
+            let (reload_interval, request_timeout, shutdown_delay, shutdown_timeout, tls_handshake_timeout) =
+                match durations {
+                    Ok(d) => d,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(2);
+                    }
+                };
             let options = ha_guard::server::ServeOptions {
                 listen,
                 probe_listen,
@@ -315,7 +321,9 @@ async fn resolve_cluster(cluster: &[String]) -> Result<Cluster, String> {
         [one] if one == "auto" || one == "live" => match kube::Config::infer().await {
             Ok(config) => {
                 let client = kube::Client::try_from(config).map_err(|e| format!("--cluster {one}: {e}"))?;
-                tracing::info!("live cluster view: watching Deployments, StatefulSets, PDBs, HPAs, PVCs, Nodes, Namespaces");
+                tracing::info!(
+                    "live cluster view: watching Deployments, StatefulSets, PDBs, HPAs, PVCs, Nodes, Namespaces"
+                );
                 Ok(Cluster::Live(client))
             }
             Err(e) if one == "auto" => {

@@ -47,9 +47,7 @@ impl Kind {
             ("apps/v1", "Deployment") => Some(Kind::Deployment),
             ("apps/v1", "StatefulSet") => Some(Kind::StatefulSet),
             ("policy/v1", "PodDisruptionBudget") => Some(Kind::PodDisruptionBudget),
-            ("autoscaling/v2" | "autoscaling/v1", "HorizontalPodAutoscaler") => {
-                Some(Kind::HorizontalPodAutoscaler)
-            }
+            ("autoscaling/v2" | "autoscaling/v1", "HorizontalPodAutoscaler") => Some(Kind::HorizontalPodAutoscaler),
             ("v1", "PersistentVolumeClaim") => Some(Kind::PersistentVolumeClaim),
             ("v1", "Node") => Some(Kind::Node),
             ("v1", "Namespace") => Some(Kind::Namespace),
@@ -128,7 +126,10 @@ pub fn exemptions_of(meta: &ObjectMeta) -> Exemptions {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Strategy {
     Recreate,
-    RollingUpdate { max_surge: IntOrString, max_unavailable: IntOrString },
+    RollingUpdate {
+        max_surge: IntOrString,
+        max_unavailable: IntOrString,
+    },
     /// StatefulSet `OnDelete`, or a StatefulSet rolling update (one pod at a time, no surge).
     Other(String),
 }
@@ -183,7 +184,10 @@ pub enum Subject {
     Pdb(Box<PodDisruptionBudget>),
     Hpa(Box<HorizontalPodAutoscaler>),
     /// A `deployments/scale` or `statefulsets/scale` write: the target and its new replica count.
-    Scale { target: ObjectRef, replicas: i32 },
+    Scale {
+        target: ObjectRef,
+        replicas: i32,
+    },
 }
 
 impl Subject {
@@ -191,9 +195,7 @@ impl Subject {
         match self {
             Subject::Workload(w) => w.id(),
             Subject::Pdb(p) => ObjectRef::new(Kind::PodDisruptionBudget, ns_of(&p.metadata), name_of(&p.metadata)),
-            Subject::Hpa(h) => {
-                ObjectRef::new(Kind::HorizontalPodAutoscaler, ns_of(&h.metadata), name_of(&h.metadata))
-            }
+            Subject::Hpa(h) => ObjectRef::new(Kind::HorizontalPodAutoscaler, ns_of(&h.metadata), name_of(&h.metadata)),
             Subject::Scale { target, .. } => target.clone(),
         }
     }
@@ -274,8 +276,8 @@ pub fn decode(value: &Value, default_namespace: &str) -> Result<Option<Object>, 
             Object::Subject(Subject::Pdb(Box::new(p)))
         }
         Kind::HorizontalPodAutoscaler => {
-            let mut h: HorizontalPodAutoscaler = serde_json::from_value(strip_v1_hpa_fields(value, api_version))
-                .map_err(err)?;
+            let mut h: HorizontalPodAutoscaler =
+                serde_json::from_value(strip_v1_hpa_fields(value, api_version)).map_err(err)?;
             defaults::hpa(&mut h);
             Object::Subject(Subject::Hpa(Box::new(h)))
         }

@@ -11,11 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 /// Whether `selector` selects a pod with `labels`. An empty selector selects everything.
 /// An unknown operator selects nothing (the apiserver would have refused it).
 pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let labels_ok = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
+    let labels_ok = selector.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
     labels_ok
         && selector.match_expressions.iter().flatten().all(|e| {
             let values = e.values.as_deref().unwrap_or_default();
@@ -37,12 +33,7 @@ pub fn is_empty(selector: &LabelSelector) -> bool {
 
 /// A short rendering for messages: `app=web,tier in (a,b)`; `{}` for empty.
 pub fn render(selector: &LabelSelector) -> String {
-    let mut parts: Vec<String> = selector
-        .match_labels
-        .iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
+    let mut parts: Vec<String> = selector.match_labels.iter().flatten().map(|(k, v)| format!("{k}={v}")).collect();
     for e in selector.match_expressions.iter().flatten() {
         let values = e.values.as_deref().unwrap_or_default().join(",");
         parts.push(match e.operator.as_str() {

@@ -10,14 +10,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Taint};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Taint};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::model::{exemptions_of, name_of, ns_of, Exemptions, Kind, Object, ObjectRef, Subject, Workload};
+use crate::model::{Exemptions, Kind, Object, ObjectRef, Subject, Workload, exemptions_of, name_of, ns_of};
 use crate::selector;
 
 /// A workload as other objects' rules see it.
@@ -502,8 +502,7 @@ impl View for Index {
             Some(Some(keys)) => Box::new(keys.iter().filter_map(|k| ns.workloads.get(k))),
             None => Box::new(ns.workloads.values()),
         };
-        let mut found: Vec<_> =
-            candidates.filter(|w| selector::matches(sel, &w.template_labels)).cloned().collect();
+        let mut found: Vec<_> = candidates.filter(|w| selector::matches(sel, &w.template_labels)).cloned().collect();
         found.sort_by(|a, b| a.id.cmp(&b.id));
         found
     }
@@ -654,8 +653,7 @@ impl View for Overlay<'_> {
     }
 
     fn pdbs_in(&self, namespace: &str) -> Vec<Arc<PdbInfo>> {
-        let mut found: Vec<_> =
-            self.base.pdbs_in(namespace).into_iter().filter(|p| !self.is_subject(&p.id)).collect();
+        let mut found: Vec<_> = self.base.pdbs_in(namespace).into_iter().filter(|p| !self.is_subject(&p.id)).collect();
         if let Some(p) = &self.pdb {
             if p.id.namespace == namespace {
                 found.push(p.clone());

@@ -180,7 +180,11 @@ fn exit_0_with_warnings_only() {
     let f = write(dir.path(), "warn.yaml", WARN_ONLY);
     let r = run(&["check", "-f", s(&f)]);
     assert_eq!(r.code, 0, "{}", r.all());
-    assert!(r.stdout.contains("warn[recreate-multi-replica]: Deployment default/batch at spec.strategy.type"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("warn[recreate-multi-replica]: Deployment default/batch at spec.strategy.type"),
+        "{}",
+        r.stdout
+    );
     assert!(r.stdout.ends_with("0 deny, 1 warn, 0 allowed in 1 object from 1 file\n"), "{}", r.stdout);
 }
 
@@ -190,7 +194,11 @@ fn exit_1_with_a_deny_finding() {
     let f = write(dir.path(), "pdb.yaml", BLOCKING);
     let r = run(&["check", "-f", s(&f)]);
     assert_eq!(r.code, 1, "{}", r.all());
-    assert!(r.stdout.contains("deny[pdb-blocks-eviction]: PodDisruptionBudget default/billing at spec.minAvailable"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("deny[pdb-blocks-eviction]: PodDisruptionBudget default/billing at spec.minAvailable"),
+        "{}",
+        r.stdout
+    );
     assert!(r.stdout.ends_with("1 deny, 0 warn, 0 allowed in 2 objects from 1 file\n"), "{}", r.stdout);
 }
 
@@ -351,7 +359,10 @@ fn json_files_are_checked() {
     assert_eq!(r.code, 1, "{}", r.all());
     let v = r.json();
     let f0 = &findings(&v)[0];
-    assert_eq!((f0["rule"].as_str(), f0["namespace"].as_str(), f0["path"].as_str()), (Some("hpa-replica-bounds"), Some("prod"), Some("spec.minReplicas")));
+    assert_eq!(
+        (f0["rule"].as_str(), f0["namespace"].as_str(), f0["path"].as_str()),
+        (Some("hpa-replica-bounds"), Some("prod"), Some("spec.minReplicas"))
+    );
     assert_eq!(f0["line"], 7);
     // Bad JSON in a .json file is a JSON error, not a YAML one.
     let bad = write(dir.path(), "bad.json", "{\"kind\": \"Deployment\",\n");
@@ -457,7 +468,11 @@ spec:
 fn namespace_applies_to_objects_without_one() {
     let dir = tempfile::tempdir().unwrap();
     // The PDB has no namespace, the Deployment is in `team-a`: they meet only with --namespace team-a.
-    let text = BLOCKING.replacen("  name: billing\nspec:\n  replicas", "  name: billing\n  namespace: team-a\nspec:\n  replicas", 1);
+    let text = BLOCKING.replacen(
+        "  name: billing\nspec:\n  replicas",
+        "  name: billing\n  namespace: team-a\nspec:\n  replicas",
+        1,
+    );
     let f = write(dir.path(), "ns.yaml", &text);
     let v = run(&["check", "-f", s(&f), "--format", "json"]).json();
     assert!(of_rule(&v, "pdb-blocks-eviction").is_empty(), "the PDB is in `default`: {v}");
@@ -609,7 +624,10 @@ fn fix_writes_the_mutations_and_keeps_the_rest() {
             "      - labelSelector:\n          matchLabels:\n            app: api\n        maxSkew: 1\n"
         )
     );
-    assert_eq!(new[2], old[2].replace("spec:\n  maxUnavailable", "spec:\n  unhealthyPodEvictionPolicy: AlwaysAllow\n  maxUnavailable"));
+    assert_eq!(
+        new[2],
+        old[2].replace("spec:\n  maxUnavailable", "spec:\n  unhealthyPodEvictionPolicy: AlwaysAllow\n  maxUnavailable")
+    );
     // Nothing but the added fields changed.
     let mut expected = yaml(old[1]);
     expected["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["labelSelector"] =
@@ -654,14 +672,27 @@ fn fix_rewrites_json_files_and_list_items() {
     let v: Value = serde_json::from_str(&fixed).expect("still JSON");
     assert_eq!(v["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
     assert_eq!(v["spec"]["maxUnavailable"], 1);
-    assert_eq!(fixed, json.replace(r#""spec": {"maxUnavailable""#, r#""spec": {"unhealthyPodEvictionPolicy": "AlwaysAllow", "maxUnavailable""#), "the layout is kept");
+    assert_eq!(
+        fixed,
+        json.replace(
+            r#""spec": {"maxUnavailable""#,
+            r#""spec": {"unhealthyPodEvictionPolicy": "AlwaysAllow", "maxUnavailable""#
+        ),
+        "the layout is kept"
+    );
 
     let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: c}\n- apiVersion: policy/v1\n  kind: PodDisruptionBudget\n  metadata: {name: p}\n  spec:\n    maxUnavailable: 1\n    selector: {matchLabels: {app: x}}\n";
     let f = write(dir.path(), "list.yaml", list);
     let r = run(&["check", "-f", s(&f), "--fix"]);
     assert_eq!(r.code, 0, "{}", r.all());
     let fixed = std::fs::read_to_string(&f).unwrap();
-    assert_eq!(fixed, list.replace("  spec:\n    maxUnavailable", "  spec:\n    unhealthyPodEvictionPolicy: AlwaysAllow\n    maxUnavailable"));
+    assert_eq!(
+        fixed,
+        list.replace(
+            "  spec:\n    maxUnavailable",
+            "  spec:\n    unhealthyPodEvictionPolicy: AlwaysAllow\n    maxUnavailable"
+        )
+    );
     let v = yaml(&fixed);
     assert_eq!(v["items"][1]["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
     assert_eq!(v["items"][0], serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}));
@@ -717,11 +748,8 @@ fn rules_lists_every_rule_and_mutation_with_its_default() {
             (id.contains('-') && words.next().is_some()).then(|| (id.to_string(), default.to_string()))
         })
         .collect();
-    let expected: Vec<(String, String)> = expected_rules
-        .iter()
-        .chain(expected_mutations.iter())
-        .map(|(id, d)| (id.to_string(), d.to_string()))
-        .collect();
+    let expected: Vec<(String, String)> =
+        expected_rules.iter().chain(expected_mutations.iter()).map(|(id, d)| (id.to_string(), d.to_string())).collect();
     assert_eq!(listed, expected, "{}", r.stdout);
 }
 
@@ -850,7 +878,10 @@ fn json_output_is_the_contract() {
         assert!(f["line"].is_u64(), "{f}");
     }
     let m = findings(&v)[0]["message"].as_str().unwrap();
-    assert!(m.contains("minAvailable 1") && m.contains("allows 0 disruptions") && m.contains("Deployment billing"), "{m}");
+    assert!(
+        m.contains("minAvailable 1") && m.contains("allows 0 disruptions") && m.contains("Deployment billing"),
+        "{m}"
+    );
     assert_eq!(findings(&v)[0]["line"], 22);
     assert_eq!(findings(&v)[1]["line"], 10, "strategy: {{type: Recreate}} is on line 10");
     assert_eq!(findings(&v)[2]["line"], 17);
@@ -912,7 +943,11 @@ spec:
         "{}",
         r.stdout
     );
-    assert!(block[6].starts_with("   = topologySpreadConstraints[0]") && block[6].contains("has no labelSelector"), "{}", block[6]);
+    assert!(
+        block[6].starts_with("   = topologySpreadConstraints[0]") && block[6].contains("has no labelSelector"),
+        "{}",
+        block[6]
+    );
     assert!(block[7].starts_with("   = fix: "), "{}", block[7]);
     // The fix points at where it goes, as a field path.
     assert!(
@@ -922,7 +957,13 @@ spec:
         "{}",
         r.stdout
     );
-    assert!(r.stdout.ends_with("1 deny, 1 warn, 0 allowed in 1 object from 1 file; 1 fix available (run with --fix to write them)\n"), "{}", r.stdout);
+    assert!(
+        r.stdout.ends_with(
+            "1 deny, 1 warn, 0 allowed in 1 object from 1 file; 1 fix available (run with --fix to write them)\n"
+        ),
+        "{}",
+        r.stdout
+    );
     drop(f);
 }
 
@@ -962,7 +1003,8 @@ fn assert_valid_sarif(validator: &jsonschema::Validator, log: &Value) {
 #[test]
 fn the_schema_rejects_what_is_not_sarif() {
     let validator = sarif_validator();
-    let r = run_in(Some(Path::new(env!("CARGO_MANIFEST_DIR"))), &["check", "-f", "examples/", "--format", "sarif"], None);
+    let r =
+        run_in(Some(Path::new(env!("CARGO_MANIFEST_DIR"))), &["check", "-f", "examples/", "--format", "sarif"], None);
     let mut log = r.json();
     assert!(validator.is_valid(&log));
     log["runs"][0]["results"][0]["level"] = "fatal".into();
@@ -987,8 +1029,12 @@ fn sarif_of_the_examples_is_valid_and_complete() {
     let results = log["runs"][0]["results"].as_array().unwrap();
     assert_eq!(results.len(), findings(&json).len(), "one result per finding");
     assert!(!results.is_empty());
-    let driver_rules: Vec<&str> =
-        log["runs"][0]["tool"]["driver"]["rules"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    let driver_rules: Vec<&str> = log["runs"][0]["tool"]["driver"]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
     assert_eq!(driver_rules.len(), 20);
     for (result, finding) in results.iter().zip(findings(&json)) {
         assert_eq!(result["ruleId"], finding["rule"]);
@@ -1007,7 +1053,10 @@ fn sarif_of_the_examples_is_valid_and_complete() {
         if finding["action"] == "allowed" {
             let suppression = &result["suppressions"][0];
             assert_eq!(suppression["kind"], "inSource");
-            assert!(suppression["justification"].as_str().unwrap().contains("licence binds to one pod"), "{suppression}");
+            assert!(
+                suppression["justification"].as_str().unwrap().contains("licence binds to one pod"),
+                "{suppression}"
+            );
         } else {
             assert!(result.get("suppressions").is_none(), "{result}");
         }

@@ -14,12 +14,12 @@
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Once;
 
-use ha_guard::check::{self, load, Options, Report};
+use ha_guard::check::{self, Options, Report, load};
 use ha_guard::config::Config;
 use ha_guard::engine::Decision;
 use ha_guard::model::{Kind, ObjectRef};
@@ -455,7 +455,12 @@ static GROUPS: &[Group] = &[
             "the tutorial's namespace holds just this; zk-pdb (maxUnavailable 1 of 3) covers zk, so \
              nothing is missing",
         ),
-        fixes: &[Fix { object: "PodDisruptionBudget default/zk-pdb", mutation: PEP, op: ALWAYS_ALLOW, at: "k8s-website/zookeeper.yaml#2" }],
+        fixes: &[Fix {
+            object: "PodDisruptionBudget default/zk-pdb",
+            mutation: PEP,
+            op: ALWAYS_ALLOW,
+            at: "k8s-website/zookeeper.yaml#2",
+        }],
         unchecked: &[],
     },
     Group {
@@ -520,8 +525,18 @@ static GROUPS: &[Group] = &[
              PDB and each PDB covers its Deployment",
         ),
         fixes: &[
-            Fix { object: "PodDisruptionBudget linkerd/linkerd-identity", mutation: PEP, op: ALWAYS_ALLOW, at: "linkerd2/install_ha_output.yaml#28" },
-            Fix { object: "PodDisruptionBudget linkerd/linkerd-dst", mutation: PEP, op: ALWAYS_ALLOW, at: "linkerd2/install_ha_output.yaml#35" },
+            Fix {
+                object: "PodDisruptionBudget linkerd/linkerd-identity",
+                mutation: PEP,
+                op: ALWAYS_ALLOW,
+                at: "linkerd2/install_ha_output.yaml#28",
+            },
+            Fix {
+                object: "PodDisruptionBudget linkerd/linkerd-dst",
+                mutation: PEP,
+                op: ALWAYS_ALLOW,
+                at: "linkerd2/install_ha_output.yaml#35",
+            },
             Fix {
                 object: "PodDisruptionBudget linkerd/linkerd-proxy-injector",
                 mutation: PEP,
@@ -750,14 +765,13 @@ fn differences(corpus: &Path, group: &Group, report: &Report, complete: bool) ->
     if got_fixes != want_fixes {
         out.push(format!("{label}: mutation plan {got_fixes:?}, expected {want_fixes:?}"));
     }
-    let got_unchecked: BTreeSet<String> = report
-        .unchecked
-        .iter()
-        .map(|(o, m)| format!("{}#{}: {m}", rel(corpus, &o.file), o.document))
-        .collect();
+    let got_unchecked: BTreeSet<String> =
+        report.unchecked.iter().map(|(o, m)| format!("{}#{}: {m}", rel(corpus, &o.file), o.document)).collect();
     for (at, text) in group.unchecked {
         if !got_unchecked.iter().any(|u| u.starts_with(&format!("{at}: ")) && u.contains(text)) {
-            out.push(format!("{label}: expected a not-checked note at {at} containing {text:?}, got {got_unchecked:?}"));
+            out.push(format!(
+                "{label}: expected a not-checked note at {at} containing {text:?}, got {got_unchecked:?}"
+            ));
         }
     }
     if got_unchecked.len() != group.unchecked.len() {
@@ -773,11 +787,7 @@ fn differences(corpus: &Path, group: &Group, report: &Report, complete: bool) ->
 fn check_table(groups: &[Group]) {
     for g in groups {
         assert!(!g.why.trim().is_empty(), "{}: say why these files go together", g.name);
-        assert!(
-            !g.findings.is_empty() || !g.none_because.trim().is_empty(),
-            "{}: say why there is no finding",
-            g.name
-        );
+        assert!(!g.findings.is_empty() || !g.none_because.trim().is_empty(), "{}: say why there is no finding", g.name);
         let complete_rows: &[Expect] = match &g.complete {
             Complete::Findings(f) => f,
             Complete::Same(why) => {
@@ -793,7 +803,12 @@ fn check_table(groups: &[Group]) {
                 g.name,
                 e.rule
             );
-            assert!(g.files.iter().any(|f| e.at.starts_with(&format!("{f}#"))), "{}: {} is not in the group", g.name, e.at);
+            assert!(
+                g.files.iter().any(|f| e.at.starts_with(&format!("{f}#"))),
+                "{}: {} is not in the group",
+                g.name,
+                e.at
+            );
         }
     }
 }
@@ -828,8 +843,10 @@ fn corpus_files(corpus: &Path) -> Vec<String> {
     }
     let mut paths = Vec::new();
     walk(corpus, &mut paths);
-    let mut files: Vec<String> =
-        paths.iter().map(|p| p.strip_prefix(corpus).expect("under the corpus").to_string_lossy().into_owned()).collect();
+    let mut files: Vec<String> = paths
+        .iter()
+        .map(|p| p.strip_prefix(corpus).expect("under the corpus").to_string_lossy().into_owned())
+        .collect();
     files.sort();
     files
 }
@@ -841,8 +858,8 @@ fn every_file_loads_and_is_checked_without_crashing() {
     assert!(files.len() >= 28, "the corpus has {} manifest files, expected at least 28: {files:?}", files.len());
     for f in &files {
         let path = path_in(&corpus, f);
-        let loaded = catch_unwind(|| load::load(std::slice::from_ref(&path)))
-            .unwrap_or_else(|_| panic!("loading {f} panicked"));
+        let loaded =
+            catch_unwind(|| load::load(std::slice::from_ref(&path))).unwrap_or_else(|_| panic!("loading {f} panicked"));
         assert!(loaded.errors.is_empty(), "{f} does not load: {:?}", loaded.errors);
         assert!(!loaded.documents.is_empty(), "{f}: no document loaded");
         for complete in [false, true] {
@@ -975,7 +992,13 @@ fn the_binary_checks_the_whole_corpus_as_json() {
     // Every file loads, so the exit code says whether anything is denied: the two acceptance
     // denials are among the findings.
     assert_eq!(code, Some(if count("deny") > 0 { 1 } else { 0 }), "stderr: {stderr}");
-    let denied = |rule: &str, name: &str| findings.iter().any(|f| f["action"] == "deny" && f["rule"] == rule && f["name"] == name);
-    assert!(denied("host-network-colocation", "csi-nfs-controller"), "{}", serde_json::to_string_pretty(findings).unwrap());
+    let denied = |rule: &str, name: &str| {
+        findings.iter().any(|f| f["action"] == "deny" && f["rule"] == rule && f["name"] == name)
+    };
+    assert!(
+        denied("host-network-colocation", "csi-nfs-controller"),
+        "{}",
+        serde_json::to_string_pretty(findings).unwrap()
+    );
     assert!(denied("pdb-blocks-eviction", "webhook-pdb"), "{}", serde_json::to_string_pretty(findings).unwrap());
 }

@@ -159,7 +159,10 @@ fn exemption_on_the_subject_allows_with_the_reason() {
     let f = only(&d, "pdb-blocks-eviction");
     assert_eq!(f.action, Decision::Allowed);
     assert!(
-        f.notes.iter().any(|n| n.contains("PodDisruptionBudget default/pdb") && n.contains("singleton controller, drains are manual")),
+        f.notes
+            .iter()
+            .any(|n| n.contains("PodDisruptionBudget default/pdb")
+                && n.contains("singleton controller, drains are manual")),
         "{:?}",
         f.notes
     );
@@ -181,7 +184,9 @@ fn exemption_on_a_related_pdb_allows_the_deployment_write() {
     let f = only(&d, "pdb-blocks-eviction");
     assert_eq!(f.action, Decision::Allowed);
     assert!(
-        f.notes.iter().any(|n| n.contains("PodDisruptionBudget default/pdb") && n.contains("forced over one replica on purpose")),
+        f.notes
+            .iter()
+            .any(|n| n.contains("PodDisruptionBudget default/pdb") && n.contains("forced over one replica on purpose")),
         "{:?}",
         f.notes
     );
@@ -225,7 +230,12 @@ fn empty_reason_on_a_related_object_is_ignored_with_a_warning() {
     let view_yaml = pdb(&annotated("pdb-blocks-eviction", ""));
     let d = decided(&web(1), &view_yaml, false, &Config::default());
     assert_eq!(only(&d, "pdb-blocks-eviction").action, Decision::Deny);
-    assert!(d.warnings.iter().any(|w| w.contains("ha-guard.io/allow-pdb-blocks-eviction") && w.contains("PodDisruptionBudget default/pdb")));
+    assert!(
+        d.warnings
+            .iter()
+            .any(|w| w.contains("ha-guard.io/allow-pdb-blocks-eviction")
+                && w.contains("PodDisruptionBudget default/pdb"))
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -320,10 +330,9 @@ fn new_deny_on_update_from_a_different_pdb_is_still_denied() {
     // The old pods (app: web) were blocked by `pdb`; the update relabels them to app: api, under
     // `api-pdb`, which blocks them too. Same rule and field, but a different PDB: a new violation.
     let api_pdb = pdb("").replace("name: pdb", "name: api-pdb").replace("{app: web}", "{app: api}");
-    let new = web(1).replace("labels: {app: web}", "labels: {app: api, tier: x}").replace(
-        "matchLabels: {app: web}",
-        "matchLabels: {tier: x}",
-    );
+    let new = web(1)
+        .replace("labels: {app: web}", "labels: {app: api, tier: x}")
+        .replace("matchLabels: {app: web}", "matchLabels: {tier: x}");
     let d = update(&web(1), &new, &docs(&[&pdb(""), &api_pdb]), &Config::default());
     let f = only(&d, "pdb-blocks-eviction");
     assert_eq!(f.anchor, ObjectRef::new(Kind::PodDisruptionBudget, "default", "api-pdb"));
@@ -406,13 +415,22 @@ fn same_write_without_the_scale_flag_is_denied() {
 #[test]
 fn an_exemption_on_the_claim_counts_for_rwo_findings() {
     let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: db, namespace: default}\nspec:\n  replicas: 2\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n    spec:\n      containers: [{name: db, image: postgres}]\n      volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]\n";
-    let pvc = |annotations: &str| format!("apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: data, namespace: default{annotations}}}\nspec: {{accessModes: [ReadWriteOnce]}}\n");
-    let exempt = pvc(", annotations: {ha-guard.io/allow-rwo-volume-multi-replica: \"one writer, the other waits on a lock\"}");
+    let pvc = |annotations: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: data, namespace: default{annotations}}}\nspec: {{accessModes: [ReadWriteOnce]}}\n"
+        )
+    };
+    let exempt =
+        pvc(", annotations: {ha-guard.io/allow-rwo-volume-multi-replica: \"one writer, the other waits on a lock\"}");
     let d = common::decided(deployment, &exempt, false, &Config::default());
     let f: Vec<_> = d.findings.iter().filter(|f| f.rule == "rwo-volume-multi-replica").collect();
     assert_eq!(f.len(), 1);
     assert_eq!(f[0].action, Decision::Allowed);
-    assert!(f[0].notes.iter().any(|n| n.contains("PersistentVolumeClaim default/data") && n.contains("one writer")), "{:?}", f[0].notes);
+    assert!(
+        f[0].notes.iter().any(|n| n.contains("PersistentVolumeClaim default/data") && n.contains("one writer")),
+        "{:?}",
+        f[0].notes
+    );
     let d = common::decided(deployment, &pvc(""), false, &Config::default());
     assert!(d.findings.iter().any(|f| f.rule == "rwo-volume-multi-replica" && f.action == Decision::Deny));
 }

@@ -109,15 +109,20 @@ fn apiserver_authenticates_to_ha_guard() {
     };
     let hg = HaGuard::start_spec(&cp, &spec).unwrap_or_else(|e| panic!("ha-guard: {e}"));
     assert!(hg.log_tail(50).contains("client certificates required"), "{}", hg.log_tail(50));
-    register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating]).unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
+    register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating])
+        .unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
 
     let log = hg.log_path();
     let mut steps = Steps::new(move || format!("ha-guard log (last lines):\n{}", tail(&log, 12)));
-    steps.run("1 through the apiserver presenting its certificate, ha-guard judges the writes", || apiserver_accepted(&cp, &hg));
+    steps.run("1 through the apiserver presenting its certificate, ha-guard judges the writes", || {
+        apiserver_accepted(&cp, &hg)
+    });
     steps.run("2 a caller without a client certificate is refused in the handshake", || no_certificate(&hg));
     steps.run("3 a client certificate from another CA is refused in the handshake", || other_ca(&cp, &hg));
     steps.run("4 the apiserver's certificate, presented directly, is answered", || same_certificate(&hg));
-    steps.run("5 an apiserver without the client certificate cannot reach ha-guard", || apiserver_without_certificate(&hg));
+    steps.run("5 an apiserver without the client certificate cannot reach ha-guard", || {
+        apiserver_without_certificate(&hg)
+    });
     steps.finish();
 }
 
@@ -142,11 +147,17 @@ fn apiserver_accepted(cp: &ControlPlane, hg: &HaGuard) {
     hg.created("Deployment", 1, || cp.apply(spread_out(deployment(ns, "solo", 2))).success());
     hg.created("PodDisruptionBudget", 1, || cp.apply(pdb(ns, "solo", "solo", json!({"maxUnavailable": 1}))).success());
     let stored = cp.kubectl(&["get", "pdb", "solo", "-n", ns, "-o", "json"]).success().json();
-    assert_eq!(stored["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow", "mutated: the mutating webhook was reached too");
+    assert_eq!(
+        stored["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow",
+        "mutated: the mutating webhook was reached too"
+    );
     cp.apply(pdb(ns, "solo-again", "solo", json!({"minAvailable": 1}))).denied(&["pdb-overlap"]);
     assert_eq!(handshake_failures(hg), failures, "the apiserver's handshakes all succeeded");
     let m = hg.metrics();
-    assert!(m.sum("ha_guard_admission_requests_total", &[("webhook", "validate"), ("decision", "denied")]) >= 2.0, "{m:?}");
+    assert!(
+        m.sum("ha_guard_admission_requests_total", &[("webhook", "validate"), ("decision", "denied")]) >= 2.0,
+        "{m:?}"
+    );
 }
 
 /// Asserts that a direct caller presenting `id` gets no HTTP answer, only the server's TLS alert:
@@ -168,11 +179,12 @@ fn assert_refused(hg: &HaGuard, id: Option<&ClientIdentity>, what: &str) -> Vec<
         }
         errors.push(call.tls_error().cloned().expect("a TLS error"));
     }
-    let counted = poll("ha-guard counts the refused handshakes", Duration::from_secs(10), Duration::from_millis(50), || {
-        let n = handshake_failures(hg) - before;
-        if n >= 2.0 { Ok(n) } else { Err(format!("{n}")) }
-    })
-    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let counted =
+        poll("ha-guard counts the refused handshakes", Duration::from_secs(10), Duration::from_millis(50), || {
+            let n = handshake_failures(hg) - before;
+            if n >= 2.0 { Ok(n) } else { Err(format!("{n}")) }
+        })
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
     assert_eq!(counted, 2.0, "{what}: one failed handshake per call");
     errors
 }
@@ -193,16 +205,23 @@ fn other_ca(cp: &ControlPlane, hg: &HaGuard) {
     use rustls::AlertDescription::{DecryptError, UnknownCA};
     let other = cp.root().join("other-ca");
     certs(&other, APISERVER_CLIENT).unwrap_or_else(|e| panic!("{e}"));
-    let errors = assert_refused(hg, Some(&ClientIdentity::read(&other)), "a client certificate from another ha-guard CA");
-    assert!(errors.iter().all(|e| *e == rustls::Error::AlertReceived(DecryptError)), "its signature does not verify: {errors:?}");
+    let errors =
+        assert_refused(hg, Some(&ClientIdentity::read(&other)), "a client certificate from another ha-guard CA");
+    assert!(
+        errors.iter().all(|e| *e == rustls::Error::AlertReceived(DecryptError)),
+        "its signature does not verify: {errors:?}"
+    );
 
-    let errors = assert_refused(hg, Some(&foreign_identity(APISERVER_CLIENT)), "a client certificate from a foreign CA");
+    let errors =
+        assert_refused(hg, Some(&foreign_identity(APISERVER_CLIENT)), "a client certificate from a foreign CA");
     assert!(errors.iter().all(|e| *e == rustls::Error::AlertReceived(UnknownCA)), "its issuer is unknown: {errors:?}");
 }
 
 /// A client certificate named `name` from a CA of its own, named "some other CA".
 fn foreign_identity(name: &str) -> ClientIdentity {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    };
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca.distinguished_name.push(DnType::CommonName, "some other CA");
@@ -265,7 +284,11 @@ fn apiserver_without_certificate(hg: &HaGuard) {
         .filter(|(l, _)| l.get("name").is_some_and(|n| n.ends_with(".ha-guard.io")))
         .map(|(_, v)| v)
         .sum();
-    assert!(fail_open >= 1.0, "the second apiserver's calls to ha-guard failed open: {:?}", m.all("apiserver_admission_webhook_fail_open_count", &[]));
+    assert!(
+        fail_open >= 1.0,
+        "the second apiserver's calls to ha-guard failed open: {:?}",
+        m.all("apiserver_admission_webhook_fail_open_count", &[])
+    );
     let log = plain.apiserver_log_tail(200);
     assert!(log.contains("ha-guard.io") && log.contains("failed calling webhook"), "its log says why:\n{log}");
 }

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use support::*;
 
 /// Load: tasks, each in its own namespace, one request per `PACE` each.
@@ -76,7 +76,8 @@ impl Ca {
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.distinguished_name.push(DnType::CommonName, "ha-guard e2e faults CA");
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         let now = time::OffsetDateTime::now_utc();
         params.not_before = now - time::Duration::hours(1);
         params.not_after = now + time::Duration::days(30);
@@ -87,7 +88,9 @@ impl Ca {
 
     /// A serving certificate for 127.0.0.1 and localhost with `serial`, valid for `days`.
     fn issue(&self, serial: &[u8], days: i64) -> Serving {
-        use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber};
+        use rcgen::{
+            CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+        };
         let mut leaf = CertificateParams::new(vec!["localhost".to_string()]).expect("leaf params");
         leaf.subject_alt_names.push(SanType::IpAddress([127, 0, 0, 1].into()));
         leaf.distinguished_name.push(DnType::CommonName, "localhost");
@@ -154,7 +157,9 @@ fn served_serial(hg: &HaGuard, ca_pem: &str) -> Result<Vec<u8>, String> {
     PROBES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let body = admission_review(&deployment("default", "probe", 1)).to_string();
     match webhook_call(hg.webhook_port, ca_pem, None, None, "/validate", body.as_bytes())? {
-        Call::Answered { status: 200, server_cert, .. } => cert_serial(&server_cert).ok_or_else(|| "no serial in the certificate".to_string()),
+        Call::Answered { status: 200, server_cert, .. } => {
+            cert_serial(&server_cert).ok_or_else(|| "no serial in the certificate".to_string())
+        }
         other => Err(format!("{other:?}")),
     }
 }
@@ -181,7 +186,8 @@ fn faults_around_a_real_apiserver() {
         ..Spec::new(&cp, "ha-guard")
     };
     let mut hg = HaGuard::start_spec(&cp, &spec).unwrap_or_else(|e| panic!("ha-guard: {e}"));
-    register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating]).unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
+    register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating])
+        .unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
 
     let log = hg.log_path();
     let mut steps = Steps::new(move || format!("ha-guard log (last lines):\n{}", tail(&log, 12)));
@@ -189,7 +195,9 @@ fn faults_around_a_real_apiserver() {
         load(&cp, &hg, &ca, &first, &config)
     });
     steps.run("b ha-guard killed (SIGKILL) and restarted: ready with what it missed", || killed(&cp, &mut hg, &ca));
-    steps.run("a kube-apiserver restarted: ready on the last state meanwhile, watches resume", || apiserver_restart(&cp, &hg));
+    steps.run("a kube-apiserver restarted: ready on the last state meanwhile, watches resume", || {
+        apiserver_restart(&cp, &hg)
+    });
     steps.finish();
 }
 
@@ -251,7 +259,14 @@ impl Load {
     /// Sends `op` in `ns` and judges the outcome against `expect`.
     async fn send(&self, ns: &str, op: Op, expect: Expect) -> bool {
         let (what, intercepted) = match &op {
-            Op::Create(o) => (format!("create {} {ns}/{}", o["kind"].as_str().unwrap_or("?"), o["metadata"]["name"].as_str().unwrap_or("?")), true),
+            Op::Create(o) => (
+                format!(
+                    "create {} {ns}/{}",
+                    o["kind"].as_str().unwrap_or("?"),
+                    o["metadata"]["name"].as_str().unwrap_or("?")
+                ),
+                true,
+            ),
             Op::MergePatch(kind, name, _) => (format!("patch {kind} {ns}/{name}"), true),
             Op::Delete(kind, name) => (format!("delete {kind} {ns}/{name}"), false),
         };
@@ -265,7 +280,9 @@ impl Load {
             Op::MergePatch(kind, name, patch) => {
                 api(&self.client, kind, ns).patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(drop)
             }
-            Op::Delete(kind, name) => api(&self.client, kind, ns).delete(&name, &DeleteParams::default()).await.map(drop),
+            Op::Delete(kind, name) => {
+                api(&self.client, kind, ns).delete(&name, &DeleteParams::default()).await.map(drop)
+            }
         };
         let took = started.elapsed();
         let verdict = match (expect, &result) {
@@ -321,10 +338,12 @@ async fn worker(load: Arc<Load>, ns: String, until: Instant) {
         tick.tick().await;
         let created = load.send(&ns, Op::Create(spread_out(deployment(&ns, &app, 2))), Expect::Allowed).await;
         tick.tick().await;
-        let budgeted = load.send(&ns, Op::Create(pdb(&ns, &app, &app, json!({"maxUnavailable": 1}))), Expect::Allowed).await;
+        let budgeted =
+            load.send(&ns, Op::Create(pdb(&ns, &app, &app, json!({"maxUnavailable": 1}))), Expect::Allowed).await;
         tick.tick().await;
         if created {
-            let image = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:1.28"}]}}}});
+            let image =
+                json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:1.28"}]}}}});
             load.send(&ns, Op::MergePatch("Deployment", app.clone(), image), Expect::Allowed).await;
             tick.tick().await;
         }
@@ -334,7 +353,8 @@ async fn worker(load: Arc<Load>, ns: String, until: Instant) {
         load.send(&ns, Op::Create(blocked(&ns, n)), Expect::Denied("pdb-blocks-eviction")).await;
         tick.tick().await;
         let recreate_name = format!("recreate-{n}");
-        let recreate = merge(spread_out(deployment(&ns, &recreate_name, 2)), json!({"spec": {"strategy": {"type": "Recreate"}}}));
+        let recreate =
+            merge(spread_out(deployment(&ns, &recreate_name, 2)), json!({"spec": {"strategy": {"type": "Recreate"}}}));
         let recreated = {
             let phase = load.gate.read().await;
             let expect = match *phase {
@@ -352,8 +372,12 @@ async fn worker(load: Arc<Load>, ns: String, until: Instant) {
         };
         tick.tick().await;
         if budgeted {
-            load.send(&ns, Op::MergePatch("PodDisruptionBudget", app.clone(), json!({"spec": {"maxUnavailable": 2}})), Expect::Allowed)
-                .await;
+            load.send(
+                &ns,
+                Op::MergePatch("PodDisruptionBudget", app.clone(), json!({"spec": {"maxUnavailable": 2}})),
+                Expect::Allowed,
+            )
+            .await;
             tick.tick().await;
             load.send(&ns, Op::Delete("PodDisruptionBudget", app.clone()), Expect::Allowed).await;
             tick.tick().await;
@@ -400,12 +424,19 @@ fn webhook_calls(m: &Metrics) -> WebhookCalls {
     let ours = |l: &BTreeMap<String, String>| l.get("name").is_some_and(|n| n.ends_with(".ha-guard.io"));
     let is = |l: &BTreeMap<String, String>, k: &str, v: &str| l.get(k).map(String::as_str) == Some(v);
     let requests = m.all("apiserver_admission_webhook_request_total", &[]);
-    let sum = |f: &dyn Fn(&BTreeMap<String, String>) -> bool| requests.iter().filter(|(l, _)| ours(l) && f(l)).map(|(_, v)| v).sum();
+    let sum = |f: &dyn Fn(&BTreeMap<String, String>) -> bool| {
+        requests.iter().filter(|(l, _)| ours(l) && f(l)).map(|(_, v)| v).sum()
+    };
     WebhookCalls {
         calls: sum(&|_| true),
         rejected: sum(&|l| is(l, "rejected", "true")),
         failed: sum(&|l| !is(l, "rejected", "true") && !is(l, "code", "200")),
-        fail_open: m.all("apiserver_admission_webhook_fail_open_count", &[]).iter().filter(|(l, _)| ours(l)).map(|(_, v)| v).sum(),
+        fail_open: m
+            .all("apiserver_admission_webhook_fail_open_count", &[])
+            .iter()
+            .filter(|(l, _)| ours(l))
+            .map(|(_, v)| v)
+            .sum(),
     }
 }
 
@@ -421,13 +452,21 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
     let namespaces: Vec<String> = (0..WORKERS).map(|w| format!("load-{w}")).collect();
     for ns in &namespaces {
         hg.created("Namespace", 1, || cp.namespace(ns, &[]));
-        hg.created("PodDisruptionBudget", 1, || cp.apply(pdb(ns, "blocker", "blocked", json!({"minAvailable": 1}))).success());
+        hg.created("PodDisruptionBudget", 1, || {
+            cp.apply(pdb(ns, "blocker", "blocked", json!({"minAvailable": 1}))).success()
+        });
     }
     // Before: the first certificate is served, and the config lets Recreate through.
-    assert_eq!(served_serial(hg, &ca.pem).unwrap_or_else(|e| panic!("{e}")), SERIAL_1.to_vec(), "the first certificate");
+    assert_eq!(
+        served_serial(hg, &ca.pem).unwrap_or_else(|e| panic!("{e}")),
+        SERIAL_1.to_vec(),
+        "the first certificate"
+    );
     let m = hg.metrics();
     assert_eq!(m.get("ha_guard_tls_cert_not_after_seconds", &[]), Some(first.not_after as f64), "{m:?}");
-    let recreate = |ns: &str, name: &str| merge(spread_out(deployment(ns, name, 2)), json!({"spec": {"strategy": {"type": "Recreate"}}}));
+    let recreate = |ns: &str, name: &str| {
+        merge(spread_out(deployment(ns, name, 2)), json!({"spec": {"strategy": {"type": "Recreate"}}}))
+    };
     cp.apply(recreate("load-0", "before")).success().warns(&["recreate-multi-replica"]);
 
     let hg_before = hg.metrics();
@@ -435,7 +474,11 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
     let probes_before = PROBES.load(std::sync::atomic::Ordering::SeqCst);
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let load = Arc::new(Load { client: kube_client(&rt, &cp.kubeconfig()), tally: Mutex::default(), gate: tokio::sync::RwLock::new(Phase::Warn) });
+    let load = Arc::new(Load {
+        client: kube_client(&rt, &cp.kubeconfig()),
+        tally: Mutex::default(),
+        gate: tokio::sync::RwLock::new(Phase::Warn),
+    });
     let started = Instant::now();
     let until = started + LOAD;
     let tasks: Vec<_> = namespaces.iter().map(|ns| rt.spawn(worker(load.clone(), ns.clone(), until))).collect();
@@ -462,7 +505,8 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
     // Config reload: recreate-multi-replica turned to deny. No Recreate write is in flight
     // while the file changes and until ha-guard has reloaded it.
     std::thread::sleep(RECONFIGURE_AT.saturating_sub(started.elapsed()));
-    let reloads = |m: &Metrics, result: &str| m.get("ha_guard_config_reloads_total", &[("result", result)]).unwrap_or(0.0);
+    let reloads =
+        |m: &Metrics, result: &str| m.get("ha_guard_config_reloads_total", &[("result", result)]).unwrap_or(0.0);
     let reloaded = {
         let mut phase = load.gate.blocking_write();
         let before = reloads(&hg.metrics(), "success");
@@ -497,7 +541,9 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
     let api_after = apiserver_metrics(cp);
     let t = load.tally.lock().unwrap_or_else(|p| p.into_inner());
     let denied: Vec<String> = t.denied.iter().map(|(r, n)| format!("{r} {n}")).collect();
-    let answered = |m: &Metrics, webhook: &str| m.sum("ha_guard_admission_requests_total", &[("webhook", webhook), ("dry_run", "false")]);
+    let answered = |m: &Metrics, webhook: &str| {
+        m.sum("ha_guard_admission_requests_total", &[("webhook", webhook), ("dry_run", "false")])
+    };
     let validated = answered(&hg_after, "validate") - answered(&hg_before, "validate");
     let mutated = answered(&hg_after, "mutate") - answered(&hg_before, "mutate");
     let (api_before, api_after) = (webhook_calls(&api_before), webhook_calls(&api_after));
@@ -527,7 +573,12 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
         "load: {} intercepted writes; the apiserver called ha-guard {} times: {} denials, {} failed, {} failed open; \
          ha-guard answered {} validate calls (and {probes} direct probes of its certificate) and {mutated} mutate calls, \
          {handshakes_failed} TLS handshakes failed",
-        t.intercepted, api.calls, api.rejected, api.failed, api.fail_open, validated - probes as f64
+        t.intercepted,
+        api.calls,
+        api.rejected,
+        api.failed,
+        api.fail_open,
+        validated - probes as f64
     ));
     // Informative: a rotation reaches new connections; the apiserver keeps its HTTP/2
     // connections open while they are busy (steps b and a make it connect anew).
@@ -536,7 +587,13 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
         connections.difference(&old_connections).count()
     ));
 
-    assert!(t.failures.is_empty() && t.failed == 0, "{} of {} requests failed, first ones:\n{}", t.failed, t.sent, t.failures.join("\n"));
+    assert!(
+        t.failures.is_empty() && t.failed == 0,
+        "{} of {} requests failed, first ones:\n{}",
+        t.failed,
+        t.sent,
+        t.failures.join("\n")
+    );
     assert!(t.sent > 0 && t.denied.len() == 3, "every kind of request was sent: {denied:?}");
     serial.unwrap_or_else(|e| panic!("{e}"));
     reloaded.unwrap_or_else(|e| panic!("{e}"));
@@ -545,16 +602,26 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
     assert_eq!(api.failed, 0.0, "every webhook call was answered: {api:?}");
     assert_eq!(api.rejected, denials as f64, "the apiserver saw exactly the expected denials: {api:?}");
     let validated = validated - probes as f64;
-    assert!(validated >= t.intercepted as f64, "ha-guard answered every intercepted write: {validated} < {}", t.intercepted);
+    assert!(
+        validated >= t.intercepted as f64,
+        "ha-guard answered every intercepted write: {validated} < {}",
+        t.intercepted
+    );
     assert!(mutated >= t.intercepted as f64, "ha-guard mutated every intercepted write: {mutated} < {}", t.intercepted);
     assert_eq!(handshakes_failed, 0.0, "no TLS handshake failed");
     assert_eq!(reloads(&hg_after, "failure"), 0.0, "the config reload did not fail");
-    assert_eq!(hg_after.get("ha_guard_tls_cert_not_after_seconds", &[]), Some(second.not_after as f64), "the gauge follows the rotation");
-    assert_eq!(served_serial(hg, &ca.pem).unwrap_or_else(|e| panic!("{e}")), SERIAL_2.to_vec(), "still the rotated certificate");
+    assert_eq!(
+        hg_after.get("ha_guard_tls_cert_not_after_seconds", &[]),
+        Some(second.not_after as f64),
+        "the gauge follows the rotation"
+    );
+    assert_eq!(
+        served_serial(hg, &ca.pem).unwrap_or_else(|e| panic!("{e}")),
+        SERIAL_2.to_vec(),
+        "still the rotated certificate"
+    );
     // The new config, as a user sees it.
-    cp.apply(recreate("load-0", "after"))
-        .denied(&["recreate-multi-replica"])
-        .shows(&["uses strategy Recreate"]);
+    cp.apply(recreate("load-0", "after")).denied(&["recreate-multi-replica"]).shows(&["uses strategy Recreate"]);
     cp.kubectl(&["get", "deployment", "after", "-n", "load-0"]).failure().shows(&["NotFound"]);
 }
 
@@ -566,7 +633,8 @@ fn killed(cp: &ControlPlane, hg: &mut HaGuard, ca: &Ca) {
     hg.created("Namespace", 1, || cp.namespace(ns, &[]));
     // In the view before the crash, deleted while ha-guard is down.
     hg.created("PodDisruptionBudget", 1, || cp.apply(pdb(ns, "gone", "gone", json!({"minAvailable": 1}))).success());
-    cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &deployment(ns, "gone", 1).to_string()).denied(&["pdb-blocks-eviction"]);
+    cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &deployment(ns, "gone", 1).to_string())
+        .denied(&["pdb-blocks-eviction"]);
     let pdbs = hg.cache_objects("PodDisruptionBudget");
 
     let pid = hg.pid().expect("running");
@@ -590,7 +658,11 @@ fn killed(cp: &ControlPlane, hg: &mut HaGuard, ca: &Ca) {
     assert!(m.all("ha_guard_cache_synced", &[]).iter().all(|(_, v)| *v == 1.0), "{m:?}");
     assert_eq!(hg.cache_objects("PodDisruptionBudget"), pdbs, "late in, gone out");
     // The new process serves the rotated certificate (the files as they are now) ...
-    assert_eq!(served_serial(hg, &ca.pem).unwrap_or_else(|e| panic!("{e}")), SERIAL_2.to_vec(), "the rotated certificate");
+    assert_eq!(
+        served_serial(hg, &ca.pem).unwrap_or_else(|e| panic!("{e}")),
+        SERIAL_2.to_vec(),
+        "the rotated certificate"
+    );
     // ... and the apiserver reaches it on a new connection, so with a new handshake against the
     // unchanged caBundle (its connection to the old process is gone).
     poll("the validating webhook answers again", WAIT, Duration::from_millis(200), || validating_live(cp, CANARY_NS))
@@ -604,8 +676,15 @@ fn killed(cp: &ControlPlane, hg: &mut HaGuard, ca: &Ca) {
 
 // --- (a) kube-apiserver restarted --------------------------------------------------------------
 
-const KINDS: [&str; 7] =
-    ["Deployment", "StatefulSet", "PodDisruptionBudget", "HorizontalPodAutoscaler", "PersistentVolumeClaim", "Node", "Namespace"];
+const KINDS: [&str; 7] = [
+    "Deployment",
+    "StatefulSet",
+    "PodDisruptionBudget",
+    "HorizontalPodAutoscaler",
+    "PersistentVolumeClaim",
+    "Node",
+    "Namespace",
+];
 
 /// The review of `obj` sent straight to ha-guard (not through the apiserver): allowed, and the
 /// message.
@@ -624,7 +703,9 @@ fn direct(hg: &HaGuard, ca_pem: &str, obj: &Value) -> (bool, String) {
 fn apiserver_restart(cp: &ControlPlane, hg: &HaGuard) {
     let ns = "restart";
     hg.created("Namespace", 1, || cp.namespace(ns, &[]));
-    hg.created("PodDisruptionBudget", 1, || cp.apply(pdb(ns, "before", "before", json!({"minAvailable": 1}))).success());
+    hg.created("PodDisruptionBudget", 1, || {
+        cp.apply(pdb(ns, "before", "before", json!({"minAvailable": 1}))).success()
+    });
     let before = deployment(ns, "before", 1);
     let ca_pem = std::fs::read_to_string(hg.dir().join("ca.crt")).expect("ca.crt");
     let counts = |m: &Metrics| -> Vec<(String, f64)> {
@@ -640,7 +721,11 @@ fn apiserver_restart(cp: &ControlPlane, hg: &HaGuard) {
     // ha-guard notices (its watches fail and are retried, and it says so) ...
     poll("ha-guard logs its failing watches", WAIT, Duration::from_millis(200), || {
         let text = std::fs::read_to_string(hg.log_path()).unwrap_or_default();
-        let failed = text.lines().skip(log_lines).filter(|l| l.contains("watch failed; serving the last known state and retrying")).count();
+        let failed = text
+            .lines()
+            .skip(log_lines)
+            .filter(|l| l.contains("watch failed; serving the last known state and retrying"))
+            .count();
         if failed > 0 { Ok(()) } else { Err("no such line yet".to_string()) }
     })
     .unwrap_or_else(|e| panic!("{e}"));
@@ -679,12 +764,25 @@ fn apiserver_restart(cp: &ControlPlane, hg: &HaGuard) {
     sts["spec"]["serviceName"] = json!("db");
     hg.created("StatefulSet", 1, || cp.apply(&sts).success());
     hg.created("PodDisruptionBudget", 1, || cp.apply(pdb(ns, "after", "after", json!({"minAvailable": 1}))).success());
-    report(&format!("after the apiserver restart all seven watches delivered new objects within {:.1?}", resumed.elapsed()));
+    report(&format!(
+        "after the apiserver restart all seven watches delivered new objects within {:.1?}",
+        resumed.elapsed()
+    ));
     // The view decides with what came after the restart ...
     cp.apply(deployment(ns, "after", 1)).denied(&["pdb-blocks-eviction"]).shows(&["PodDisruptionBudget restart/after"]);
     cp.kubectl(&["get", "deployment", "after", "-n", ns]).failure().shows(&["NotFound"]);
     // ... and with updates too: "before" relaxed, its Deployment is admitted.
-    cp.kubectl(&["patch", "pdb", "before", "-n", ns, "--type=merge", "-p", r#"{"spec":{"minAvailable":null,"maxUnavailable":1}}"#]).success();
+    cp.kubectl(&[
+        "patch",
+        "pdb",
+        "before",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"minAvailable":null,"maxUnavailable":1}}"#,
+    ])
+    .success();
     poll("the relaxed PDB reaches the view", WAIT, Duration::from_millis(200), || {
         let out = cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &before.to_string());
         if out.ok() { Ok(()) } else { Err(out.output()) }

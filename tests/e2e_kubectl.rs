@@ -10,7 +10,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use support::*;
 
 /// The denial text after kubectl's own prefix, e.g. `[rule] path: message`.
@@ -54,7 +54,8 @@ fn kubectl_against_a_real_apiserver() {
     cp.apply(slow_prestop(deployment("ratchet", "legacy", 1))).success();
 
     let mut hg = HaGuard::start(&cp).unwrap_or_else(|e| panic!("ha-guard: {e}"));
-    register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating]).unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
+    register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating])
+        .unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
 
     let log = hg.log_path();
     let mut steps = Steps::new(move || format!("ha-guard log (last lines):\n{}", tail(&log, 12)));
@@ -142,9 +143,10 @@ fn deny_cases(cp: &ControlPlane, hg: &HaGuard) {
     // pdb-overlap: a second PDB over pods a first one already covers.
     create(cp, hg, &spread_out(deployment(ns, "shared", 3)));
     create(cp, hg, &pdb(ns, "shared-a", "shared", json!({"maxUnavailable": 1})));
-    cp.apply(pdb(ns, "shared-b", "shared", json!({"maxUnavailable": 1})))
-        .denied(&["pdb-overlap"])
-        .shows(&["[pdb-overlap] spec.selector: ", "covers the pods of Deployment deny/shared, which PodDisruptionBudget shared-a also covers"]);
+    cp.apply(pdb(ns, "shared-b", "shared", json!({"maxUnavailable": 1}))).denied(&["pdb-overlap"]).shows(&[
+        "[pdb-overlap] spec.selector: ",
+        "covers the pods of Deployment deny/shared, which PodDisruptionBudget shared-a also covers",
+    ]);
     absent(cp, ns, "pdb", "shared-b");
 
     cp.apply(slow_prestop(deployment(ns, "drainer", 1))).denied(&["prestop-exceeds-grace"]).shows(&[
@@ -235,7 +237,10 @@ fn selector_missing(cp: &ControlPlane, hg: &HaGuard) {
     absent(cp, ns, "deployment", "unfilled");
     cp.apply(bare("soft", "ScheduleAnyway")).success().warns(&["spread-selector-missing"]);
     let got = get(cp, ns, "deployment", "soft");
-    assert!(got["spec"]["template"]["spec"]["topologySpreadConstraints"][0].get("labelSelector").is_none(), "not mutated: {got:#}");
+    assert!(
+        got["spec"]["template"]["spec"]["topologySpreadConstraints"][0].get("labelSelector").is_none(),
+        "not mutated: {got:#}"
+    );
 }
 
 /// (1) Every warn rule: the write succeeds and kubectl prints `Warning: [rule-id] ...`.
@@ -259,8 +264,11 @@ fn warn_cases(cp: &ControlPlane, hg: &HaGuard) {
             "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": selector}]})
     };
 
-    warned(pod(deployment(ns, "soft-mismatch", 2), spread(json!({"matchLabels": {"app": "other"}}))), "spread-selector-mismatch")
-        .shows(&["[spread-selector-mismatch] spec.template.spec.topologySpreadConstraints[0].labelSelector: "]);
+    warned(
+        pod(deployment(ns, "soft-mismatch", 2), spread(json!({"matchLabels": {"app": "other"}}))),
+        "spread-selector-mismatch",
+    )
+    .shows(&["[spread-selector-mismatch] spec.template.spec.topologySpreadConstraints[0].labelSelector: "]);
     warned(pod(deployment(ns, "soft-everything", 2), spread(json!({}))), "spread-selector-overlap");
     // The other form: a selector that also matches another workload's pods (in the view first).
     let tiered = |name: &str, replicas: i64| {
@@ -285,7 +293,12 @@ fn warn_cases(cp: &ControlPlane, hg: &HaGuard) {
     warned(no_selector, "pdb-selects-nothing");
     warned(pdb(ns, "covers-nothing", "nobody", json!({"maxUnavailable": 1})), "pdb-selects-nothing");
     warned(
-        pdb(ns, "if-healthy", "nobody-either", json!({"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "IfHealthyBudget"})),
+        pdb(
+            ns,
+            "if-healthy",
+            "nobody-either",
+            json!({"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "IfHealthyBudget"}),
+        ),
         "pdb-unhealthy-eviction-policy",
     );
     warned(hpa(ns, "ghost", "ghost", 1, 3), "hpa-target-missing");
@@ -375,7 +388,12 @@ fn dry_run(cp: &ControlPlane, hg: &HaGuard) {
     absent(cp, ns, "deployment", "web");
     let pdb_doc = pdb(ns, "web", "web", json!({"maxUnavailable": 1})).to_string();
     let shown_pdb = cp.kubectl_in(&dry, &pdb_doc).success();
-    assert_eq!(yaml_docs(&shown_pdb.stdout)[0]["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow", "{}", shown_pdb.stdout);
+    assert_eq!(
+        yaml_docs(&shown_pdb.stdout)[0]["spec"]["unhealthyPodEvictionPolicy"],
+        "AlwaysAllow",
+        "{}",
+        shown_pdb.stdout
+    );
     absent(cp, ns, "pdb", "web");
 
     let real = hg.created("Deployment", 1, || cp.kubectl_in(&["apply", "--server-side", "-f", "-"], &doc).success());
@@ -410,9 +428,7 @@ fn cross_object(cp: &ControlPlane, hg: &HaGuard) {
     create(cp, hg, &pvc(ns, "c-data", "ReadWriteOnce"));
     let c = merge(mounting(deployment(ns, "c", 1), "c-data"), json!({"spec": {"strategy": {"type": "Recreate"}}}));
     create(cp, hg, &c).no_warnings();
-    cp.apply(hpa(ns, "c", "c", 1, 3))
-        .denied(&["rwo-volume-multi-replica"])
-        .shows(&["c-data", "3"]);
+    cp.apply(hpa(ns, "c", "c", 1, 3)).denied(&["rwo-volume-multi-replica"]).shows(&["c-data", "3"]);
     absent(cp, ns, "hpa", "c");
 
     // kubectl scale is warned, never denied, even down to a floor the PDB blocks at.
@@ -441,7 +457,11 @@ fn ratcheting(cp: &ControlPlane) {
     let out = cp
         .kubectl(&["patch", "deployment", "legacy", "-n", ns, "--type=merge", "-p", &patch.to_string()])
         .denied(&["spread-selector-mismatch"]);
-    assert!(!denial(&out).contains("[prestop-exceeds-grace]"), "the pre-existing violation does not deny: {}", out.stderr);
+    assert!(
+        !denial(&out).contains("[prestop-exceeds-grace]"),
+        "the pre-existing violation does not deny: {}",
+        out.stderr
+    );
     let stored = get(cp, ns, "deployment", "legacy");
     assert!(stored["spec"]["template"]["spec"].get("topologySpreadConstraints").is_none(), "{stored:#}");
 }
@@ -453,9 +473,12 @@ fn exemptions(cp: &ControlPlane, hg: &HaGuard) {
     let annotated = |d: Value, reason: &str| {
         merge(d, json!({"metadata": {"annotations": {"ha-guard.io/allow-prestop-exceeds-grace": reason}}}))
     };
-    cp.apply(annotated(slow_prestop(deployment(ns, "drainer", 1)), "drains a 20 s job queue; the grace is raised by the operator"))
-        .success()
-        .hides(&["[prestop-exceeds-grace]"]);
+    cp.apply(annotated(
+        slow_prestop(deployment(ns, "drainer", 1)),
+        "drains a 20 s job queue; the grace is raised by the operator",
+    ))
+    .success()
+    .hides(&["[prestop-exceeds-grace]"]);
     cp.apply(annotated(slow_prestop(deployment(ns, "no-reason", 1)), " "))
         .denied(&["prestop-exceeds-grace"])
         .shows(&["has an empty reason and is ignored"]);
@@ -470,13 +493,13 @@ fn exemptions(cp: &ControlPlane, hg: &HaGuard) {
         json!({"metadata": {"annotations": {"ha-guard.io/allow-pdb-blocks-eviction": "singleton by design; drained by hand"}}}),
     );
     create(cp, hg, &forced).hides(&["[pdb-blocks-eviction]"]);
-    cp.kubectl(&["set", "image", "deployment/solo", "app=nginx:1.28", "-n", ns]).success().hides(&["[pdb-blocks-eviction]"]);
+    cp.kubectl(&["set", "image", "deployment/solo", "app=nginx:1.28", "-n", ns])
+        .success()
+        .hides(&["[pdb-blocks-eviction]"]);
 
     // ha-guard.io/mode: warn turns denials into warnings.
     namespace(cp, hg, "relaxed", &[("ha-guard.io/mode", "warn")]);
-    cp.apply(slow_prestop(deployment("relaxed", "drainer", 1)))
-        .success()
-        .warns(&["prestop-exceeds-grace"]);
+    cp.apply(slow_prestop(deployment("relaxed", "drainer", 1))).success().warns(&["prestop-exceeds-grace"]);
     get(cp, "relaxed", "deployment", "drainer");
 
     // ha-guard.io/mode: off skips the namespace: no finding and no mutation.
@@ -487,7 +510,10 @@ fn exemptions(cp: &ControlPlane, hg: &HaGuard) {
     );
     cp.apply(bare).success().no_warnings().shows(&["a null labelSelector results in matching no pod"]);
     let got = get(cp, "ignored", "deployment", "drainer");
-    assert!(got["spec"]["template"]["spec"]["topologySpreadConstraints"][0].get("labelSelector").is_none(), "not mutated: {got:#}");
+    assert!(
+        got["spec"]["template"]["spec"]["topologySpreadConstraints"][0].get("labelSelector").is_none(),
+        "not mutated: {got:#}"
+    );
 }
 
 /// (7) With ha-guard down, writes go through unchecked (failurePolicy Ignore, as shipped); once it
@@ -505,11 +531,16 @@ fn failure_policy(cp: &ControlPlane, hg: &mut HaGuard) {
     );
     cp.apply(bare).success().no_warnings().shows(&["a null labelSelector results in matching no pod"]);
     let got = get(cp, ns, "deployment", "while-down");
-    assert!(got["spec"]["template"]["spec"]["topologySpreadConstraints"][0].get("labelSelector").is_none(), "not mutated: {got:#}");
+    assert!(
+        got["spec"]["template"]["spec"]["topologySpreadConstraints"][0].get("labelSelector").is_none(),
+        "not mutated: {got:#}"
+    );
 
     hg.restart().unwrap_or_else(|e| panic!("restart: {e}"));
-    poll("the validating webhook denies again", WAIT, std::time::Duration::from_millis(200), || validating_live(cp, CANARY_NS))
-        .unwrap_or_else(|e| panic!("{e}"));
+    poll("the validating webhook denies again", WAIT, std::time::Duration::from_millis(200), || {
+        validating_live(cp, CANARY_NS)
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
     cp.apply(slow_prestop(deployment(ns, "after", 1))).denied(&["prestop-exceeds-grace"]);
     absent(cp, ns, "deployment", "after");
     // What slipped in while it was down is now pre-existing: its image can still be updated.

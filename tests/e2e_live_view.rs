@@ -21,12 +21,19 @@ use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use support::*;
 
 /// The seven kinds the live view watches, as the metrics label them.
-const KINDS: [&str; 7] =
-    ["Deployment", "StatefulSet", "PodDisruptionBudget", "HorizontalPodAutoscaler", "PersistentVolumeClaim", "Node", "Namespace"];
+const KINDS: [&str; 7] = [
+    "Deployment",
+    "StatefulSet",
+    "PodDisruptionBudget",
+    "HorizontalPodAutoscaler",
+    "PersistentVolumeClaim",
+    "Node",
+    "Namespace",
+];
 
 /// A kube-rs client of the control plane (admin), blocking on a runtime of its own.
 struct Kube {
@@ -144,7 +151,8 @@ fn eventually_refused(cp: &ControlPlane, obj: &Value, rule: &str, want: bool) {
 fn live_view_follows_the_apiserver() {
     let cp = ControlPlane::start().unwrap_or_else(|e| panic!("control plane: {e}"));
     cp.nodes(&["node-a", "node-b", "node-c"]);
-    let target: std::net::SocketAddr = cp.server().trim_start_matches("https://").parse().expect("the apiserver's address");
+    let target: std::net::SocketAddr =
+        cp.server().trim_start_matches("https://").parse().expect("the apiserver's address");
     let mut relay = Relay::new(target);
     let relayed = relay.kubeconfig(&cp.kubeconfig(), &cp.root().join("relayed.kubeconfig"));
     let k = Kube::new(&cp.kubeconfig());
@@ -155,7 +163,8 @@ fn live_view_follows_the_apiserver() {
     let mut steps = Steps::new(move || format!("ha-guard log (last lines):\n{}", tail(&log, 12)));
 
     steps.run("readiness waits for every watcher", || readiness(&mut hg, &mut relay));
-    register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating]).unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
+    register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating])
+        .unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
     create(&k, &hg, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "live"}}));
 
     steps.run("pdbs come and go", || pdbs(&cp, &k, &hg));
@@ -204,7 +213,10 @@ fn readiness(hg: &mut HaGuard, relay: &mut Relay) {
     assert_eq!(kinds, want, "one ha_guard_cache_synced per watched kind");
     assert!(synced.iter().all(|(_, v)| *v == 1.0), "all synced once ready: {synced:?}");
     assert_eq!(m.get("ha_guard_cache_objects", &[("kind", "Node")]), Some(3.0), "the three nodes were listed");
-    assert!(m.get("ha_guard_cache_objects", &[("kind", "Namespace")]).unwrap_or(0.0) >= 4.0, "default, kube-system, ...");
+    assert!(
+        m.get("ha_guard_cache_objects", &[("kind", "Namespace")]).unwrap_or(0.0) >= 4.0,
+        "default, kube-system, ..."
+    );
 }
 
 /// A PDB that exists makes a Deployment write be refused; changed, it allows it; deleted, too.
@@ -293,13 +305,19 @@ fn nodes(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
     let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"app": "per-node"}}, "topologyKey": "kubernetes.io/hostname"}]}}});
     let three = pod(deployment("live", "per-node", 3), anti);
-    let warned = |cp: &ControlPlane| dry_run(cp, &three).success().warnings().iter().find(|w| w.starts_with("[spread-unsatisfiable] ")).cloned();
+    let warned = |cp: &ControlPlane| {
+        dry_run(cp, &three).success().warnings().iter().find(|w| w.starts_with("[spread-unsatisfiable] ")).cloned()
+    };
     assert_eq!(warned(cp), None, "three nodes take three replicas");
 
     delete(k, hg, "Node", None, "node-c");
     let w = warned(cp).expect("two nodes cannot take three replicas, one per node");
     assert!(w.contains("2 schedulable nodes"), "{w}");
-    create(k, hg, &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-c", "labels": {"kubernetes.io/hostname": "node-c"}}}));
+    create(
+        k,
+        hg,
+        &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-c", "labels": {"kubernetes.io/hostname": "node-c"}}}),
+    );
     // A new node carries the not-ready taint until its kubelet reports Ready: not schedulable.
     assert!(warned(cp).is_some(), "a not-ready node takes no pods");
     k.patch("Node", None, "node-c", json!({"spec": {"taints": null}}));
@@ -373,7 +391,11 @@ fn outage(cp: &ControlPlane, k: &Kube, hg: &HaGuard, relay: &mut Relay) {
     assert_eq!(hg.get("/readyz").expect("/readyz").0, 200, "still ready: serving the last known state");
     let m = hg.metrics();
     assert!(m.all("ha_guard_cache_synced", &[]).iter().all(|(_, v)| *v == 1.0), "{m:?}");
-    assert_eq!(m.get("ha_guard_cache_objects", &[("kind", "PodDisruptionBudget")]), Some(pdbs as f64), "the last state");
+    assert_eq!(
+        m.get("ha_guard_cache_objects", &[("kind", "PodDisruptionBudget")]),
+        Some(pdbs as f64),
+        "the last state"
+    );
     assert_eq!(m.get("ha_guard_cache_objects", &[("kind", "Deployment")]), Some(deployments as f64), "the last state");
     assert!(refused(cp, &second, "pdb-overlap"), "decided on the last state: the deleted PDB still counts");
     assert!(!refused(cp, &blocking, "pdb-blocks-eviction"), "decided on the last state: lonely is not known yet");
@@ -389,7 +411,8 @@ fn outage(cp: &ControlPlane, k: &Kube, hg: &HaGuard, relay: &mut Relay) {
 /// `--cluster auto` with a kubeconfig watches the cluster like `live`; `--cluster live` with no
 /// cluster to find exits with an error naming the problem.
 fn cluster_modes(cp: &ControlPlane) {
-    let mut auto = HaGuard::spawn_cluster(cp, "ha-guard-auto", Some(&cp.kubeconfig()), "auto").unwrap_or_else(|e| panic!("{e}"));
+    let mut auto =
+        HaGuard::spawn_cluster(cp, "ha-guard-auto", Some(&cp.kubeconfig()), "auto").unwrap_or_else(|e| panic!("{e}"));
     auto.wait_ready(WAIT).unwrap_or_else(|e| panic!("{e}"));
     let m = auto.metrics();
     assert_eq!(m.all("ha_guard_cache_synced", &[]).len(), 7, "auto found the kubeconfig and watches: {m:?}");
@@ -445,7 +468,11 @@ fn shipped_rbac(cp: &ControlPlane) {
     let six: Vec<&str> = KINDS.iter().copied().filter(|k| *k != "HorizontalPodAutoscaler").collect();
     poll("the six permitted kinds sync", WAIT, Duration::from_millis(100), || {
         let m = hg.metrics_opt()?;
-        if six.iter().all(|k| m.get("ha_guard_cache_synced", &[("kind", k)]) == Some(1.0)) { Ok(()) } else { Err(format!("{m:?}")) }
+        if six.iter().all(|k| m.get("ha_guard_cache_synced", &[("kind", k)]) == Some(1.0)) {
+            Ok(())
+        } else {
+            Err(format!("{m:?}"))
+        }
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(10)));
     let started = std::time::Instant::now();

@@ -1,13 +1,13 @@
 //! Inputs the fuzzers found (`fuzz/`, run by `scripts/fuzz.sh`), kept as regression tests with
 //! the invariant each one broke.
 
-use ha_guard::check::{self, load, Options};
+use ha_guard::check::{self, Options, load};
 use ha_guard::config::Config;
 use ha_guard::model;
 use ha_guard::mutations::MUTATIONS;
 use ha_guard::server::admission::{self, Webhook};
 use ha_guard::view::Index;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 fn all_mutations_on() -> Config {
     let mut c = Config::default();
@@ -29,7 +29,8 @@ fn fixes_apply(yaml: &str) -> usize {
         let doc = loaded.documents.iter().find(|d| d.origin.document == f.origin.document).expect("its document");
         let mut value = doc.value.clone();
         let ops: Vec<_> = f.changes.iter().map(|c| c.operation.clone()).collect();
-        json_patch::patch(&mut value, &ops).unwrap_or_else(|e| panic!("the fix of {} does not apply: {e}: {ops:?}", f.object));
+        json_patch::patch(&mut value, &ops)
+            .unwrap_or_else(|e| panic!("the fix of {} does not apply: {e}: {ops:?}", f.object));
     }
     report.fixes.len()
 }
@@ -42,10 +43,20 @@ fn default_spread_is_not_planned_without_a_pod_template() {
     let head = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: frontend, namespace: shop}\nspec:\n  replicas: 3\n  selector: {matchLabels: {app: frontend}}\n";
     assert_eq!(fixes_apply(head), 0, "no template");
     assert_eq!(fixes_apply(&format!("{head}  template: null\n")), 0, "a null template");
-    assert_eq!(fixes_apply(&format!("{head}  template: {{metadata: {{labels: {{app: frontend}}}}}}\n")), 0, "a template without spec");
-    assert_eq!(fixes_apply(&format!("{head}  template:\n    metadata: {{labels: {{app: frontend}}}}\n    spec: null\n")), 0, "a null pod spec");
+    assert_eq!(
+        fixes_apply(&format!("{head}  template: {{metadata: {{labels: {{app: frontend}}}}}}\n")),
+        0,
+        "a template without spec"
+    );
+    assert_eq!(
+        fixes_apply(&format!("{head}  template:\n    metadata: {{labels: {{app: frontend}}}}\n    spec: null\n")),
+        0,
+        "a null pod spec"
+    );
     // With the pod spec there, the spread is still added (and applies).
-    let full = format!("{head}  template:\n    metadata: {{labels: {{app: frontend}}}}\n    spec:\n      containers: [{{name: c, image: nginx}}]\n");
+    let full = format!(
+        "{head}  template:\n    metadata: {{labels: {{app: frontend}}}}\n    spec:\n      containers: [{{name: c, image: nginx}}]\n"
+    );
     assert_eq!(fixes_apply(&full), 1);
 }
 

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use ha_guard::check::{self, load, Options};
+use ha_guard::check::{self, Options, load};
 use serde_json::Value;
 
 fn manifests() -> Vec<load::Document> {
@@ -39,7 +39,8 @@ fn the_cluster_role_only_reads_the_kinds_the_rules_read() {
     assert_eq!(roles.len(), 1);
     let mut granted: Vec<(String, String, Vec<String>)> = Vec::new();
     for rule in roles[0]["rules"].as_array().unwrap() {
-        let verbs: Vec<String> = rule["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+        let verbs: Vec<String> =
+            rule["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
         for group in rule["apiGroups"].as_array().unwrap() {
             for resource in rule["resources"].as_array().unwrap() {
                 granted.push((group.as_str().unwrap().into(), resource.as_str().unwrap().into(), verbs.clone()));
@@ -76,10 +77,13 @@ fn webhooks_leave_out_kube_system_and_their_own_namespace() {
             assert_eq!(hook["failurePolicy"], "Ignore", "{kind}: the documented choice");
             assert_eq!(hook["timeoutSeconds"], 5, "{kind}");
             let exprs = hook["namespaceSelector"]["matchExpressions"].as_array().unwrap();
-            assert!(exprs.iter().any(|e| e["key"] == "kubernetes.io/metadata.name"
-                && e["operator"] == "NotIn"
-                && e["values"].as_array().unwrap().contains(&"kube-system".into())
-                && e["values"].as_array().unwrap().contains(&"ha-guard".into())), "{kind}: {exprs:?}");
+            assert!(
+                exprs.iter().any(|e| e["key"] == "kubernetes.io/metadata.name"
+                    && e["operator"] == "NotIn"
+                    && e["values"].as_array().unwrap().contains(&"kube-system".into())
+                    && e["values"].as_array().unwrap().contains(&"ha-guard".into())),
+                "{kind}: {exprs:?}"
+            );
             for rule in hook["rules"].as_array().unwrap() {
                 assert_eq!(rule["operations"], serde_json::json!(["CREATE", "UPDATE"]), "{kind}");
             }
@@ -92,7 +96,14 @@ fn webhooks_leave_out_kube_system_and_their_own_namespace() {
         .iter()
         .flat_map(|r| r["resources"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()))
         .collect();
-    for r in ["deployments", "statefulsets", "deployments/scale", "statefulsets/scale", "poddisruptionbudgets", "horizontalpodautoscalers"] {
+    for r in [
+        "deployments",
+        "statefulsets",
+        "deployments/scale",
+        "statefulsets/scale",
+        "poddisruptionbudgets",
+        "horizontalpodautoscalers",
+    ] {
         assert!(resources.contains(&r), "validating webhook must cover {r}: {resources:?}");
     }
 }

@@ -6,9 +6,9 @@ use ha_guard::config::Config;
 use ha_guard::model::{self, Object, Subject};
 use ha_guard::mutations::{self, Plan};
 use ha_guard::view::Index;
-use json_patch::jsonptr::PointerBuf;
 use json_patch::PatchOperation;
-use serde_json::{json, Value};
+use json_patch::jsonptr::PointerBuf;
+use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -72,7 +72,12 @@ fn without(ids: &[&str]) -> Config {
 }
 
 fn all_on() -> Config {
-    with(&["inject-spread-selector", "inject-unhealthy-pod-eviction-policy", "inject-default-spread", "inject-match-label-keys"])
+    with(&[
+        "inject-spread-selector",
+        "inject-unhealthy-pod-eviction-policy",
+        "inject-default-spread",
+        "inject-match-label-keys",
+    ])
 }
 
 /// Label keys that must be escaped in a JSON pointer.
@@ -169,7 +174,10 @@ fn escaped_pointers_land_on_the_literal_keys() {
         })
         .collect();
     json_patch::patch(&mut doc, &ops).unwrap();
-    assert_eq!(doc, json!({"metadata": {"labels": {"app.kubernetes.io/name": "app.kubernetes.io/name", "a~b": "a~b", "~1": "~1"}}}));
+    assert_eq!(
+        doc,
+        json!({"metadata": {"labels": {"app.kubernetes.io/name": "app.kubernetes.io/name", "a~b": "a~b", "~1": "~1"}}})
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -182,7 +190,8 @@ fn spread_selector_fills_each_missing_selector() {
         s["labelSelector"] = json!({"matchLabels": {"tier": "front"}});
         s
     };
-    let d = deployment(3, Some(json!([spread(ZONE, "DoNotSchedule"), with_sel.clone(), spread(HOST, "ScheduleAnyway")])));
+    let d =
+        deployment(3, Some(json!([spread(ZONE, "DoNotSchedule"), with_sel.clone(), spread(HOST, "ScheduleAnyway")])));
     let c = Config::default();
     let p = plan(&d, &c);
     assert_eq!(
@@ -215,7 +224,12 @@ fn spread_selector_leaves_out_match_label_keys() {
 
 #[test]
 fn spread_selector_leaves_out_match_label_keys_from_expressions() {
-    let mut d = deployment(3, Some(json!([{"maxSkew": 1, "topologyKey": HOST, "whenUnsatisfiable": "DoNotSchedule", "matchLabelKeys": ["tier"]}])));
+    let mut d = deployment(
+        3,
+        Some(
+            json!([{"maxSkew": 1, "topologyKey": HOST, "whenUnsatisfiable": "DoNotSchedule", "matchLabelKeys": ["tier"]}]),
+        ),
+    );
     d["spec"]["selector"] = json!({
         "matchLabels": {"app.kubernetes.io/name": "web"},
         "matchExpressions": [{"key": "tier", "operator": "In", "values": ["front"]}, {"key": "a~b", "operator": "Exists"}]

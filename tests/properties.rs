@@ -13,7 +13,7 @@ use ha_guard::view::Index;
 use json_patch::PatchOperation;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use proptest::prelude::*;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 // ---------------------------------------------------------------------------------------------
 // (1) The disruption arithmetic
@@ -100,12 +100,11 @@ fn labels(max: usize) -> impl Strategy<Value = BTreeMap<String, String>> {
 }
 
 fn expression() -> impl Strategy<Value = Value> {
-    (key(), prop::sample::select(&["In", "NotIn", "Exists", "DoesNotExist"][..]), prop::sample::select(VALUES)).prop_map(
-        |(k, op, v)| match op {
+    (key(), prop::sample::select(&["In", "NotIn", "Exists", "DoesNotExist"][..]), prop::sample::select(VALUES))
+        .prop_map(|(k, op, v)| match op {
             "In" | "NotIn" => json!({"key": k, "operator": op, "values": [v]}),
             _ => json!({"key": k, "operator": op}),
-        },
-    )
+        })
 }
 
 /// A label selector: matchLabels and/or matchExpressions, possibly `{}`.

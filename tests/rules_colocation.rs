@@ -213,8 +213,11 @@ fn host_network_does_not_fire(#[case] spec: &str, #[case] pod: &str, #[case] hpa
 /// A Node labelled with its hostname and `pool: b` when its name ends in `b`, else `pool: a`.
 fn node(name: &str, extra_spec: &str) -> String {
     let pool = if name.ends_with('b') { "b" } else { "a" };
-    let spec = if extra_spec.is_empty() { "spec: {}\n".to_string() } else { format!("spec:\n{}", indent(extra_spec, 2)) };
-    format!("apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n    pool: {pool}\n{spec}")
+    let spec =
+        if extra_spec.is_empty() { "spec: {}\n".to_string() } else { format!("spec:\n{}", indent(extra_spec, 2)) };
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n    pool: {pool}\n{spec}"
+    )
 }
 
 /// `n` plain schedulable nodes n1a, n2a, ...
@@ -226,7 +229,8 @@ fn cluster(nodes: &[String]) -> String {
     nodes.join("\n---\n")
 }
 
-const AFFINITY_PATH: &str = "spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+const AFFINITY_PATH: &str =
+    "spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution";
 
 fn one_per_node(replicas: i32, extra_pod: &str) -> String {
     deployment(
@@ -250,7 +254,11 @@ fn required_anti_affinity_over_too_few_nodes_warns() {
     assert!(u.what.contains("3 schedulable nodes"), "{}", u.what);
     assert!(u.what.contains("required pod anti-affinity on kubernetes.io/hostname"), "{}", u.what);
     assert!(u.what.contains("at most 3 can be placed") && u.what.contains("Pending"), "{}", u.what);
-    assert!(u.fix.contains("lower replicas") && u.fix.contains("maxReplicas") && u.fix.contains("add nodes"), "{}", u.fix);
+    assert!(
+        u.fix.contains("lower replicas") && u.fix.contains("maxReplicas") && u.fix.contains("add nodes"),
+        "{}",
+        u.fix
+    );
 }
 
 #[rstest]

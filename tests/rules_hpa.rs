@@ -158,7 +158,12 @@ fn missing_target_warns_on_a_complete_view() {
     assert_eq!(f.related, vec![ObjectRef::new(Kind::Deployment, "default", "web")]);
     assert_mentions(
         &f.message(),
-        &["HorizontalPodAutoscaler default/web scales Deployment web", "no such Deployment in namespace default", "Fix:", "scaleTargetRef"],
+        &[
+            "HorizontalPodAutoscaler default/web scales Deployment web",
+            "no such Deployment in namespace default",
+            "Fix:",
+            "scaleTargetRef",
+        ],
     );
 }
 

@@ -249,7 +249,10 @@ spec:
     none(&findings(p, &both, false), "pdb-blocks-eviction");
     // Only web is in the view: 1 pod, blocked.
     let f = findings(p, &deploy("web", "web", Some(1)), false);
-    assert_mentions(&one(&f, "pdb-blocks-eviction").what, &["Deployment web (replicas 1) floor 1", "requires 1 healthy"]);
+    assert_mentions(
+        &one(&f, "pdb-blocks-eviction").what,
+        &["Deployment web (replicas 1) floor 1", "requires 1 healthy"],
+    );
     // NotIn excludes web: nothing covered.
     let not_in = p.replace("operator: In", "operator: NotIn");
     none(&findings(&not_in, &deploy("web", "web", Some(1)), false), "pdb-blocks-eviction");
@@ -381,7 +384,13 @@ fn overlap_denied_on_the_deployment_write_naming_both() {
     assert_eq!(f.related, vec![pdb_ref("a"), pdb_ref("b")]);
     assert_mentions(
         &f.message(),
-        &["Deployment default/web", "covered by 2 PodDisruptionBudgets (a, b)", "refuses every eviction", "Fix:", "one PDB per workload"],
+        &[
+            "Deployment default/web",
+            "covered by 2 PodDisruptionBudgets (a, b)",
+            "refuses every eviction",
+            "Fix:",
+            "one PDB per workload",
+        ],
     );
 }
 
@@ -397,7 +406,12 @@ fn overlap_denied_on_the_second_pdb_write() {
     assert_eq!(f.related, vec![dep_ref("web"), pdb_ref("a")]);
     assert_mentions(
         &f.message(),
-        &["PodDisruptionBudget default/b (selector app=web)", "Deployment default/web", "PodDisruptionBudget a also covers", "Fix:"],
+        &[
+            "PodDisruptionBudget default/b (selector app=web)",
+            "Deployment default/web",
+            "PodDisruptionBudget a also covers",
+            "Fix:",
+        ],
     );
 }
 
@@ -418,7 +432,8 @@ spec:
 
 #[test]
 fn pdbs_over_different_workloads_do_not_overlap() {
-    let view_yaml = docs(&[deploy("web", "web", Some(3)), deploy("api", "api", Some(3)), pdb("a", "web", "maxUnavailable: 1")]);
+    let view_yaml =
+        docs(&[deploy("web", "web", Some(3)), deploy("api", "api", Some(3)), pdb("a", "web", "maxUnavailable: 1")]);
     none(&findings(&pdb("b", "api", "maxUnavailable: 1"), &view_yaml, false), "pdb-overlap");
     let view_yaml = docs(&[pdb("a", "web", "maxUnavailable: 1"), pdb("b", "api", "maxUnavailable: 1")]);
     none(&findings(&deploy("web", "web", Some(3)), &view_yaml, false), "pdb-overlap");
@@ -474,7 +489,10 @@ fn null_selector_warns_on_any_view(#[case] sel: &str, #[case] complete: bool) {
     let f = one(&fs, "pdb-selects-nothing");
     assert_eq!(f.action, Decision::Warn);
     assert_eq!(f.path, "spec.selector");
-    assert_mentions(&f.message(), &["PodDisruptionBudget default/pdb has no selector", "matches no pod", "Fix:", "set spec.selector"]);
+    assert_mentions(
+        &f.message(),
+        &["PodDisruptionBudget default/pdb has no selector", "matches no pod", "Fix:", "set spec.selector"],
+    );
     none(&fs, "pdb-selector-empty");
     none(&fs, "pdb-blocks-eviction");
 }
@@ -513,7 +531,14 @@ fn missing_pdb_warns_on_a_complete_view_at_floor_2() {
     assert_eq!(f.path, "spec.replicas");
     assert_mentions(
         &f.message(),
-        &["Deployment web (replicas 2)", "at least 2 replicas", "no PodDisruptionBudget covers it", "Fix:", "maxUnavailable: 1", "selector app=web"],
+        &[
+            "Deployment web (replicas 2)",
+            "at least 2 replicas",
+            "no PodDisruptionBudget covers it",
+            "Fix:",
+            "maxUnavailable: 1",
+            "selector app=web",
+        ],
     );
     none(&findings(&deploy("web", "web", Some(2)), "", false), "pdb-missing");
 }

@@ -20,7 +20,9 @@ const RECREATE: &str = "strategy:\n  type: Recreate\n";
 
 /// One container named `name` running `image`.
 fn container(name: &str, image: &str) -> String {
-    format!("containers:\n- name: {name}\n  image: {image}\n- name: driver\n  image: example.com/acme-csi-driver:v1.2\n")
+    format!(
+        "containers:\n- name: {name}\n  image: {image}\n- name: driver\n  image: example.com/acme-csi-driver:v1.2\n"
+    )
 }
 
 /// Deployment `csi` with `strategy` and `replicas`, its first container `name` running `image`.
@@ -52,7 +54,11 @@ fn csi_provisioner_image_with_recreate_and_two_replicas_denies() {
 
 #[rstest]
 #[case::provisioner_image("provisioner", "registry.k8s.io/sig-storage/csi-provisioner:v5.0.1", "csi-provisioner")]
-#[case::attacher_image_with_digest("a", "registry.k8s.io/sig-storage/csi-attacher:v4.6.1@sha256:abc123", "csi-attacher")]
+#[case::attacher_image_with_digest(
+    "a",
+    "registry.k8s.io/sig-storage/csi-attacher:v4.6.1@sha256:abc123",
+    "csi-attacher"
+)]
 #[case::resizer_image_untagged("r", "csi-resizer", "csi-resizer")]
 #[case::snapshotter_on_a_registry_port("s", "localhost:5000/csi-snapshotter:v8", "csi-snapshotter")]
 #[case::by_container_name("csi-attacher", "example.com/acme/attacher-fork:v2", "csi-attacher")]

@@ -45,7 +45,11 @@ fn zero_grace_warns() {
     assert_eq!(z.anchor, ObjectRef::new(Kind::Deployment, "default", "web"));
     assert!(z.related.is_empty());
     assert!(z.what.contains("Deployment default/web"), "{}", z.what);
-    assert!(z.what.contains("terminationGracePeriodSeconds: 0") && z.what.contains("preStop hooks are skipped"), "{}", z.what);
+    assert!(
+        z.what.contains("terminationGracePeriodSeconds: 0") && z.what.contains("preStop hooks are skipped"),
+        "{}",
+        z.what
+    );
     assert!(z.fix.contains("remove the field (30 s by default)"), "{}", z.fix);
 }
 
@@ -98,11 +102,7 @@ fn sleep_action_equal_to_the_default_grace_denies() {
 #[case::shell_sleep_within_grace(Some(15), exec("[/bin/sh, -c, \"sleep 10; nginx -s quit\"]"), None)]
 #[case::not_a_plain_sleep(Some(1), exec("[/usr/local/bin/drain.sh]"), None)]
 #[case::http_get(Some(1), "httpGet:\n  path: /shutdown\n  port: 8080\n".to_string(), None)]
-fn prestop_against_grace(
-    #[case] grace: Option<i64>,
-    #[case] pre_stop: String,
-    #[case] denied: Option<(i64, i64)>,
-) {
+fn prestop_against_grace(#[case] grace: Option<i64>, #[case] pre_stop: String, #[case] denied: Option<(i64, i64)>) {
     let f = findings(&with_prestop(grace, &pre_stop), "", false);
     let p = of_rule(&f, "prestop-exceeds-grace");
     match denied {

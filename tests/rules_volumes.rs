@@ -97,7 +97,8 @@ fn replica_boundary(#[case] spec: &str, #[case] fires: bool) {
 #[test]
 fn each_single_attach_claim_is_named_at_its_own_volume() {
     let dep_yaml = deployment("app", "replicas: 3", &volumes(&["data", "shared", "logs"]));
-    let view = docs(&[&pvc("data", "ReadWriteOnce"), &pvc("shared", "ReadWriteMany"), &pvc("logs", "ReadWriteOncePod")]);
+    let view =
+        docs(&[&pvc("data", "ReadWriteOnce"), &pvc("shared", "ReadWriteMany"), &pvc("logs", "ReadWriteOncePod")]);
     let f = findings(&dep_yaml, &view, false);
     let r = of_rule(&f, "rwo-volume-multi-replica");
     let got: Vec<_> = r.iter().map(|f| (f.path.as_str(), f.related.clone())).collect();
@@ -193,8 +194,14 @@ fn single_replica_with_the_default_surge_warns() {
 }
 
 #[rstest]
-#[case::integer_surge("replicas: 1\nstrategy:\n  rollingUpdate:\n    maxSurge: 1\n    maxUnavailable: 0", Some("maxSurge 1 (resolves to 1)"))]
-#[case::small_percent_rounds_up("replicas: 1\nstrategy:\n  rollingUpdate:\n    maxSurge: 1%", Some("maxSurge 1% (resolves to 1)"))]
+#[case::integer_surge(
+    "replicas: 1\nstrategy:\n  rollingUpdate:\n    maxSurge: 1\n    maxUnavailable: 0",
+    Some("maxSurge 1 (resolves to 1)")
+)]
+#[case::small_percent_rounds_up(
+    "replicas: 1\nstrategy:\n  rollingUpdate:\n    maxSurge: 1%",
+    Some("maxSurge 1% (resolves to 1)")
+)]
 #[case::replicas_unset("", Some("maxSurge 25% (resolves to 1)"))]
 #[case::no_surge("replicas: 1\nstrategy:\n  rollingUpdate:\n    maxSurge: 0\n    maxUnavailable: 1", None)]
 #[case::no_surge_percent("replicas: 1\nstrategy:\n  rollingUpdate:\n    maxSurge: 0%\n    maxUnavailable: 1", None)]

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ha_guard::config::Config;
-use ha_guard::server::{StaticSource, MAX_BODY_BYTES};
+use ha_guard::server::{MAX_BODY_BYTES, StaticSource};
 use rstest::rstest;
-use serde_json::{json, Value};
-use server_support::{fixture, index, read_response, tls_connect, write_head, Server, VIEW};
+use serde_json::{Value, json};
+use server_support::{Server, VIEW, fixture, index, read_response, tls_connect, write_head};
 
 fn review_with(edit: impl FnOnce(&mut Value)) -> Vec<u8> {
     let mut v = fixture("deployment-spread-ok.json");
@@ -125,7 +125,8 @@ async fn a_stalled_body_gets_408_and_others_are_served_meanwhile() {
     started_rx.await.expect("the slow client started");
     // While it stalls, another client is answered.
     server.still_serving().await;
-    let response = tokio::time::timeout(Duration::from_secs(30), slow).await.expect("answered").unwrap().expect("a response");
+    let response =
+        tokio::time::timeout(Duration::from_secs(30), slow).await.expect("answered").unwrap().expect("a response");
     assert_eq!(response.status, 408, "{response:?}");
     server.still_serving().await;
 }

@@ -12,12 +12,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ha_guard::config::Config;
-use ha_guard::server::certs::{self, Bundle};
 use ha_guard::server::StaticSource;
+use ha_guard::server::certs::{self, Bundle};
 use rstest::rstest;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use server_support::{fixture, index, read_response, write_head, Pki, RawResponse, Server, VIEW};
+use server_support::{Pki, RawResponse, Server, VIEW, fixture, index, read_response, write_head};
 
 /// A CA with a serving certificate for 127.0.0.1 and a client certificate named `client`.
 fn bundle(client: &str) -> Bundle {
@@ -64,7 +64,11 @@ async fn call_tls12(server: &Server, id: Option<&ClientId>) -> Result<u16, reqwe
     call_with(server, id, reqwest::Client::builder().max_tls_version(reqwest::tls::Version::TLS_1_2)).await
 }
 
-async fn call_with(server: &Server, id: Option<&ClientId>, builder: reqwest::ClientBuilder) -> Result<u16, reqwest::Error> {
+async fn call_with(
+    server: &Server,
+    id: Option<&ClientId>,
+    builder: reqwest::ClientBuilder,
+) -> Result<u16, reqwest::Error> {
     let mut builder = builder
         .use_rustls_tls()
         .timeout(Duration::from_secs(30))
@@ -74,7 +78,14 @@ async fn call_with(server: &Server, id: Option<&ClientId>, builder: reqwest::Cli
         builder = builder.identity(reqwest::Identity::from_pem(pem.as_bytes()).expect("client identity"));
     }
     let body = serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap();
-    let response = builder.build().unwrap().post(server.url("/validate")).header("content-type", "application/json").body(body).send().await?;
+    let response = builder
+        .build()
+        .unwrap()
+        .post(server.url("/validate"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await?;
     Ok(response.status().as_u16())
 }
 
@@ -197,7 +208,11 @@ async fn assert_refused(server: &Server, id: Option<&ClientId>, what: &str) {
     assert!(e.status().is_none(), "{what}: {e:?}");
 }
 
-async fn raw(server: &Server, version: &'static rustls::SupportedProtocolVersion, resolver: Arc<Recorder>) -> Result<RawResponse, rustls::Error> {
+async fn raw(
+    server: &Server,
+    version: &'static rustls::SupportedProtocolVersion,
+    resolver: Arc<Recorder>,
+) -> Result<RawResponse, rustls::Error> {
     let (addr, ca) = (server.addr, server.ca_pem.clone());
     tokio::task::spawn_blocking(move || raw_call(addr, &ca, version, resolver)).await.unwrap()
 }
@@ -350,7 +365,8 @@ async fn certs_client_writes_a_client_certificate_the_webhook_accepts() {
         String::from_utf8(out.stdout).unwrap()
     };
     let plain = tempfile::tempdir().unwrap();
-    let names = |dir: &Path, files: &[&str]| files.iter().map(|f| format!("{}\n", dir.join(f).display())).collect::<String>();
+    let names =
+        |dir: &Path, files: &[&str]| files.iter().map(|f| format!("{}\n", dir.join(f).display())).collect::<String>();
     assert_eq!(run(plain.path(), &[]), names(plain.path(), &["ca.crt", "tls.crt", "tls.key"]));
     assert!(!plain.path().join("client.crt").exists());
 
@@ -401,4 +417,3 @@ fn a_bad_client_ca_is_an_error_naming_the_file(#[case] content: Option<&str>) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("client-ca.crt"), "{stderr}");
 }
-

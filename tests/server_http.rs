@@ -3,15 +3,15 @@
 
 mod server_support;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ha_guard::config::Config;
 use ha_guard::server::{StaticSource, ViewSource};
 use ha_guard::view::{Index, View};
 use rstest::rstest;
-use serde_json::{json, Value};
-use server_support::{fixture, index, patch_of, rule_ids, warnings, Server, VIEW};
+use serde_json::{Value, json};
+use server_support::{Server, VIEW, fixture, index, patch_of, rule_ids, warnings};
 
 fn sorted(ids: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
@@ -281,7 +281,8 @@ async fn exemption_annotation() {
     assert_eq!(r["allowed"], false, "{r:#}");
     let w = warnings(&r);
     assert!(
-        w.iter().any(|w| w.starts_with("[spread-selector-missing] the annotation ha-guard.io/allow-spread-selector-missing")
+        w.iter().any(|w| w
+            .starts_with("[spread-selector-missing] the annotation ha-guard.io/allow-spread-selector-missing")
             && w.contains("empty reason")),
         "{w:#?}"
     );
@@ -325,7 +326,10 @@ async fn namespace_in_warn_mode_turns_deny_into_warn() {
     let r = server.respond("/validate", "deployment-namespace-warn-mode.json").await;
     assert_decision(&r, &[], &["spread-selector-missing"]);
     let w = warnings(&r);
-    assert!(w[0].starts_with("[spread-selector-missing] (namespace in warn mode) "), "the warning says why it is not a denial: {w:?}");
+    assert!(
+        w[0].starts_with("[spread-selector-missing] (namespace in warn mode) "),
+        "the warning says why it is not a denial: {w:?}"
+    );
     // The same object in an enforcing namespace is denied.
     let mut review = fixture("deployment-namespace-warn-mode.json");
     review["request"]["namespace"] = json!("shop");
@@ -422,7 +426,8 @@ impl ViewSource for PanicsOnce {
 async fn a_panic_in_a_handler_does_not_take_the_server_down() {
     let source = Arc::new(PanicsOnce { inner: index(VIEW, false), panicked: AtomicBool::new(false) });
     let server = Server::start_with(source.clone(), Config::default(), |_| {}).await;
-    let (status, body) = server.post("/validate", serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap()).await;
+    let (status, body) =
+        server.post("/validate", serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap()).await;
     assert!(source.panicked.load(Ordering::SeqCst));
     assert_eq!(status, 500, "{body}");
     let error: Value = serde_json::from_str(&body).unwrap();

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ha_guard::config::Config;
-use ha_guard::server::admission::{count_values, MAX_JSON_VALUES};
+use ha_guard::server::admission::{MAX_JSON_VALUES, count_values};
 use ha_guard::server::{ServeOptions, StaticSource};
 use serde_json::Value;
-use server_support::{client, fixture, index, read_response, tls_connect, write_head, Server, VIEW};
+use server_support::{Server, VIEW, client, fixture, index, read_response, tls_connect, write_head};
 
 async fn server(tweak: impl FnOnce(&mut ServeOptions)) -> Server {
     Server::start_with(Arc::new(StaticSource(index(VIEW, false))), Config::default(), tweak).await
@@ -38,7 +38,9 @@ async fn eventually(limit: Duration, what: &str, mut f: impl AsyncFnMut() -> boo
 }
 
 /// An upload that sends its head and half its body, then waits for `go` before sending the rest.
-fn slow_upload(server: &Server) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<server_support::RawResponse>>) {
+fn slow_upload(
+    server: &Server,
+) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<server_support::RawResponse>>) {
     slow_upload_of(server, serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap())
 }
 
@@ -81,7 +83,8 @@ async fn past_the_request_limit_a_request_gets_503_at_once_and_service_resumes()
     .await;
 
     for path in ["/validate", "/mutate"] {
-        let (status, body) = server.post(path, serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap()).await;
+        let (status, body) =
+            server.post(path, serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap()).await;
         assert_eq!(status, 503, "{path}: {body}");
         assert!(body.ends_with('\n') && !body.trim_end().contains('\n'), "one line: {body:?}");
         let error: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("not a JSON error ({e}): {body}"));
@@ -98,7 +101,11 @@ async fn past_the_request_limit_a_request_gets_503_at_once_and_service_resumes()
     go_a.send(()).unwrap();
     go_b.send(()).unwrap();
     for upload in [upload_a, upload_b] {
-        let response = tokio::time::timeout(Duration::from_secs(30), upload).await.expect("answered").unwrap().expect("a response");
+        let response = tokio::time::timeout(Duration::from_secs(30), upload)
+            .await
+            .expect("answered")
+            .unwrap()
+            .expect("a response");
         assert_eq!(response.status, 200, "{response:?}");
         assert!(response.body.contains(r#""allowed":true"#), "{response:?}");
     }
@@ -143,7 +150,8 @@ async fn past_the_body_memory_a_large_request_gets_503_and_small_ones_are_answer
     assert!(!upload.is_finished());
 
     go.send(()).unwrap();
-    let response = tokio::time::timeout(Duration::from_secs(60), upload).await.expect("answered").unwrap().expect("a response");
+    let response =
+        tokio::time::timeout(Duration::from_secs(60), upload).await.expect("answered").unwrap().expect("a response");
     assert_eq!(response.status, 200, "{response:?}");
     eventually(Duration::from_secs(30), "the upload's share is given back", async || {
         metric(&server, "ha_guard_requests_in_flight").await == 0.0
@@ -156,7 +164,8 @@ async fn past_the_body_memory_a_large_request_gets_503_and_small_ones_are_answer
 /// A review whose container has `args` empty strings.
 fn review_with_args(args: usize) -> Vec<u8> {
     let mut review = fixture("deployment-spread-ok.json");
-    review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"] = Value::Array(vec![Value::from(""); args]);
+    review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"] =
+        Value::Array(vec![Value::from(""); args]);
     serde_json::to_vec(&review).unwrap()
 }
 
@@ -274,7 +283,8 @@ async fn past_the_connection_limit_a_connection_is_closed_at_once() {
 
     // A new client (a new connection) is refused at the TLS layer.
     let body = serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap();
-    let e = client(&[&server.ca_pem]).post(server.url("/validate")).body(body.clone()).send().await.expect_err("refused");
+    let e =
+        client(&[&server.ca_pem]).post(server.url("/validate")).body(body.clone()).send().await.expect_err("refused");
     assert!(e.status().is_none() && e.is_connect(), "{e:?}");
     assert_eq!(metric(&server, r#"ha_guard_rejected_total{reason="max-connections"}"#).await, 1.0);
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use std::io::Write;
 
-use server_support::{fixture, free_port, pki, read_response, tls_connect, write_head, RawResponse};
+use server_support::{RawResponse, fixture, free_port, pki, read_response, tls_connect, write_head};
 
 /// Kills the child if the test fails before it exits.
 struct Guard(Child);
@@ -67,7 +67,9 @@ fn sigterm_drops_readiness_finishes_in_flight_requests_and_exits_0() {
     let pid = guard.0.id();
     let server_log = || std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
 
-    wait_until(Duration::from_secs(30), "/readyz answers 200", &mut guard.0, || probe_status(probe, "/readyz") == Some(200));
+    wait_until(Duration::from_secs(30), "/readyz answers 200", &mut guard.0, || {
+        probe_status(probe, "/readyz") == Some(200)
+    });
 
     // Requests in flight: each has sent its head (so its TLS handshake is done) when SIGTERM comes,
     // and uploads its body in pieces over 1.5 s, past the 1 s shutdown delay.
@@ -105,7 +107,8 @@ fn sigterm_drops_readiness_finishes_in_flight_requests_and_exits_0() {
     assert_eq!(probe_status(probe, "/healthz"), Some(200), "alive while draining");
 
     for t in in_flight {
-        let response = t.join().unwrap().unwrap_or_else(|e| panic!("an in-flight request failed: {e}\n{}", server_log()));
+        let response =
+            t.join().unwrap().unwrap_or_else(|e| panic!("an in-flight request failed: {e}\n{}", server_log()));
         assert_eq!(response.status, 200, "{response:?}");
         let review: serde_json::Value = serde_json::from_str(&response.body).unwrap();
         assert_eq!(review["response"]["allowed"], true, "{review}");

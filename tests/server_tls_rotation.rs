@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use ha_guard::config::Config;
 use ha_guard::server::{self, StaticSource};
-use server_support::{client, fixture, index, Pki, Server, VIEW};
+use server_support::{Pki, Server, VIEW, client, fixture, index};
 
 /// How the files change.
 #[derive(Clone, Copy, Debug)]
@@ -54,7 +54,8 @@ fn install(dir: &Path, swap: Swap, a: &server::certs::Bundle) -> (PathBuf, PathB
 
 async fn accepted_by(ca_pem: &str, server: &Server) -> Result<(), String> {
     let body = serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap();
-    let response = client(&[ca_pem]).post(server.url("/validate")).body(body).send().await.map_err(|e| format!("{e:?}"))?;
+    let response =
+        client(&[ca_pem]).post(server.url("/validate")).body(body).send().await.map_err(|e| format!("{e:?}"))?;
     if response.status() != 200 {
         return Err(format!("HTTP {}", response.status()));
     }
@@ -89,7 +90,8 @@ async fn rotate_under_load(swap: Swap) {
     let errors = Arc::new(Mutex::new(Vec::<String>::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let looping = {
-        let (server, sent, failed, errors, stop) = (server.clone(), sent.clone(), failed.clone(), errors.clone(), stop.clone());
+        let (server, sent, failed, errors, stop) =
+            (server.clone(), sent.clone(), failed.clone(), errors.clone(), stop.clone());
         let both = format!("{}{}", a.ca_pem, b.ca_pem);
         tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
@@ -102,7 +104,8 @@ async fn rotate_under_load(swap: Swap) {
             }
         })
     };
-    eventually(Duration::from_secs(30), "the looping client is running", async || sent.load(Ordering::SeqCst) >= 5).await;
+    eventually(Duration::from_secs(30), "the looping client is running", async || sent.load(Ordering::SeqCst) >= 5)
+        .await;
     assert!(accepted_by(&a.ca_pem, &server).await.is_ok(), "certificate A is served");
     assert!(accepted_by(&b.ca_pem, &server).await.is_err(), "certificate B is not served yet");
 
@@ -131,7 +134,10 @@ async fn rotate_under_load(swap: Swap) {
     })
     .await;
     let after = sent.load(Ordering::SeqCst);
-    eventually(Duration::from_secs(30), "the looping client goes on", async || sent.load(Ordering::SeqCst) >= after + 5).await;
+    eventually(Duration::from_secs(30), "the looping client goes on", async || {
+        sent.load(Ordering::SeqCst) >= after + 5
+    })
+    .await;
     stop.store(true, Ordering::SeqCst);
     looping.await.unwrap();
     let err = accepted_by(&a.ca_pem, &server).await.expect_err("certificate A is no longer served");

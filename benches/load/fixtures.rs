@@ -120,8 +120,11 @@ fn insert(index: &mut Index, value: &Value) {
 
 /// Objects of one namespace: 100 Deployments, 100 PDBs, 50 HPAs, 2 PVCs (252 objects).
 pub fn fill_namespace(index: &mut Index, ns: &str) {
-    insert(index, &json!({"apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}}));
+    insert(
+        index,
+        &json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}}),
+    );
     for i in 0..APPS_PER_NS {
         let app = format!("app-{i:03}");
         insert(index, &deployment(ns, &app, 2 + (i % 3) as i64));
@@ -196,10 +199,12 @@ pub fn checkout_deployment() -> Value {
             env.push(json!({"name": format!("SETTING_{e}"), "value": format!("value-{:08x}", 0x9e37_79b9u32.wrapping_mul(e + 1))}));
         }
     }
-    let probe = |path: &str, period: i64| json!({
-        "httpGet": {"path": path, "port": "http", "scheme": "HTTP"},
-        "periodSeconds": period, "timeoutSeconds": 2, "successThreshold": 1, "failureThreshold": 3
-    });
+    let probe = |path: &str, period: i64| {
+        json!({
+            "httpGet": {"path": path, "port": "http", "scheme": "HTTP"},
+            "periodSeconds": period, "timeoutSeconds": 2, "successThreshold": 1, "failureThreshold": 3
+        })
+    };
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {
@@ -277,7 +282,17 @@ pub fn checkout_deployment() -> Value {
     })
 }
 
-fn review(uid: &str, kind: (&str, &str, &str), resource: (&str, &str), sub: Option<&str>, name: &str, operation: &str, object: Value, old: Option<Value>, user: &str) -> Value {
+fn review(
+    uid: &str,
+    kind: (&str, &str, &str),
+    resource: (&str, &str),
+    sub: Option<&str>,
+    name: &str,
+    operation: &str,
+    object: Value,
+    old: Option<Value>,
+    user: &str,
+) -> Value {
     let (group, version, k) = kind;
     let (rgroup, rresource) = resource;
     let mut request = json!({
@@ -334,28 +349,58 @@ const SCALE_FROM: i64 = 3;
 pub fn requests() -> Vec<(&'static str, Vec<u8>)> {
     let ns = REQUEST_NS;
     let deployment = review(
-        "6f1b3a9e-0c2d-4e5f-8a7b-9c0d1e2f3a4b", ("apps", "v1", "Deployment"), ("apps", "deployments"), None,
-        "checkout", "CREATE", checkout_deployment(), None, "system:serviceaccount:ci:helm",
+        "6f1b3a9e-0c2d-4e5f-8a7b-9c0d1e2f3a4b",
+        ("apps", "v1", "Deployment"),
+        ("apps", "deployments"),
+        None,
+        "checkout",
+        "CREATE",
+        checkout_deployment(),
+        None,
+        "system:serviceaccount:ci:helm",
     );
     let (new_pdb, old_pdb) = pdb_update();
     let pdb_review = review(
-        "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5e", ("policy", "v1", "PodDisruptionBudget"), ("policy", "poddisruptionbudgets"), None,
-        "app-010", "UPDATE", new_pdb, Some(old_pdb), "system:serviceaccount:ci:helm",
+        "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5e",
+        ("policy", "v1", "PodDisruptionBudget"),
+        ("policy", "poddisruptionbudgets"),
+        None,
+        "app-010",
+        "UPDATE",
+        new_pdb,
+        Some(old_pdb),
+        "system:serviceaccount:ci:helm",
     );
     let (new_hpa, old_hpa) = hpa_update();
     let hpa_review = review(
-        "2b3c4d5e-6f7a-4b8c-9d0e-1f2a3b4c5d6f", ("autoscaling", "v2", "HorizontalPodAutoscaler"), ("autoscaling", "horizontalpodautoscalers"), None,
-        "app-010", "UPDATE", new_hpa, Some(old_hpa), "system:serviceaccount:ci:helm",
+        "2b3c4d5e-6f7a-4b8c-9d0e-1f2a3b4c5d6f",
+        ("autoscaling", "v2", "HorizontalPodAutoscaler"),
+        ("autoscaling", "horizontalpodautoscalers"),
+        None,
+        "app-010",
+        "UPDATE",
+        new_hpa,
+        Some(old_hpa),
+        "system:serviceaccount:ci:helm",
     );
-    let scale = |replicas: i64| json!({
-        "apiVersion": "autoscaling/v1", "kind": "Scale",
-        "metadata": {"name": SCALE_TARGET, "namespace": ns, "uid": "d4e5f6a7-b8c9-4d0e-9f1a-2b3c4d5e6f7a", "resourceVersion": "48213390", "creationTimestamp": "2025-10-02T08:01:13Z"},
-        "spec": {"replicas": replicas},
-        "status": {"replicas": SCALE_FROM, "selector": format!("app.kubernetes.io/instance={SCALE_TARGET}-prod,app.kubernetes.io/name={SCALE_TARGET}")}
-    });
+    let scale = |replicas: i64| {
+        json!({
+            "apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": SCALE_TARGET, "namespace": ns, "uid": "d4e5f6a7-b8c9-4d0e-9f1a-2b3c4d5e6f7a", "resourceVersion": "48213390", "creationTimestamp": "2025-10-02T08:01:13Z"},
+            "spec": {"replicas": replicas},
+            "status": {"replicas": SCALE_FROM, "selector": format!("app.kubernetes.io/instance={SCALE_TARGET}-prod,app.kubernetes.io/name={SCALE_TARGET}")}
+        })
+    };
     let scale_review = review(
-        "3c4d5e6f-7a8b-4c9d-8e0f-1a2b3c4d5e70", ("autoscaling", "v1", "Scale"), ("apps", "deployments"), Some("scale"),
-        SCALE_TARGET, "UPDATE", scale(SCALE_TO), Some(scale(SCALE_FROM)), "kubernetes-admin",
+        "3c4d5e6f-7a8b-4c9d-8e0f-1a2b3c4d5e70",
+        ("autoscaling", "v1", "Scale"),
+        ("apps", "deployments"),
+        Some("scale"),
+        SCALE_TARGET,
+        "UPDATE",
+        scale(SCALE_TO),
+        Some(scale(SCALE_FROM)),
+        "kubernetes-admin",
     );
     [("deployment", deployment), ("pdb", pdb_review), ("hpa", hpa_review), ("scale", scale_review)]
         .into_iter()

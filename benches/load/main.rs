@@ -33,21 +33,21 @@ use std::io::{BufRead, Read, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{header, StatusCode};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use axum::Router;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use ha_guard::config::Config;
-use ha_guard::server::{self, admission, tls, AppState, Listeners, ServeOptions, StaticSource};
+use ha_guard::server::{self, AppState, Listeners, ServeOptions, StaticSource, admission, tls};
 
 // ---------------------------------------------------------------------------------------------
 // Arguments
@@ -170,8 +170,18 @@ fn serve_role(args: &[String]) {
         let bind = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let (transport, decode) = (bind(), bind());
         let (transport_addr, decode_addr) = (transport.local_addr().unwrap(), decode.local_addr().unwrap());
-        tokio::spawn(serve_baseline(transport, cert.clone(), key.clone(), Router::new().route("/validate", post(transport_handler)).route("/mutate", post(transport_handler))));
-        tokio::spawn(serve_baseline(decode, cert.clone(), key.clone(), Router::new().route("/validate", post(decode_handler)).route("/mutate", post(decode_handler))));
+        tokio::spawn(serve_baseline(
+            transport,
+            cert.clone(),
+            key.clone(),
+            Router::new().route("/validate", post(transport_handler)).route("/mutate", post(transport_handler)),
+        ));
+        tokio::spawn(serve_baseline(
+            decode,
+            cert.clone(),
+            key.clone(),
+            Router::new().route("/validate", post(decode_handler)).route("/mutate", post(decode_handler)),
+        ));
         let listeners = Listeners::bind("127.0.0.1:0".parse().unwrap(), "127.0.0.1:0".parse().unwrap()).unwrap();
         let guard_addr = listeners.webhook_addr().unwrap();
         let options = ServeOptions {
@@ -185,7 +195,10 @@ fn serve_role(args: &[String]) {
         let state = AppState::new(Arc::new(StaticSource(index)), Config::default());
         tokio::spawn(server::serve_with_listeners(options, listeners, state, std::future::pending()));
         let counts: Vec<String> = counts.iter().map(|(k, n)| format!("{}:{n}", k.as_str())).collect();
-        println!("ready transport={transport_addr} decode={decode_addr} ha-guard={guard_addr} view={} build_ms={build_ms}", counts.join(","));
+        println!(
+            "ready transport={transport_addr} decode={decode_addr} ha-guard={guard_addr} view={} build_ms={build_ms}",
+            counts.join(",")
+        );
         std::io::stdout().flush().unwrap();
         // Until the load generator closes our stdin.
         let _ = tokio::task::spawn_blocking(|| std::io::stdin().read_to_end(&mut Vec::new())).await;
@@ -275,7 +288,8 @@ impl H1 {
 fn parse_response(buf: &[u8]) -> std::io::Result<Option<(u16, usize)>> {
     let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else { return Ok(None) };
     let head = std::str::from_utf8(&buf[..end]).map_err(std::io::Error::other)?;
-    let status: u16 = head.get(9..12).and_then(|s| s.parse().ok()).ok_or_else(|| std::io::Error::other("bad status line"))?;
+    let status: u16 =
+        head.get(9..12).and_then(|s| s.parse().ok()).ok_or_else(|| std::io::Error::other("bad status line"))?;
     let len: usize = head
         .split("\r\n")
         .find_map(|l| {
@@ -389,7 +403,16 @@ struct Sat {
 
 /// Closed loop: every connection (or stream) posts back to back. Measured after `warmup`,
 /// for `duration`.
-async fn saturate(proto: Proto, addr: SocketAddr, ca: &str, work: &Work, conc: usize, server_pid: u32, warmup: Duration, duration: Duration) -> Sat {
+async fn saturate(
+    proto: Proto,
+    addr: SocketAddr,
+    ca: &str,
+    work: &Work,
+    conc: usize,
+    server_pid: u32,
+    warmup: Duration,
+    duration: Duration,
+) -> Sat {
     let conns = connect(proto, addr, ca, conc).await;
     let done = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -451,7 +474,16 @@ struct Lat {
 /// (or stream) takes the next one due. Latency runs from when a request was due to when its
 /// answer was read, so a late start counts (no coordinated omission). The first `warmup` is
 /// not recorded.
-async fn open_loop(proto: Proto, addr: SocketAddr, ca: &str, work: &Work, conc: usize, rate: f64, warmup: Duration, duration: Duration) -> Lat {
+async fn open_loop(
+    proto: Proto,
+    addr: SocketAddr,
+    ca: &str,
+    work: &Work,
+    conc: usize,
+    rate: f64,
+    warmup: Duration,
+    duration: Duration,
+) -> Lat {
     let conns = connect(proto, addr, ca, conc).await;
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, bool)>();
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
@@ -512,7 +544,12 @@ async fn open_loop(proto: Proto, addr: SocketAddr, ca: &str, work: &Work, conc: 
     }
     let elapsed = started.elapsed().as_secs_f64();
     all.sort_unstable();
-    let pct = |p: f64| all.get(((all.len() as f64 * p).ceil() as usize).saturating_sub(1).min(all.len().saturating_sub(1))).copied().unwrap_or(0) as f64 / 1e3;
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p).ceil() as usize).saturating_sub(1).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0) as f64
+            / 1e3
+    };
     Lat {
         rate,
         achieved: all.len() as f64 / (elapsed - warmup.as_secs_f64()).max(1e-9),
@@ -618,7 +655,8 @@ async fn sanity(ca: &str, targets: &[Target], names: &[&str]) -> Vec<String> {
             let text = String::from_utf8_lossy(&response);
             let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
             assert_eq!(status, 200, "{} {}: {body}", t.name, names[i]);
-            let v: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{} {}: {e}: {body}", t.name, names[i]));
+            let v: serde_json::Value =
+                serde_json::from_str(body).unwrap_or_else(|e| panic!("{} {}: {e}: {body}", t.name, names[i]));
             let r = &v["response"];
             assert!(r["allowed"].is_boolean(), "{} {}: {body}", t.name, names[i]);
             if t.name == "validate" || t.name == "mutate" {
@@ -626,7 +664,12 @@ async fn sanity(ca: &str, targets: &[Target], names: &[&str]) -> Vec<String> {
                 let patched = r["patch"].is_string() || r["patch"].is_array();
                 notes.push(format!(
                     "`{}` {}: allowed={} warnings={} patch={} ({} bytes answered)",
-                    t.name, names[i], r["allowed"], warnings, patched, body.len()
+                    t.name,
+                    names[i],
+                    r["allowed"],
+                    warnings,
+                    patched,
+                    body.len()
                 ));
             }
         }
@@ -789,7 +832,10 @@ fn acceptance(summary: &[(Proto, usize, &str, f64, f64, f64, u64)]) -> String {
         let mut levels: Vec<usize> = summary.iter().filter(|r| r.0 == p).map(|r| r.1).collect();
         levels.dedup();
         for c in levels {
-            let (Some(d), Some(v), Some(m)) = (find(p, c, "decode"), find(p, c, "validate"), find(p, c, "mutate")) else { continue };
+            let (Some(d), Some(v), Some(m)) = (find(p, c, "decode"), find(p, c, "validate"), find(p, c, "mutate"))
+            else {
+                continue;
+            };
             let errors: u64 = summary.iter().filter(|r| r.0 == p && r.1 == c).map(|r| r.6).sum();
             let (thr, cpu) = (v.3 / d.3, d.4 / v.4);
             md += &format!(
@@ -814,19 +860,54 @@ fn acceptance(summary: &[(Proto, usize, &str, f64, f64, f64, u64)]) -> String {
 /// Components of a request, by the inclusive instruction count of the function that does it:
 /// (label, function names, nested in an earlier top-level component).
 const COMPONENTS: &[(&str, &[&str], bool)] = &[
-    ("TLS: decrypt the request (rustls process_new_packets)", &["rustls::conn::ConnectionCore<Data>::process_new_packets"], false),
-    ("TLS: encrypt the answer (rustls write)", &["<rustls::conn::ConnectionCommon<T> as rustls::conn::connection::PlaintextSink>::write_vectored", "rustls::conn::connection::<impl rustls::conn::ConnectionCommon<T>>::send_plaintext", "<rustls::conn::connection::Writer as std::io::Write>::write_vectored", "<rustls::conn::connection::Writer as std::io::Write>::write"], false),
-    ("JSON decode: `admission::parse` (AdmissionReview<DynamicObject>)", &["ha_guard::server::admission::parse"], false),
+    (
+        "TLS: decrypt the request (rustls process_new_packets)",
+        &["rustls::conn::ConnectionCore<Data>::process_new_packets"],
+        false,
+    ),
+    (
+        "TLS: encrypt the answer (rustls write)",
+        &[
+            "<rustls::conn::ConnectionCommon<T> as rustls::conn::connection::PlaintextSink>::write_vectored",
+            "rustls::conn::connection::<impl rustls::conn::ConnectionCommon<T>>::send_plaintext",
+            "<rustls::conn::connection::Writer as std::io::Write>::write_vectored",
+            "<rustls::conn::connection::Writer as std::io::Write>::write",
+        ],
+        false,
+    ),
+    (
+        "JSON decode: `admission::parse` (AdmissionReview<DynamicObject>)",
+        &["ha_guard::server::admission::parse"],
+        false,
+    ),
     ("`admission::review`", &["ha_guard::server::admission::review"], false),
-    ("of which: the typed subject (`subject_of`, both objects on UPDATE)", &["ha_guard::server::admission::subject_of"], true),
+    (
+        "of which: the typed subject (`subject_of`, both objects on UPDATE)",
+        &["ha_guard::server::admission::subject_of"],
+        true,
+    ),
     ("of which: rules (`engine::evaluate`, both objects on UPDATE)", &["ha_guard::engine::evaluate"], true),
     ("of which: decisions (`decide::decide`)", &["ha_guard::decide::decide"], true),
     ("of which: mutations (`mutations::plan`)", &["ha_guard::mutations::plan"], true),
-    ("JSON encode of the answer (AdmissionResponse)", &["kube_core::admission::_::<impl serde_core::ser::Serialize for kube_core::admission::AdmissionResponse>::serialize"], false),
+    (
+        "JSON encode of the answer (AdmissionResponse)",
+        &[
+            "kube_core::admission::_::<impl serde_core::ser::Serialize for kube_core::admission::AdmissionResponse>::serialize",
+        ],
+        false,
+    ),
     ("the request's log line (tracing, fmt to stderr)", &["tracing_core::event::Event::dispatch"], false),
     ("metrics (`server::record`)", &["ha_guard::server::record"], false),
-    ("freeing the decoded request", &["core::ptr::drop_in_place<kube_core::admission::AdmissionRequest<kube_core::dynamic::DynamicObject>>"], false),
-    ("body size check (`admission::count_values`, every call; one is inside parse)", &["ha_guard::server::admission::count_values"], true),
+    (
+        "freeing the decoded request",
+        &["core::ptr::drop_in_place<kube_core::admission::AdmissionRequest<kube_core::dynamic::DynamicObject>>"],
+        false,
+    ),
+    (
+        "body size check (`admission::count_values`, every call; one is inside parse)",
+        &["ha_guard::server::admission::count_values"],
+        true,
+    ),
 ];
 
 fn profile_role(args: &[String]) {
@@ -855,11 +936,17 @@ fn profile_role(args: &[String]) {
     let server = ServerProcess::start(command);
     eprintln!("server under callgrind: pid {} {}", server.pid(), server.ready_line);
     let requests_all = fixtures::requests();
-    let body = requests_all.iter().find(|(n, _)| *n == body_name).unwrap_or_else(|| panic!("--body {body_name}")).1.clone();
+    let body =
+        requests_all.iter().find(|(n, _)| *n == body_name).unwrap_or_else(|| panic!("--body {body_name}")).1.clone();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let pid = server.pid().to_string();
     let control = |what: &[&str]| {
-        let status = Command::new("callgrind_control").args(what).arg(&pid).stdout(Stdio::null()).status().expect("callgrind_control");
+        let status = Command::new("callgrind_control")
+            .args(what)
+            .arg(&pid)
+            .stdout(Stdio::null())
+            .status()
+            .expect("callgrind_control");
         assert!(status.success(), "callgrind_control {what:?}");
     };
     let mut dumps = Vec::new();
@@ -905,11 +992,14 @@ fn profile_role(args: &[String]) {
         if **name != "validate" && **name != "mutate" && **name != "decode" {
             continue;
         }
-        md += &format!("Where `{name}` spends its instructions (inclusive, per request; indented rows are part of the row above them):\n\n");
+        md += &format!(
+            "Where `{name}` spends its instructions (inclusive, per request; indented rows are part of the row above them):\n\n"
+        );
         md += "| component | Ir / request | share |\n|---|---:|---:|\n";
         let mut accounted = 0u64;
         for (label, patterns, nested) in COMPONENTS {
-            let ir: u64 = functions.iter().filter(|(f, _)| patterns.iter().any(|p| f == p)).map(|(_, ir)| *ir).max().unwrap_or(0);
+            let ir: u64 =
+                functions.iter().filter(|(f, _)| patterns.iter().any(|p| f == p)).map(|(_, ir)| *ir).max().unwrap_or(0);
             if ir == 0 {
                 continue;
             }
@@ -917,10 +1007,18 @@ fn profile_role(args: &[String]) {
                 accounted += ir;
             }
             let label = if *nested { format!("&nbsp;&nbsp;{label}") } else { label.to_string() };
-            md += &format!("| {label} | {:.0} | {:.1}% |\n", ir as f64 / requests as f64, 100.0 * ir as f64 / *total as f64);
+            md += &format!(
+                "| {label} | {:.0} | {:.1}% |\n",
+                ir as f64 / requests as f64,
+                100.0 * ir as f64 / *total as f64
+            );
         }
         let rest = total.saturating_sub(accounted);
-        md += &format!("| everything else: hyper HTTP/1.1, axum routing and layers, tokio, socket reads and writes, the handler's own work (outside the rows not indented) | {:.0} | {:.1}% |\n", rest as f64 / requests as f64, 100.0 * rest as f64 / *total as f64);
+        md += &format!(
+            "| everything else: hyper HTTP/1.1, axum routing and layers, tokio, socket reads and writes, the handler's own work (outside the rows not indented) | {:.0} | {:.1}% |\n",
+            rest as f64 / requests as f64,
+            100.0 * rest as f64 / *total as f64
+        );
         md += &format!("| **total** | **{:.0}** | |\n\n", *total as f64 / requests as f64);
         let top: Vec<String> = functions
             .iter()
@@ -928,7 +1026,10 @@ fn profile_role(args: &[String]) {
             .take(25)
             .map(|(f, ir)| format!("| `{}` | {:.0} |", f.replace('|', "\\|"), *ir as f64 / requests as f64))
             .collect();
-        md += &format!("<details><summary>ha_guard functions of `{name}`, inclusive Ir / request</summary>\n\n| function | Ir / request |\n|---|---:|\n{}\n\n</details>\n\n", top.join("\n"));
+        md += &format!(
+            "<details><summary>ha_guard functions of `{name}`, inclusive Ir / request</summary>\n\n| function | Ir / request |\n|---|---:|\n{}\n\n</details>\n\n",
+            top.join("\n")
+        );
     }
     print!("{md}");
     if let Some(out) = args.iter().position(|a| a == "--out").map(|i| PathBuf::from(&args[i + 1])) {
@@ -981,7 +1082,11 @@ fn viewsize_role(args: &[String]) {
         let eval = ha_guard::engine::evaluate(&subject.new, view, &config);
         let old = subject.old.as_ref().map(|o| ha_guard::engine::evaluate(o, view, &config).findings);
         let ns = subject.new.id().namespace;
-        let ctx = ha_guard::decide::Context { old: old.as_deref(), scale: subject.scale, subject_exemptions: subject.new.exemptions() };
+        let ctx = ha_guard::decide::Context {
+            old: old.as_deref(),
+            scale: subject.scale,
+            subject_exemptions: subject.new.exemptions(),
+        };
         std::hint::black_box(ha_guard::decide::decide(eval, &ns, view, &config, &ctx));
     };
     // Warm-up, and the same findings on both views.
@@ -1016,12 +1121,20 @@ fn viewsize_role(args: &[String]) {
         counts(&views[1]),
         big_others
     );
-    md += &format!("| subject | µs, {} others | µs, {} others | ratio (median of per-round ratios) | within 10% |\n|---|---:|---:|---:|---|\n", small_others * 250, big_others * 250);
+    md += &format!(
+        "| subject | µs, {} others | µs, {} others | ratio (median of per-round ratios) | within 10% |\n|---|---:|---:|---:|---|\n",
+        small_others * 250,
+        big_others * 250
+    );
     for (si, s) in subjects.iter().enumerate() {
         let small = median(per_subject[si].iter().map(|t| t[0]).collect()) / 1e3;
         let big = median(per_subject[si].iter().map(|t| t[1]).collect()) / 1e3;
         let ratio = median(per_subject[si].iter().map(|t| t[1] / t[0]).collect());
-        md += &format!("| {} | {small:.1} | {big:.1} | {ratio:.3} | {} |\n", s.name, if (ratio - 1.0).abs() <= 0.10 { "yes" } else { "**no**" });
+        md += &format!(
+            "| {} | {small:.1} | {big:.1} | {ratio:.3} | {} |\n",
+            s.name,
+            if (ratio - 1.0).abs() <= 0.10 { "yes" } else { "**no**" }
+        );
     }
     print!("{md}");
     if let Some(out) = args.iter().position(|a| a == "--out").map(|i| PathBuf::from(&args[i + 1])) {

@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::Fixable;
 use super::load::{Loaded, Source};
 use super::locate::{self, Node};
-use super::Fixable;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FixError {
@@ -56,7 +56,8 @@ pub fn apply(loaded: &Loaded, fixes: &[Fixable]) -> Result<Vec<String>, FixError
         }
         let text = rewrite(source, &docs)?;
         let path = source.path.as_ref().expect("checked above");
-        std::fs::write(path, text).map_err(|e| FixError::Write { file: source.file.clone(), message: e.to_string() })?;
+        std::fs::write(path, text)
+            .map_err(|e| FixError::Write { file: source.file.clone(), message: e.to_string() })?;
         written.push(source.file.clone());
     }
     Ok(written)
@@ -68,13 +69,16 @@ fn rewrite(source: &Source, docs: &[(&(String, usize), &Vec<json_patch::PatchOpe
         let mut value: Value = serde_json::from_str(&source.text).map_err(|e| patch_err(0, e.to_string()))?;
         let ops: Vec<_> = docs.iter().flat_map(|(_, ops)| ops.iter().cloned()).collect();
         json_patch::patch(&mut value, &ops).map_err(|e| patch_err(0, e.to_string()))?;
-        if let Some(text) = insert_all(&source.text, &ops, true)
-            .filter(|t| serde_json::from_str::<Value>(t).is_ok_and(|v| v == value))
+        if let Some(text) =
+            insert_all(&source.text, &ops, true).filter(|t| serde_json::from_str::<Value>(t).is_ok_and(|v| v == value))
         {
             return Ok(text);
         }
-        let mut text = serde_json::to_string_pretty(&value)
-            .map_err(|e| FixError::Serialize { file: source.file.clone(), document: 0, message: e.to_string() })?;
+        let mut text = serde_json::to_string_pretty(&value).map_err(|e| FixError::Serialize {
+            file: source.file.clone(),
+            document: 0,
+            message: e.to_string(),
+        })?;
         text.push('\n');
         return Ok(text);
     }
@@ -87,14 +91,17 @@ fn rewrite(source: &Source, docs: &[(&(String, usize), &Vec<json_patch::PatchOpe
         };
         let mut value: Value = serde_saphyr::from_str(original).map_err(|e| patch_err(index, e.to_string()))?;
         json_patch::patch(&mut value, ops).map_err(|e| patch_err(index, e.to_string()))?;
-        if let Some(text) = insert_all(original, ops, false)
-            .filter(|t| serde_saphyr::from_str::<Value>(t).is_ok_and(|v| v == value))
+        if let Some(text) =
+            insert_all(original, ops, false).filter(|t| serde_saphyr::from_str::<Value>(t).is_ok_and(|v| v == value))
         {
             out.push_str(&text);
             continue;
         }
-        let body = serde_saphyr::to_string(&value)
-            .map_err(|e| FixError::Serialize { file: source.file.clone(), document: index, message: e.to_string() })?;
+        let body = serde_saphyr::to_string(&value).map_err(|e| FixError::Serialize {
+            file: source.file.clone(),
+            document: index,
+            message: e.to_string(),
+        })?;
         // Keep the document's own marker line and leading comments.
         for line in original.lines() {
             let t = line.trim();
@@ -172,7 +179,8 @@ mod tests {
 
     #[test]
     fn inserts_into_a_block_mapping_in_its_style() {
-        let text = "spec:\n  # the budget\n  maxUnavailable: 1   # one at a time\n  selector:\n    matchLabels: {app: x}\n";
+        let text =
+            "spec:\n  # the budget\n  maxUnavailable: 1   # one at a time\n  selector:\n    matchLabels: {app: x}\n";
         let out = add(text, "/spec/unhealthyPodEvictionPolicy", json!("AlwaysAllow")).unwrap();
         assert_eq!(
             out,
@@ -184,7 +192,10 @@ mod tests {
     fn inserts_into_a_sequence_item() {
         let text = "c:\n- maxSkew: 1\n  topologyKey: h\n- maxSkew: 2\n";
         let out = add(text, "/c/1/labelSelector", json!({"matchLabels": {"app.kubernetes.io/name": "web"}})).unwrap();
-        assert_eq!(out, "c:\n- maxSkew: 1\n  topologyKey: h\n- labelSelector:\n    matchLabels:\n      app.kubernetes.io/name: web\n  maxSkew: 2\n");
+        assert_eq!(
+            out,
+            "c:\n- maxSkew: 1\n  topologyKey: h\n- labelSelector:\n    matchLabels:\n      app.kubernetes.io/name: web\n  maxSkew: 2\n"
+        );
         let v: Value = serde_saphyr::from_str(&out).unwrap();
         assert_eq!(v["c"][1]["labelSelector"]["matchLabels"]["app.kubernetes.io/name"], "web");
     }
@@ -246,7 +257,10 @@ mod tests {
     fn rewrite_inserts_several_changes_in_one_document() {
         let text = "--- # marker\nspec:\n  template:\n    spec:\n      c:\n      - a: 1 # first\n      - a: 2\n";
         let src = source(text);
-        let ops = vec![op("/spec/template/spec/c/0/s", json!({"m": {"k": "v"}})), op("/spec/template/spec/c/1/s", json!({"m": {"k": "v"}}))];
+        let ops = vec![
+            op("/spec/template/spec/c/0/s", json!({"m": {"k": "v"}})),
+            op("/spec/template/spec/c/1/s", json!({"m": {"k": "v"}})),
+        ];
         let key = ("t.yaml".to_string(), 0);
         let out = rewrite(&src, &[(&key, &ops)]).unwrap();
         assert_eq!(

@@ -144,7 +144,11 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
         }
         match serde_saphyr::from_str::<Value>(doc) {
             Ok(Value::Null) => {}
-            Ok(value) => push_document(loaded, Origin { file: file.clone(), document: index, item: None, line, column: None }, value),
+            Ok(value) => push_document(
+                loaded,
+                Origin { file: file.clone(), document: index, item: None, line, column: None },
+                value,
+            ),
             Err(e) => loaded.errors.push(LoadError {
                 file: file.clone(),
                 document: Some(index),

@@ -126,7 +126,9 @@ pub fn parse(text: &str, line_offset: usize) -> Option<Node> {
         let (event, span) = event.ok()?;
         let at = Position::of(&span, line_offset);
         match event {
-            Event::MappingStart(style, ..) => stack.push(Open::Map(at, style == StructureStyle::Flow, Vec::new(), None)),
+            Event::MappingStart(style, ..) => {
+                stack.push(Open::Map(at, style == StructureStyle::Flow, Vec::new(), None))
+            }
             Event::SequenceStart(..) => stack.push(Open::Seq(at, Vec::new())),
             Event::MappingEnd | Event::SequenceEnd => {
                 let node = match stack.pop()? {
@@ -195,9 +197,8 @@ impl<'a> Locator<'a> {
     fn source(&self, file: &str) -> Option<(&'a Source, &[usize])> {
         let i = *self.by_file.get(file)?;
         let source = &self.sources[i];
-        let starts = self.line_starts[i].get_or_init(|| {
-            std::iter::once(0).chain(source.text.match_indices('\n').map(|(at, _)| at + 1)).collect()
-        });
+        let starts = self.line_starts[i]
+            .get_or_init(|| std::iter::once(0).chain(source.text.match_indices('\n').map(|(at, _)| at + 1)).collect());
         Some((source, starts))
     }
 
@@ -264,7 +265,7 @@ impl<'a> Locator<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::check::load::{add_text, Loaded};
+    use crate::check::load::{Loaded, add_text};
 
     fn line(text: &str, path: &str) -> usize {
         parse(text, 0).expect("parses").locate(&segments(path)).line
@@ -307,9 +308,15 @@ spec:
 
     #[test]
     fn segments_of_paths_and_pointers() {
-        assert_eq!(segments("spec.template.spec.volumes[0].name"), ["spec", "template", "spec", "volumes", "0", "name"]);
+        assert_eq!(
+            segments("spec.template.spec.volumes[0].name"),
+            ["spec", "template", "spec", "volumes", "0", "name"]
+        );
         assert_eq!(segments("a[1][2].b"), ["a", "1", "2", "b"]);
-        assert_eq!(segments("/metadata/labels/app.kubernetes.io~1name"), ["metadata", "labels", "app.kubernetes.io/name"]);
+        assert_eq!(
+            segments("/metadata/labels/app.kubernetes.io~1name"),
+            ["metadata", "labels", "app.kubernetes.io/name"]
+        );
         assert_eq!(segments("/a~0b/0"), ["a~b", "0"]);
         assert!(segments("").is_empty());
     }
@@ -343,7 +350,8 @@ spec:
         let l = loaded("d.yaml", DEPLOYMENT);
         let mut locator = Locator::new(&l.sources);
         let origin = &l.documents[0].origin;
-        let (at, missing) = locator.resolve(origin, "spec.template.spec.topologySpreadConstraints[0].labelSelector").unwrap();
+        let (at, missing) =
+            locator.resolve(origin, "spec.template.spec.topologySpreadConstraints[0].labelSelector").unwrap();
         assert_eq!((at.line, missing.as_deref()), (18, Some("labelSelector")));
         assert_eq!(locator.resolve(origin, "spec.replicas").unwrap().1, None);
         assert_eq!(locator.resolve(origin, "spec.strategy.type").unwrap().1.as_deref(), Some("strategy"));
@@ -353,7 +361,10 @@ spec:
     fn flow_style_keys_and_items() {
         assert_eq!(line(DEPLOYMENT, "metadata.labels.tier"), 5);
         assert_eq!(parse(DEPLOYMENT, 0).unwrap().locate(&segments("metadata.labels.tier")).column, 22);
-        assert_eq!(line(DEPLOYMENT, "spec.template.spec.topologySpreadConstraints[1].labelSelector.matchLabels.app"), 25);
+        assert_eq!(
+            line(DEPLOYMENT, "spec.template.spec.topologySpreadConstraints[1].labelSelector.matchLabels.app"),
+            25
+        );
         assert_eq!(line(DEPLOYMENT, "spec.template.spec.containers[0].lifecycle.preStop.exec.command[1]"), 32);
         let flow = "{kind: PodDisruptionBudget,\n spec: {minAvailable: 1,\n   selector: {matchLabels: {app: web}}}}\n";
         assert_eq!(line(flow, "spec.minAvailable"), 2);
@@ -413,7 +424,8 @@ spec:
 
     #[test]
     fn documents_after_markers_keep_file_lines() {
-        let text = "# leading comment\na: 1\n---\n# second\nkind: X\nspec:\n  replicas: 2\n--- # third\nspec: {replicas: 3}\n";
+        let text =
+            "# leading comment\na: 1\n---\n# second\nkind: X\nspec:\n  replicas: 2\n--- # third\nspec: {replicas: 3}\n";
         let l = loaded("m.yaml", text);
         let mut locator = Locator::new(&l.sources);
         let second = &l.documents[1].origin;

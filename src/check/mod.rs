@@ -204,7 +204,12 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
             if !plan.is_empty() {
                 // Where each change goes: the deepest existing ancestor of the field it adds.
                 let at = plan.changes.iter().map(|c| locator.locate(&d.origin, &c.path())).collect();
-                report.fixes.push(Fixable { object: id, origin: object_origin(&mut locator), changes: plan.changes, at });
+                report.fixes.push(Fixable {
+                    object: id,
+                    origin: object_origin(&mut locator),
+                    changes: plan.changes,
+                    at,
+                });
             }
         }
     }
@@ -238,14 +243,18 @@ mod notes_tests {
 
     #[test]
     fn a_removed_api_version_is_reported_as_not_checked() {
-        let r = run("apiVersion: policy/v1beta1\nkind: PodDisruptionBudget\nmetadata: {name: old}\nspec: {minAvailable: 1}\n");
+        let r = run(
+            "apiVersion: policy/v1beta1\nkind: PodDisruptionBudget\nmetadata: {name: old}\nspec: {minAvailable: 1}\n",
+        );
         assert_eq!(r.objects, 0);
         assert_eq!(r.unchecked.len(), 1, "{:?}", r.unchecked);
         let (origin, message) = &r.unchecked[0];
         assert_eq!((origin.file.as_str(), origin.document), ("t.yaml", 0));
         assert!(message.contains("PodDisruptionBudget old") && message.contains("policy/v1beta1"), "{message}");
         assert_eq!(r.exit_code(), 0, "not an error: the rest is still checked");
-        let r = run("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: new}\nspec: {minAvailable: 1, selector: {matchLabels: {a: b}}}\n");
+        let r = run(
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: new}\nspec: {minAvailable: 1, selector: {matchLabels: {a: b}}}\n",
+        );
         assert!(r.unchecked.is_empty());
     }
 

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use super::{Located, Report};
 use crate::catalogue;
@@ -39,9 +39,12 @@ fn snippet(out: &mut String, located: &Located) {
     let number = format!("{:>2}", located.origin.line);
     let pad = " ".repeat(number.len());
     // The caret goes under the same character: keep tabs as tabs.
-    let lead: String = line.chars().take(column.saturating_sub(1)).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
+    let lead: String =
+        line.chars().take(column.saturating_sub(1)).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
     let label = match located.missing.as_deref() {
-        Some(segment) if segment.parse::<usize>().is_ok() => format!(" item [{segment}] is not in the file: the nearest field present"),
+        Some(segment) if segment.parse::<usize>().is_ok() => {
+            format!(" item [{segment}] is not in the file: the nearest field present")
+        }
         Some(segment) => format!(" `{segment}` is not set here"),
         None => String::new(),
     };
@@ -126,7 +129,11 @@ pub fn text(report: &Report) -> String {
         } else {
             String::new()
         },
-        if report.errors.is_empty() { String::new() } else { format!("; {}", plural(report.errors.len(), "error", "errors")) },
+        if report.errors.is_empty() {
+            String::new()
+        } else {
+            format!("; {}", plural(report.errors.len(), "error", "errors"))
+        },
     );
     out
 }
@@ -333,7 +340,10 @@ mod tests {
             pointer_to_path("/spec/template/spec/topologySpreadConstraints/0/labelSelector"),
             "spec.template.spec.topologySpreadConstraints[0].labelSelector"
         );
-        assert_eq!(pointer_to_path("/metadata/labels/app.kubernetes.io~1name"), "metadata.labels[app.kubernetes.io/name]");
+        assert_eq!(
+            pointer_to_path("/metadata/labels/app.kubernetes.io~1name"),
+            "metadata.labels[app.kubernetes.io/name]"
+        );
         assert_eq!(pointer_to_path("/spec/unhealthyPodEvictionPolicy"), "spec.unhealthyPodEvictionPolicy");
     }
 

@@ -4,7 +4,7 @@
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::arith;
 use crate::catalogue::Mutation;
@@ -104,7 +104,9 @@ pub fn plan(subject: &Subject, view: &dyn View, config: &Config) -> Plan {
         Subject::Workload(w) => plan_workload(w, subject, view, config, &mut plan),
         Subject::Pdb(p) => {
             let Some(spec) = &p.spec else { return plan };
-            if config.mutation_on("inject-unhealthy-pod-eviction-policy") && spec.unhealthy_pod_eviction_policy.is_none() {
+            if config.mutation_on("inject-unhealthy-pod-eviction-policy")
+                && spec.unhealthy_pod_eviction_policy.is_none()
+            {
                 plan.add(
                     "inject-unhealthy-pod-eviction-policy",
                     &["spec", "unhealthyPodEvictionPolicy"],
@@ -165,14 +167,21 @@ fn plan_workload(w: &Workload, subject: &Subject, view: &dyn View, config: &Conf
         // the selector already names the key (the API refuses a key in both).
         let names_hash = effective.as_ref().is_some_and(|s| mentions(s, POD_TEMPLATE_HASH));
         if match_keys && effective.is_some() && !names_hash && c.match_label_keys.is_none() {
-            plan.add("inject-match-label-keys", &[&SPREADS[..], &[index.as_str(), "matchLabelKeys"]].concat(), json!([POD_TEMPLATE_HASH]));
+            plan.add(
+                "inject-match-label-keys",
+                &[&SPREADS[..], &[index.as_str(), "matchLabelKeys"]].concat(),
+                json!([POD_TEMPLATE_HASH]),
+            );
         }
     }
     // The new spread goes into the pod template's spec: a manifest without one (a kustomize patch,
     // a fragment, `spec: null`) has no place for it, and a patch adding under a missing parent
     // does not apply.
     let has_pod_spec = w.pod_spec().is_some() && !w.missing.iter().any(|m| m.starts_with("spec.template"));
-    if config.mutation_on("inject-default-spread") && has_pod_spec && !existing.iter().any(|c| c.topology_key == HOSTNAME) {
+    if config.mutation_on("inject-default-spread")
+        && has_pod_spec
+        && !existing.iter().any(|c| c.topology_key == HOSTNAME)
+    {
         let overlay = Overlay::new(view, subject);
         let floor = overlay.subject_workload().map(|info| arith::bounds(info, &overlay).floor).unwrap_or(w.replicas);
         if floor > 1 {

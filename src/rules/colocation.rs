@@ -92,9 +92,7 @@ pub fn kept_apart(w: &Workload) -> bool {
 }
 
 pub fn host_network_unprotected(w: &Workload) -> bool {
-    w.pod_spec().is_some_and(|s| s.host_network == Some(true))
-        && !one_per_node_affinity(w)
-        && !hostname_spread(w, true)
+    w.pod_spec().is_some_and(|s| s.host_network == Some(true)) && !one_per_node_affinity(w) && !hostname_spread(w, true)
 }
 
 fn tolerates(tolerations: &[Toleration], node: &NodeInfo) -> bool {
@@ -104,7 +102,8 @@ fn tolerates(tolerations: &[Toleration], node: &NodeInfo) -> bool {
                 None | Some("") => t.operator.as_deref() == Some("Exists"),
                 Some(k) => k == taint.key,
             };
-            let value_ok = t.operator.as_deref() == Some("Exists") || t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("");
+            let value_ok = t.operator.as_deref() == Some("Exists")
+                || t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("");
             let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == taint.effect);
             key_ok && value_ok && effect_ok
         })

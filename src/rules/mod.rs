@@ -13,15 +13,8 @@ pub mod termination;
 pub mod volumes;
 
 /// The families in catalogue order (DESIGN.md §2).
-pub static FAMILIES: &[&[Rule]] = &[
-    spread::RULES,
-    colocation::RULES,
-    strategy::RULES,
-    volumes::RULES,
-    pdb::RULES,
-    hpa::RULES,
-    termination::RULES,
-];
+pub static FAMILIES: &[&[Rule]] =
+    &[spread::RULES, colocation::RULES, strategy::RULES, volumes::RULES, pdb::RULES, hpa::RULES, termination::RULES];
 
 pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     spread::evaluate(ctx, out);

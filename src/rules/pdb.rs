@@ -130,9 +130,11 @@ fn blocks_message(pdb: &PdbInfo, cov: &Coverage) -> (String, String) {
 
 fn related_of(cov: &Coverage, pdb: &PdbInfo, subject: &ObjectRef) -> Vec<ObjectRef> {
     std::iter::once(pdb.id.clone())
-        .chain(cov.workloads.iter().flat_map(|(w, b)| {
-            std::iter::once(w.id.clone()).chain(b.hpas.iter().map(|h| h.id.clone()))
-        }))
+        .chain(
+            cov.workloads
+                .iter()
+                .flat_map(|(w, b)| std::iter::once(w.id.clone()).chain(b.hpas.iter().map(|h| h.id.clone()))),
+        )
         .filter(|r| r != subject)
         .collect()
 }

@@ -32,7 +32,11 @@ pub fn prestop_sleep_seconds(handler: &LifecycleHandler) -> Option<i64> {
         return Some(sleep.seconds);
     }
     let command = handler.exec.as_ref()?.command.as_ref()?;
-    let words: Vec<&str> = command.iter().flat_map(|part| part.split(|c: char| c.is_whitespace() || c == ';' || c == '&')).filter(|w| !w.is_empty()).collect();
+    let words: Vec<&str> = command
+        .iter()
+        .flat_map(|part| part.split(|c: char| c.is_whitespace() || c == ';' || c == '&'))
+        .filter(|w| !w.is_empty())
+        .collect();
     words
         .windows(2)
         .filter(|pair| pair[0] == "sleep" || pair[0].ends_with("/sleep"))
@@ -72,8 +76,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
                  in-flight requests are cut and nothing is drained.",
                 w.id()
             ),
-            "remove the field (30 s by default) or set the time the process needs to shut down cleanly."
-                .to_string(),
+            "remove the field (30 s by default) or set the time the process needs to shut down cleanly.".to_string(),
             vec![],
             None,
         );

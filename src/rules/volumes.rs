@@ -118,8 +118,6 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
 
 fn volume_path(w: &crate::model::Workload, claim: &str) -> Option<String> {
     let volumes = w.pod_spec()?.volumes.as_ref()?;
-    let i = volumes
-        .iter()
-        .position(|v| v.persistent_volume_claim.as_ref().is_some_and(|c| c.claim_name == claim))?;
+    let i = volumes.iter().position(|v| v.persistent_volume_claim.as_ref().is_some_and(|c| c.claim_name == claim))?;
     Some(pod_path(&format!("volumes[{i}].persistentVolumeClaim.claimName")))
 }

@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::Value;
 
 use crate::catalogue::Action;
@@ -143,7 +143,10 @@ fn parse_via_tree(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, BadReq
 }
 
 /// The subject of a request, or `None` for kinds and operations ha-guard leaves alone.
-fn subject_of(req: &AdmissionRequest<DynamicObject>, object: &Option<DynamicObject>) -> Result<Option<Subject>, BadRequest> {
+fn subject_of(
+    req: &AdmissionRequest<DynamicObject>,
+    object: &Option<DynamicObject>,
+) -> Result<Option<Subject>, BadRequest> {
     let Some(object) = object else { return Ok(None) };
     let namespace = req.namespace.clone().unwrap_or_default();
     if req.sub_resource.as_deref() == Some("scale") {
@@ -156,7 +159,11 @@ fn subject_of(req: &AdmissionRequest<DynamicObject>, object: &Option<DynamicObje
             .data
             .get("spec")
             .and_then(|s| s.get("replicas"))
-            .map(|r| r.as_i64().and_then(|r| i32::try_from(r).ok()).ok_or_else(|| BadRequest("request.object.spec.replicas of the Scale is not an integer".into())))
+            .map(|r| {
+                r.as_i64()
+                    .and_then(|r| i32::try_from(r).ok())
+                    .ok_or_else(|| BadRequest("request.object.spec.replicas of the Scale is not an integer".into()))
+            })
             .transpose()?
             .unwrap_or(0);
         return Ok(Some(Subject::Scale { target: ObjectRef::new(kind, namespace, req.name.clone()), replicas }));
@@ -171,12 +178,17 @@ fn subject_of(req: &AdmissionRequest<DynamicObject>, object: &Option<DynamicObje
 }
 
 /// The subject by way of a JSON tree of the object and [`model::decode`]: any kind and shape.
-fn subject_via_tree(req: &AdmissionRequest<DynamicObject>, object: &DynamicObject, namespace: &str) -> Result<Option<Subject>, BadRequest> {
+fn subject_via_tree(
+    req: &AdmissionRequest<DynamicObject>,
+    object: &DynamicObject,
+    namespace: &str,
+) -> Result<Option<Subject>, BadRequest> {
     let mut value = serde_json::to_value(object).map_err(|e| BadRequest(e.to_string()))?;
     // The object's own apiVersion/kind decide how it decodes; fall back to the request's kind.
     if let Some(obj) = value.as_object_mut() {
         let gvk = &req.kind;
-        let api_version = if gvk.group.is_empty() { gvk.version.clone() } else { format!("{}/{}", gvk.group, gvk.version) };
+        let api_version =
+            if gvk.group.is_empty() { gvk.version.clone() } else { format!("{}/{}", gvk.group, gvk.version) };
         obj.entry("apiVersion").or_insert(Value::String(api_version));
         obj.entry("kind").or_insert(Value::String(gvk.kind.clone()));
     }
@@ -194,8 +206,12 @@ fn subject_via_tree(req: &AdmissionRequest<DynamicObject>, object: &DynamicObjec
 /// apiVersion and kind, with a workload's required fields present; `None` otherwise (and on
 /// any error), and the general way runs. `managedFields` are left out: no rule reads them.
 fn typed_subject(object: &DynamicObject, namespace: &str) -> Option<Subject> {
-    use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStatus, StatefulSet, StatefulSetSpec, StatefulSetStatus};
-    use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec, HorizontalPodAutoscalerStatus};
+    use k8s_openapi::api::apps::v1::{
+        Deployment, DeploymentSpec, DeploymentStatus, StatefulSet, StatefulSetSpec, StatefulSetStatus,
+    };
+    use k8s_openapi::api::autoscaling::v2::{
+        HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec, HorizontalPodAutoscalerStatus,
+    };
     use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
     use serde::Deserialize;
 
@@ -236,17 +252,26 @@ fn typed_subject(object: &DynamicObject, namespace: &str) -> Option<Subject> {
         let spec = data.get("spec").filter(|s| s.is_object())?;
         let template = spec.get("template").filter(|t| t.is_object())?;
         let pod = template.get("spec").filter(|p| p.is_object())?;
-        (!spec.get("selector").is_none_or(Value::is_null) && !pod.get("containers").is_none_or(Value::is_null)).then_some(())
+        (!spec.get("selector").is_none_or(Value::is_null) && !pod.get("containers").is_none_or(Value::is_null))
+            .then_some(())
     };
     Some(match kind {
         Kind::Deployment => {
             workload_fields_present()?;
-            let d = Deployment { metadata, spec: field::<DeploymentSpec>(data, "spec")?, status: field::<DeploymentStatus>(data, "status")? };
+            let d = Deployment {
+                metadata,
+                spec: field::<DeploymentSpec>(data, "spec")?,
+                status: field::<DeploymentStatus>(data, "status")?,
+            };
             Subject::Workload(Box::new(crate::defaults::deployment(d)))
         }
         Kind::StatefulSet => {
             workload_fields_present()?;
-            let s = StatefulSet { metadata, spec: field::<StatefulSetSpec>(data, "spec")?, status: field::<StatefulSetStatus>(data, "status")? };
+            let s = StatefulSet {
+                metadata,
+                spec: field::<StatefulSetSpec>(data, "spec")?,
+                status: field::<StatefulSetStatus>(data, "status")?,
+            };
             Subject::Workload(Box::new(crate::defaults::stateful_set(s)))
         }
         Kind::PodDisruptionBudget => Subject::Pdb(Box::new(PodDisruptionBudget {
@@ -268,7 +293,12 @@ fn typed_subject(object: &DynamicObject, namespace: &str) -> Option<Subject> {
 }
 
 /// Answers one request.
-pub fn review(req: &AdmissionRequest<DynamicObject>, webhook: Webhook, view: &dyn View, config: &Config) -> Result<(AdmissionResponse, Outcome), BadRequest> {
+pub fn review(
+    req: &AdmissionRequest<DynamicObject>,
+    webhook: Webhook,
+    view: &dyn View,
+    config: &Config,
+) -> Result<(AdmissionResponse, Outcome), BadRequest> {
     let mut outcome = Outcome {
         uid: req.uid.clone(),
         kind: req.kind.kind.clone(),
@@ -324,11 +354,7 @@ pub fn review(req: &AdmissionRequest<DynamicObject>, webhook: Webhook, view: &dy
                 }
                 _ => None,
             };
-            let ctx = Context {
-                old: old_findings.as_deref(),
-                scale,
-                subject_exemptions: subject.exemptions(),
-            };
+            let ctx = Context { old: old_findings.as_deref(), scale, subject_exemptions: subject.exemptions() };
             let decided = decide::decide(eval, &namespace, view, config, &ctx);
             outcome.findings = decided.findings.iter().map(|f| (f.rule, f.action)).collect();
             outcome.decision = if decided.denied() {
@@ -368,11 +394,8 @@ pub fn line(f: &Finding) -> String {
 
 fn respond(mut response: AdmissionResponse, decided: &Decided) -> AdmissionResponse {
     let denials: Vec<String> = decided.with(Decision::Deny).map(line).collect();
-    let warnings: Vec<String> = decided
-        .with(Decision::Warn)
-        .map(line)
-        .chain(decided.warnings.iter().cloned())
-        .collect();
+    let warnings: Vec<String> =
+        decided.with(Decision::Warn).map(line).chain(decided.warnings.iter().cloned()).collect();
     response.audit_annotations = audit_annotations(decided);
     if !warnings.is_empty() {
         response.warnings = Some(fit_warnings(warnings));
@@ -391,10 +414,8 @@ fn audit_annotations(decided: &Decided) -> HashMap<String, String> {
     if !findings.is_empty() {
         a.insert("findings".into(), findings.join(","));
     }
-    let exempted: Vec<String> = decided
-        .with(Decision::Allowed)
-        .map(|f| format!("{}: {}", f.rule, f.notes.join("; ")))
-        .collect();
+    let exempted: Vec<String> =
+        decided.with(Decision::Allowed).map(|f| format!("{}: {}", f.rule, f.notes.join("; "))).collect();
     if !exempted.is_empty() {
         a.insert("exempted".into(), exempted.join(" | "));
     }

@@ -83,7 +83,11 @@ pub fn generate_with_client(dns: &[String], ips: &[IpAddr], client: Option<&str>
             params.not_after = now + Duration::days(365);
             let client_key = KeyPair::generate()?;
             let client_cert = params.signed_by(&client_key, &issuer)?;
-            Some(ClientCert { name: name.to_string(), cert_pem: client_cert.pem(), key_pem: client_key.serialize_pem() })
+            Some(ClientCert {
+                name: name.to_string(),
+                cert_pem: client_cert.pem(),
+                key_pem: client_key.serialize_pem(),
+            })
         }
     };
     Ok(Bundle { ca_pem: ca_cert.pem(), cert_pem: cert.pem(), key_pem: key.serialize_pem(), client })
@@ -98,7 +102,8 @@ pub fn parse_ips(ips: &[String]) -> Result<Vec<IpAddr>, CertError> {
 pub fn write(dir: &Path, bundle: &Bundle) -> Result<Vec<PathBuf>, CertError> {
     let io = |path: PathBuf| move |source| CertError::Io { path: path.clone(), source };
     std::fs::create_dir_all(dir).map_err(io(dir.to_path_buf()))?;
-    let mut files = vec![(CA_FILE, &bundle.ca_pem, false), (CERT_FILE, &bundle.cert_pem, false), (KEY_FILE, &bundle.key_pem, true)];
+    let mut files =
+        vec![(CA_FILE, &bundle.ca_pem, false), (CERT_FILE, &bundle.cert_pem, false), (KEY_FILE, &bundle.key_pem, true)];
     if let Some(c) = &bundle.client {
         files.push((CLIENT_CERT_FILE, &c.cert_pem, false));
         files.push((CLIENT_KEY_FILE, &c.key_pem, true));

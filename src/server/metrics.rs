@@ -4,7 +4,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -76,7 +76,9 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
-        let duration = Family::<WebhookLabels, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram as fn() -> Histogram);
+        let duration = Family::<WebhookLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            duration_histogram as fn() -> Histogram,
+        );
         let findings = Family::<FindingLabels, Counter>::default();
         let cache_objects = Family::<KindLabels, Gauge>::default();
         let cache_synced = Family::<KindLabels, Gauge>::default();
@@ -103,7 +105,11 @@ impl Metrics {
         let rejected = Family::<ReasonLabels, Counter>::default();
         let tls_handshake_failures = Counter::default();
         registry.register("ha_guard_requests_in_flight", "Requests being answered", in_flight.clone());
-        registry.register("ha_guard_rejected", "Requests (503) and connections (closed) refused for overload, by limit", rejected.clone());
+        registry.register(
+            "ha_guard_rejected",
+            "Requests (503) and connections (closed) refused for overload, by limit",
+            rejected.clone(),
+        );
         registry.register(
             "ha_guard_tls_handshake_failures",
             "TLS handshakes that failed or timed out (a refused client certificate included)",

@@ -12,13 +12,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{header, StatusCode};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
@@ -122,7 +122,9 @@ pub fn webhook_router(state: Arc<AppState>, request_timeout: Duration) -> Router
         .route("/mutate", post(mutate))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, request_timeout))
-        .layer(CatchPanicLayer::custom(|_| json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal error while answering")))
+        .layer(CatchPanicLayer::custom(|_| {
+            json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal error while answering")
+        }))
         .with_state(state)
 }
 
@@ -145,43 +147,48 @@ pub fn limited_webhook_router(state: Arc<AppState>, request_timeout: Duration, l
     // In KiB, so that a permit count fits in a u32.
     let body_kib = Arc::new(tokio::sync::Semaphore::new(clamp(limits.body_bytes / 1024)));
     let limit_state = state.clone();
-    webhook_router(state, request_timeout).layer(axum::middleware::from_fn(move |req: axum::extract::Request, next: axum::middleware::Next| {
-        let (requests, body_kib, state) = (requests.clone(), body_kib.clone(), limit_state.clone());
-        async move {
-            let refuse = |reason: &'static str, message: String| {
-                state.metrics.rejected.get_or_create(&ReasonLabels { reason }).inc();
-                tracing::debug!(reason, path = %req.uri().path(), "overloaded: request refused");
-                let mut response = json_error(StatusCode::SERVICE_UNAVAILABLE, &message);
-                response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-                response
-            };
-            let Ok(permit) = requests.try_acquire_owned() else {
-                return refuse(
-                    "max-concurrent-requests",
-                    format!("overloaded: {} requests are being answered (--max-concurrent-requests); retry", limits.requests),
-                );
-            };
-            // A body longer than the limit is refused (413) when read; count at most the limit.
-            let length = req
-                .headers()
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                .map_or(MAX_BODY_BYTES, |n| usize::try_from(n).unwrap_or(usize::MAX).min(MAX_BODY_BYTES));
-            let kib = u32::try_from(length.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
-            let Ok(body_permit) = body_kib.try_acquire_many_owned(kib) else {
-                return refuse(
-                    "max-body-memory",
-                    format!(
-                        "overloaded: the request bodies being read fill {} MiB (--max-body-memory); retry",
-                        limits.body_bytes / (1024 * 1024)
-                    ),
-                );
-            };
-            // Counted until the request ends, however it ends (a dropped connection included).
-            let _in_flight = InFlight::new(&state.metrics.in_flight, permit, body_permit);
-            next.run(req).await
-        }
-    }))
+    webhook_router(state, request_timeout).layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let (requests, body_kib, state) = (requests.clone(), body_kib.clone(), limit_state.clone());
+            async move {
+                let refuse = |reason: &'static str, message: String| {
+                    state.metrics.rejected.get_or_create(&ReasonLabels { reason }).inc();
+                    tracing::debug!(reason, path = %req.uri().path(), "overloaded: request refused");
+                    let mut response = json_error(StatusCode::SERVICE_UNAVAILABLE, &message);
+                    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+                    response
+                };
+                let Ok(permit) = requests.try_acquire_owned() else {
+                    return refuse(
+                        "max-concurrent-requests",
+                        format!(
+                            "overloaded: {} requests are being answered (--max-concurrent-requests); retry",
+                            limits.requests
+                        ),
+                    );
+                };
+                // A body longer than the limit is refused (413) when read; count at most the limit.
+                let length = req
+                    .headers()
+                    .get(header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                    .map_or(MAX_BODY_BYTES, |n| usize::try_from(n).unwrap_or(usize::MAX).min(MAX_BODY_BYTES));
+                let kib = u32::try_from(length.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
+                let Ok(body_permit) = body_kib.try_acquire_many_owned(kib) else {
+                    return refuse(
+                        "max-body-memory",
+                        format!(
+                            "overloaded: the request bodies being read fill {} MiB (--max-body-memory); retry",
+                            limits.body_bytes / (1024 * 1024)
+                        ),
+                    );
+                };
+                // Counted until the request ends, however it ends (a dropped connection included).
+                let _in_flight = InFlight::new(&state.metrics.in_flight, permit, body_permit);
+                next.run(req).await
+            }
+        },
+    ))
 }
 
 /// Holds a request slot and counts it in `ha_guard_requests_in_flight` until dropped.
@@ -437,7 +444,8 @@ pub struct Listeners {
 
 impl Listeners {
     pub fn bind(webhook: SocketAddr, probe: SocketAddr) -> Result<Self, ServeError> {
-        let bind = |addr: SocketAddr| std::net::TcpListener::bind(addr).map_err(|source| ServeError::Bind { addr, source });
+        let bind =
+            |addr: SocketAddr| std::net::TcpListener::bind(addr).map_err(|source| ServeError::Bind { addr, source });
         Ok(Listeners { webhook: bind(webhook)?, probe: bind(probe)? })
     }
 
@@ -527,7 +535,10 @@ pub async fn serve_with_listeners(
         shutdown_state.shutting_down.store(true, Ordering::SeqCst);
         tracing::info!(delay_ms = delay.as_millis() as u64, "shutting down: readiness is down");
         tokio::time::sleep(delay).await;
-        tracing::info!(grace_ms = grace.as_millis() as u64, "shutting down: no new connections; in-flight requests finish");
+        tracing::info!(
+            grace_ms = grace.as_millis() as u64,
+            "shutting down: no new connections; in-flight requests finish"
+        );
         shutdown_handle.graceful_shutdown(Some(grace));
     });
     let limits = RequestLimits { requests: options.max_concurrent_requests, body_bytes: options.max_body_memory };
@@ -536,7 +547,11 @@ pub async fn serve_with_listeners(
     // is closed at once, before any TLS work. The handshake is bounded by its own timeout.
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls_config)
         .handshake_timeout(options.tls_handshake_timeout)
-        .acceptor(ConnectionLimit { permits: Arc::new(tokio::sync::Semaphore::new(options.max_connections.clamp(1, tokio::sync::Semaphore::MAX_PERMITS))) });
+        .acceptor(ConnectionLimit {
+            permits: Arc::new(tokio::sync::Semaphore::new(
+                options.max_connections.clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            )),
+        });
     let error_state = state.clone();
     let max_connections = options.max_connections;
     // The request timeout starts once a request is dispatched; until then (a connection that
@@ -612,13 +627,23 @@ impl<I: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Limited<I> {
 }
 
 impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Limited<I> {
-    fn poll_write(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
         std::pin::Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
     }
-    fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
     }
-    fn poll_shutdown(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
     fn poll_write_vectored(
@@ -644,7 +669,12 @@ fn tls_digest(material: &tls::Material, client_ca: Option<&tls::ClientCa>) -> [u
     hasher.finalize().into()
 }
 
-async fn reload_tls(options: ServeOptions, config: axum_server::tls_rustls::RustlsConfig, mut digest: [u8; 32], state: Arc<AppState>) {
+async fn reload_tls(
+    options: ServeOptions,
+    config: axum_server::tls_rustls::RustlsConfig,
+    mut digest: [u8; 32],
+    state: Arc<AppState>,
+) {
     let mut tick = tokio::time::interval(options.reload_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -677,7 +707,9 @@ async fn reload_tls(options: ServeOptions, config: axum_server::tls_rustls::Rust
                     state.metrics.tls_not_after.set(t);
                 }
                 match &client_ca {
-                    Some(ca) => tracing::info!(cert = %options.tls_cert.display(), client_ca = %ca.path.display(), "reloaded the TLS certificate and client CA"),
+                    Some(ca) => {
+                        tracing::info!(cert = %options.tls_cert.display(), client_ca = %ca.path.display(), "reloaded the TLS certificate and client CA")
+                    }
                     None => tracing::info!(cert = %options.tls_cert.display(), "reloaded the TLS certificate"),
                 }
             }

@@ -84,7 +84,8 @@ impl std::fmt::Debug for ClientCa {
 pub fn read_client_ca(path: &Path) -> Result<ClientCa, TlsError> {
     let bad = |detail: String| TlsError::ClientCa { path: path.into(), detail };
     let pem = std::fs::read(path).map_err(|source| TlsError::Read { path: path.into(), source })?;
-    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem).collect::<Result<_, _>>().map_err(|e| bad(e.to_string()))?;
+    let certs: Vec<_> =
+        CertificateDer::pem_slice_iter(&pem).collect::<Result<_, _>>().map_err(|e| bad(e.to_string()))?;
     if certs.is_empty() {
         return Err(bad("no PEM certificate in it".into()));
     }
@@ -103,7 +104,12 @@ pub fn server_config(m: &Material, cert: &Path, key: &Path) -> Result<Arc<Server
 
 /// [`server_config`], and with `client_ca` every caller must present a certificate signed by one
 /// of its CAs (and valid for client authentication): the handshake fails otherwise.
-pub fn server_config_with(m: &Material, client_ca: Option<&ClientCa>, cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
+pub fn server_config_with(
+    m: &Material,
+    client_ca: Option<&ClientCa>,
+    cert: &Path,
+    key: &Path,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
@@ -117,9 +123,11 @@ pub fn server_config_with(m: &Material, client_ca: Option<&ClientCa>, cert: &Pat
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut config = builder
-        .with_single_cert(m.certs.clone(), m.key.clone_key())
-        .map_err(|e| TlsError::Config { cert: cert.into(), key: key.into(), detail: e.to_string() })?;
+    let mut config = builder.with_single_cert(m.certs.clone(), m.key.clone_key()).map_err(|e| TlsError::Config {
+        cert: cert.into(),
+        key: key.into(),
+        detail: e.to_string(),
+    })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

@@ -87,9 +87,7 @@ pub fn live_view(yaml: &str) -> Index {
 /// `text` with every non-empty line indented by `n` spaces (to splice YAML fragments).
 pub fn indent(text: &str, n: usize) -> String {
     let pad = " ".repeat(n);
-    text.lines()
-        .map(|l| if l.trim().is_empty() { String::new() } else { format!("{pad}{l}\n") })
-        .collect()
+    text.lines().map(|l| if l.trim().is_empty() { String::new() } else { format!("{pad}{l}\n") }).collect()
 }
 
 /// A workload `name` of `kind` (`Deployment` or `StatefulSet`) in namespace `default`, selecting

@@ -161,7 +161,11 @@ impl Server {
         Server::start_with(Arc::new(StaticSource(index(VIEW, false))), Config::default(), |_| {}).await
     }
 
-    pub async fn start_with(view: Arc<dyn ViewSource>, config: Config, tweak: impl FnOnce(&mut ServeOptions)) -> Server {
+    pub async fn start_with(
+        view: Arc<dyn ViewSource>,
+        config: Config,
+        tweak: impl FnOnce(&mut ServeOptions),
+    ) -> Server {
         let dir = tempfile::tempdir().unwrap();
         let pki = pki(dir.path());
         Server::start_in(dir, pki, view, config, tweak).await
@@ -273,11 +277,16 @@ pub fn patch_of(response: &Value) -> Option<json_patch::Patch> {
     let bytes = match response.get("patch")? {
         Value::Null => return None,
         Value::String(s) => base64_decode(s),
-        Value::Array(items) => items.iter().map(|b| u8::try_from(b.as_u64().expect("a byte")).expect("a byte")).collect(),
+        Value::Array(items) => {
+            items.iter().map(|b| u8::try_from(b.as_u64().expect("a byte")).expect("a byte")).collect()
+        }
         other => panic!("patch is neither base64 nor bytes: {other}"),
     };
     assert_eq!(response["patchType"], "JSONPatch", "{response}");
-    Some(serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("the patch is not a JSON Patch ({e}): {}", String::from_utf8_lossy(&bytes))))
+    Some(
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("the patch is not a JSON Patch ({e}): {}", String::from_utf8_lossy(&bytes))),
+    )
 }
 
 /// Standard base64 with padding.
@@ -380,7 +389,10 @@ pub fn rule_ids<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<String> {
 
 /// The `warnings` of a response, empty when there are none.
 pub fn warnings(response: &Value) -> Vec<String> {
-    response["warnings"].as_array().map(|w| w.iter().map(|s| s.as_str().unwrap().to_string()).collect()).unwrap_or_default()
+    response["warnings"]
+        .as_array()
+        .map(|w| w.iter().map(|s| s.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
 }
 
 /// A free port on 127.0.0.1 (bound, read and released: for the child process).

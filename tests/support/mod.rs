@@ -27,7 +27,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// How long any single wait in the harness may take before it is a failure.
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -42,13 +42,18 @@ fn control_plane_script(name: &str) -> PathBuf {
 
 /// Polls `f` every `every` until it returns `Some`, for at most `timeout`; the error says what was
 /// awaited and the last state seen.
-pub fn poll<T>(what: &str, timeout: Duration, every: Duration, mut f: impl FnMut() -> Result<T, String>) -> Result<T, String> {
+pub fn poll<T>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Result<T, String>,
+) -> Result<T, String> {
     let started = Instant::now();
     loop {
         match f() {
             Ok(t) => return Ok(t),
             Err(last) if started.elapsed() >= timeout => {
-                return Err(format!("{what}: still not the case after {:?}; last: {last}", timeout))
+                return Err(format!("{what}: still not the case after {:?}; last: {last}", timeout));
             }
             Err(_) => std::thread::sleep(every),
         }
@@ -204,7 +209,11 @@ impl ControlPlane {
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        eprintln!("[e2e] control plane up in {:.1?}: kubectl --kubeconfig {}", started.elapsed(), cp.kubeconfig().display());
+        eprintln!(
+            "[e2e] control plane up in {:.1?}: kubectl --kubeconfig {}",
+            started.elapsed(),
+            cp.kubeconfig().display()
+        );
         Ok(cp)
     }
 
@@ -224,10 +233,7 @@ impl ControlPlane {
     /// `https://127.0.0.1:PORT` of the apiserver, from the kubeconfig.
     pub fn server(&self) -> String {
         let text = std::fs::read_to_string(self.kubeconfig()).unwrap_or_default();
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix("server: "))
-            .map(str::to_string)
-            .unwrap_or_default()
+        text.lines().find_map(|l| l.trim().strip_prefix("server: ")).map(str::to_string).unwrap_or_default()
     }
 
     /// Runs kubectl against this control plane.
@@ -311,7 +317,12 @@ impl ControlPlane {
         if out.status.success() {
             Ok(())
         } else {
-            Err(format!("{} {what} failed ({}):\n{}", script.display(), out.status, String::from_utf8_lossy(&out.stderr)))
+            Err(format!(
+                "{} {what} failed ({}):\n{}",
+                script.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
         }
     }
 
@@ -428,7 +439,11 @@ impl Kubectl {
         let warnings = self.warnings();
         for r in rules {
             let prefix = format!("[{r}] ");
-            assert!(warnings.iter().any(|w| w.starts_with(&prefix)), "expected `Warning: [{r}] ...` from {}", self.show());
+            assert!(
+                warnings.iter().any(|w| w.starts_with(&prefix)),
+                "expected `Warning: [{r}] ...` from {}",
+                self.show()
+            );
         }
         self
     }
@@ -572,8 +587,14 @@ impl HaGuard {
 
     /// Starts ha-guard with `--cluster cluster`, with `kubeconfig` or with none to be found,
     /// without waiting for readiness.
-    pub fn spawn_cluster(cp: &ControlPlane, name: &str, kubeconfig: Option<&Path>, cluster: &str) -> Result<HaGuard, String> {
-        let spec = Spec { kubeconfig: kubeconfig.map(Path::to_path_buf), cluster: cluster.to_string(), ..Spec::new(cp, name) };
+    pub fn spawn_cluster(
+        cp: &ControlPlane,
+        name: &str,
+        kubeconfig: Option<&Path>,
+        cluster: &str,
+    ) -> Result<HaGuard, String> {
+        let spec =
+            Spec { kubeconfig: kubeconfig.map(Path::to_path_buf), cluster: cluster.to_string(), ..Spec::new(cp, name) };
         Self::spawn_spec(cp, &spec)
     }
 
@@ -599,12 +620,15 @@ impl HaGuard {
             }
         }
         let (webhook_port, probe_port) = match spec.webhook_port {
-            Some(port) => (port, loop {
-                let p = free_port();
-                if p != port {
-                    break p;
-                }
-            }),
+            Some(port) => (
+                port,
+                loop {
+                    let p = free_port();
+                    if p != port {
+                        break p;
+                    }
+                },
+            ),
             None => free_ports(),
         };
         let mut hg = HaGuard {
@@ -652,7 +676,8 @@ impl HaGuard {
             .stderr(log2)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", env!("CARGO_BIN_EXE_ha-guard")))?;
-        std::fs::write(&self.pidfile, child.id().to_string()).map_err(|e| format!("{}: {e}", self.pidfile.display()))?;
+        std::fs::write(&self.pidfile, child.id().to_string())
+            .map_err(|e| format!("{}: {e}", self.pidfile.display()))?;
         self.child = Some(child);
         Ok(())
     }
@@ -809,7 +834,8 @@ pub fn http_get(port: u16, path: &str) -> Result<(u16, String), String> {
     let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))
         .map_err(|e| format!("connect 127.0.0.1:{port}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")
+        .map_err(|e| e.to_string())?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).map_err(|e| format!("GET {path}: {e}"))?;
     let text = String::from_utf8_lossy(&raw);
@@ -886,7 +912,8 @@ fn parse_labels(s: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let mut chars = s.chars().peekable();
     loop {
-        let key: String = chars.by_ref().take_while(|c| *c != '=').collect::<String>().trim_start_matches(',').trim().to_string();
+        let key: String =
+            chars.by_ref().take_while(|c| *c != '=').collect::<String>().trim_start_matches(',').trim().to_string();
         if key.is_empty() || chars.next() != Some('"') {
             break;
         }
@@ -958,11 +985,15 @@ pub fn webhook_configurations(hg: &HaGuard) -> Vec<Value> {
     let mut docs = yaml_docs(&text);
     assert_eq!(docs.len(), 2, "{}: expected the mutating and the validating configuration", path.display());
     for doc in &mut docs {
-        let hooks = doc["webhooks"].as_array_mut().unwrap_or_else(|| panic!("{}: a configuration without webhooks", path.display()));
+        let hooks = doc["webhooks"]
+            .as_array_mut()
+            .unwrap_or_else(|| panic!("{}: a configuration without webhooks", path.display()));
         for hook in hooks {
             let service_path = hook["clientConfig"]["service"]["path"]
                 .as_str()
-                .unwrap_or_else(|| panic!("{}: webhook {} has no clientConfig.service.path", path.display(), hook["name"]))
+                .unwrap_or_else(|| {
+                    panic!("{}: webhook {} has no clientConfig.service.path", path.display(), hook["name"])
+                })
                 .to_string();
             hook["clientConfig"] = json!({"url": hg.url(&service_path), "caBundle": hg.ca_bundle()});
         }
@@ -1005,7 +1036,11 @@ pub fn validating_live(cp: &ControlPlane, namespace: &str) -> Result<(), String>
 /// Whether ha-guard's mutating webhook answers writes now (a dry-run PDB comes back mutated).
 pub fn mutating_live(cp: &ControlPlane, namespace: &str) -> Result<(), String> {
     let out = cp.kubectl_in(&["apply", "--dry-run=server", "-o", "json", "-f", "-"], &canary_mutate(namespace));
-    if out.ok() && out.json()["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow" { Ok(()) } else { Err(out.output()) }
+    if out.ok() && out.json()["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow" {
+        Ok(())
+    } else {
+        Err(out.output())
+    }
 }
 
 /// Namespace of the canary writes that tell whether the webhooks are live.
@@ -1025,12 +1060,16 @@ pub fn register(cp: &ControlPlane, hg: &HaGuard, which: &[Webhooks]) -> Result<(
     }
     for w in which {
         match w {
-            Webhooks::Validating => poll("the validating webhook denies the canary", WAIT, Duration::from_millis(200), || {
-                validating_live(cp, CANARY_NS)
-            })?,
-            Webhooks::Mutating => poll("the mutating webhook mutates the canary", WAIT, Duration::from_millis(200), || {
-                mutating_live(cp, CANARY_NS)
-            })?,
+            Webhooks::Validating => {
+                poll("the validating webhook denies the canary", WAIT, Duration::from_millis(200), || {
+                    validating_live(cp, CANARY_NS)
+                })?
+            }
+            Webhooks::Mutating => {
+                poll("the mutating webhook mutates the canary", WAIT, Duration::from_millis(200), || {
+                    mutating_live(cp, CANARY_NS)
+                })?
+            }
         }
     }
     Ok(())
@@ -1082,7 +1121,11 @@ impl Steps {
                     .cloned()
                     .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                     .unwrap_or_else(|| "(no message)".into());
-                eprintln!("[e2e] step {name}: FAILED ({:.1?}): {msg}\n--- context\n{}", started.elapsed(), (self.context)());
+                eprintln!(
+                    "[e2e] step {name}: FAILED ({:.1?}): {msg}\n--- context\n{}",
+                    started.elapsed(),
+                    (self.context)()
+                );
                 self.failed.push(name.to_string());
             }
         }
@@ -1136,10 +1179,13 @@ pub fn deployment(ns: &str, name: &str, replicas: i64) -> Value {
 /// multi-replica warnings about colocation stay quiet.
 pub fn spread_out(d: Value) -> Value {
     let name = d["metadata"]["name"].as_str().expect("name").to_string();
-    merge(d, json!({"spec": {"template": {"spec": {"topologySpreadConstraints": [{
-        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
-        "labelSelector": {"matchLabels": {"app": name}}
-    }]}}}}))
+    merge(
+        d,
+        json!({"spec": {"template": {"spec": {"topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": name}}
+        }]}}}}),
+    )
 }
 
 /// `d`'s pod spec merged with `spec`.
@@ -1183,21 +1229,27 @@ pub fn pvc(ns: &str, name: &str, mode: &str) -> Value {
 
 /// `d` mounting claim `claim` at /data.
 pub fn mounting(d: Value, claim: &str) -> Value {
-    pod(d, json!({
-        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-        "containers": [{"name": "app", "image": "nginx:1.27", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]
-    }))
+    pod(
+        d,
+        json!({
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+            "containers": [{"name": "app", "image": "nginx:1.27", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]
+        }),
+    )
 }
 
 /// `d` with a preStop hook that sleeps 20 s under a termination grace of 10 s
 /// (`prestop-exceeds-grace`). An exec of `sleep`: the apiserver itself refuses a `sleep` action
 /// at least as long as the grace, before any webhook is called.
 pub fn slow_prestop(d: Value) -> Value {
-    pod(d, json!({
-        "terminationGracePeriodSeconds": 10,
-        "containers": [{"name": "app", "image": "nginx:1.27",
-            "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 20; nginx -s quit"]}}}}]
-    }))
+    pod(
+        d,
+        json!({
+            "terminationGracePeriodSeconds": 10,
+            "containers": [{"name": "app", "image": "nginx:1.27",
+                "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 20; nginx -s quit"]}}}}]
+        }),
+    )
 }
 
 // --- relay -----------------------------------------------------------------------------------
@@ -1264,7 +1316,8 @@ impl Relay {
                 };
                 let _ = client.set_nonblocking(false);
                 let Ok(server) = TcpStream::connect(target) else { continue };
-                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) = (client.try_clone(), server.try_clone(), client.try_clone(), server.try_clone())
+                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) =
+                    (client.try_clone(), server.try_clone(), client.try_clone(), server.try_clone())
                 else {
                     continue;
                 };
@@ -1312,7 +1365,8 @@ pub struct ClientIdentity {
 impl ClientIdentity {
     /// `client.crt` and `client.key` as `ha-guard certs --client NAME` writes them into `dir`.
     pub fn read(dir: &Path) -> ClientIdentity {
-        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{}: {e}", dir.join(f).display()));
+        let read =
+            |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{}: {e}", dir.join(f).display()));
         ClientIdentity { cert_pem: read("client.crt"), key_pem: read("client.key") }
     }
 }
@@ -1380,7 +1434,8 @@ pub fn webhook_call(
             let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(id.cert_pem.as_bytes())
                 .collect::<Result<_, _>>()
                 .map_err(|e| format!("client certificate PEM: {e}"))?;
-            let key = PrivateKeyDer::from_pem_slice(id.key_pem.as_bytes()).map_err(|e| format!("client key PEM: {e}"))?;
+            let key =
+                PrivateKeyDer::from_pem_slice(id.key_pem.as_bytes()).map_err(|e| format!("client key PEM: {e}"))?;
             builder.with_client_auth_cert(certs, key).map_err(|e| format!("client identity: {e}"))?
         }
     };
@@ -1388,7 +1443,8 @@ pub fn webhook_call(
     let server = ServerName::IpAddress(std::net::IpAddr::from([127, 0, 0, 1]).into());
     let mut conn = rustls::ClientConnection::new(Arc::new(config), server).map_err(|e| e.to_string())?;
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let mut tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| format!("connect {addr}: {e}"))?;
+    let mut tcp =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(5)).map_err(|e| format!("connect {addr}: {e}"))?;
     tcp.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
     tcp.set_write_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
     while conn.is_handshaking() {
