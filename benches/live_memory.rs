@@ -229,7 +229,7 @@ fn deployment_json(i: usize, generation: usize) -> String {
     let version = format!("1.{}.{}", i % 17, i % 7);
     let with_pvc = i % 10 == 7;
     let replicas = if with_pvc { 1 } else { 2 + (mix(i, 1) % 5) as i64 + generation as i64 - 1 };
-    let hard = if mix(i, 4) % 4 == 0 { "DoNotSchedule" } else { "ScheduleAnyway" };
+    let hard = if mix(i, 4).is_multiple_of(4) { "DoNotSchedule" } else { "ScheduleAnyway" };
     let strategy = if with_pvc {
         json!({"type": "Recreate"})
     } else {
@@ -375,7 +375,7 @@ fn pdb_json(j: usize, generation: usize) -> String {
     let mut spec = json!({"selector": {"matchLabels": {"app.kubernetes.io/name": name,
                                                       "app.kubernetes.io/instance": format!("{name}-prod")}}});
     spec[key] = value;
-    if j % 3 == 0 {
+    if j.is_multiple_of(3) {
         spec["unhealthyPodEvictionPolicy"] = json!("AlwaysAllow");
     }
     let mut annotations = json!({"meta.helm.sh/release-name": name, "meta.helm.sh/release-namespace": ns});

@@ -240,10 +240,10 @@ impl NamespaceIndex {
         let Some(old) = self.workloads.remove(key) else { return };
         for (k, v) in &old.template_labels {
             let hash = self.label_hash(k, v);
-            if let Some(carriers) = self.by_label.get_mut(&hash) {
-                if carriers.remove(key) {
-                    self.by_label.remove(&hash);
-                }
+            if let Some(carriers) = self.by_label.get_mut(&hash)
+                && carriers.remove(key)
+            {
+                self.by_label.remove(&hash);
             }
         }
     }
@@ -253,6 +253,7 @@ impl NamespaceIndex {
 /// `version`) are carried by a single workload, held without a set (and the set is boxed, so
 /// that a slot of the map is that one workload's size).
 #[derive(Debug)]
+#[allow(clippy::box_collection)] // boxed on purpose: see above
 enum Carriers {
     One((Kind, String)),
     Many(Box<HashSet<(Kind, String)>>),
@@ -388,16 +389,16 @@ impl Index {
 
     pub fn remove_hpa(&mut self, namespace: &str, name: &str) {
         let Some(ns) = self.namespaces.get_mut(namespace) else { return };
-        if let Some(old) = ns.hpas.remove(name) {
-            if let Some(t) = &old.target {
-                let key = (t.kind, t.name.clone());
-                if let Some(names) = ns.hpas_by_target.get_mut(&key) {
-                    if let Ok(at) = names.binary_search_by(|n| n.as_str().cmp(name)) {
-                        names.remove(at);
-                    }
-                    if names.is_empty() {
-                        ns.hpas_by_target.remove(&key);
-                    }
+        if let Some(old) = ns.hpas.remove(name)
+            && let Some(t) = &old.target
+        {
+            let key = (t.kind, t.name.clone());
+            if let Some(names) = ns.hpas_by_target.get_mut(&key) {
+                if let Ok(at) = names.binary_search_by(|n| n.as_str().cmp(name)) {
+                    names.remove(at);
+                }
+                if names.is_empty() {
+                    ns.hpas_by_target.remove(&key);
                 }
             }
         }
@@ -614,11 +615,12 @@ impl View for Overlay<'_> {
     fn workloads_selected_by(&self, namespace: &str, sel: &LabelSelector) -> Vec<Arc<WorkloadInfo>> {
         let mut found: Vec<_> =
             self.base.workloads_selected_by(namespace, sel).into_iter().filter(|w| !self.is_subject(&w.id)).collect();
-        if let Some(w) = &self.workload {
-            if w.id.namespace == namespace && selector::matches(sel, &w.template_labels) {
-                found.push(w.clone());
-                found.sort_by(|a, b| a.id.cmp(&b.id));
-            }
+        if let Some(w) = &self.workload
+            && w.id.namespace == namespace
+            && selector::matches(sel, &w.template_labels)
+        {
+            found.push(w.clone());
+            found.sort_by(|a, b| a.id.cmp(&b.id));
         }
         found
     }
@@ -626,11 +628,11 @@ impl View for Overlay<'_> {
     fn workloads_in(&self, namespace: &str) -> Vec<Arc<WorkloadInfo>> {
         let mut found: Vec<_> =
             self.base.workloads_in(namespace).into_iter().filter(|w| !self.is_subject(&w.id)).collect();
-        if let Some(w) = &self.workload {
-            if w.id.namespace == namespace {
-                found.push(w.clone());
-                found.sort_by(|a, b| a.id.cmp(&b.id));
-            }
+        if let Some(w) = &self.workload
+            && w.id.namespace == namespace
+        {
+            found.push(w.clone());
+            found.sort_by(|a, b| a.id.cmp(&b.id));
         }
         found
     }
@@ -654,11 +656,11 @@ impl View for Overlay<'_> {
 
     fn pdbs_in(&self, namespace: &str) -> Vec<Arc<PdbInfo>> {
         let mut found: Vec<_> = self.base.pdbs_in(namespace).into_iter().filter(|p| !self.is_subject(&p.id)).collect();
-        if let Some(p) = &self.pdb {
-            if p.id.namespace == namespace {
-                found.push(p.clone());
-                found.sort_by(|a, b| a.id.cmp(&b.id));
-            }
+        if let Some(p) = &self.pdb
+            && p.id.namespace == namespace
+        {
+            found.push(p.clone());
+            found.sort_by(|a, b| a.id.cmp(&b.id));
         }
         found
     }
@@ -673,11 +675,11 @@ impl View for Overlay<'_> {
     fn hpas_targeting(&self, target: &ObjectRef) -> Vec<Arc<HpaInfo>> {
         let mut found: Vec<_> =
             self.base.hpas_targeting(target).into_iter().filter(|h| !self.is_subject(&h.id)).collect();
-        if let Some(h) = &self.hpa {
-            if h.target.as_ref() == Some(target) {
-                found.push(h.clone());
-                found.sort_by(|a, b| a.id.cmp(&b.id));
-            }
+        if let Some(h) = &self.hpa
+            && h.target.as_ref() == Some(target)
+        {
+            found.push(h.clone());
+            found.sort_by(|a, b| a.id.cmp(&b.id));
         }
         found
     }

@@ -64,10 +64,6 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
-}
-
 fn findings(v: &Value) -> &Vec<Value> {
     v["findings"].as_array().expect("findings is a list")
 }

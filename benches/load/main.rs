@@ -70,7 +70,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     match args.first().map(String::as_str) {
         Some("serve") => serve_role(&args[1..]),
-        Some("bench") | None => bench_role(&args.get(1..).unwrap_or_default().to_vec()),
+        Some("bench") | None => bench_role(args.get(1..).unwrap_or_default()),
         Some("profile") => profile_role(&args[1..]),
         Some("viewsize") => viewsize_role(&args[1..]),
         Some(other) => {
@@ -330,6 +330,7 @@ async fn h2_call(sender: &mut H2Sender, path: &str, body: &Bytes) -> std::io::Re
 }
 
 /// A connection of either kind, posting to one path.
+#[allow(clippy::large_enum_variant)] // one per connection, made once
 enum Conn {
     H1(H1),
     H2(H2Sender),
@@ -403,6 +404,7 @@ struct Sat {
 
 /// Closed loop: every connection (or stream) posts back to back. Measured after `warmup`,
 /// for `duration`.
+#[allow(clippy::too_many_arguments)]
 async fn saturate(
     proto: Proto,
     addr: SocketAddr,
@@ -474,6 +476,7 @@ struct Lat {
 /// (or stream) takes the next one due. Latency runs from when a request was due to when its
 /// answer was read, so a late start counts (no coordinated omission). The first `warmup` is
 /// not recorded.
+#[allow(clippy::too_many_arguments)]
 async fn open_loop(
     proto: Proto,
     addr: SocketAddr,
