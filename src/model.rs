@@ -318,11 +318,11 @@ fn fill_required_workload_fields(value: &mut Value) -> Vec<&'static str> {
     }
     if let Some(template) = spec.get_mut("template").and_then(Value::as_object_mut) {
         let pod = template.entry("spec").or_insert_with(|| serde_json::json!({}));
-        if let Some(pod) = pod.as_object_mut() {
-            if pod.get("containers").is_none_or(Value::is_null) {
-                missing.push("spec.template.spec.containers");
-                pod.insert("containers".into(), serde_json::json!([]));
-            }
+        if let Some(pod) = pod.as_object_mut()
+            && pod.get("containers").is_none_or(Value::is_null)
+        {
+            missing.push("spec.template.spec.containers");
+            pod.insert("containers".into(), serde_json::json!([]));
         }
     }
     missing

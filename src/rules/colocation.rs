@@ -196,22 +196,22 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
             }
         }
     }
-    if let Some((cap, path, why)) = capacity {
-        if ceiling > cap {
-            out.emit(
-                "spread-unsatisfiable",
-                Action::Warn,
-                path,
-                format!(
-                    "{scale} can run {ceiling} replicas but the cluster has {nodes} schedulable nodes and {why}: \
+    if let Some((cap, path, why)) = capacity
+        && ceiling > cap
+    {
+        out.emit(
+            "spread-unsatisfiable",
+            Action::Warn,
+            path,
+            format!(
+                "{scale} can run {ceiling} replicas but the cluster has {nodes} schedulable nodes and {why}: \
                      at most {cap} can be placed, the rest stay Pending."
-                ),
-                "lower replicas (or the HPA's maxReplicas) to what the nodes can hold, relax the constraint to \
+            ),
+            "lower replicas (or the HPA's maxReplicas) to what the nodes can hold, relax the constraint to \
                  ScheduleAnyway or a preferred anti-affinity, or add nodes."
-                    .to_string(),
-                vec![],
-                None,
-            );
-        }
+                .to_string(),
+            vec![],
+            None,
+        );
     }
 }

@@ -28,26 +28,25 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     let id = ctx.subject.id();
     let Some(hpa) = ctx.view.hpa(&id.namespace, &id.name) else { return };
     bounds(&hpa, out);
-    if ctx.view.is_complete() {
-        if let Some(target) = &hpa.target {
-            if ctx.view.workload(target.kind, &target.namespace, &target.name).is_none() {
-                out.emit(
-                    "hpa-target-missing",
-                    Action::Warn,
-                    "spec.scaleTargetRef",
-                    format!(
-                        "{} scales {} but there is no such {} in namespace {}: the autoscaler does nothing \
+    if ctx.view.is_complete()
+        && let Some(target) = &hpa.target
+        && ctx.view.workload(target.kind, &target.namespace, &target.name).is_none()
+    {
+        out.emit(
+            "hpa-target-missing",
+            Action::Warn,
+            "spec.scaleTargetRef",
+            format!(
+                "{} scales {} but there is no such {} in namespace {}: the autoscaler does nothing \
                          (a typo, or a workload that was renamed).",
-                        hpa.id, hpa.target_description, target.kind, target.namespace
-                    ),
-                    "make spec.scaleTargetRef name the workload it should scale (kind, apiVersion and name), or \
+                hpa.id, hpa.target_description, target.kind, target.namespace
+            ),
+            "make spec.scaleTargetRef name the workload it should scale (kind, apiVersion and name), or \
                      delete the HPA."
-                        .to_string(),
-                    vec![target.clone()],
-                    None,
-                );
-            }
-        }
+                .to_string(),
+            vec![target.clone()],
+            None,
+        );
     }
 }
 
