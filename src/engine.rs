@@ -61,6 +61,14 @@ pub struct Emitter<'a> {
     out: &'a mut Vec<Finding>,
 }
 
+impl<'a> Emitter<'a> {
+    /// An emitter of findings about `subject` into `out` (what [`evaluate`] makes for the families;
+    /// public so that one family can be run, and measured, alone).
+    pub fn new(subject: ObjectRef, out: &'a mut Vec<Finding>) -> Self {
+        Emitter { subject, out }
+    }
+}
+
 impl Emitter<'_> {
     #[allow(clippy::too_many_arguments)]
     pub fn emit(
@@ -125,10 +133,10 @@ pub fn evaluate(subject: &Subject, view: &dyn View, config: &Config) -> Evaluati
             ));
         }
     }
-    if let Subject::Scale { target, .. } = subject {
-        if overlay.subject_workload().is_none() {
-            unchecked.push(format!("{target}: not in the view, so the scale could not be checked"));
-        }
+    if let Subject::Scale { target, .. } = subject
+        && overlay.subject_workload().is_none()
+    {
+        unchecked.push(format!("{target}: not in the view, so the scale could not be checked"));
     }
     Evaluation { findings, unchecked }
 }

@@ -1,0 +1,114 @@
+//! Criterion benchmarks of the rule engine, the webhook's per-request work without HTTP and TLS
+//! (see benches/README.md, "Engine").
+//!
+//! The view and the four requests are those of the load benchmark (`benches/load/fixtures.rs`):
+//! 100 namespaces of 100 Deployments, 100 PDBs and 50 HPAs (25,000 objects) and 12 nodes; a CREATE
+//! of a ~5 KB Deployment, UPDATEs of a PDB and an HPA (with `oldObject`), and an UPDATE of
+//! `deployments/scale`, all in one namespace of the view.
+//!
+//! Groups:
+//! - `engine/family/FAMILY/KIND`: one rule family (`rules::FAMILY::evaluate`) on the subject of
+//!   request KIND, against the view (through the overlay the engine puts around it);
+//! - `engine/evaluate/KIND`: every family (`engine::evaluate`), as the webhook calls it;
+//! - `engine/request/KIND/{validate,mutate}`: the whole answer from the request bytes
+//!   (`admission::parse` + `admission::review`: decode, evaluate, decide, plan the patch, build
+//!   the response), what the handler does inside the HTTP stack;
+//! - `engine/view-size/KIND/others-N`: `engine::evaluate` with the request's namespace the same and
+//!   N objects in other namespaces (1,000 against 100,000): the cost must not follow N.
+//!
+//! `cargo bench --bench engine` (about 1.5 minutes); `cargo bench --bench engine -- family` for one
+//! group.
+
+#![recursion_limit = "256"]
+
+#[path = "load/fixtures.rs"]
+mod fixtures;
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use ha_guard::config::Config;
+use ha_guard::engine::{self, Ctx, Emitter};
+use ha_guard::model::Subject;
+use ha_guard::rules;
+use ha_guard::server::admission::{self, Webhook};
+use ha_guard::view::{Index, Overlay, View};
+
+type Family = fn(&Ctx, &mut Emitter);
+
+const FAMILIES: [(&str, Family); 7] = [
+    ("spread", rules::spread::evaluate),
+    ("colocation", rules::colocation::evaluate),
+    ("strategy", rules::strategy::evaluate),
+    ("volumes", rules::volumes::evaluate),
+    ("pdb", rules::pdb::evaluate),
+    ("hpa", rules::hpa::evaluate),
+    ("termination", rules::termination::evaluate),
+];
+
+fn run_family(family: Family, subject: &Subject, view: &dyn View, config: &Config) -> usize {
+    let overlay = Overlay::new(view, subject);
+    let ctx = Ctx { subject, view: &overlay, config };
+    let mut findings = Vec::new();
+    family(&ctx, &mut Emitter::new(subject.id(), &mut findings));
+    findings.len()
+}
+
+fn benches(c: &mut Criterion) {
+    let view: Index = fixtures::view(100);
+    let config = Config::default();
+    let cases = fixtures::subjects();
+
+    let mut group = c.benchmark_group("engine/family");
+    for (family_name, family) in FAMILIES {
+        for case in &cases {
+            group.bench_function(BenchmarkId::new(family_name, case.name), |b| {
+                b.iter(|| run_family(family, black_box(&case.new), &view, &config))
+            });
+        }
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("engine/evaluate");
+    for case in &cases {
+        group.bench_function(case.name, |b| b.iter(|| engine::evaluate(black_box(&case.new), &view, &config)));
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("engine/request");
+    for (name, body) in fixtures::requests() {
+        for (webhook, label) in [(Webhook::Validate, "validate"), (Webhook::Mutate, "mutate")] {
+            group.bench_function(BenchmarkId::new(name, label), |b| {
+                b.iter(|| {
+                    let req = admission::parse(black_box(&body)).expect("the fixture parses");
+                    admission::review(&req, webhook, &view, &config).expect("the fixture is answered")
+                })
+            });
+        }
+    }
+    group.finish();
+    drop(view);
+
+    let mut group = c.benchmark_group("engine/view-size");
+    // 4 and 400 other namespaces of 250 objects each.
+    for others in [4, 400] {
+        let view = fixtures::view_with_others(others);
+        for case in &cases {
+            group.bench_function(BenchmarkId::new(case.name, format!("others-{}", others * 250)), |b| {
+                b.iter(|| engine::evaluate(black_box(&case.new), &view, &config))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = engine_benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(50);
+    targets = benches
+}
+criterion_main!(engine_benches);
