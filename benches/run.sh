@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The webhook's load benchmark, side by side with its baselines, in one run; writes
-# benches/RESULTS.md (and prints it). Not part of CI. About 8 minutes on 2 cores (plus the build).
+# benches/RESULTS.md (and prints it). Not part of CI. About 11 minutes on 2 cores (plus the build).
 #
 #   benches/run.sh                 # everything
 #   QUICK=1 benches/run.sh         # a shorter pass (1 round, shorter runs): a smoke test
 #   PROFILE=0 benches/run.sh       # without the callgrind profile
+#   APISERVER=0 benches/run.sh     # without the run through kube-apiserver
 #   OUT=/tmp/r.md benches/run.sh   # write elsewhere
 #
 # What runs (benches/load/main.rs has the details):
@@ -14,12 +15,15 @@
 #      request, then p50/p99/p99.9 at half the saturation rate (open loop), errors.
 #   2. viewsize: evaluate + decide against 1,000 vs 100,000 objects in other namespaces.
 #   3. profile: the server under callgrind, instructions per request by component.
+#   4. apiserver: creates and updates through a real kube-apiserver with and without ha-guard
+#      registered (benches/apiserver.rs; builds kube-apiserver on first use, ~6.5 min once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUT=${OUT:-benches/RESULTS.md}
 QUICK=${QUICK:-0}
 PROFILE=${PROFILE:-1}
+APISERVER=${APISERVER:-1}
 WORK=target/load-results
 mkdir -p "$WORK"
 
@@ -27,10 +31,12 @@ if [[ "$QUICK" == 1 ]]; then
   LOAD_ARGS=(--rounds 1 --warmup 0.3 --duration 1 --lat-duration 1.5)
   VIEW_ARGS=(--rounds 5 --batch 100)
   PROFILE_ARGS=(--requests 100)
+  APISERVER_ARGS=(--rounds 1 --objects 200)
 else
   LOAD_ARGS=(--rounds 3 --warmup 0.5 --duration 1.5 --lat-duration 3 --by-type-rounds 2 --by-type-duration 1)
   VIEW_ARGS=(--rounds 15 --batch 300)
   PROFILE_ARGS=(--requests 200)
+  APISERVER_ARGS=(--rounds 3 --objects 1000)
 fi
 LOAD_ARGS+=(${CONC:+--conc "$CONC"} ${PROTOS:+--protos "$PROTOS"})
 
@@ -62,6 +68,12 @@ if [[ "$PROFILE" == 1 ]] && command -v valgrind >/dev/null && command -v callgri
   "$exe" profile "${PROFILE_ARGS[@]}" --out "$WORK/profile.md" >/dev/null
   profile_md=$(cat "$WORK/profile.md")
 fi
+apiserver_md="(skipped: APISERVER=0)"
+if [[ "$APISERVER" == 1 ]]; then
+  echo "== through kube-apiserver" >&2
+  cargo bench --bench apiserver -- "${APISERVER_ARGS[@]}" --out "$WORK/apiserver.md" >/dev/null
+  apiserver_md=$(cat "$WORK/apiserver.md")
+fi
 elapsed=$(( $(date +%s) - started ))
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -70,6 +82,7 @@ mem=$(free -h | awk '/^Mem:/ {print $2}')
 command_line="benches/run.sh"
 [[ "$QUICK" == 1 ]] && command_line="QUICK=1 benches/run.sh"
 [[ "$PROFILE" == 1 ]] || command_line="PROFILE=$PROFILE $command_line"
+[[ "$APISERVER" == 1 ]] || command_line="APISERVER=$APISERVER $command_line"
 
 {
   echo "# Load benchmark results"
@@ -95,6 +108,10 @@ command_line="benches/run.sh"
   echo "## Where the time goes (callgrind)"
   echo
   echo "$profile_md"
+  echo
+  echo "## Through kube-apiserver"
+  echo
+  echo "$apiserver_md"
   echo
   cat benches/load/NOTES.md
 } > "$OUT"
