@@ -353,6 +353,22 @@ fn mutation(cp: &ControlPlane, hg: &HaGuard) {
     // Client-side apply of the same file keeps the injected fields too.
     cp.kubectl_in(&["apply", "-f", "-"], &file).success();
     check(cp);
+
+    // The mutating webhook's matchCondition: a PDB that has the policy is not sent to /mutate
+    // (nothing to add), while /validate still sees the update.
+    let calls = |webhook: &str| {
+        hg.metrics().sum("ha_guard_admission_requests_total", &[("webhook", webhook), ("kind", "PodDisruptionBudget")])
+    };
+    let (mutate_before, validate_before) = (calls("mutate"), calls("validate"));
+    cp.kubectl(&["annotate", "pdb", "web", "-n", ns, "e2e.ha-guard.io/touched=yes"]).success();
+    assert_eq!(calls("validate"), validate_before + 1.0, "the PDB update reached /validate once");
+    assert_eq!(calls("mutate"), mutate_before, "a PDB with unhealthyPodEvictionPolicy was sent to /mutate");
+    // One without it still is.
+    // (It covers no workload: a warning, pdb-selects-nothing.)
+    cp.apply(pdb(ns, "bare", "no-such-app", json!({"maxUnavailable": 1}))).success();
+    assert_eq!(calls("mutate"), mutate_before + 1.0, "a PDB without the policy was not sent to /mutate");
+    let stored = cp.kubectl(&["get", "pdb", "bare", "-n", ns, "-o", "json"]).success().json();
+    assert_eq!(stored["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
 }
 
 /// (3) `kubectl apply --server-side --dry-run=server` answers like the real write (same denial,
