@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of ha-guard (cargo-fuzz / libFuzzer, nightly toolchain).
+# Coverage-guided fuzzing of ha-guard (cargo-fuzz / libFuzzer).
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 #
@@ -10,14 +10,20 @@
 #
 # The seed corpus is built at run time from tests/fixtures/*.json (AdmissionReviews), examples/
 # and the shared corpus ($HA_GUARD_CORPUS, default ../shared/corpus) into fuzz/seeds/ (nothing
-# from ../shared is committed). What libFuzzer finds is kept in fuzz/corpus/TARGET/ (git-ignored)
-# and reused by the next run on the same machine.
+# from ../shared is committed). What libFuzzer finds is kept in fuzz/corpus/TARGET/ (git-ignored;
+# FUZZ_CORPUS_DIR) and reused by the next run on the same machine.
 #
 # Environment:
 #   FUZZ_SANITIZER   address | none (default none: ha-guard has no unsafe code, and without ASan
 #                    the targets run about twice as fast; use address for the dependencies' unsafe)
+#   FUZZ_TOOLCHAIN   the toolchain that builds the targets (default nightly when installed, else
+#                    stable: without a sanitizer cargo-fuzz passes no -Z flag; address needs nightly)
+#   FUZZ_TARGET_DIR  cargo's target dir for the fuzz build (default fuzz/target)
+#   FUZZ_CORPUS_DIR  where libFuzzer keeps the corpus it grows, one folder per target (default
+#                    fuzz/corpus); CI points both outside the clone so that they survive it
 #   FUZZ_TIMEOUT     seconds one input may take before it counts as a hang (default 25)
 #   FUZZ_RSS_MB      memory limit of the fuzzing process (default 2048)
+#   FUZZ_PARALLEL    1: the targets side by side, a core each (default when there are enough cores)
 #   FUZZ_FLAGS       more libFuzzer flags, e.g. "-seed=1"
 #   CARGO_FUZZ_VERSION  the cargo-fuzz installed when it is missing (default below)
 set -euo pipefail
@@ -37,14 +43,26 @@ cargo_fuzz_version=${CARGO_FUZZ_VERSION:-0.13.2}
 corpus_src=${HA_GUARD_CORPUS:-$(cd .. && pwd)/shared/corpus}
 
 # --- tools ---------------------------------------------------------------------------------------
-if ! rustup run nightly rustc --version >/dev/null 2>&1; then
-    echo "fuzz.sh: a nightly toolchain is needed (libFuzzer's instrumentation): rustup toolchain install nightly" >&2
+if [ -z "${FUZZ_TOOLCHAIN:-}" ]; then
+    if rustup run nightly rustc --version >/dev/null 2>&1; then FUZZ_TOOLCHAIN=nightly; else FUZZ_TOOLCHAIN=stable; fi
+fi
+toolchain=$FUZZ_TOOLCHAIN
+if ! rustup run "$toolchain" rustc --version >/dev/null 2>&1; then
+    echo "fuzz.sh: toolchain '$toolchain' is not installed" >&2
     exit 2
 fi
-if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+if [ "$sanitizer" != none ] && ! rustup run "$toolchain" rustc --version | grep -q nightly; then
+    echo "fuzz.sh: FUZZ_SANITIZER=$sanitizer needs a nightly toolchain (-Zsanitizer); '$toolchain' is not one" >&2
+    exit 2
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
     echo "fuzz.sh: installing cargo-fuzz $cargo_fuzz_version (once, into ~/.cargo/bin)"
     cargo install cargo-fuzz --version "$cargo_fuzz_version" --locked
 fi
+target_dir=${FUZZ_TARGET_DIR:-fuzz/target}
+corpus_dir=${FUZZ_CORPUS_DIR:-fuzz/corpus}
+mkdir -p "$target_dir" "$corpus_dir"
+target_dir=$(cd "$target_dir" && pwd)
 
 # --- seed corpus -----------------------------------------------------------------------------------
 # admission: every AdmissionReview fixture. check: the examples, the shared corpus split into
@@ -112,30 +130,50 @@ fi
 echo "fuzz.sh: seeds: admission $(ls "$seeds/admission" | wc -l), check $(ls "$seeds/check" | wc -l)"
 
 # --- build every target once (not counted in the fuzzing time) ------------------------------------
-fuzz=(cargo +nightly fuzz)
+fuzz=(cargo "+$toolchain" fuzz)
 build_start=$(date +%s)
-if ! "${fuzz[@]}" build --sanitizer "$sanitizer"; then
+if ! "${fuzz[@]}" build --sanitizer "$sanitizer" --target-dir "$target_dir"; then
     echo "fuzz.sh: the fuzz targets do not build" >&2
     exit 1
 fi
-echo "fuzz.sh: built in $(( $(date +%s) - build_start )) s (sanitizer: $sanitizer)"
+echo "fuzz.sh: built in $(( $(date +%s) - build_start )) s (toolchain $toolchain, sanitizer $sanitizer)"
+triple=$(rustup run "$toolchain" rustc -vV | sed -n 's/^host: //p')
+bin_dir=$target_dir/$triple/release
+# What cargo-fuzz sets for an ASan build (Rust's global allocator trips ODR checking).
+if [ "$sanitizer" = address ]; then export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_odr_violation=0}"; fi
 
 # --- run -------------------------------------------------------------------------------------------
 mkdir -p fuzz/logs
 declare -A max_len=([admission]=16384 [check]=16384)
 failed=()
 summary=()
-for t in "${targets[@]}"; do
-    mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
-    log="fuzz/logs/$t.log"
-    echo "fuzz.sh: $t for ${seconds}s (log: $log)"
-    status=0
-    # One in-process fuzzer (cargo-fuzz --jobs 1: no forked workers), on one core.
+# The targets run side by side, one core each, when the machine has a core per target
+# (FUZZ_PARALLEL=0 runs them one after the other).
+parallel=${FUZZ_PARALLEL:-$([ "$(nproc)" -ge ${#targets[@]} ] && echo 1 || echo 0)}
+run_target() {
+    local t=$1 status=0
+    # The binary just built, run directly: `cargo fuzz run` would rebuild first, and in a work
+    # tree that changes meanwhile the rebuild would eat the fuzzing time. One in-process fuzzer
+    # (no -jobs/-fork workers), on one core.
     # shellcheck disable=SC2086
-    "${fuzz[@]}" run --sanitizer "$sanitizer" --jobs 1 "$t" "fuzz/corpus/$t" "$seeds/$t" -- \
-        -max_total_time="$seconds" -max_len="${max_len[$t]:-32768}" -timeout="$timeout" \
+    "$bin_dir/$t" "$corpus_dir/$t" "$seeds/$t" \
+        -max_total_time="$seconds" -max_len="${max_len[$t]:-16384}" -timeout="$timeout" \
         -rss_limit_mb="$rss" -dict=fuzz/k8s.dict -print_final_stats=1 \
-        -artifact_prefix="fuzz/artifacts/$t/" ${FUZZ_FLAGS:-} >"$log" 2>&1 || status=$?
+        -artifact_prefix="fuzz/artifacts/$t/" ${FUZZ_FLAGS:-} >"fuzz/logs/$t.log" 2>&1 || status=$?
+    echo "$status" >"fuzz/logs/$t.status"
+}
+for t in "${targets[@]}"; do
+    mkdir -p "$corpus_dir/$t" "fuzz/artifacts/$t"
+    touch "fuzz/logs/.$t.started"
+    rm -f "fuzz/logs/$t.status"
+    echo "fuzz.sh: $t for ${seconds}s (log: fuzz/logs/$t.log)"
+    if [ "$parallel" = 1 ]; then run_target "$t" & else run_target "$t"; fi
+done
+wait
+for t in "${targets[@]}"; do
+    log="fuzz/logs/$t.log"
+    status=$(cat "fuzz/logs/$t.status" 2>/dev/null || echo 99)
+    started_marker=fuzz/logs/.$t.started
     done_line=$(grep -E '^Done [0-9]+ runs in [0-9]+ second' "$log" | tail -n 1 || true)
     runs=$(echo "$done_line" | awk '{print $2}')
     secs=$(echo "$done_line" | awk '{print $5}')
@@ -144,10 +182,9 @@ for t in "${targets[@]}"; do
         failed+=("$t")
         echo "fuzz.sh: $t FAILED (exit $status). The end of its log:" >&2
         grep -v '^#[0-9]' "$log" | tail -n 60 >&2
-        for a in "fuzz/artifacts/$t"/*; do
-            [ -e "$a" ] || continue
+        find "fuzz/artifacts/$t" -type f -newer "$started_marker" | while read -r a; do
             echo "fuzz.sh: reproducer: $a" >&2
-            echo "         replay: cargo +nightly fuzz run --sanitizer $sanitizer $t $a" >&2
+            echo "         replay: $bin_dir/$t $a" >&2
         done
         summary+=("$t: FAILED after ${runs:-?} runs")
     else
