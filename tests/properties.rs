@@ -41,14 +41,27 @@ fn written() -> impl Strategy<Value = Written> {
 /// The reference: DESIGN.md §3 read literally, with `f64::ceil` for the percentages.
 fn reference(min_available: bool, w: &Written, expected: i32) -> (i32, i32, bool) {
     let e = f64::from(expected);
+    // p × e is an exact integer in f64, and one division by 100 rounds correctly; (p / 100) × e
+    // would not (0.28 × 25 = 7.000000000000001, whose ceiling is 8).
+    let percent_of = |p: i32| (f64::from(p) * e / 100.0).ceil();
     let desired = match (min_available, w) {
         (true, Written::Int(n)) => f64::from(*n),
-        (true, Written::Percent(p)) => (f64::from(*p) / 100.0 * e).ceil(),
+        (true, Written::Percent(p)) => percent_of(*p),
         (false, Written::Int(m)) => e - f64::from(*m),
-        (false, Written::Percent(p)) => e - (f64::from(*p) / 100.0 * e).ceil(),
+        (false, Written::Percent(p)) => e - percent_of(*p),
     };
     let allowed = e - desired;
     (desired as i32, allowed as i32, expected >= 1 && allowed <= 0.0)
+}
+
+/// Found by `disruption_matches_the_reference` when its reference model computed (p / 100) × e in
+/// floating point: 28% of 25 is exactly 7, so maxUnavailable 28% over 25 leaves 18 desired healthy.
+#[test]
+fn a_percentage_that_is_exact_is_not_rounded_up_past_it() {
+    let budget = Budget::MaxUnavailable(IntOrString::String("28%".into()));
+    let d = arith::disruption(&budget, 25).expect("a valid budget");
+    assert_eq!((d.desired_healthy, d.allowed), (18, 7));
+    assert_eq!(reference(false, &Written::Percent(28), 25), (18, 7, false));
 }
 
 proptest! {
