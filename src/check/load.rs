@@ -129,20 +129,19 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
         }
     }
     let spans = split_documents(&text);
+    let parsed = parse_documents(&text, &spans);
     // Line breaks before the current document, counted incrementally (the spans are in order):
     // counting from the start of the text for each document would be quadratic in its length.
     let (mut counted_to, mut breaks_before) = (0, 0);
-    for (index, span) in spans.iter().enumerate() {
+    for ((index, span), parsed) in spans.iter().enumerate().zip(parsed) {
         let doc = &text[span.clone()];
         breaks_before += text[counted_to..span.start].matches('\n').count();
         counted_to = span.start;
         // The line of the document's first content, past its `---` marker and comments.
         let skipped = doc.lines().take_while(|l| is_blank(l)).count();
         let line = breaks_before + 1 + skipped;
-        if is_blank(doc) {
-            continue;
-        }
-        match serde_saphyr::from_str::<Value>(doc) {
+        let Some(parsed) = parsed else { continue };
+        match parsed {
             Ok(Value::Null) => {}
             Ok(value) => push_document(
                 loaded,
@@ -152,11 +151,42 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
             Err(e) => loaded.errors.push(LoadError {
                 file: file.clone(),
                 document: Some(index),
-                message: format!("not valid YAML (document starts at line {line}): {}", one_line(&e.to_string())),
+                message: format!("not valid YAML (document starts at line {line}): {}", one_line(&e)),
             }),
         }
     }
     loaded.sources.push(Source { file, path, json: false, text, spans });
+}
+
+/// Documents per thread below which work stays on the calling thread (a thread costs more than
+/// a few small documents).
+const DOCUMENTS_PER_THREAD: usize = 64;
+
+/// `f` of each item, in order, on every core when there are enough items: documents are
+/// independent, and parsing and decoding them is most of what `check` costs on a large bundle.
+pub(crate) fn map_on_cores<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = cores.min(items.len() / DOCUMENTS_PER_THREAD).max(1);
+    if threads == 1 {
+        return items.iter().map(f).collect();
+    }
+    let f = &f;
+    let chunk = items.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> =
+            items.chunks(chunk).map(|part| scope.spawn(move || part.iter().map(f).collect::<Vec<_>>())).collect();
+        // A panic in a worker is a bug; propagate it as the sequential path would.
+        workers.into_iter().flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    })
+}
+
+/// Parses each document of `text` (`None` for a blank one), in order, in contiguous chunks on
+/// every core.
+fn parse_documents(text: &str, spans: &[std::ops::Range<usize>]) -> Vec<Option<Result<Value, String>>> {
+    map_on_cores(spans, |span| {
+        let doc = &text[span.clone()];
+        (!is_blank(doc)).then(|| serde_saphyr::from_str::<Value>(doc).map_err(|e| e.to_string()))
+    })
 }
 
 fn one_line(s: &str) -> String {
@@ -243,6 +273,32 @@ mod tests {
         assert_eq!(l.errors.len(), 1);
         let e = l.errors[0].to_string();
         assert!(e.starts_with("t.yaml (document 1): not valid YAML"), "{e}");
+    }
+
+    #[test]
+    fn many_documents_keep_their_order_index_and_line_when_parsed_on_several_threads() {
+        // Enough documents for several threads (DOCUMENTS_PER_THREAD each), one invalid, one blank.
+        let n = DOCUMENTS_PER_THREAD * 5 + 3;
+        let mut text = String::new();
+        for i in 0..n {
+            match i {
+                200 => text.push_str("---\nkind: [unclosed\n"),
+                201 => text.push_str("---\n# only a comment\n"),
+                _ => text.push_str(&format!("---\nkind: Thing\nmetadata:\n  name: t{i}\n")),
+            }
+        }
+        let loaded = parse(&text);
+        assert_eq!(loaded.documents.len(), n - 2);
+        for (d, i) in loaded.documents.iter().zip((0..n).filter(|i| *i != 200 && *i != 201)) {
+            assert_eq!(d.origin.document, i);
+            assert_eq!(d.value["metadata"]["name"], format!("t{i}"));
+            // Documents 0..200 take 4 lines each, 200 takes 2, 201 takes 2.
+            let first_line = if i < 200 { 4 * i } else { 4 * i - 4 } + 2;
+            assert_eq!(d.origin.line, first_line, "document {i}");
+        }
+        assert_eq!(loaded.errors.len(), 1, "{:?}", loaded.errors);
+        assert_eq!(loaded.errors[0].document, Some(200));
+        assert!(loaded.errors[0].message.contains("document starts at line 802"), "{}", loaded.errors[0].message);
     }
 
     #[test]

@@ -91,8 +91,9 @@ pub struct Decoded {
 /// Decodes the documents of known kinds; other kinds are skipped quietly.
 pub fn decode(documents: &[Document], namespace: &str, errors: &mut Vec<LoadError>) -> Vec<Decoded> {
     let mut out = Vec::new();
-    for doc in documents {
-        match model::decode(&doc.value, namespace) {
+    let objects = load::map_on_cores(documents, |doc| model::decode(&doc.value, namespace));
+    for (doc, object) in documents.iter().zip(objects) {
+        match object {
             Ok(Some(object)) => out.push(Decoded { object, origin: doc.origin.clone() }),
             Ok(None) => {}
             Err(e) => errors.push(LoadError {
@@ -167,9 +168,22 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
     let mut report = Report { objects: decoded.len(), files: loaded.sources.len(), ..Default::default() };
     report.unchecked.append(&mut unchecked);
     report.notices.append(&mut duplicates);
+    // The rules, decisions and mutation plans of each object are pure and independent: on every
+    // core. Locating findings in the source text (stateful, cached per document) stays in order.
+    let judged = load::map_on_cores(&decoded, |d| {
+        let Object::Subject(subject) = &d.object else { return None };
+        let eval = engine::evaluate(subject, &index, &options.config);
+        let unchecked = eval.unchecked.clone();
+        let ctx = Context { subject_exemptions: subject.exemptions(), ..Default::default() };
+        let decided = decide::decide(eval, &subject.id().namespace, &index, &options.config, &ctx);
+        let plan = decide::skip_reason(&subject.id().namespace, &index, &options.config)
+            .is_none()
+            .then(|| mutations::plan(subject, &index, &options.config));
+        Some((unchecked, decided, plan))
+    });
     let mut locator = locate::Locator::new(&loaded.sources);
-    for d in &decoded {
-        let Object::Subject(subject) = &d.object else { continue };
+    for (d, judged) in decoded.iter().zip(judged) {
+        let (Object::Subject(subject), Some((unchecked, decided, plan))) = (&d.object, judged) else { continue };
         let id = subject.id();
         // The object itself (a `List` item starts below its document's first line), located only
         // when something is reported on it: locating parses the document's text a second time,
@@ -177,12 +191,9 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
         let mut located = None;
         let mut object_origin =
             |locator: &mut locate::Locator| located.get_or_insert_with(|| locator.locate(&d.origin, "")).clone();
-        let eval = engine::evaluate(subject, &index, &options.config);
-        for u in &eval.unchecked {
-            report.unchecked.push((object_origin(&mut locator), u.clone()));
+        for u in unchecked {
+            report.unchecked.push((object_origin(&mut locator), u));
         }
-        let ctx = Context { subject_exemptions: subject.exemptions(), ..Default::default() };
-        let decided = decide::decide(eval, &id.namespace, &index, &options.config, &ctx);
         for w in decided.warnings {
             report.notices.push((object_origin(&mut locator), w));
         }
@@ -199,18 +210,12 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
             let snippet = locator.source_line(&origin.file, origin.line).map(str::to_string);
             report.findings.push(Located { finding: f, origin, missing, snippet });
         }
-        if decide::skip_reason(&id.namespace, &index, &options.config).is_none() {
-            let plan = mutations::plan(subject, &index, &options.config);
-            if !plan.is_empty() {
-                // Where each change goes: the deepest existing ancestor of the field it adds.
-                let at = plan.changes.iter().map(|c| locator.locate(&d.origin, &c.path())).collect();
-                report.fixes.push(Fixable {
-                    object: id,
-                    origin: object_origin(&mut locator),
-                    changes: plan.changes,
-                    at,
-                });
-            }
+        if let Some(plan) = plan
+            && !plan.is_empty()
+        {
+            // Where each change goes: the deepest existing ancestor of the field it adds.
+            let at = plan.changes.iter().map(|c| locator.locate(&d.origin, &c.path())).collect();
+            report.fixes.push(Fixable { object: id, origin: object_origin(&mut locator), changes: plan.changes, at });
         }
     }
     report.errors = errors;
