@@ -43,7 +43,9 @@ LOAD_ARGS+=(${CONC:+--conc "$CONC"} ${PROTOS:+--protos "$PROTOS"})
 started=$(date +%s)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "== building (cargo bench --bench load --no-run)" >&2
+# The load bench's own artifact (cargo also builds the ha-guard binary for benches, and lists it).
 exe=$(cargo bench --bench load --no-run --message-format=json 2>/dev/null \
+  | grep '"reason":"compiler-artifact"' | grep '"name":"load"' \
   | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
 [[ -x "$exe" ]] || { echo "could not build the load benchmark" >&2; exit 1; }
 
