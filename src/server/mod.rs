@@ -253,7 +253,7 @@ async fn answer_within_budget(state: &AppState, webhook: Webhook, body: &[u8]) -
     } else {
         None
     };
-    answer(state, webhook, body)
+    answer(state, webhook, body, values)
 }
 
 /// A body that could not be read: over the limit (413) or cut off (400). The same one-line JSON
@@ -269,9 +269,10 @@ fn body_error(webhook: Webhook, e: BytesRejection) -> Response {
     json_error(status, &message)
 }
 
-fn answer(state: &AppState, webhook: Webhook, body: &[u8]) -> Response {
+/// Answers a body of `values` JSON values ([`admission::count_values`]).
+fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Response {
     let started = Instant::now();
-    let result = admission::parse(body).and_then(|req| {
+    let result = admission::parse_counted(body, values).and_then(|req| {
         let config = state.config();
         let mut out = None;
         state.view.with_view(&mut |view| out = Some(admission::review(&req, webhook, view, &config)));
