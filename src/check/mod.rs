@@ -182,6 +182,15 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
         Some((unchecked, decided, plan))
     });
     let mut locator = locate::Locator::new(&loaded.sources);
+    // The documents that will be pointed into, parsed again for positions on every core first.
+    locator.prefetch(decoded.iter().zip(&judged).filter_map(|(d, judged)| {
+        let (unchecked, decided, plan) = judged.as_ref()?;
+        let reported = !unchecked.is_empty()
+            || !decided.warnings.is_empty()
+            || !decided.findings.is_empty()
+            || plan.as_ref().is_some_and(|p| !p.is_empty());
+        reported.then_some(&d.origin)
+    }));
     for (d, judged) in decoded.iter().zip(judged) {
         let (Object::Subject(subject), Some((unchecked, decided, plan))) = (&d.object, judged) else { continue };
         let id = subject.id();
