@@ -132,11 +132,7 @@ fn main() {
     let cp = ControlPlane::start().unwrap_or_else(|e| fail(&format!("control plane: {e}")));
     let hg = HaGuard::start(&cp).unwrap_or_else(|e| fail(&format!("ha-guard: {e}")));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let client = rt.block_on(async {
-        let kc = kube::config::Kubeconfig::read_from(cp.kubeconfig()).expect("kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("config");
-        kube::Client::try_from(config).expect("client")
-    });
+    let client = cp.kube_client(&rt);
 
     let mut runs: BTreeMap<(Mode, Phase), Vec<Run>> = BTreeMap::new();
     let mut apiserver_hist: BTreeMap<Phase, Histogram> = BTreeMap::new();
@@ -170,7 +166,7 @@ fn main() {
             let ns = format!("bench-{}-{round}", if want { "with" } else { "without" });
             cp.namespace(&ns, &[]);
             for phase in [Phase::Create, Phase::Update] {
-                let before = (apiserver_samples(&cp), hg.metrics());
+                let before = (cp.metrics(), hg.metrics());
                 let cpu_before = cpu_now();
                 let mut run = rt.block_on(batch(&client, &ns, phase, args.objects, args.concurrency));
                 let cpu_after = cpu_now();
@@ -186,7 +182,7 @@ fn main() {
                     run.errors
                 );
                 if want {
-                    let after = (apiserver_samples(&cp), hg.metrics());
+                    let after = (cp.metrics(), hg.metrics());
                     apiserver_hist.entry(phase).or_default().add_difference(
                         &after.0,
                         &before.0,
@@ -221,10 +217,6 @@ fn main() {
 fn fail(why: &str) -> ! {
     eprintln!("apiserver bench: {why}");
     std::process::exit(1)
-}
-
-fn apiserver_samples(cp: &ControlPlane) -> Metrics {
-    Metrics::parse(&cp.kubectl(&["get", "--raw", "/metrics"]).success().stdout)
 }
 
 /// Deployment `app-i` (2 replicas kept apart) and the PDB `app-i` over it.

@@ -277,7 +277,7 @@ fn apiserver_without_certificate(hg: &HaGuard) {
     .unwrap_or_else(|e| panic!("{e}"));
     // Now that it calls: refused, so unchecked.
     plain.apply(slow_prestop(deployment(ns, "unchecked", 1))).success().no_warnings();
-    let m = Metrics::parse(&plain.kubectl(&["get", "--raw", "/metrics"]).success().stdout);
+    let m = plain.metrics();
     let fail_open: f64 = m
         .all("apiserver_admission_webhook_fail_open_count", &[])
         .iter()

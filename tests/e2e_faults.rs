@@ -407,11 +407,6 @@ fn blocked(ns: &str, n: u64) -> Value {
     )
 }
 
-/// The apiserver's `/metrics`.
-fn apiserver_metrics(cp: &ControlPlane) -> Metrics {
-    Metrics::parse(&cp.kubectl(&["get", "--raw", "/metrics"]).success().stdout)
-}
-
 /// The apiserver's counts of its calls to ha-guard's two webhooks.
 #[derive(Debug, Default, PartialEq)]
 struct WebhookCalls {
@@ -445,14 +440,6 @@ fn webhook_calls(m: &Metrics) -> WebhookCalls {
     }
 }
 
-fn kube_client(rt: &tokio::runtime::Runtime, kubeconfig: &Path) -> kube::Client {
-    rt.block_on(async {
-        let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("config");
-        kube::Client::try_from(config).expect("client")
-    })
-}
-
 fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path) {
     let namespaces: Vec<String> = (0..WORKERS).map(|w| format!("load-{w}")).collect();
     for ns in &namespaces {
@@ -475,12 +462,12 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
     cp.apply(recreate("load-0", "before")).success().warns(&["recreate-multi-replica"]);
 
     let hg_before = hg.metrics();
-    let api_before = apiserver_metrics(cp);
+    let api_before = cp.metrics();
     let probes_before = PROBES.load(std::sync::atomic::Ordering::SeqCst);
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
     let load = Arc::new(Load {
-        client: kube_client(&rt, &cp.kubeconfig()),
+        client: cp.kube_client(&rt),
         tally: Mutex::default(),
         gate: tokio::sync::RwLock::new(Phase::Warn),
     });
@@ -543,7 +530,7 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
     drop(rt);
 
     let hg_after = hg.metrics();
-    let api_after = apiserver_metrics(cp);
+    let api_after = cp.metrics();
     let t = load.tally.lock().unwrap_or_else(|p| p.into_inner());
     let denied: Vec<String> = t.denied.iter().map(|(r, n)| format!("{r} {n}")).collect();
     let answered = |m: &Metrics, webhook: &str| {
@@ -689,16 +676,6 @@ fn killed(cp: &ControlPlane, hg: &mut HaGuard, ca: &Ca) {
 
 // --- (a) kube-apiserver restarted --------------------------------------------------------------
 
-const KINDS: [&str; 7] = [
-    "Deployment",
-    "StatefulSet",
-    "PodDisruptionBudget",
-    "HorizontalPodAutoscaler",
-    "PersistentVolumeClaim",
-    "Node",
-    "Namespace",
-];
-
 /// The review of `obj` sent straight to ha-guard (not through the apiserver): allowed, and the
 /// message.
 fn direct(hg: &HaGuard, ca_pem: &str, obj: &Value) -> (bool, String) {
@@ -722,7 +699,10 @@ fn apiserver_restart(cp: &ControlPlane, hg: &HaGuard) {
     let before = deployment(ns, "before", 1);
     let ca_pem = std::fs::read_to_string(hg.dir().join("ca.crt")).expect("ca.crt");
     let counts = |m: &Metrics| -> Vec<(String, f64)> {
-        KINDS.iter().map(|k| (k.to_string(), m.get("ha_guard_cache_objects", &[("kind", k)]).unwrap_or(-1.0))).collect()
+        WATCHED_KINDS
+            .iter()
+            .map(|k| (k.to_string(), m.get("ha_guard_cache_objects", &[("kind", k)]).unwrap_or(-1.0)))
+            .collect()
     };
     let last_state = counts(&hg.metrics());
     let log_lines = std::fs::read_to_string(hg.log_path()).unwrap_or_default().lines().count();

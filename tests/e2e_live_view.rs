@@ -24,17 +24,6 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParam
 use serde_json::{Value, json};
 use support::*;
 
-/// The seven kinds the live view watches, as the metrics label them.
-const KINDS: [&str; 7] = [
-    "Deployment",
-    "StatefulSet",
-    "PodDisruptionBudget",
-    "HorizontalPodAutoscaler",
-    "PersistentVolumeClaim",
-    "Node",
-    "Namespace",
-];
-
 /// A kube-rs client of the control plane (admin), blocking on a runtime of its own.
 struct Kube {
     rt: tokio::runtime::Runtime,
@@ -42,13 +31,9 @@ struct Kube {
 }
 
 impl Kube {
-    fn new(kubeconfig: &std::path::Path) -> Kube {
+    fn new(cp: &ControlPlane) -> Kube {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
-        let client = rt.block_on(async {
-            let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
-            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("config");
-            kube::Client::try_from(config).expect("client")
-        });
+        let client = cp.kube_client(&rt);
         Kube { rt, client }
     }
 
@@ -155,7 +140,7 @@ fn live_view_follows_the_apiserver() {
         cp.server().trim_start_matches("https://").parse().expect("the apiserver's address");
     let mut relay = Relay::new(target);
     let relayed = relay.kubeconfig(&cp.kubeconfig(), &cp.root().join("relayed.kubeconfig"));
-    let k = Kube::new(&cp.kubeconfig());
+    let k = Kube::new(&cp);
 
     // ha-guard starts while its apiserver is not reachable.
     let mut hg = HaGuard::spawn_with(&cp, "ha-guard", &relayed).unwrap_or_else(|e| panic!("ha-guard: {e}"));
@@ -198,7 +183,7 @@ fn readiness(hg: &mut HaGuard, relay: &mut Relay) {
     assert!(hg.running(), "ha-guard keeps running without its apiserver:\n{}", hg.log_tail(20));
     assert_eq!(hg.get("/healthz").expect("/healthz").0, 200, "alive while not ready");
     let m = hg.metrics();
-    for kind in KINDS {
+    for kind in WATCHED_KINDS {
         assert_eq!(m.get("ha_guard_cache_synced", &[("kind", kind)]), Some(0.0), "{kind} not synced yet");
     }
 
@@ -208,7 +193,7 @@ fn readiness(hg: &mut HaGuard, relay: &mut Relay) {
     let synced = m.all("ha_guard_cache_synced", &[]);
     let mut kinds: Vec<&str> = synced.iter().map(|(l, _)| l["kind"].as_str()).collect();
     kinds.sort();
-    let mut want = KINDS.to_vec();
+    let mut want = WATCHED_KINDS.to_vec();
     want.sort();
     assert_eq!(kinds, want, "one ha_guard_cache_synced per watched kind");
     assert!(synced.iter().all(|(_, v)| *v == 1.0), "all synced once ready: {synced:?}");
@@ -465,7 +450,7 @@ fn shipped_rbac(cp: &ControlPlane) {
     .expect("write sa.kubeconfig");
 
     let mut hg = HaGuard::spawn_with(cp, "ha-guard-rbac", &sa_kubeconfig).unwrap_or_else(|e| panic!("{e}"));
-    let six: Vec<&str> = KINDS.iter().copied().filter(|k| *k != "HorizontalPodAutoscaler").collect();
+    let six: Vec<&str> = WATCHED_KINDS.iter().copied().filter(|k| *k != "HorizontalPodAutoscaler").collect();
     poll("the six permitted kinds sync", WAIT, Duration::from_millis(100), || {
         let m = hg.metrics_opt()?;
         if six.iter().all(|k| m.get("ha_guard_cache_synced", &[("kind", k)]) == Some(1.0)) {
@@ -487,7 +472,7 @@ fn shipped_rbac(cp: &ControlPlane) {
     cp.apply(rbac).success();
     hg.wait_ready(WAIT).unwrap_or_else(|e| panic!("{e}"));
     let m = hg.metrics();
-    assert!(KINDS.iter().all(|k| m.get("ha_guard_cache_synced", &[("kind", k)]) == Some(1.0)), "{m:?}");
+    assert!(WATCHED_KINDS.iter().all(|k| m.get("ha_guard_cache_synced", &[("kind", k)]) == Some(1.0)), "{m:?}");
     assert_eq!(m.get("ha_guard_cache_objects", &[("kind", "Node")]), Some(3.0), "{m:?}");
     hg.stop();
 }

@@ -29,6 +29,17 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+/// The seven kinds the live view watches, as ha-guard's metrics label them.
+pub const WATCHED_KINDS: [&str; 7] = [
+    "Deployment",
+    "StatefulSet",
+    "PodDisruptionBudget",
+    "HorizontalPodAutoscaler",
+    "PersistentVolumeClaim",
+    "Node",
+    "Namespace",
+];
+
 /// How long any single wait in the harness may take before it is a failure.
 pub const WAIT: Duration = Duration::from_secs(60);
 
@@ -234,6 +245,20 @@ impl ControlPlane {
     pub fn server(&self) -> String {
         let text = std::fs::read_to_string(self.kubeconfig()).unwrap_or_default();
         text.lines().find_map(|l| l.trim().strip_prefix("server: ")).map(str::to_string).unwrap_or_default()
+    }
+
+    /// The apiserver's own `/metrics`.
+    pub fn metrics(&self) -> Metrics {
+        Metrics::parse(&self.kubectl(&["get", "--raw", "/metrics"]).success().stdout)
+    }
+
+    /// A kube-rs client of this control plane (admin), made on `rt`.
+    pub fn kube_client(&self, rt: &tokio::runtime::Runtime) -> kube::Client {
+        rt.block_on(async {
+            let kc = kube::config::Kubeconfig::read_from(self.kubeconfig()).expect("kubeconfig");
+            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("config");
+            kube::Client::try_from(config).expect("client")
+        })
     }
 
     /// Runs kubectl against this control plane.
