@@ -32,6 +32,9 @@ use ha_guard::model::{Kind, Object, Subject};
 use ha_guard::view::Index;
 use ha_guard::{decide, engine, mutations};
 
+mod common;
+use common::mix;
+
 const NAMESPACES: usize = 100;
 const SIZES: [usize; 3] = [1_000, 10_000, 50_000];
 
@@ -40,14 +43,6 @@ fn counts(objects: usize) -> (usize, usize, usize) {
     let deployments = objects / 2;
     let pdbs = objects * 3 / 10;
     (deployments, pdbs, objects - deployments - pdbs)
-}
-
-/// A small deterministic hash (splitmix64), so that variety does not follow the index pattern.
-fn mix(i: usize, salt: u64) -> u64 {
-    let mut z = (i as u64).wrapping_add(salt.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 fn namespace(i: usize) -> String {

@@ -48,6 +48,9 @@ use ha_guard::defaults;
 use ha_guard::live::{LiveSource, Projection, Tracked};
 use ha_guard::view::{HpaInfo, Index, PdbInfo, WorkloadInfo};
 
+mod common;
+use common::mix;
+
 // ---------------------------------------------------------------------------------------------
 // The counting allocator.
 
@@ -164,14 +167,6 @@ const PDBS: usize = 10_000;
 const HPAS: usize = 5_000;
 const OBJECTS: usize = DEPLOYMENTS + PDBS + HPAS;
 const COMPARED: usize = 1_000;
-
-/// A small deterministic hash (splitmix64), so that variety does not follow the index pattern.
-fn mix(i: usize, salt: u64) -> u64 {
-    let mut z = (i as u64).wrapping_add(salt.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 fn namespace(i: usize) -> String {
     format!("team-{:02}", i % NAMESPACES)
