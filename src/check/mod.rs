@@ -172,8 +172,9 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
     // core. Locating findings in the source text (stateful, cached per document) stays in order.
     let judged = load::map_on_cores(&decoded, |d| {
         let Object::Subject(subject) = &d.object else { return None };
-        let eval = engine::evaluate(subject, &index, &options.config);
-        let unchecked = eval.unchecked.clone();
+        let mut eval = engine::evaluate(subject, &index, &options.config);
+        // `decide` reads the findings only.
+        let unchecked = std::mem::take(&mut eval.unchecked);
         let ctx = Context { subject_exemptions: subject.exemptions(), ..Default::default() };
         let decided = decide::decide(eval, &subject.id().namespace, &index, &options.config, &ctx);
         let plan = decide::skip_reason(&subject.id().namespace, &index, &options.config)
