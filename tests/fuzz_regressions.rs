@@ -89,7 +89,7 @@ fn default_spread_patch_applies_in_the_webhook_too() {
     let req = admission::parse(&serde_json::to_vec(&review).unwrap()).expect("parses");
     let view = Index::new();
     let (response, _) = admission::review(&req, Webhook::Mutate, &view, &all_mutations_on()).expect("answers");
-    assert_eq!(response.uid, req.uid);
+    assert_eq!(response.uid, req.header.uid);
     if let Some(patch) = response.patch {
         let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
         let mut patched: Value = object.clone();

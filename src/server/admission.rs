@@ -3,9 +3,14 @@
 
 use std::collections::HashMap;
 
-use kube::core::DynamicObject;
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::catalogue::Action;
 use crate::config::Config;
@@ -103,36 +108,128 @@ pub fn count_values(body: &[u8]) -> usize {
     count
 }
 
+/// A request as the webhook reads it: kube's [`AdmissionRequest`] for everything but the
+/// objects, which stay the JSON text they were sent as until a rule needs them. Decoding them
+/// into a JSON tree first (kube's `DynamicObject`, through a `#[serde(flatten)]` that buffers the
+/// whole request once more) and then into the typed object was two thirds of a request's cost;
+/// from the text they decode once, straight into the k8s-openapi types, and an `oldObject`
+/// nobody reads is never decoded at all.
+#[derive(Debug)]
+pub struct Request {
+    /// Every field of the request; `object` and `old_object` are always `None` here.
+    pub header: AdmissionRequest<DynamicObject>,
+    /// `request.object`: a JSON object, or `None` when absent or null.
+    pub object: Option<Box<RawValue>>,
+    /// `request.oldObject`: a JSON object, or `None` when absent or null.
+    pub old_object: Option<Box<RawValue>>,
+}
+
+impl Request {
+    /// The objects as JSON trees (for comparing requests: their text keeps the sender's layout).
+    pub fn object_values(&self) -> [Option<Value>; 2] {
+        [&self.object, &self.old_object].map(|o| o.as_ref().and_then(|raw| serde_json::from_str(raw.get()).ok()))
+    }
+}
+
+/// The review as the apiserver sends it, read in one pass: [`AdmissionReview`] without its
+/// flattened `TypeMeta` (which makes serde buffer the whole body) and with the objects as text.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireReview {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    request: Option<WireRequest>,
+}
+
+/// [`AdmissionRequest`] field for field (the same names and defaults), the objects as text.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireRequest {
+    uid: String,
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    request_kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    request_resource: Option<GroupVersionResource>,
+    #[serde(default)]
+    request_sub_resource: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: Operation,
+    user_info: UserInfo,
+    #[serde(default)]
+    object: Option<Box<RawValue>>,
+    #[serde(default)]
+    old_object: Option<Box<RawValue>>,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    options: Option<RawExtension>,
+}
+
 /// Decodes a request body. Only `admission.k8s.io/v1` with a `request` is usable, holding at
-/// most [`MAX_JSON_VALUES`] values.
-pub fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, BadRequest> {
+/// most [`MAX_JSON_VALUES`] values, whose objects (when present) are JSON objects.
+pub fn parse(body: &[u8]) -> Result<Request, BadRequest> {
     parse_counted(body, count_values(body))
 }
 
 /// [`parse`] of a body whose [`count_values`] is `values` (the server counts once, for its
 /// decoding budget, and does not count again).
-pub fn parse_counted(body: &[u8], values: usize) -> Result<AdmissionRequest<DynamicObject>, BadRequest> {
+pub fn parse_counted(body: &[u8], values: usize) -> Result<Request, BadRequest> {
     if values > MAX_JSON_VALUES {
         return Err(BadRequest(format!(
             "the body holds more than {MAX_JSON_VALUES} JSON values (an object the apiserver stores holds far fewer)"
         )));
     }
-    // The usual body decodes straight into the review: no JSON tree first (building it took
-    // about as long as the rest of the request). Whatever that does not take, or takes but is
-    // not a v1 review with a request, goes the way below, which says what is wrong with it.
-    if let Ok(review) = serde_json::from_slice::<AdmissionReview<DynamicObject>>(body)
-        && review.types.kind == "AdmissionReview"
-        && review.types.api_version == "admission.k8s.io/v1"
-        && let Some(request) = review.request
+    // The usual body decodes in one pass, the objects kept as text. Whatever that does not take,
+    // or takes but is not a v1 review with a request, goes the way below, which says what is
+    // wrong with it.
+    if let Ok(review) = serde_json::from_slice::<WireReview>(body)
+        && review.kind == "AdmissionReview"
+        && review.api_version == "admission.k8s.io/v1"
+        && let Some(r) = review.request
+        && r.object.as_deref().is_none_or(is_json_object)
+        && r.old_object.as_deref().is_none_or(is_json_object)
     {
-        return Ok(AdmissionRequest { types: review.types, ..request });
+        let header = AdmissionRequest {
+            types: TypeMeta { api_version: review.api_version, kind: review.kind },
+            uid: r.uid,
+            kind: r.kind,
+            resource: r.resource,
+            sub_resource: r.sub_resource,
+            request_kind: r.request_kind,
+            request_resource: r.request_resource,
+            request_sub_resource: r.request_sub_resource,
+            name: r.name,
+            namespace: r.namespace,
+            operation: r.operation,
+            user_info: r.user_info,
+            object: None,
+            old_object: None,
+            dry_run: r.dry_run,
+            options: r.options,
+        };
+        return Ok(Request { header, object: r.object, old_object: r.old_object });
     }
     parse_via_tree(body)
 }
 
+/// serde_json keeps a raw value's text exactly, starting at its first character.
+fn is_json_object(raw: &RawValue) -> bool {
+    raw.get().starts_with('{')
+}
+
 /// [`parse`] by way of a JSON tree: slower, and says what is wrong with a body that is not usable.
-fn parse_via_tree(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, BadRequest> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| BadRequest(format!("body is not JSON: {e}")))?;
+fn parse_via_tree(body: &[u8]) -> Result<Request, BadRequest> {
+    let mut value: Value = serde_json::from_slice(body).map_err(|e| BadRequest(format!("body is not JSON: {e}")))?;
     let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
     if kind != "AdmissionReview" || api_version != "admission.k8s.io/v1" {
@@ -140,19 +237,38 @@ fn parse_via_tree(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, BadReq
             "expected an AdmissionReview of apiVersion admission.k8s.io/v1, got kind {kind:?} apiVersion {api_version:?}"
         )));
     }
-    if value.get("request").is_none_or(Value::is_null) {
-        return Err(BadRequest("the AdmissionReview has no request".into()));
-    }
+    let Some(request) = value.get_mut("request").and_then(Value::as_object_mut) else {
+        return Err(if value.get("request").is_none_or(Value::is_null) {
+            BadRequest("the AdmissionReview has no request".into())
+        } else {
+            BadRequest("not a usable AdmissionReview: request is not an object".into())
+        });
+    };
+    let mut take = |field: &str| -> Result<Option<Box<RawValue>>, BadRequest> {
+        match request.remove(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v @ Value::Object(_)) => {
+                serde_json::value::to_raw_value(&v).map(Some).map_err(|e| BadRequest(e.to_string()))
+            }
+            Some(_) => Err(BadRequest(format!("not a usable AdmissionReview: request.{field} is not an object"))),
+        }
+    };
+    let (object, old_object) = (take("object")?, take("oldObject")?);
     let review: AdmissionReview<DynamicObject> =
         serde_json::from_value(value).map_err(|e| BadRequest(format!("not a usable AdmissionReview: {e}")))?;
-    review.try_into().map_err(|_| BadRequest("the AdmissionReview has no request".into()))
+    let header = review.try_into().map_err(|_| BadRequest("the AdmissionReview has no request".into()))?;
+    Ok(Request { header, object, old_object })
 }
 
-/// The subject of a request, or `None` for kinds and operations ha-guard leaves alone.
-fn subject_of(
-    req: &AdmissionRequest<DynamicObject>,
-    object: &Option<DynamicObject>,
-) -> Result<Option<Subject>, BadRequest> {
+/// The subject of a request (its `object`), or `None` for kinds and operations ha-guard leaves
+/// alone: what the rules judge, decoded and defaulted.
+pub fn subject(request: &Request) -> Result<Option<Subject>, BadRequest> {
+    subject_of(&request.header, request.object.as_deref())
+}
+
+/// The subject of a request's `object` (or `oldObject`), or `None` for kinds and operations
+/// ha-guard leaves alone.
+fn subject_of(req: &AdmissionRequest<DynamicObject>, object: Option<&RawValue>) -> Result<Option<Subject>, BadRequest> {
     let Some(object) = object else { return Ok(None) };
     let namespace = req.namespace.clone().unwrap_or_default();
     if req.sub_resource.as_deref() == Some("scale") {
@@ -161,8 +277,8 @@ fn subject_of(
             ("apps", "statefulsets") => Kind::StatefulSet,
             _ => return Ok(None),
         };
-        let replicas = object
-            .data
+        let scale: Value = serde_json::from_str(object.get()).map_err(|e| BadRequest(e.to_string()))?;
+        let replicas = scale
             .get("spec")
             .and_then(|s| s.get("replicas"))
             .map(|r| {
@@ -186,10 +302,11 @@ fn subject_of(
 /// The subject by way of a JSON tree of the object and [`model::decode`]: any kind and shape.
 fn subject_via_tree(
     req: &AdmissionRequest<DynamicObject>,
-    object: &DynamicObject,
+    object: &RawValue,
     namespace: &str,
 ) -> Result<Option<Subject>, BadRequest> {
-    let mut value = serde_json::to_value(object).map_err(|e| BadRequest(e.to_string()))?;
+    let mut value: Value =
+        serde_json::from_str(object.get()).map_err(|e| BadRequest(format!("request.object: {e}")))?;
     // The object's own apiVersion/kind decide how it decodes; fall back to the request's kind.
     if let Some(obj) = value.as_object_mut() {
         let gvk = &req.kind;
@@ -205,92 +322,126 @@ fn subject_via_tree(
     }
 }
 
-/// The subject decoded from the object's typed metadata and its borrowed JSON, without the
-/// round trip through a JSON tree that [`model::decode`] takes (serialising the object, copying
-/// it, deserialising it: most of a request's cost). Only for what is decoded exactly as that
-/// would: a Deployment, StatefulSet, PodDisruptionBudget or autoscaling/v2 HPA that states its
-/// apiVersion and kind, with a workload's required fields present; `None` otherwise (and on
-/// any error), and the general way runs. `managedFields` are left out: no rule reads them.
-fn typed_subject(object: &DynamicObject, namespace: &str) -> Option<Subject> {
-    use k8s_openapi::api::apps::v1::{
-        Deployment, DeploymentSpec, DeploymentStatus, StatefulSet, StatefulSetSpec, StatefulSetStatus,
-    };
-    use k8s_openapi::api::autoscaling::v2::{
-        HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec, HorizontalPodAutoscalerStatus,
-    };
-    use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus};
-    use serde::Deserialize;
+/// An object's text as the typed decoding reads it: its type, its metadata (all of
+/// [`ObjectMeta`] but `managedFields`, which no rule reads and which can be most of an object),
+/// and its spec and status as text, each decoded once it is known to be wanted.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireObject<'a> {
+    api_version: Option<String>,
+    kind: Option<String>,
+    metadata: Option<WireMeta>,
+    #[serde(borrow)]
+    spec: Option<&'a RawValue>,
+    #[serde(borrow)]
+    status: Option<&'a RawValue>,
+}
 
-    fn field<'a, T: Deserialize<'a>>(data: &'a Value, name: &str) -> Option<Option<T>> {
-        match data.get(name) {
-            None | Some(Value::Null) => Some(None),
-            Some(v) => T::deserialize(v).ok().map(Some),
+/// [`ObjectMeta`] without `managedFields`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireMeta {
+    annotations: Option<std::collections::BTreeMap<String, String>>,
+    creation_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
+    deletion_timestamp: Option<Time>,
+    finalizers: Option<Vec<String>>,
+    generate_name: Option<String>,
+    generation: Option<i64>,
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    name: Option<String>,
+    namespace: Option<String>,
+    owner_references: Option<Vec<OwnerReference>>,
+    resource_version: Option<String>,
+    self_link: Option<String>,
+    uid: Option<String>,
+}
+
+/// What a workload's spec must state for [`model::decode`] to take it as it is (it fills in a
+/// missing selector, template or pod spec and reports them unchecked; k8s-openapi would default
+/// them silently): `selector`, and `template.spec.containers`, each present and not null.
+#[derive(Deserialize)]
+struct WorkloadSpecShape<'a> {
+    #[serde(borrow)]
+    selector: Option<&'a RawValue>,
+    template: Option<TemplateShape<'a>>,
+}
+
+#[derive(Deserialize)]
+struct TemplateShape<'a> {
+    #[serde(borrow)]
+    spec: Option<PodSpecShape<'a>>,
+}
+
+#[derive(Deserialize)]
+struct PodSpecShape<'a> {
+    #[serde(borrow)]
+    containers: Option<&'a RawValue>,
+}
+
+/// The subject decoded from the object's text straight into the k8s-openapi types, with no JSON
+/// tree. Only for what is decoded exactly as [`model::decode`] would: a Deployment, StatefulSet,
+/// PodDisruptionBudget or autoscaling/v2 HPA that states its apiVersion and kind, with a
+/// workload's required fields present; `None` otherwise (and on any error), and the general way
+/// runs. `managedFields` are left out: no rule reads them.
+fn typed_subject(object: &RawValue, namespace: &str) -> Option<Subject> {
+    use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+    use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+    fn decoded<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Option<Option<T>> {
+        match raw {
+            None => Some(None),
+            Some(raw) if raw.get() == "null" => Some(None),
+            Some(raw) => serde_json::from_str(raw.get()).ok().map(Some),
         }
     }
-    let types = object.types.as_ref()?;
-    let kind = Kind::from_type(&types.api_version, &types.kind)?;
-    let data = &object.data;
-    if !data.is_object() {
-        return None;
-    }
-    let m = &object.metadata;
-    let mut metadata = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-        annotations: m.annotations.clone(),
-        creation_timestamp: m.creation_timestamp.clone(),
+    let wire: WireObject = serde_json::from_str(object.get()).ok()?;
+    let kind = Kind::from_type(wire.api_version.as_deref()?, wire.kind.as_deref()?)?;
+    let m = wire.metadata?;
+    let mut metadata = ObjectMeta {
+        annotations: m.annotations,
+        creation_timestamp: m.creation_timestamp,
         deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-        deletion_timestamp: m.deletion_timestamp.clone(),
-        finalizers: m.finalizers.clone(),
-        generate_name: m.generate_name.clone(),
+        deletion_timestamp: m.deletion_timestamp,
+        finalizers: m.finalizers,
+        generate_name: m.generate_name,
         generation: m.generation,
-        labels: m.labels.clone(),
-        name: m.name.clone(),
-        namespace: m.namespace.clone(),
-        owner_references: m.owner_references.clone(),
-        resource_version: m.resource_version.clone(),
-        self_link: m.self_link.clone(),
-        uid: m.uid.clone(),
-        ..Default::default()
+        labels: m.labels,
+        name: m.name,
+        namespace: m.namespace,
+        owner_references: m.owner_references,
+        resource_version: m.resource_version,
+        self_link: m.self_link,
+        uid: m.uid,
+        managed_fields: None,
     };
     if metadata.namespace.as_deref().is_none_or(str::is_empty) {
         metadata.namespace = Some(namespace.to_string());
     }
     let workload_fields_present = || {
-        let spec = data.get("spec").filter(|s| s.is_object())?;
-        let template = spec.get("template").filter(|t| t.is_object())?;
-        let pod = template.get("spec").filter(|p| p.is_object())?;
-        (!spec.get("selector").is_none_or(Value::is_null) && !pod.get("containers").is_none_or(Value::is_null))
-            .then_some(())
+        let shape: WorkloadSpecShape = serde_json::from_str(wire.spec?.get()).ok()?;
+        let present = |raw: Option<&RawValue>| raw.is_some_and(|r| r.get() != "null");
+        (present(shape.selector) && present(shape.template?.spec?.containers)).then_some(())
     };
     Some(match kind {
         Kind::Deployment => {
             workload_fields_present()?;
-            let d = Deployment {
-                metadata,
-                spec: field::<DeploymentSpec>(data, "spec")?,
-                status: field::<DeploymentStatus>(data, "status")?,
-            };
+            let d = Deployment { metadata, spec: decoded(wire.spec)?, status: decoded(wire.status)? };
             Subject::Workload(Box::new(crate::defaults::deployment(d)))
         }
         Kind::StatefulSet => {
             workload_fields_present()?;
-            let s = StatefulSet {
-                metadata,
-                spec: field::<StatefulSetSpec>(data, "spec")?,
-                status: field::<StatefulSetStatus>(data, "status")?,
-            };
+            let s = StatefulSet { metadata, spec: decoded(wire.spec)?, status: decoded(wire.status)? };
             Subject::Workload(Box::new(crate::defaults::stateful_set(s)))
         }
         Kind::PodDisruptionBudget => Subject::Pdb(Box::new(PodDisruptionBudget {
             metadata,
-            spec: field::<PodDisruptionBudgetSpec>(data, "spec")?,
-            status: field::<PodDisruptionBudgetStatus>(data, "status")?,
+            spec: decoded(wire.spec)?,
+            status: decoded(wire.status)?,
         })),
-        Kind::HorizontalPodAutoscaler if types.api_version == "autoscaling/v2" => {
-            let mut h = HorizontalPodAutoscaler {
-                metadata,
-                spec: field::<HorizontalPodAutoscalerSpec>(data, "spec")?,
-                status: field::<HorizontalPodAutoscalerStatus>(data, "status")?,
-            };
+        Kind::HorizontalPodAutoscaler if wire.api_version.as_deref() == Some("autoscaling/v2") => {
+            let mut h = HorizontalPodAutoscaler { metadata, spec: decoded(wire.spec)?, status: decoded(wire.status)? };
             crate::defaults::hpa(&mut h);
             Subject::Hpa(Box::new(h))
         }
@@ -300,11 +451,12 @@ fn typed_subject(object: &DynamicObject, namespace: &str) -> Option<Subject> {
 
 /// Answers one request.
 pub fn review(
-    req: &AdmissionRequest<DynamicObject>,
+    request: &Request,
     webhook: Webhook,
     view: &dyn View,
     config: &Config,
 ) -> Result<(AdmissionResponse, Outcome), BadRequest> {
+    let req = &request.header;
     let mut outcome = Outcome {
         uid: req.uid.clone(),
         kind: req.kind.kind.clone(),
@@ -322,7 +474,7 @@ pub fn review(
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Ok((response, outcome));
     }
-    let Some(subject) = subject_of(req, &req.object)? else { return Ok((response, outcome)) };
+    let Some(subject) = subject(request)? else { return Ok((response, outcome)) };
     let namespace = subject.id().namespace;
     if outcome.name.is_empty() {
         outcome.name = subject.id().name;
@@ -354,7 +506,7 @@ pub fn review(
                     let natural = if f.action == Decision::Deny { Action::Deny } else { Action::Warn };
                     config.action(f.rule, natural) == Action::Deny
                 });
-            let old_findings: Option<Vec<Finding>> = match (&req.operation, &req.old_object) {
+            let old_findings: Option<Vec<Finding>> = match (&req.operation, request.old_object.as_deref()) {
                 (Operation::Update, old @ Some(_)) if may_ratchet => {
                     subject_of(req, old).ok().flatten().map(|old| engine::evaluate(&old, view, config).findings)
                 }
@@ -600,19 +752,118 @@ mod tests {
         for entry in std::fs::read_dir(&dir).unwrap().flatten() {
             let body = std::fs::read(entry.path()).unwrap();
             let (Ok(fast), Ok(tree)) = (parse(&body), parse_via_tree(&body)) else { continue };
-            assert_eq!(format!("{fast:?}"), format!("{tree:?}"), "{}", entry.path().display());
-            let namespace = fast.namespace.clone().unwrap_or_default();
+            assert_eq!(format!("{:?}", fast.header), format!("{:?}", tree.header), "{}", entry.path().display());
+            assert_eq!(fast.object_values(), tree.object_values(), "{}", entry.path().display());
+            let namespace = fast.header.namespace.clone().unwrap_or_default();
             for object in [&fast.object, &fast.old_object].into_iter().flatten() {
-                if fast.sub_resource.is_some() {
+                if fast.header.sub_resource.is_some() {
                     continue;
                 }
                 let Some(typed) = typed_subject(object, &namespace) else { continue };
-                let via_tree = subject_via_tree(&fast, object, &namespace).unwrap().expect("a subject");
+                let via_tree = subject_via_tree(&fast.header, object, &namespace).unwrap().expect("a subject");
                 assert_eq!(format!("{typed:?}"), format!("{via_tree:?}"), "{}", entry.path().display());
                 subjects += 1;
             }
         }
         assert!(subjects >= 20, "the typed way was taken for {subjects} objects only");
+    }
+
+    fn review_of(object: Value) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+                "name": "web",
+                "namespace": "shop",
+                "operation": "UPDATE",
+                "userInfo": {"username": "u"},
+                "object": object,
+                "oldObject": null,
+            }
+        }))
+        .unwrap()
+    }
+
+    fn deployment(spec: Value) -> Value {
+        serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "web",
+                "labels": {"app": "web"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1",
+                                   "fieldsV1": {"f:spec": {"f:replicas": {}}}}],
+            },
+            "spec": spec,
+            "status": {"replicas": 3, "conditions": [{"type": "Available", "status": "True"}]},
+        })
+    }
+
+    fn full_spec() -> Value {
+        serde_json::json!({
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+        })
+    }
+
+    /// What the apiserver sends (managedFields, status) decodes the fast way, to what the JSON
+    /// tree way gives for the object without its managedFields (which no rule reads).
+    #[test]
+    fn an_object_as_the_apiserver_sends_it_decodes_the_typed_way() {
+        let object = deployment(full_spec());
+        let request = parse(&review_of(object.clone())).unwrap();
+        assert!(request.old_object.is_none(), "a null oldObject is no object");
+        let raw = request.object.as_deref().unwrap();
+        let typed = typed_subject(raw, "shop").expect("the typed way takes it");
+        let mut without = object;
+        without["metadata"].as_object_mut().unwrap().remove("managedFields");
+        let without = serde_json::value::to_raw_value(&without).unwrap();
+        let via_tree = subject_via_tree(&request.header, &without, "shop").unwrap().unwrap();
+        assert_eq!(format!("{typed:?}"), format!("{via_tree:?}"));
+        assert!(format!("{typed:?}").contains("namespace: Some(\"shop\")"), "the request's namespace is filled in");
+    }
+
+    /// A workload whose spec lacks what the API requires goes the tree way, which reports the
+    /// missing fields (k8s-openapi alone would silently default them to a match-all selector).
+    #[test]
+    fn a_workload_missing_required_fields_goes_the_tree_way() {
+        let cases = [
+            ("selector", serde_json::json!({"template": full_spec()["template"]})),
+            ("null selector", serde_json::json!({"selector": null, "template": full_spec()["template"]})),
+            ("template", serde_json::json!({"selector": {"matchLabels": {"app": "web"}}})),
+            ("pod spec", serde_json::json!({"selector": {}, "template": {"metadata": {}}})),
+            ("containers", serde_json::json!({"selector": {}, "template": {"spec": {"containers": null}}})),
+        ];
+        for (what, spec) in cases {
+            let request = parse(&review_of(deployment(spec))).unwrap();
+            let raw = request.object.as_deref().unwrap();
+            assert!(typed_subject(raw, "shop").is_none(), "{what}: not the typed way");
+            let Some(Subject::Workload(w)) = subject(&request).unwrap() else { panic!("{what}: a workload") };
+            assert!(!w.missing.is_empty(), "{what}: reported missing");
+        }
+    }
+
+    #[test]
+    fn an_object_that_is_not_a_json_object_is_refused() {
+        for (object, old) in [
+            (serde_json::json!("web"), Value::Null),
+            (serde_json::json!([1]), Value::Null),
+            (deployment(full_spec()), serde_json::json!(7)),
+        ] {
+            let mut body: Value = serde_json::from_slice(&review_of(object)).unwrap();
+            body["request"]["oldObject"] = old;
+            let e = parse(&serde_json::to_vec(&body).unwrap()).unwrap_err();
+            assert!(e.0.contains("is not an object"), "{e}");
+        }
+        // Absent and null objects are no object (a DELETE carries only oldObject).
+        let mut body: Value = serde_json::from_slice(&review_of(Value::Null)).unwrap();
+        body["request"].as_object_mut().unwrap().remove("oldObject");
+        let request = parse(&serde_json::to_vec(&body).unwrap()).unwrap();
+        assert!(request.object.is_none() && request.old_object.is_none());
     }
 
     #[test]
