@@ -1,4 +1,4 @@
-//! Load benchmark of the webhook over TLS, side by side with two baselines on the same stack.
+//! Load benchmark of the webhook over TLS, side by side with three baselines on the same stack.
 #![recursion_limit = "256"]
 //! `benches/run.sh` runs it all; see benches/RESULTS.md for what it printed and how to read it.
 //!
@@ -6,7 +6,10 @@
 //! - `serve`: the server process. Three servers on 127.0.0.1, same runtime, same TLS
 //!   configuration (`ha_guard::server::tls`), same axum 0.8 + axum-server + rustls stack:
 //!   `transport` (reads the body, answers a fixed AdmissionReview: the floor), `decode`
-//!   (`admission::parse`, answers `allowed` with the uid: no evaluation) and `ha-guard` (the real
+//!   (decodes the body as a kube-rs webhook does, into kube's `AdmissionReview<DynamicObject>`,
+//!   and answers `allowed` with the uid), `parse` (ha-guard's own decoding: `admission::parse`
+//!   and the subject the rules would judge, `admission::subject`; answers `allowed`: all of
+//!   `/validate` but the rules and the answer) and `ha-guard` (the real
 //!   `serve_with_listeners` with `webhook_router`, production defaults, over a static view of
 //!   10,000 Deployments, 10,000 PDBs and 5,000 HPAs in 100 namespaces). Prints `ready ...` and
 //!   serves until its stdin closes.
@@ -116,16 +119,41 @@ async fn transport_handler(_body: Bytes) -> Response {
     ([(header::CONTENT_TYPE, "application/json")], FIXED_ANSWER).into_response()
 }
 
+/// The decode baseline: a body decoded as kube-rs's own admission example does it, into
+/// `AdmissionReview<DynamicObject>` (under the same JSON value budget as ha-guard), answered
+/// `allowed` with its uid.
 async fn decode_handler(body: Bytes) -> Response {
-    match admission::parse(&body) {
-        Ok(req) => {
-            let review = kube::core::admission::AdmissionResponse::from(&req).into_review();
-            match serde_json::to_vec(&review) {
-                Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-                Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-            }
+    use kube::core::DynamicObject;
+    use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+    if admission::count_values(&body) > admission::MAX_JSON_VALUES {
+        return (StatusCode::BAD_REQUEST, "too many values").into_response();
+    }
+    let request = serde_json::from_slice::<AdmissionReview<DynamicObject>>(&body)
+        .map_err(|e| e.to_string())
+        .and_then(|review| TryInto::<AdmissionRequest<DynamicObject>>::try_into(review).map_err(|e| e.to_string()));
+    match request {
+        Ok(req) => allowed(&AdmissionResponse::from(&req)),
+        Err(e) => (StatusCode::BAD_REQUEST, e).into_response(),
+    }
+}
+
+/// The parse baseline: ha-guard's own decoding of the request and of the subject its rules
+/// would judge, answered `allowed` with the uid; no rule, no view.
+async fn parse_handler(body: Bytes) -> Response {
+    let parsed = admission::parse(&body).and_then(|req| admission::subject(&req).map(|subject| (req, subject)));
+    match parsed {
+        Ok((req, subject)) => {
+            std::hint::black_box(&subject);
+            allowed(&kube::core::admission::AdmissionResponse::from(&req.header))
         }
         Err(e) => (StatusCode::BAD_REQUEST, e.0).into_response(),
+    }
+}
+
+fn allowed(response: &kube::core::admission::AdmissionResponse) -> Response {
+    match serde_json::to_vec(&response.clone().into_review()) {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
 
@@ -168,8 +196,9 @@ fn serve_role(args: &[String]) {
         let counts = index.counts();
         let build_ms = built.elapsed().as_millis();
         let bind = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let (transport, decode) = (bind(), bind());
-        let (transport_addr, decode_addr) = (transport.local_addr().unwrap(), decode.local_addr().unwrap());
+        let (transport, decode, parse) = (bind(), bind(), bind());
+        let (transport_addr, decode_addr, parse_addr) =
+            (transport.local_addr().unwrap(), decode.local_addr().unwrap(), parse.local_addr().unwrap());
         tokio::spawn(serve_baseline(
             transport,
             cert.clone(),
@@ -181,6 +210,12 @@ fn serve_role(args: &[String]) {
             cert.clone(),
             key.clone(),
             Router::new().route("/validate", post(decode_handler)).route("/mutate", post(decode_handler)),
+        ));
+        tokio::spawn(serve_baseline(
+            parse,
+            cert.clone(),
+            key.clone(),
+            Router::new().route("/validate", post(parse_handler)).route("/mutate", post(parse_handler)),
         ));
         let listeners = Listeners::bind("127.0.0.1:0".parse().unwrap(), "127.0.0.1:0".parse().unwrap()).unwrap();
         let guard_addr = listeners.webhook_addr().unwrap();
@@ -196,7 +231,7 @@ fn serve_role(args: &[String]) {
         tokio::spawn(server::serve_with_listeners(options, listeners, state, std::future::pending()));
         let counts: Vec<String> = counts.iter().map(|(k, n)| format!("{}:{n}", k.as_str())).collect();
         println!(
-            "ready transport={transport_addr} decode={decode_addr} ha-guard={guard_addr} view={} build_ms={build_ms}",
+            "ready transport={transport_addr} decode={decode_addr} parse={parse_addr} ha-guard={guard_addr} view={} build_ms={build_ms}",
             counts.join(",")
         );
         std::io::stdout().flush().unwrap();
@@ -572,6 +607,7 @@ struct ServerProcess {
     child: Child,
     transport: SocketAddr,
     decode: SocketAddr,
+    parse: SocketAddr,
     guard: SocketAddr,
     ready_line: String,
 }
@@ -588,8 +624,9 @@ impl ServerProcess {
                 .parse()
                 .unwrap()
         };
-        let (transport, decode, guard) = (field("transport"), field("decode"), field("ha-guard"));
-        ServerProcess { child, transport, decode, guard, ready_line: line.trim().to_string() }
+        let (transport, decode, parse, guard) =
+            (field("transport"), field("decode"), field("parse"), field("ha-guard"));
+        ServerProcess { child, transport, decode, parse, guard, ready_line: line.trim().to_string() }
     }
 
     fn pid(&self) -> u32 {
@@ -622,6 +659,7 @@ fn targets(server: &ServerProcess, bodies: &[Vec<u8>]) -> Vec<Target> {
     vec![
         Target { name: "transport", addr: server.transport, work: Work::new("/validate", bodies) },
         Target { name: "decode", addr: server.decode, work: Work::new("/validate", bodies) },
+        Target { name: "parse", addr: server.parse, work: Work::new("/validate", bodies) },
         Target { name: "validate", addr: server.guard, work: Work::new("/validate", bodies) },
         Target { name: "mutate", addr: server.guard, work: Work::new("/mutate", bodies) },
     ]
@@ -742,8 +780,8 @@ fn bench_role(args: &[String]) {
                 Proto::H1 => "one keep-alive TLS connection per concurrent request",
                 Proto::H2 => "one TLS connection, N concurrent streams",
             });
-            md += "| conc | target | req/s at saturation (median of rounds) | × transport | × decode | server CPU µs/req | server CPU (cores) | client CPU (cores) | rate for latency | p50 µs | p99 µs | p99.9 µs | max µs | errors |\n";
-            md += "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+            md += "| conc | target | req/s at saturation (median of rounds) | × transport | × decode | × parse | server CPU µs/req | server CPU (cores) | client CPU (cores) | rate for latency | p50 µs | p99 µs | p99.9 µs | max µs | errors |\n";
+            md += "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
             for &conc in &levels {
                 let mut sats: Vec<Vec<Sat>> = (0..all.len()).map(|_| Vec::new()).collect();
                 for round in 0..rounds {
@@ -764,11 +802,12 @@ fn bench_role(args: &[String]) {
                     let l = open_loop(proto, t.addr, &ca, &t.work, conc, rate, warmup, lat_duration).await;
                     eprintln!("{} c={conc} {} at {:.0}/s: p50 {:.0} µs p99 {:.0} µs p99.9 {:.0} µs (achieved {:.0}/s, {} samples, errors {})", proto.as_str(), t.name, l.rate, l.p50_us, l.p99_us, l.p999_us, l.achieved, l.samples, l.errors);
                     md += &format!(
-                        "| {conc} | {} | {:.0} | {:.2} | {} | {:.1} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} |\n",
+                        "| {conc} | {} | {:.0} | {:.2} | {} | {} | {:.1} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {} |\n",
                         t.name,
                         rps[ti],
                         rps[ti] / rps[0],
                         if ti >= 1 { format!("{:.2}", rps[ti] / rps[1]) } else { "".into() },
+                        if ti >= 2 { format!("{:.2}", rps[ti] / rps[2]) } else { "".into() },
                         cpu,
                         scpu,
                         ccpu,
@@ -826,7 +865,7 @@ fn bench_role(args: &[String]) {
 fn acceptance(summary: &[(Proto, usize, &str, f64, f64, f64, u64)]) -> String {
     let find = |p: Proto, c: usize, t: &str| summary.iter().find(|r| r.0 == p && r.1 == c && r.2 == t);
     let mut md = String::from(
-        "### Targets\n\n| protocol | conc | validate ÷ decode req/s (≥ 0.80) | decode ÷ validate CPU/req (≥ 0.80) | mutate ÷ decode req/s | p99 validate / mutate at half load (< 2,000 µs) | errors, all four (0) |\n|---|---:|---:|---:|---:|---:|---:|\n",
+        "### Targets\n\n| protocol | conc | validate ÷ decode req/s (≥ 0.80) | decode ÷ validate CPU/req (≥ 0.80) | mutate ÷ decode req/s | validate ÷ parse req/s | p99 validate / mutate at half load (< 2,000 µs) | errors, all five (0) |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let mark = |ok: bool| if ok { "" } else { " ✗" };
     let mut protos: Vec<Proto> = summary.iter().map(|r| r.0).collect();
@@ -835,18 +874,20 @@ fn acceptance(summary: &[(Proto, usize, &str, f64, f64, f64, u64)]) -> String {
         let mut levels: Vec<usize> = summary.iter().filter(|r| r.0 == p).map(|r| r.1).collect();
         levels.dedup();
         for c in levels {
-            let (Some(d), Some(v), Some(m)) = (find(p, c, "decode"), find(p, c, "validate"), find(p, c, "mutate"))
+            let (Some(d), Some(v), Some(m), Some(own)) =
+                (find(p, c, "decode"), find(p, c, "validate"), find(p, c, "mutate"), find(p, c, "parse"))
             else {
                 continue;
             };
             let errors: u64 = summary.iter().filter(|r| r.0 == p && r.1 == c).map(|r| r.6).sum();
             let (thr, cpu) = (v.3 / d.3, d.4 / v.4);
             md += &format!(
-                "| {} | {c} | {thr:.2}{} | {cpu:.2}{} | {:.2} | {:.0} / {:.0}{} | {errors}{} |\n",
+                "| {} | {c} | {thr:.2}{} | {cpu:.2}{} | {:.2} | {:.2} | {:.0} / {:.0}{} | {errors}{} |\n",
                 p.as_str(),
                 mark(thr >= 0.8),
                 mark(cpu >= 0.8),
                 m.3 / d.3,
+                v.3 / own.3,
                 v.5,
                 m.5,
                 mark(v.5 < 2000.0 && m.5 < 2000.0),
@@ -879,10 +920,16 @@ const COMPONENTS: &[(&str, &[&str], bool)] = &[
         false,
     ),
     (
-        "JSON decode: `admission::parse` (AdmissionReview<DynamicObject>)",
+        "JSON decode: kube's `AdmissionReview<DynamicObject>` (the decode baseline)",
+        &["serde_json::de::from_slice<kube_core::admission::AdmissionReview<kube_core::dynamic::DynamicObject>>"],
+        false,
+    ),
+    (
+        "JSON decode: `admission::parse` (the review, objects kept as text)",
         &["ha_guard::server::admission::parse"],
         false,
     ),
+    ("`admission::subject` (the typed subject, parse baseline)", &["ha_guard::server::admission::subject"], false),
     ("`admission::review`", &["ha_guard::server::admission::review"], false),
     (
         "of which: the typed subject (`subject_of`, both objects on UPDATE)",
@@ -903,7 +950,10 @@ const COMPONENTS: &[(&str, &[&str], bool)] = &[
     ("metrics (`server::record`)", &["ha_guard::server::record"], false),
     (
         "freeing the decoded request",
-        &["core::ptr::drop_in_place<kube_core::admission::AdmissionRequest<kube_core::dynamic::DynamicObject>>"],
+        &[
+            "core::ptr::drop_in_place<kube_core::admission::AdmissionRequest<kube_core::dynamic::DynamicObject>>",
+            "core::ptr::drop_in_place<ha_guard::server::admission::Request>",
+        ],
         false,
     ),
     (
@@ -918,7 +968,7 @@ fn profile_role(args: &[String]) {
     let body_name: String = arg(args, "--body", "deployment".to_string());
     let namespaces: usize = arg(args, "--namespaces", 10);
     let dir: PathBuf = arg(args, "--dir", PathBuf::from("target/load-profile"));
-    let only: Vec<String> = arg_list(args, "--targets", "transport,decode,validate,mutate");
+    let only: Vec<String> = arg_list(args, "--targets", "transport,decode,parse,validate,mutate");
     std::fs::create_dir_all(&dir).unwrap();
     for f in std::fs::read_dir(&dir).unwrap().flatten() {
         if f.file_name().to_string_lossy().starts_with("callgrind.") {
@@ -992,7 +1042,7 @@ fn profile_role(args: &[String]) {
     }
     md += "\n";
     for (name, functions, total) in &tables {
-        if **name != "validate" && **name != "mutate" && **name != "decode" {
+        if **name == "transport" {
             continue;
         }
         md += &format!(
