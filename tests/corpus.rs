@@ -1002,3 +1002,25 @@ fn the_binary_checks_the_whole_corpus_as_json() {
     );
     assert!(denied("pdb-blocks-eviction", "webhook-pdb"), "{}", serde_json::to_string_pretty(findings).unwrap());
 }
+
+/// Every YAML document of the corpus that `check`'s one-pass reader takes reads as serde-saphyr
+/// reads it, with the skeleton `locate` builds; and most are taken (real manifests are plain).
+#[test]
+fn the_one_pass_yaml_reader_agrees_with_serde_saphyr_on_every_document() {
+    let Some(corpus) = corpus() else { return };
+    let (mut taken, mut total) = (0, 0);
+    for f in corpus_files(&corpus).iter().filter(|f| !f.ends_with(".json")) {
+        let text = std::fs::read_to_string(path_in(&corpus, f)).expect("reads");
+        for (i, span) in load::split_documents(&text).into_iter().enumerate() {
+            let doc = &text[span];
+            let Ok(reference) = serde_saphyr::from_str::<Value>(doc) else { continue };
+            total += 1;
+            let Some((value, skeleton)) = check::yaml::parse_plain(doc, 7) else { continue };
+            taken += 1;
+            assert_eq!(value, reference, "{f} document {i}");
+            assert_eq!(skeleton, check::locate::parse(doc, 7), "{f} document {i}: the skeleton");
+        }
+    }
+    assert!(total >= 100, "{total} documents");
+    assert!(taken * 10 >= total * 9, "only {taken} of {total} corpus documents were read the one-pass way");
+}

@@ -7,7 +7,9 @@
 //! - each fix plan is add-only and applies (JSON Patch) to its document;
 //! - planning again on the patched, re-decoded documents (the view rebuilt from them) is empty;
 //! - `--fix` (`check::fix::apply`, on a scratch file) writes text whose documents are exactly the
-//!   patched documents, and checking that file again plans no fix.
+//!   patched documents, and checking that file again plans no fix;
+//! - every document the one-pass YAML reader (`check::yaml::parse_plain`) takes, serde-saphyr
+//!   takes too and reads to the same value, and its skeleton is the one `locate` builds.
 #![no_main]
 
 mod common;
@@ -39,6 +41,16 @@ static CONFIGS: LazyLock<[(&'static str, Config); 2]> = LazyLock::new(common::co
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data).into_owned();
+    for span in load::split_documents(&text) {
+        let doc = &text[span];
+        if let Some((value, skeleton)) = check::yaml::parse_plain(doc, 1) {
+            match serde_saphyr::from_str::<Value>(doc) {
+                Ok(reference) => assert_eq!(value, reference, "the one-pass reader reads {doc:?} differently"),
+                Err(e) => panic!("the one-pass reader takes {doc:?}, serde-saphyr refuses it: {e}"),
+            }
+            assert_eq!(skeleton, check::locate::parse(doc, 1), "the skeleton of {doc:?}");
+        }
+    }
     let mut loaded = Loaded::default();
     load::add_text(&mut loaded, "input.yaml".into(), None, text.clone(), false);
     for (name, config) in CONFIGS.iter() {

@@ -38,6 +38,9 @@ pub struct Source {
     pub text: String,
     /// Byte ranges of each document in `text` (YAML); the whole text for JSON.
     pub spans: Vec<std::ops::Range<usize>>,
+    /// Per document of `spans`, its skeleton when the first parse built it ([`super::yaml`]);
+    /// `locate` parses the others again when it needs them. Empty for JSON.
+    pub skeletons: Vec<Option<super::locate::Node>>,
 }
 
 /// Input that cannot be used: names the file and, where known, the document.
@@ -120,7 +123,7 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
             let origin = Origin { file: file.clone(), document: 0, item: None, line: 1, column: None };
             push_document(loaded, origin, value);
             let spans = std::iter::once(0..text.len()).collect();
-            loaded.sources.push(Source { file, path, json: true, text, spans });
+            loaded.sources.push(Source { file, path, json: true, text, spans, skeletons: Vec::new() });
             return;
         }
         if json_hint && let Err(e) = serde_json::from_str::<Value>(&text) {
@@ -129,33 +132,48 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
         }
     }
     let spans = split_documents(&text);
-    let parsed = parse_documents(&text, &spans);
-    // Line breaks before the current document, counted incrementally (the spans are in order):
-    // counting from the start of the text for each document would be quadratic in its length.
-    let (mut counted_to, mut breaks_before) = (0, 0);
-    for ((index, span), parsed) in spans.iter().enumerate().zip(parsed) {
-        let doc = &text[span.clone()];
-        breaks_before += text[counted_to..span.start].matches('\n').count();
+    // Line breaks before each document, counted incrementally (the spans are in order): counting
+    // from the start of the text for each document would be quadratic in its length.
+    let mut breaks_before = Vec::with_capacity(spans.len());
+    let (mut counted_to, mut breaks) = (0, 0);
+    for span in &spans {
+        breaks += text[counted_to..span.start].matches('\n').count();
         counted_to = span.start;
+        breaks_before.push(breaks);
+    }
+    let parsed = parse_documents(&text, &spans, &breaks_before);
+    let mut skeletons = Vec::with_capacity(spans.len());
+    for ((index, span), (parsed, breaks)) in spans.iter().enumerate().zip(parsed.into_iter().zip(breaks_before)) {
+        let doc = &text[span.clone()];
         // The line of the document's first content, past its `---` marker and comments.
         let skipped = doc.lines().take_while(|l| is_blank(l)).count();
-        let line = breaks_before + 1 + skipped;
-        let Some(parsed) = parsed else { continue };
+        let line = breaks + 1 + skipped;
+        let Some(parsed) = parsed else {
+            skeletons.push(None);
+            continue;
+        };
         match parsed {
-            Ok(Value::Null) => {}
-            Ok(value) => push_document(
-                loaded,
-                Origin { file: file.clone(), document: index, item: None, line, column: None },
-                value,
-            ),
-            Err(e) => loaded.errors.push(LoadError {
-                file: file.clone(),
-                document: Some(index),
-                message: format!("not valid YAML (document starts at line {line}): {}", one_line(&e)),
-            }),
+            Ok((value, skeleton)) => {
+                skeletons.push(skeleton);
+                if !value.is_null() {
+                    push_document(
+                        loaded,
+                        Origin { file: file.clone(), document: index, item: None, line, column: None },
+                        value,
+                    );
+                }
+            }
+            Err(e) => {
+                skeletons.push(None);
+                loaded.errors.push(LoadError {
+                    file: file.clone(),
+                    document: Some(index),
+                    message: format!("not valid YAML (document starts at line {line}): {}", one_line(&e)),
+                });
+            }
         }
     }
-    loaded.sources.push(Source { file, path, json: false, text, spans });
+    loaded.sources.push(Source { file, path, json: false, text, spans, skeletons });
 }
 
 /// Documents per thread below which work stays on the calling thread (a thread costs more than
@@ -180,13 +198,17 @@ pub(crate) fn map_on_cores<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + 
     })
 }
 
+type ParsedDocument = Result<(Value, Option<super::locate::Node>), String>;
+
 /// Parses each document of `text` (`None` for a blank one), in order, in contiguous chunks on
-/// every core.
-fn parse_documents(text: &str, spans: &[std::ops::Range<usize>]) -> Vec<Option<Result<Value, String>>> {
-    map_on_cores(spans, |span| {
-        let doc = &text[span.clone()];
-        (!is_blank(doc)).then(|| serde_saphyr::from_str::<Value>(doc).map_err(|e| e.to_string()))
-    })
+/// every core; `breaks_before[i]` is the number of line breaks before document `i`.
+fn parse_documents(
+    text: &str,
+    spans: &[std::ops::Range<usize>],
+    breaks_before: &[usize],
+) -> Vec<Option<ParsedDocument>> {
+    let jobs: Vec<(&str, usize)> = spans.iter().zip(breaks_before).map(|(span, &b)| (&text[span.clone()], b)).collect();
+    map_on_cores(&jobs, |&(doc, breaks)| (!is_blank(doc)).then(|| super::yaml::parse(doc, breaks)))
 }
 
 fn one_line(s: &str) -> String {

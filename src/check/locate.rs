@@ -23,7 +23,7 @@ pub struct Position {
 }
 
 impl Position {
-    fn of(span: &Span, line_offset: usize) -> Position {
+    pub(crate) fn of(span: &Span, line_offset: usize) -> Position {
         Position {
             line: span.start.line() + line_offset,
             column: span.start.col() + 1,
@@ -212,12 +212,17 @@ impl<'a> Locator<'a> {
     /// [`Locator::position`] and the first segment of `path` that is not in the file (`None` when
     /// the whole path is there).
     pub fn resolve(&mut self, origin: &Origin, path: &str) -> Option<(Position, Option<String>)> {
-        let key = (origin.file.clone(), origin.document);
-        if !self.cache.contains_key(&key) {
-            let tree = self.parse_document(origin);
-            self.cache.insert(key.clone(), tree);
-        }
-        let tree = self.cache.get(&key)?.as_ref()?;
+        let tree = match self.prebuilt(origin) {
+            Some(tree) => tree,
+            None => {
+                let key = (origin.file.clone(), origin.document);
+                if !self.cache.contains_key(&key) {
+                    let tree = self.parse_document(origin);
+                    self.cache.insert(key.clone(), tree);
+                }
+                self.cache.get(&key)?.as_ref()?
+            }
+        };
         let mut path_segments = Vec::new();
         if let Some(i) = origin.item {
             path_segments.push("items".to_string());
@@ -260,7 +265,9 @@ impl<'a> Locator<'a> {
         let wanted: Vec<&Origin> = origins
             .into_iter()
             .filter(|o| {
-                !self.cache.contains_key(&(o.file.clone(), o.document)) && seen.insert((o.file.as_str(), o.document))
+                self.prebuilt(o).is_none()
+                    && !self.cache.contains_key(&(o.file.clone(), o.document))
+                    && seen.insert((o.file.as_str(), o.document))
             })
             .collect();
         let keys: Vec<(String, usize)> = wanted.iter().map(|o| (o.file.clone(), o.document)).collect();
@@ -271,6 +278,12 @@ impl<'a> Locator<'a> {
         for (key, tree) in keys.into_iter().zip(trees) {
             self.cache.insert(key, tree);
         }
+    }
+
+    /// The skeleton the first parse built for the document `origin` names, if it did.
+    fn prebuilt(&self, origin: &Origin) -> Option<&'a Node> {
+        let source = &self.sources[*self.by_file.get(origin.file.as_str())?];
+        source.skeletons.get(origin.document)?.as_ref()
     }
 
     fn parse_document(&self, origin: &Origin) -> Option<Node> {
@@ -514,13 +527,24 @@ spec:
         }
         let l = loaded("many.yaml", &text);
         assert_eq!(l.documents.len(), 300);
-        let mut one_by_one = Locator::new(&l.sources);
+        // Without the skeletons of the first parse, so that the locator parses again.
+        let mut bare = l.sources.clone();
+        bare.iter_mut().for_each(|s| s.skeletons.clear());
+        let mut one_by_one = Locator::new(&bare);
         let expected: Vec<_> = l.documents.iter().map(|d| one_by_one.position(&d.origin, "spec.x")).collect();
-        let mut prefetched = Locator::new(&l.sources);
+        let mut prefetched = Locator::new(&bare);
         prefetched.prefetch(l.documents.iter().map(|d| &d.origin));
         assert_eq!(prefetched.cache.len(), 300);
         let found: Vec<_> = l.documents.iter().map(|d| prefetched.position(&d.origin, "spec.x")).collect();
         assert_eq!(found, expected);
         assert!(found.iter().all(Option::is_some));
+        // The skeletons the first parse built (on several threads) point at the same places, and
+        // nothing is parsed again.
+        assert!(l.sources[0].skeletons.iter().all(Option::is_some));
+        let mut prebuilt = Locator::new(&l.sources);
+        prebuilt.prefetch(l.documents.iter().map(|d| &d.origin));
+        let found: Vec<_> = l.documents.iter().map(|d| prebuilt.position(&d.origin, "spec.x")).collect();
+        assert_eq!(found, expected);
+        assert!(prebuilt.cache.is_empty(), "parsed again");
     }
 }

@@ -8,6 +8,7 @@ pub mod fix;
 pub mod load;
 pub mod locate;
 pub mod output;
+pub mod yaml;
 
 use std::collections::{BTreeMap, HashSet};
 
