@@ -14,7 +14,7 @@
 //! to the same value.
 
 use serde_json::{Map, Number, Value};
-use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, StructureStyle};
+use serde_saphyr::granit_parser::{self, Event, Parser, ScalarStyle, StructureStyle};
 
 use super::locate::{Node, Position};
 
@@ -22,6 +22,20 @@ use super::locate::{Node, Position};
 const MAX_DEPTH: usize = 60;
 /// serde-saphyr's budget allows 250,000 nodes and 1,000,000 events per document.
 const MAX_NODES: usize = 200_000;
+/// serde-saphyr's budget allows 64 MiB of scalar text per document.
+const MAX_DOCUMENT_BYTES: usize = 16 << 20;
+
+/// The parser options serde-saphyr runs the parser with under its default budget (its
+/// `Budget::parser_options`), so that the parser fails where it fails.
+fn parser_options() -> granit_parser::Options {
+    let mut options = granit_parser::Options::default();
+    options.simple_key_max_lookahead = 1024;
+    options.flow_nesting_limit = 255;
+    options.block_nesting_limit = options.block_nesting_limit.max(65);
+    options.emit_comments = true;
+    options.max_buffered_comment_events = 32;
+    options
+}
 
 /// A document's value, and its skeleton when the one-pass way read it (`None` when serde-saphyr
 /// did: `locate` then parses it again if a finding needs a position in it). Lines of the
@@ -112,7 +126,10 @@ pub fn parse_plain(doc: &str, line_offset: usize) -> Option<(Value, Option<Node>
     let mut stack: Vec<Open> = Vec::new();
     let mut root: Option<(Value, Node)> = None;
     let mut nodes = 0usize;
-    for event in Parser::new_from_str(doc) {
+    if doc.len() > MAX_DOCUMENT_BYTES {
+        return None;
+    }
+    for event in Parser::new_from_str_with_options(doc, parser_options()) {
         let (event, span) = event.ok()?;
         let at = Position::of(&span, line_offset);
         let done = match event {
@@ -319,6 +336,13 @@ mod tests {
         left("%YAML 1.2\n---\na: 1\n");
         left("a: [unclosed\n");
         left(&format!("{}x{}", "[".repeat(61), "]".repeat(61)));
+        // More comments in a row than serde-saphyr's parser buffers: it refuses the document.
+        let comments = format!("a: 1\n{}b: 2\n", "# c\n".repeat(40));
+        if serde_saphyr::from_str::<Value>(&comments).is_err() {
+            left(&comments);
+        } else {
+            same(&comments);
+        }
     }
 
     /// Through [`parse`], whatever the way: the same value as serde-saphyr, and its error.
