@@ -925,11 +925,7 @@ const COMPONENTS: &[(&str, &[&str], bool)] = &[
         ],
         false,
     ),
-    (
-        "JSON decode: kube's `AdmissionReview<DynamicObject>` (the decode baseline)",
-        &["load::kube_decode"],
-        false,
-    ),
+    ("JSON decode: kube's `AdmissionReview<DynamicObject>` (the decode baseline)", &["load::kube_decode"], false),
     (
         "JSON decode: `admission::parse` (the review, objects kept as text)",
         &["ha_guard::server::admission::parse", "ha_guard::server::admission::parse_counted"],
