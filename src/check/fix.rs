@@ -137,7 +137,7 @@ fn insert(text: &str, pointer: &str, value: &Value, json: bool) -> Option<String
     let (key, parent) = segments.split_last()?;
     let tree = locate::parse(text, 0)?;
     let Node::Map(_, flow, entries) = tree.get(parent)? else { return None };
-    if entries.iter().any(|(k, _, _)| k == key) {
+    if entries.iter().any(|(k, _, _)| **k == **key) {
         return None;
     }
     let (_, first, _) = entries.first()?;
@@ -148,7 +148,7 @@ fn insert(text: &str, pointer: &str, value: &Value, json: bool) -> Option<String
         let mut entry = serde_json::Map::new();
         entry.insert(key.clone(), value.clone());
         let rendered = serde_saphyr::to_string(&Value::Object(entry)).ok()?;
-        let indent = " ".repeat(first.column - 1);
+        let indent = " ".repeat(first.column as usize - 1);
         let mut block = String::new();
         for (i, line) in rendered.trim_end_matches('\n').lines().enumerate() {
             if i > 0 {
@@ -162,9 +162,9 @@ fn insert(text: &str, pointer: &str, value: &Value, json: bool) -> Option<String
         format!("{block}\n{indent}")
     };
     let mut out = String::with_capacity(text.len() + insertion.len());
-    out.push_str(text.get(..first.offset)?);
+    out.push_str(text.get(..first.offset as usize)?);
     out.push_str(&insertion);
-    out.push_str(&text[first.offset..]);
+    out.push_str(&text[first.offset as usize..]);
     Some(out)
 }
 

@@ -14,31 +14,34 @@ use serde_saphyr::granit_parser::{Event, Parser, Span, StructureStyle};
 use super::load::{Origin, Source};
 
 /// A position in a file: 1-based line and column (columns count characters), and the byte
-/// offset in the text that was parsed.
+/// offset in the text that was parsed. `u32`s, as a skeleton holds one per node (past 4 Gi they
+/// saturate; serde-saphyr reads at most 256 MiB).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Position {
-    pub line: usize,
-    pub column: usize,
-    pub offset: usize,
+    pub line: u32,
+    pub column: u32,
+    pub offset: u32,
 }
 
 impl Position {
     pub(crate) fn of(span: &Span, line_offset: usize) -> Position {
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         Position {
-            line: span.start.line() + line_offset,
-            column: span.start.col() + 1,
-            offset: span.start.byte_offset().unwrap_or_default(),
+            line: narrow(span.start.line() + line_offset),
+            column: narrow(span.start.col() + 1),
+            offset: narrow(span.start.byte_offset().unwrap_or_default()),
         }
     }
 }
 
-/// The skeleton of a YAML (or JSON) node: where it starts and what it contains.
+/// The skeleton of a YAML (or JSON) node: where it starts and what it contains. Boxed slices and
+/// strings, without spare capacity: `check` keeps one per document.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Node {
     /// Whether it is written in flow style (`{a: 1}`, as JSON is), and `(key, position of the
     /// key, value)` in source order. Non-scalar keys are kept as `""`.
-    Map(Position, bool, Vec<(String, Position, Node)>),
-    Seq(Position, Vec<Node>),
+    Map(Position, bool, Box<[(Box<str>, Position, Node)]>),
+    Seq(Position, Box<[Node]>),
     /// A scalar or an alias.
     Leaf(Position),
 }
@@ -67,7 +70,7 @@ impl Node {
             match node {
                 Node::Map(_, _, entries) => {
                     // The last occurrence wins, as it does when the document is decoded.
-                    let Some((_, key_at, value)) = entries.iter().rev().find(|(k, _, _)| k == segment) else {
+                    let Some((_, key_at, value)) = entries.iter().rev().find(|(k, _, _)| &**k == segment) else {
                         break;
                     };
                     at = *key_at;
@@ -93,7 +96,7 @@ impl Node {
         for segment in segments {
             let segment = segment.as_ref();
             node = match node {
-                Node::Map(_, _, entries) => &entries.iter().rev().find(|(k, _, _)| k == segment)?.2,
+                Node::Map(_, _, entries) => &entries.iter().rev().find(|(k, _, _)| &**k == segment)?.2,
                 Node::Seq(_, items) => items.get(segment.parse::<usize>().ok()?)?,
                 Node::Leaf(_) => return None,
             };
@@ -106,7 +109,7 @@ impl Node {
 /// the text is not valid YAML or holds no node.
 pub fn parse(text: &str, line_offset: usize) -> Option<Node> {
     enum Open {
-        Map(Position, bool, Vec<(String, Position, Node)>, Option<(String, Position)>),
+        Map(Position, bool, Vec<(Box<str>, Position, Node)>, Option<(Box<str>, Position)>),
         Seq(Position, Vec<Node>),
     }
     let mut stack: Vec<Open> = Vec::new();
@@ -118,7 +121,7 @@ pub fn parse(text: &str, line_offset: usize) -> Option<Node> {
             Some(Open::Seq(_, items)) => items.push(node),
             Some(Open::Map(_, _, entries, pending)) => match pending.take() {
                 Some((key, at)) => entries.push((key, at, node)),
-                None => *pending = Some((key_text.unwrap_or_default().to_string(), node.position())),
+                None => *pending = Some((key_text.unwrap_or_default().into(), node.position())),
             },
         }
     }
@@ -132,8 +135,8 @@ pub fn parse(text: &str, line_offset: usize) -> Option<Node> {
             Event::SequenceStart(..) => stack.push(Open::Seq(at, Vec::new())),
             Event::MappingEnd | Event::SequenceEnd => {
                 let node = match stack.pop()? {
-                    Open::Map(p, flow, entries, _) => Node::Map(p, flow, entries),
-                    Open::Seq(p, items) => Node::Seq(p, items),
+                    Open::Map(p, flow, entries, _) => Node::Map(p, flow, entries.into_boxed_slice()),
+                    Open::Seq(p, items) => Node::Seq(p, items.into_boxed_slice()),
                 };
                 attach(&mut stack, &mut root, node, None);
             }
@@ -239,7 +242,7 @@ impl<'a> Locator<'a> {
     /// `path`, or unchanged when it cannot be located.
     pub fn locate(&mut self, origin: &Origin, path: &str) -> Origin {
         match self.position(origin, path) {
-            Some(p) => Origin { line: p.line, column: Some(p.column), ..origin.clone() },
+            Some(p) => Origin { line: p.line as usize, column: Some(p.column as usize), ..origin.clone() },
             None => origin.clone(),
         }
     }
@@ -307,7 +310,7 @@ mod tests {
     use crate::check::load::{Loaded, add_text};
 
     fn line(text: &str, path: &str) -> usize {
-        parse(text, 0).expect("parses").locate(&segments(path)).line
+        parse(text, 0).expect("parses").locate(&segments(path)).line as usize
     }
 
     const DEPLOYMENT: &str = "\
@@ -422,10 +425,14 @@ spec:
     fn columns_are_one_based() {
         let p = parse(DEPLOYMENT, 0).unwrap().locate(&segments("spec.replicas"));
         assert_eq!((p.line, p.column), (7, 3));
-        assert_eq!(&DEPLOYMENT[p.offset..p.offset + 9], "replicas:", "byte offsets point at the key");
+        assert_eq!(&DEPLOYMENT[p.offset as usize..p.offset as usize + 9], "replicas:", "byte offsets point at the key");
         let text = "# é\nmetadata: {name: \"ñ\", labels: {app: web}}\n";
         let p = parse(text, 0).unwrap().locate(&segments("metadata.labels"));
-        assert_eq!(&text[p.offset..p.offset + 7], "labels:", "byte offsets past multi-byte characters");
+        assert_eq!(
+            &text[p.offset as usize..p.offset as usize + 7],
+            "labels:",
+            "byte offsets past multi-byte characters"
+        );
     }
 
     #[test]

@@ -215,7 +215,9 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
             }
             // Point at the finding's field, or its deepest ancestor present in the file.
             let (origin, missing) = match locator.resolve(&d.origin, &f.path) {
-                Some((at, missing)) => (Origin { line: at.line, column: Some(at.column), ..d.origin.clone() }, missing),
+                Some((at, missing)) => {
+                    (Origin { line: at.line as usize, column: Some(at.column as usize), ..d.origin.clone() }, missing)
+                }
                 None => (d.origin.clone(), None),
             };
             let snippet = locator.source_line(&origin.file, origin.line).map(str::to_string);

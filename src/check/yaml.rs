@@ -110,7 +110,7 @@ enum Open {
         map: Map<String, Value>,
         at: Position,
         flow: bool,
-        entries: Vec<(String, Position, Node)>,
+        entries: Vec<(Box<str>, Position, Node)>,
         key: Option<(String, Position)>,
     },
     Seq {
@@ -157,12 +157,12 @@ pub fn parse_plain(doc: &str, line_offset: usize) -> Option<(Value, Option<Node>
             }
             Event::MappingEnd => match stack.pop()? {
                 Open::Map { map, at, flow, entries, key: None } => {
-                    Some((Value::Object(map), Node::Map(at, flow, entries)))
+                    Some((Value::Object(map), Node::Map(at, flow, entries.into_boxed_slice())))
                 }
                 _ => return None,
             },
             Event::SequenceEnd => match stack.pop()? {
-                Open::Seq { items, at, nodes } => Some((Value::Array(items), Node::Seq(at, nodes))),
+                Open::Seq { items, at, nodes } => Some((Value::Array(items), Node::Seq(at, nodes.into_boxed_slice()))),
                 Open::Map { .. } => return None,
             },
             Event::Scalar(text, style, anchor, tag) => {
@@ -212,8 +212,8 @@ pub fn parse_plain(doc: &str, line_offset: usize) -> Option<(Value, Option<Node>
             }
             Some(Open::Map { map, entries, key, .. }) => {
                 let (k, key_at) = key.take()?;
-                map.insert(k.clone(), value);
-                entries.push((k, key_at, node));
+                entries.push((k.as_str().into(), key_at, node));
+                map.insert(k, value);
             }
         }
     }
