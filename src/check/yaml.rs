@@ -141,7 +141,7 @@ pub fn parse_plain(doc: &str, line_offset: usize) -> Option<(Value, Option<Node>
                 None
             }
             Event::MappingStart(style, anchor, tag) => {
-                if anchor != 0 || tag.is_some() || stack.len() >= MAX_DEPTH || expects_key(&stack) || root.is_some() {
+                if !may_open(&stack, anchor, tag.is_some()) || root.is_some() {
                     return None;
                 }
                 let flow = style == StructureStyle::Flow;
@@ -149,7 +149,7 @@ pub fn parse_plain(doc: &str, line_offset: usize) -> Option<(Value, Option<Node>
                 None
             }
             Event::SequenceStart(_, anchor, tag) => {
-                if anchor != 0 || tag.is_some() || stack.len() >= MAX_DEPTH || expects_key(&stack) || root.is_some() {
+                if !may_open(&stack, anchor, tag.is_some()) || root.is_some() {
                     return None;
                 }
                 stack.push(Open::Seq { items: Vec::new(), at, nodes: Vec::new() });
@@ -224,6 +224,12 @@ pub fn parse_plain(doc: &str, line_offset: usize) -> Option<(Value, Option<Node>
         Some((value, node)) => (value, Some(node)),
         None => (Value::Null, None),
     })
+}
+
+/// Whether a collection may start here and still be read the one-pass way: untagged, not
+/// anchored, within the depth limit, and not a (non-string) key.
+fn may_open(stack: &[Open], anchor: usize, tagged: bool) -> bool {
+    anchor == 0 && !tagged && stack.len() < MAX_DEPTH && !expects_key(stack)
 }
 
 /// Whether the next node read is a key of the innermost map.
