@@ -1,6 +1,7 @@
-//! `check`'s one-pass YAML reader (`check::yaml`) against serde-saphyr: whatever it takes, it must
-//! read exactly as serde-saphyr does (same value; serde-saphyr must accept it too), with the
-//! skeleton `locate` builds. The corpus test does the same over `../shared/corpus`.
+//! `check`'s fast YAML readers (`check::yaml`: the block reader and the one-pass event reader)
+//! against serde-saphyr: whatever they take, they must read exactly as serde-saphyr does (same
+//! value; serde-saphyr must accept it too), with the skeleton `locate` builds. The corpus test
+//! does the same over `../shared/corpus`.
 
 use std::path::{Path, PathBuf};
 
@@ -17,6 +18,17 @@ fn agrees(doc: &str, what: &str) -> bool {
         Err(e) => panic!("{what}: taken the one-pass way, but serde-saphyr refuses it ({e}): {doc:?}"),
     }
     assert_eq!(skeleton, locate::parse(doc, 2), "{what}: the skeleton of {doc:?}");
+    true
+}
+
+/// Holds the block reader to serde-saphyr on `doc`; whether it took it.
+fn block_agrees(doc: &str, what: &str) -> bool {
+    let Some((value, skeleton)) = yaml::parse_block(doc, 2) else { return false };
+    match serde_saphyr::from_str::<Value>(doc) {
+        Ok(reference) => assert_eq!(value, reference, "{what}: {doc:?}"),
+        Err(e) => panic!("{what}: taken by the block reader, but serde-saphyr refuses it ({e}): {doc:?}"),
+    }
+    assert_eq!(Some(skeleton), locate::parse(doc, 2), "{what}: the block reader's skeleton of {doc:?}");
     true
 }
 
@@ -40,16 +52,18 @@ fn the_repositorys_manifests_read_the_same_both_ways() {
             yaml_files(&root.join(dir), &mut files);
         }
     }
-    let (mut taken, mut total) = (0, 0);
+    let (mut taken, mut block, mut total) = (0, 0, 0);
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
         for span in load::split_documents(&text) {
             total += 1;
-            taken += usize::from(agrees(&text[span], &file.display().to_string()));
+            taken += usize::from(agrees(&text[span.clone()], &file.display().to_string()));
+            block += usize::from(block_agrees(&text[span], &file.display().to_string()));
         }
     }
     assert!(total >= 20, "{total} documents in {} files", files.len());
     assert!(taken * 10 >= total * 8, "only {taken} of {total} documents were read the one-pass way");
+    assert!(block * 10 >= total * 7, "only {block} of {total} documents were read by the block reader");
 }
 
 /// Scalars as they are written: plain spellings of every kind serde-saphyr tells apart (nulls,
@@ -163,20 +177,152 @@ fn document() -> impl Strategy<Value = String> {
     prop::collection::vec(entry, 0..6).prop_map(|entries| entries.concat())
 }
 
+/// Values as block manifests write them: scalars, quoted text with escapes, one-line flow
+/// collections, literal block scalars, and the spellings the block reader must leave alone.
+fn block_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => scalar(),
+        1 => prop::sample::select(vec![
+            "\"a\\\"b\"",
+            "\"tab\\there\"",
+            "\"nl\\n\"",
+            "\"\\u0041\"",
+            "\"x\\ y\"",
+            "'it''s'",
+            "''",
+            "\"a: b\"",
+            "\"# not a comment\"",
+            "\"unclosed",
+            "'also unclosed",
+            "\"é ü\"",
+            "naïve",
+            "a # comment",
+            "a #b",
+            "a:b",
+            "a: b",
+            "x:",
+            "[a, \"b\", 'c']",
+            "[a,b]",
+            "[a, ]",
+            "[ ]",
+            "[[a], {b: c}]",
+            "{a: 1, \"b\": [x]}",
+            "{a: 1, a: 2}",
+            "{\"a\":1}",
+            "{a}",
+            "[a: b]",
+            "[null, ~]",
+            "[\"a\" # c]",
+            "[a] # c",
+            "{} # c",
+            "[a] b",
+            "\"q\" tail",
+            "|",
+            "|-",
+            "|+",
+            "|2",
+            ">",
+            ">-",
+            "| # c",
+            "&anchor x",
+            "!tag x",
+            "- x",
+            "-x",
+            "@x",
+            "`x`",
+            "%x",
+        ])
+        .prop_map(str::to_string),
+    ]
+}
+
+/// Lines of a block scalar body or of a multi-line value, indented by the caller.
+fn body() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec(
+        prop::sample::select(vec!["line", "  more", "", "# hash", "x: y", "- dash", "   ", "tail  "])
+            .prop_map(str::to_string),
+        0..4,
+    )
+}
+
+/// A block-style document, as kubectl, Helm and kustomize write them: nested maps, indented and
+/// indentless sequences, sequences of maps, comments, blank lines, and the odd things around
+/// them (multi-line scalars, empty items, uneven indentation, duplicate keys).
+fn block_document() -> impl Strategy<Value = String> {
+    let leaf = (key(), block_value(), body(), 0..12usize, 1..4usize).prop_map(|(k, v, body, shape, step)| {
+        let pad = " ".repeat(step);
+        let lines = |indent: &str| body.iter().map(|l| format!("{indent}{l}\n")).collect::<String>();
+        match shape {
+            0..=3 => format!("{k}: {v}\n"),
+            4 => format!("{k}: {v}\n{}", lines(&pad)),
+            5 => format!("{k}:\n{pad}inner: {v}\n{pad}{k}2: x  # trailing\n"),
+            6 => format!("{k}:\n- {v}\n-\n- name: {v}\n  other: {v}\n"),
+            7 => format!("{k}:\n{pad}- {v}\n{pad}- - n\n{pad}-   spaced: {v}\n{pad}    more: 1\n"),
+            8 => format!("{k}: |\n{}", lines(&format!("{pad}  "))),
+            9 => format!("{k}: |-\n{pad}first\n{}", lines(&format!("{pad} "))),
+            10 => format!("# comment\n\n{k}: {v}\n   # indented comment\n"),
+            _ => format!("{k}:\n{pad}- {v}\n{}{pad}- x\n", lines(&pad)),
+        }
+    });
+    (prop::collection::vec(leaf, 1..6), 0..4usize, any::<bool>()).prop_map(|(entries, wrap, marker)| {
+        let body = entries.concat();
+        let doc = match wrap {
+            // As a map inside a map, and as the first map of a sequence.
+            1 => format!("outer:\n{}", body.lines().map(|l| format!("  {l}\n")).collect::<String>()),
+            2 => format!("- {}", body.lines().collect::<Vec<_>>().join("\n  ") + "\n"),
+            _ => body,
+        };
+        if marker { format!("--- # doc\n{doc}") } else { doc }
+    })
+}
+
+proptest! {
+    // About one in seven generated documents is one the block reader takes.
+    #![proptest_config(ProptestConfig { cases: 10_000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn generated_block_documents_read_the_same_every_way(doc in block_document()) {
+        block_agrees(&doc, "generated block");
+        agrees(&doc, "generated block");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
 
     #[test]
     fn generated_documents_read_the_same_both_ways(doc in document()) {
         agrees(&doc, "generated");
+        block_agrees(&doc, "generated");
     }
 
     #[test]
     fn a_lone_plain_scalar_reads_the_same_both_ways(s in scalar()) {
-        agrees(&format!("v: {s}\n"), "scalar");
-        agrees(&format!("- {s}\n"), "scalar in a sequence");
-        agrees(&format!("{{v: {s}}}"), "scalar in a flow map");
+        for (doc, what) in [
+            (format!("v: {s}\n"), "scalar"),
+            (format!("- {s}\n"), "scalar in a sequence"),
+            (format!("{{v: {s}}}"), "scalar in a flow map"),
+            (format!("v: [{s}]\n"), "scalar in a flow sequence"),
+            (format!("v: {{k: {s}}}\n"), "scalar in a flow map value"),
+            (format!("{s}: v\n"), "scalar as a key"),
+        ] {
+            agrees(&doc, what);
+            block_agrees(&doc, what);
+        }
     }
+}
+
+/// The block generator reaches both the block reader and the ways after it: the property above
+/// is not vacuous.
+#[test]
+fn the_generated_block_documents_reach_every_way() {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let (mut taken, mut left) = (0, 0);
+    for _ in 0..2000 {
+        let doc = block_document().new_tree(&mut runner).unwrap().current();
+        if block_agrees(&doc, "generated block") { taken += 1 } else { left += 1 }
+    }
+    assert!(taken > 200 && left > 200, "taken {taken}, left {left}");
 }
 
 /// The generators reach both ways: the property above is not vacuous.

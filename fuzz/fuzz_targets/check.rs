@@ -8,8 +8,9 @@
 //! - planning again on the patched, re-decoded documents (the view rebuilt from them) is empty;
 //! - `--fix` (`check::fix::apply`, on a scratch file) writes text whose documents are exactly the
 //!   patched documents, and checking that file again plans no fix;
-//! - every document the one-pass YAML reader (`check::yaml::parse_plain`) takes, serde-saphyr
-//!   takes too and reads to the same value, and its skeleton is the one `locate` builds.
+//! - every document the block YAML reader (`check::yaml::parse_block`) or the one-pass reader
+//!   (`check::yaml::parse_plain`) takes, serde-saphyr takes too and reads to the same value, and
+//!   its skeleton is the one `locate` builds.
 #![no_main]
 
 mod common;
@@ -43,6 +44,13 @@ fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data).into_owned();
     for span in load::split_documents(&text) {
         let doc = &text[span];
+        if let Some((value, skeleton)) = check::yaml::parse_block(doc, 1) {
+            match serde_saphyr::from_str::<Value>(doc) {
+                Ok(reference) => assert_eq!(value, reference, "the block reader reads {doc:?} differently"),
+                Err(e) => panic!("the block reader takes {doc:?}, serde-saphyr refuses it: {e}"),
+            }
+            assert_eq!(Some(skeleton), check::locate::parse(doc, 1), "the block reader's skeleton of {doc:?}");
+        }
         if let Some((value, skeleton)) = check::yaml::parse_plain(doc, 1) {
             match serde_saphyr::from_str::<Value>(doc) {
                 Ok(reference) => assert_eq!(value, reference, "the one-pass reader reads {doc:?} differently"),

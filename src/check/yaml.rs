@@ -18,6 +18,9 @@ use serde_saphyr::granit_parser::{self, Event, Parser, ScalarStyle, StructureSty
 
 use super::locate::{Node, Position};
 
+mod block;
+pub use block::parse_block;
+
 /// Deeper than this, serde-saphyr's budget (64) is near: leave it to serde-saphyr.
 const MAX_DEPTH: usize = 60;
 /// serde-saphyr's budget allows 250,000 nodes and 1,000,000 events per document.
@@ -41,6 +44,9 @@ fn parser_options() -> granit_parser::Options {
 /// did: `locate` then parses it again if a finding needs a position in it). Lines of the
 /// skeleton are shifted by `line_offset`.
 pub fn parse(doc: &str, line_offset: usize) -> Result<(Value, Option<Node>), String> {
+    if let Some((value, skeleton)) = parse_block(doc, line_offset) {
+        return Ok((value, Some(skeleton)));
+    }
     match parse_plain(doc, line_offset) {
         Some((value, skeleton)) => Ok((value, skeleton)),
         None => serde_saphyr::from_str::<Value>(doc).map(|v| (v, None)).map_err(|e| e.to_string()),
