@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, PodTemp
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::defaults;
@@ -250,6 +250,70 @@ pub fn type_of(value: &Value) -> Option<(&str, &str)> {
 pub fn decode(value: &Value, default_namespace: &str) -> Result<Option<Object>, DecodeError> {
     let Some((api_version, kind_name)) = type_of(value) else { return Ok(None) };
     let Some(kind) = Kind::from_type(api_version, kind_name) else { return Ok(None) };
+    if decodes_as_written(value, kind, api_version) {
+        decode_as_written(value, kind, kind_name, default_namespace).map(Some)
+    } else {
+        decode_rewriting(value, kind, api_version, kind_name, default_namespace).map(Some)
+    }
+}
+
+/// Most manifests: decoded straight from the tree (no copy of it), the namespace defaulted on the
+/// typed object.
+fn decode_as_written(
+    value: &Value,
+    kind: Kind,
+    kind_name: &str,
+    default_namespace: &str,
+) -> Result<Object, DecodeError> {
+    let err = |e: serde_json::Error| DecodeError { kind: kind_name.to_string(), reason: e.to_string() };
+    let namespaced = !matches!(kind, Kind::Node | Kind::Namespace);
+    let fill = |meta: &mut ObjectMeta| {
+        if namespaced && meta.namespace.as_deref().is_none_or(str::is_empty) {
+            meta.namespace = Some(default_namespace.to_string());
+        }
+    };
+    let object = match kind {
+        Kind::Deployment => {
+            let mut d = Deployment::deserialize(value).map_err(err)?;
+            fill(&mut d.metadata);
+            Object::Subject(Subject::Workload(Box::new(defaults::deployment(d))))
+        }
+        Kind::StatefulSet => {
+            let mut s = StatefulSet::deserialize(value).map_err(err)?;
+            fill(&mut s.metadata);
+            Object::Subject(Subject::Workload(Box::new(defaults::stateful_set(s))))
+        }
+        Kind::PodDisruptionBudget => {
+            let mut p = PodDisruptionBudget::deserialize(value).map_err(err)?;
+            fill(&mut p.metadata);
+            Object::Subject(Subject::Pdb(Box::new(p)))
+        }
+        Kind::HorizontalPodAutoscaler => {
+            let mut h = HorizontalPodAutoscaler::deserialize(value).map_err(err)?;
+            fill(&mut h.metadata);
+            defaults::hpa(&mut h);
+            Object::Subject(Subject::Hpa(Box::new(h)))
+        }
+        Kind::PersistentVolumeClaim => {
+            let mut c = PersistentVolumeClaim::deserialize(value).map_err(err)?;
+            fill(&mut c.metadata);
+            Object::Pvc(Box::new(c))
+        }
+        Kind::Node => Object::Node(Box::new(Node::deserialize(value).map_err(err)?)),
+        Kind::Namespace => Object::Namespace(Box::new(Namespace::deserialize(value).map_err(err)?)),
+    };
+    Ok(object)
+}
+
+/// A copy of the tree with the namespace defaulted and missing workload fields filled in (or an
+/// autoscaling/v1 HPA made v2), then decoded.
+fn decode_rewriting(
+    value: &Value,
+    kind: Kind,
+    api_version: &str,
+    kind_name: &str,
+    default_namespace: &str,
+) -> Result<Object, DecodeError> {
     let err = |e: serde_json::Error| DecodeError { kind: kind_name.to_string(), reason: e.to_string() };
     let mut value = value.clone();
     if !matches!(kind, Kind::Node | Kind::Namespace) {
@@ -285,7 +349,31 @@ pub fn decode(value: &Value, default_namespace: &str) -> Result<Option<Object>, 
         Kind::Node => Object::Node(Box::new(serde_json::from_value(value).map_err(err)?)),
         Kind::Namespace => Object::Namespace(Box::new(serde_json::from_value(value).map_err(err)?)),
     };
-    Ok(Some(object))
+    Ok(object)
+}
+
+/// Whether `value` decodes into its type as it is: what the rewriting way below would change
+/// (a missing `metadata`, a namespace that is not a string, the workload fields kustomize bases
+/// leave out, an autoscaling/v1 HPA) is absent.
+fn decodes_as_written(value: &Value, kind: Kind, api_version: &str) -> bool {
+    let Some(meta) = value.get("metadata").and_then(Value::as_object) else { return false };
+    if !meta.get("namespace").is_none_or(|ns| ns.is_string() || ns.is_null()) {
+        return false;
+    }
+    match kind {
+        Kind::HorizontalPodAutoscaler => api_version != "autoscaling/v1",
+        Kind::Deployment | Kind::StatefulSet => {
+            let present = |v: Option<&Value>| v.is_some_and(|v| !v.is_null());
+            let Some(spec) = value.get("spec").and_then(Value::as_object) else { return false };
+            let template = spec.get("template");
+            present(spec.get("selector"))
+                && present(template)
+                && template.and_then(Value::as_object).is_none_or(|t| {
+                    t.get("spec").is_some_and(|pod| pod.as_object().is_none_or(|p| present(p.get("containers"))))
+                })
+        }
+        _ => true,
+    }
 }
 
 fn set_default_namespace(value: &mut Value, default_namespace: &str) {
@@ -344,4 +432,121 @@ fn strip_v1_hpa_fields(mut value: Value, api_version: &str) -> Value {
         }
     }
     value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both ways of decoding, on a value the direct way takes: the same object, or the same error.
+    fn both_ways(value: &Value) -> (String, String) {
+        let (api_version, kind_name) = type_of(value).unwrap();
+        let kind = Kind::from_type(api_version, kind_name).unwrap();
+        assert!(decodes_as_written(value, kind, api_version), "{value}");
+        let show = |r: Result<Object, DecodeError>| match r {
+            Ok(o) => format!("{o:?}"),
+            Err(e) => format!("error: {e}"),
+        };
+        (
+            show(decode_as_written(value, kind, kind_name, "fallback")),
+            show(decode_rewriting(value, kind, api_version, kind_name, "fallback")),
+        )
+    }
+
+    #[test]
+    fn decoding_in_place_gives_what_decoding_a_rewritten_copy_gives() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut taken = 0;
+        for dir in ["examples", "manifests", "tests/fixtures"] {
+            let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+            for path in entries.flatten().map(|e| e.path()) {
+                let Ok(text) = std::fs::read_to_string(&path) else { continue };
+                // Manifests, and the objects of AdmissionReview fixtures.
+                let values: Vec<Value> = match path.extension().and_then(|e| e.to_str()) {
+                    Some("yaml" | "yml") => crate::check::load::split_documents(&text)
+                        .into_iter()
+                        .filter_map(|span| serde_saphyr::from_str::<Value>(&text[span]).ok())
+                        .collect(),
+                    Some("json") => serde_json::from_str::<Value>(&text)
+                        .ok()
+                        .and_then(|review| review.get("request").cloned())
+                        .map(|r| ["object", "oldObject"].iter().filter_map(|k| r.get(k).cloned()).collect())
+                        .unwrap_or_default(),
+                    _ => Vec::new(),
+                };
+                for value in values {
+                    let Some((api_version, kind_name)) = type_of(&value) else { continue };
+                    let Some(kind) = Kind::from_type(api_version, kind_name) else { continue };
+                    if decodes_as_written(&value, kind, api_version) {
+                        let (direct, rewritten) = both_ways(&value);
+                        assert_eq!(direct, rewritten, "{}", path.display());
+                        taken += 1;
+                    }
+                }
+            }
+        }
+        assert!(taken >= 10, "only {taken} manifests decoded in place");
+    }
+
+    #[test]
+    fn the_namespace_is_defaulted_either_way() {
+        for namespace in [serde_json::json!("team-a"), serde_json::json!(""), Value::Null] {
+            for kind in ["PodDisruptionBudget", "Namespace"] {
+                let api_version = if kind == "Namespace" { "v1" } else { "policy/v1" };
+                let value = serde_json::json!({
+                    "apiVersion": api_version, "kind": kind,
+                    "metadata": {"name": "x", "namespace": namespace},
+                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"a": "b"}}}
+                });
+                let (direct, rewritten) = both_ways(&value);
+                assert_eq!(direct, rewritten, "{value}");
+            }
+            let mut value = serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "x"}, "spec": {"maxUnavailable": "10%"}});
+            if !namespace.is_null() {
+                value["metadata"]["namespace"] = namespace.clone();
+            }
+            let Some(Object::Subject(subject)) = decode(&value, "fallback").unwrap() else { panic!() };
+            let want = if namespace == "team-a" { "team-a" } else { "fallback" };
+            assert_eq!(subject.id().namespace, want, "{value}");
+        }
+    }
+
+    #[test]
+    fn a_bad_field_is_the_same_error_either_way() {
+        let value = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "x"},
+            "spec": {"replicas": "three", "selector": {}, "template": {"spec": {"containers": []}}}});
+        let (direct, rewritten) = both_ways(&value);
+        assert!(direct.starts_with("error: Deployment does not decode: invalid type"), "{direct}");
+        assert_eq!(direct, rewritten);
+    }
+
+    #[test]
+    fn what_needs_rewriting_is_not_decoded_in_place() {
+        let workload = |spec: Value| {
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "x"}, "spec": spec})
+        };
+        let full = serde_json::json!({"selector": {}, "template": {"spec": {"containers": []}}});
+        assert!(decodes_as_written(&workload(full), Kind::Deployment, "apps/v1"));
+        for spec in [
+            serde_json::json!({"template": {"spec": {"containers": []}}}),
+            serde_json::json!({"selector": null, "template": {"spec": {"containers": []}}}),
+            serde_json::json!({"selector": {}}),
+            serde_json::json!({"selector": {}, "template": {}}),
+            serde_json::json!({"selector": {}, "template": {"spec": {}}}),
+            Value::Null,
+        ] {
+            assert!(!decodes_as_written(&workload(spec.clone()), Kind::Deployment, "apps/v1"), "{spec}");
+        }
+        let no_meta = serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget"});
+        assert!(!decodes_as_written(&no_meta, Kind::PodDisruptionBudget, "policy/v1"));
+        let odd_ns = serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"namespace": 7}});
+        assert!(!decodes_as_written(&odd_ns, Kind::PodDisruptionBudget, "policy/v1"));
+        let v1 = serde_json::json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "h"}});
+        assert!(!decodes_as_written(&v1, Kind::HorizontalPodAutoscaler, "autoscaling/v1"));
+    }
 }
