@@ -35,6 +35,10 @@ use ha_guard::{decide, engine, mutations};
 mod common;
 use common::mix;
 
+/// The allocator of the `ha-guard` binary (src/main.rs), so that the bench measures what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const NAMESPACES: usize = 100;
 const SIZES: [usize; 3] = [1_000, 10_000, 50_000];
 

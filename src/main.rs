@@ -8,6 +8,12 @@ use ha_guard::catalogue;
 use ha_guard::check::{self, Options, load, output};
 use ha_guard::config::Config;
 
+/// mimalloc instead of the system allocator: `check` builds and frees millions of small values
+/// (JSON trees, typed objects) on every core, where glibc's malloc spent a third of the time
+/// (benches/README.md, "check").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "ha-guard",
