@@ -224,6 +224,13 @@ struct NamespaceIndex {
     /// the index holds no copy of the label strings.
     by_label: HashMap<u64, Carriers>,
     label_hasher: RandomState,
+    /// Hash of the first `matchLabels` pair of a workload's spread selector → workloads with
+    /// such a selector: only they can spread over pods carrying that pair. Same hashing as
+    /// `by_label`.
+    spread_by_label: HashMap<u64, Carriers>,
+    /// Workloads with a spread selector that has no `matchLabels` (expressions only): they may
+    /// spread over pods with any labels, so they are always candidates.
+    spread_by_expressions: HashSet<(Kind, String)>,
     pdbs: BTreeMap<String, Arc<PdbInfo>>,
     hpas: BTreeMap<String, Arc<HpaInfo>>,
     /// Workload (kind, name) → names of HPAs targeting it, sorted (nearly always one).
@@ -236,16 +243,63 @@ impl NamespaceIndex {
         self.label_hasher.hash_one((key, value))
     }
 
+    /// Per spread selector of `w`: the hash its `spread_by_label` entry is under, or `None` for
+    /// one without `matchLabels`.
+    fn spread_keys(&self, w: &WorkloadInfo) -> Vec<Option<u64>> {
+        w.spread_selectors
+            .iter()
+            .map(|s| s.match_labels.as_ref().and_then(|m| m.iter().next()).map(|(k, v)| self.label_hash(k, v)))
+            .collect()
+    }
+
+    fn add_workload(&mut self, info: Arc<WorkloadInfo>) {
+        let key = (info.id.kind, info.id.name.clone());
+        let hashes: Vec<u64> = info.template_labels.iter().map(|(k, v)| self.label_hash(k, v)).collect();
+        for hash in hashes {
+            add_carrier(&mut self.by_label, hash, &key);
+        }
+        for spread in self.spread_keys(&info) {
+            match spread {
+                Some(hash) => add_carrier(&mut self.spread_by_label, hash, &key),
+                None => {
+                    self.spread_by_expressions.insert(key.clone());
+                }
+            }
+        }
+        self.workloads.insert(key, info);
+    }
+
     fn remove_workload(&mut self, key: &(Kind, String)) {
         let Some(old) = self.workloads.remove(key) else { return };
         for (k, v) in &old.template_labels {
             let hash = self.label_hash(k, v);
-            if let Some(carriers) = self.by_label.get_mut(&hash)
-                && carriers.remove(key)
-            {
-                self.by_label.remove(&hash);
+            remove_carrier(&mut self.by_label, hash, key);
+        }
+        for spread in self.spread_keys(&old) {
+            match spread {
+                Some(hash) => remove_carrier(&mut self.spread_by_label, hash, key),
+                None => {
+                    self.spread_by_expressions.remove(key);
+                }
             }
         }
+    }
+}
+
+fn add_carrier(index: &mut HashMap<u64, Carriers>, hash: u64, key: &(Kind, String)) {
+    match index.entry(hash) {
+        Entry::Vacant(e) => {
+            e.insert(Carriers::One(key.clone()));
+        }
+        Entry::Occupied(mut e) => e.get_mut().insert(key),
+    }
+}
+
+fn remove_carrier(index: &mut HashMap<u64, Carriers>, hash: u64, key: &(Kind, String)) {
+    if let Some(carriers) = index.get_mut(&hash)
+        && carriers.remove(key)
+    {
+        index.remove(&hash);
     }
 }
 
@@ -342,18 +396,7 @@ impl Index {
     pub fn upsert_workload(&mut self, info: impl Into<Arc<WorkloadInfo>>) {
         let info = info.into();
         self.remove_workload(info.id.kind, &info.id.namespace, &info.id.name);
-        let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
-        let key = (info.id.kind, info.id.name.clone());
-        for (k, v) in &info.template_labels {
-            let hash = ns.label_hash(k, v);
-            match ns.by_label.entry(hash) {
-                Entry::Vacant(e) => {
-                    e.insert(Carriers::One(key.clone()));
-                }
-                Entry::Occupied(mut e) => e.get_mut().insert(&key),
-            }
-        }
-        ns.workloads.insert(key, info);
+        self.namespaces.entry(info.id.namespace.clone()).or_default().add_workload(info);
     }
 
     pub fn remove_workload(&mut self, kind: Kind, namespace: &str, name: &str) {
@@ -516,10 +559,24 @@ impl View for Index {
     }
 
     fn workloads_spreading_over(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<WorkloadInfo>> {
-        // Asked once per workload checked: filtering before copying and sorting keeps this one
-        // selector match per workload of the namespace (most have no match).
+        // Asked once per workload checked: only workloads with a spread selector whose first
+        // `matchLabels` pair is among `labels` (or with expressions only) can match, so those
+        // alone are matched, not every workload of the namespace.
         let Some(ns) = self.namespaces.get(namespace) else { return Vec::new() };
-        let mut found: Vec<_> = ns.workloads.values().filter(|w| spreads_over(w, labels)).cloned().collect();
+        let mut candidates: Vec<&(Kind, String)> = ns.spread_by_expressions.iter().collect();
+        for (k, v) in labels {
+            if let Some(carriers) = ns.spread_by_label.get(&ns.label_hash(k, v)) {
+                candidates.extend(carriers.iter());
+            }
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        let mut found: Vec<_> = candidates
+            .into_iter()
+            .filter_map(|key| ns.workloads.get(key))
+            .filter(|w| spreads_over(w, labels))
+            .cloned()
+            .collect();
         found.sort_by(|a, b| a.id.cmp(&b.id));
         found
     }
@@ -729,6 +786,48 @@ mod tests {
             match_expressions: None,
         };
         index.workloads_selected_by("ns", &sel).iter().map(|w| w.id.name.clone()).collect()
+    }
+
+    /// The spread index finds exactly what matching every workload of the namespace finds,
+    /// through upserts that change selectors and removals.
+    #[test]
+    fn spread_index_finds_what_a_full_scan_finds() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+        let mut seed = 7u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let pair = |i: u64| (["app", "tier", "zone"][(i % 3) as usize].to_string(), format!("v{}", i / 3 % 3));
+        let mut index = Index::new();
+        for round in 0..40 {
+            let name = format!("w{}", next(12));
+            if round % 5 == 4 {
+                index.remove_workload(Kind::Deployment, "ns", &name);
+                continue;
+            }
+            let mut w = workload(&name, &[]);
+            w.template_labels = (0..next(3)).map(|_| pair(next(9))).collect();
+            w.spread_selectors = (0..next(3))
+                .map(|_| {
+                    let labels: BTreeMap<String, String> = (0..next(3)).map(|_| pair(next(9))).collect();
+                    let expressions = (next(3) == 0).then(|| {
+                        vec![LabelSelectorRequirement { key: pair(next(9)).0, operator: "Exists".into(), values: None }]
+                    });
+                    Arc::new(LabelSelector { match_labels: Some(labels), match_expressions: expressions })
+                })
+                .filter(|s| !selector::is_empty(s))
+                .collect();
+            index.upsert_workload(w);
+            for _ in 0..10 {
+                let labels: BTreeMap<String, String> = (0..next(4)).map(|_| pair(next(9))).collect();
+                let ids = |ws: Vec<Arc<WorkloadInfo>>| ws.iter().map(|w| w.id.name.clone()).collect::<Vec<_>>();
+                let mut scanned: Vec<_> =
+                    index.workloads_in("ns").into_iter().filter(|w| spreads_over(w, &labels)).collect();
+                scanned.sort_by(|a, b| a.id.cmp(&b.id));
+                assert_eq!(ids(index.workloads_spreading_over("ns", &labels)), ids(scanned), "{labels:?}");
+            }
+        }
     }
 
     #[test]
