@@ -151,7 +151,7 @@ fn scalar() -> impl Strategy<Value = String> {
         ])
         .prop_map(str::to_string),
         "[-+.0-9a-fA-FxXoObB_:eE%~]{1,6}",
-        "[a-zA-Z0-9 ./:_$-]{1,8}",
+        "[a-zA-Z0-9 ./:_$-]{1,12}",
     ]
 }
 

@@ -67,7 +67,18 @@ enum Plain {
 /// its null spellings, its YAML 1.1 booleans, decimal integers without a leading zero, and text
 /// that no number parser can take.
 fn plain(text: &str) -> Option<Plain> {
-    let t = text.trim_matches([' ', '\t', '\r', '\n']);
+    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+    let bytes = text.as_bytes();
+    // Longer than any null, boolean or special float spelling, and starting with a letter or
+    // `/`: text (the usual key or value, checked without the comparisons below).
+    if bytes.len() > 8 && (bytes[0].is_ascii_alphabetic() || bytes[0] == b'/') && !bytes.last().is_some_and(is_space) {
+        return Some(Plain::String);
+    }
+    let t = if bytes.first().is_some_and(is_space) || bytes.last().is_some_and(is_space) {
+        text.trim_matches([' ', '\t', '\r', '\n'])
+    } else {
+        text
+    };
     if matches!(text, "" | "~" | "null" | "Null" | "NULL") {
         return Some(Plain::Null);
     }
@@ -286,6 +297,11 @@ mod tests {
             ("-Xmx512m", Plain::String),
             ("1.15.1", Plain::String),
             ("^[a-z]*$", Plain::String),
+            // Longer than any null, boolean or special spelling.
+            ("kubernetes.io/hostname", Plain::String),
+            ("/etc/config/app.yaml", Plain::String),
+            ("infinityx", Plain::String),
+            ("nullnullnull", Plain::String),
         ] {
             assert_eq!(plain(text), Some(want), "{text:?}");
         }
@@ -308,6 +324,10 @@ mod tests {
             "-inf",
             "+Infinity",
             "-nan",
+            "Infinity",
+            "INFINITY",
+            "longer text ",
+            " padded text",
             "-.5",
             "+5",
             "18446744073709551616",

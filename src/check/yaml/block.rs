@@ -52,6 +52,9 @@ struct Reader<'a> {
     nodes: usize,
     /// Columns count characters: bytes, when the text is ASCII.
     ascii: bool,
+    /// The last line `peek` found, while `pos` has not moved (a line that ends several nested
+    /// blocks is peeked once per block).
+    peeked: Option<Line>,
 }
 
 /// The value and skeleton of a block-style document, or `None` when it is not one this reader
@@ -62,7 +65,8 @@ pub fn parse_block(doc: &str, line_offset: usize) -> Option<(Value, Node)> {
     if doc.len() > MAX_DOCUMENT_BYTES || !doc.ends_with('\n') || !printable(doc) {
         return None;
     }
-    let mut reader = Reader { text: doc, line_offset, pos: 0, number: 1, nodes: 0, ascii: doc.is_ascii() };
+    let mut reader =
+        Reader { text: doc, line_offset, pos: 0, number: 1, nodes: 0, ascii: doc.is_ascii(), peeked: None };
     reader.document().ok()
 }
 
@@ -89,13 +93,20 @@ impl<'a> Reader<'a> {
 
     /// The next line with content, skipping blank and comment lines (not consumed).
     fn peek(&mut self) -> Read<Option<Line>> {
+        if let Some(line) = self.peeked
+            && line.start == self.pos
+        {
+            return Ok(Some(line));
+        }
         let bytes = self.bytes();
         let mut comments = 0;
         while self.pos < bytes.len() {
             let end = self.line_end(self.pos);
             let content = self.pos + bytes[self.pos..end].iter().take_while(|&&b| b == b' ').count();
             if content < end && bytes[content] != b'#' {
-                return Ok(Some(Line { start: self.pos, content, end, number: self.number }));
+                let line = Line { start: self.pos, content, end, number: self.number };
+                self.peeked = Some(line);
+                return Ok(Some(line));
             }
             if content < end {
                 comments += 1;
@@ -273,7 +284,10 @@ impl<'a> Reader<'a> {
                 Ok((colon < line.end && bytes[colon] == b':' && (colon + 1 == line.end || bytes[colon + 1] == b' '))
                     .then_some(colon))
             }
-            _ => Ok(plain_key_end(&self.bytes()[at..line.end]).map(|i| at + i)),
+            _ => Ok(match plain_end(&self.bytes()[at..line.end]) {
+                PlainEnd::Key(colon) => Some(at + colon),
+                PlainEnd::Text(_) => None,
+            }),
         }
     }
 
@@ -326,12 +340,11 @@ impl<'a> Reader<'a> {
                 return Err(Bail);
             }
             _ => {
-                let bytes = &bytes[at..line.end];
                 // A `: ` (or a final `:`) before any comment would make it a key.
-                if plain_key_end(bytes).is_some() {
-                    return Err(Bail);
-                }
-                let end = comment_start(bytes);
+                let end = match plain_end(&bytes[at..line.end]) {
+                    PlainEnd::Key(_) => return Err(Bail),
+                    PlainEnd::Text(end) => end,
+                };
                 let text = self.text[at..at + end].trim_end_matches(' ');
                 let value = match plain(text).ok_or(Bail)? {
                     Plain::Null => Value::Null,
@@ -585,31 +598,36 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Where a plain key's `:` is in `text` (a line from the key on): the first `:` followed by a
-/// space or the end of the line, before any comment.
-fn plain_key_end(text: &[u8]) -> Option<usize> {
+/// How a plain scalar that starts a line's rest `text` ends.
+enum PlainEnd {
+    /// At a key's `:` (followed by a space or the end of the line), before any comment.
+    Key(usize),
+    /// At a comment (a `#` after a space) or the end of the line.
+    Text(usize),
+}
+
+fn plain_end(text: &[u8]) -> PlainEnd {
     for (i, &b) in text.iter().enumerate() {
         match b {
-            b':' if i + 1 == text.len() || text[i + 1] == b' ' => return Some(i),
-            b'#' if i > 0 && text[i - 1] == b' ' => return None,
+            b':' if i + 1 == text.len() || text[i + 1] == b' ' => return PlainEnd::Key(i),
+            b'#' if i > 0 && text[i - 1] == b' ' => return PlainEnd::Text(i),
             _ => {}
         }
     }
-    None
-}
-
-/// Where a comment starts in `text` (a `#` after a space), or its length.
-fn comment_start(text: &[u8]) -> usize {
-    (1..text.len()).find(|&i| text[i] == b'#' && text[i - 1] == b' ').unwrap_or(text.len())
+    PlainEnd::Text(text.len())
 }
 
 /// Whether the text holds only line feeds and characters YAML prints (no tab, no carriage return,
 /// no control character, no byte-order mark).
 fn printable(text: &str) -> bool {
+    // Printable ASCII and line feeds: one pass the compiler vectorizes; the rest is rare.
+    if text.bytes().all(|b| (0x20..0x7f).contains(&b) || b == b'\n') {
+        return true;
+    }
     if text.bytes().any(|b| (b < 0x20 && b != b'\n') || b == 0x7f) {
         return false;
     }
-    text.is_ascii() || !text.chars().any(|c| matches!(c, '\u{80}'..='\u{9f}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}'))
+    !text.chars().any(|c| matches!(c, '\u{80}'..='\u{9f}' | '\u{feff}' | '\u{fffe}' | '\u{ffff}'))
 }
 
 /// Characters that open something other than a plain scalar (or are reserved) at its start.
