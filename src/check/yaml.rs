@@ -105,7 +105,16 @@ fn plain(text: &str) -> Option<Plain> {
             // (`1.15.1`): text.
             let numeric = |b: u8| b.is_ascii_hexdigit() || b"xXoObB._+-:".contains(&b);
             let dots = text.bytes().filter(|&b| b == b'.').count();
-            (!text.bytes().all(numeric) || dots >= 2).then_some(Plain::String)
+            // Outside `0x...`, the only letters a number has are an exponent's `e` and the radix
+            // letter after a leading `0` (`0o17`, `0b1`): a hash such as `3b1ebf...` is text.
+            let hex = text.len() > 1 && matches!(text.as_bytes()[1], b'x' | b'X') && first == b'0';
+            let other_letter = !hex
+                && text.bytes().enumerate().any(|(i, b)| {
+                    b.is_ascii_alphabetic()
+                        && !matches!(b, b'e' | b'E')
+                        && !(i == 1 && first == b'0' && matches!(b, b'o' | b'O' | b'b' | b'B'))
+                });
+            (!text.bytes().all(numeric) || dots >= 2 || other_letter).then_some(Plain::String)
         }
         b'-' if decimal(&text[1..]) && text != "-0" => text.parse().ok().map(Plain::Signed),
         // `--flag=value`, `-Xmx512m`: a sign before text that is no number's spelling.
@@ -302,6 +311,10 @@ mod tests {
             ("/etc/config/app.yaml", Plain::String),
             ("infinityx", Plain::String),
             ("nullnullnull", Plain::String),
+            // Hashes that start with a digit: letters no number spelling has.
+            ("3b1ebf7df0232d1675896f67b66373db", Plain::String),
+            ("1f", Plain::String),
+            ("12ab", Plain::String),
         ] {
             assert_eq!(plain(text), Some(want), "{text:?}");
         }
@@ -334,7 +347,12 @@ mod tests {
             "-9223372036854775809",
             "2026-12-01",
             "~x",
-            "1f",
+            "0x1f",
+            "1e5",
+            "0b101",
+            "0o17",
+            "1E-3",
+            "0b12",
         ] {
             assert_eq!(plain(text), None, "{text:?}");
         }
