@@ -32,6 +32,11 @@
 
 mod fixtures;
 
+/// The allocator of the `ha-guard` binary (src/main.rs), for ha-guard and the baselines alike
+/// (they share this process).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::{BufRead, Read, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
