@@ -3,7 +3,7 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 #
-# Runs each target (default: admission check) for SECONDS_PER_TARGET (default 60) seconds, one
+# Runs each target (default: admission check yaml) for SECONDS_PER_TARGET (default 60) seconds, one
 # fuzzing process at a time (one core), and prints the executions per target from libFuzzer's
 # final stats line ("Done N runs in S second(s)"). Exits non-zero on any crash, panic, timeout or
 # out-of-memory, naming the reproducer (fuzz/artifacts/TARGET/...) and how to replay it.
@@ -23,7 +23,7 @@
 #                    fuzz/corpus); CI points both outside the clone so that they survive it
 #   FUZZ_TIMEOUT     seconds one input may take before it counts as a hang (default 25)
 #   FUZZ_RSS_MB      memory limit of the fuzzing process (default 2048)
-#   FUZZ_PARALLEL    1: the targets side by side, a core each (default when there are enough cores)
+#   FUZZ_PARALLEL    1: the targets side by side (default with two cores or more)
 #   FUZZ_FLAGS       more libFuzzer flags, e.g. "-seed=1"
 #   CARGO_FUZZ_VERSION  the cargo-fuzz installed when it is missing (default below)
 set -euo pipefail
@@ -33,7 +33,7 @@ root=$(pwd)
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(admission check)
+[ ${#targets[@]} -gt 0 ] || targets=(admission check yaml)
 case $seconds in '' | *[!0-9]*) echo "fuzz.sh: SECONDS_PER_TARGET must be a whole number, got '$seconds'" >&2; exit 2 ;; esac
 
 sanitizer=${FUZZ_SANITIZER:-none}
@@ -127,7 +127,9 @@ elif [ -n "$corpus_src" ]; then
         cp "$f" "$seeds/check/shared__$(echo "${f#"$corpus_src"/}" | tr / _)"
     done
 fi
-echo "fuzz.sh: seeds: admission $(ls "$seeds/admission" | wc -l), check $(ls "$seeds/check" | wc -l)"
+# yaml: the same manifests as check.
+cp -r "$seeds/check" "$seeds/yaml"
+echo "fuzz.sh: seeds: admission $(ls "$seeds/admission" | wc -l), check $(ls "$seeds/check" | wc -l), yaml $(ls "$seeds/yaml" | wc -l)"
 
 # --- build every target once (not counted in the fuzzing time) ------------------------------------
 fuzz=(cargo "+$toolchain" fuzz)
@@ -144,12 +146,12 @@ if [ "$sanitizer" = address ]; then export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_
 
 # --- run -------------------------------------------------------------------------------------------
 mkdir -p fuzz/logs
-declare -A max_len=([admission]=16384 [check]=16384)
+declare -A max_len=([admission]=16384 [check]=16384 [yaml]=16384)
 failed=()
 summary=()
-# The targets run side by side, one core each, when the machine has a core per target
-# (FUZZ_PARALLEL=0 runs them one after the other).
-parallel=${FUZZ_PARALLEL:-$([ "$(nproc)" -ge ${#targets[@]} ] && echo 1 || echo 0)}
+# The targets run side by side when the machine has two cores or more (three targets on two cores
+# share them; FUZZ_PARALLEL=0 runs them one after the other, each on a core of its own).
+parallel=${FUZZ_PARALLEL:-$([ "$(nproc)" -ge 2 ] && echo 1 || echo 0)}
 run_target() {
     local t=$1 status=0
     # The binary just built, run directly: `cargo fuzz run` would rebuild first, and in a work
