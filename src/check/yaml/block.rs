@@ -256,15 +256,9 @@ impl<'a> Reader<'a> {
                     (line, key_at) = (next, next.content);
                 }
                 Some(next) if next.indent() < indent => break,
-                // An indentless sequence's next entry, or a line the parser would refuse.
-                Some(next) if next.indent() == indent => {
-                    // A `- ` at the indentation of a map inside a sequence entry is an error in
-                    // YAML; at the indentation of a map value it ends the map only in the
-                    // parser's eyes. Either way, not for this reader.
-                    let _ = next;
-                    return Err(Bail);
-                }
                 None => break,
+                // Deeper than the map after a whole entry (a multi-line scalar, or an error), or
+                // a `- ` entry at the map's own indentation (an error): the parser decides.
                 Some(_) => return Err(Bail),
             }
         }
