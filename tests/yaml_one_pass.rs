@@ -10,26 +10,26 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use serde_json::Value;
 
+/// Holds a reader's reading of `doc` (`None`: not taken) to serde-saphyr's value and to the
+/// skeleton `locate` builds; whether it took it.
+fn holds(doc: &str, what: &str, reader: &str, read: Option<(Value, Option<locate::Node>)>) -> bool {
+    let Some((value, skeleton)) = read else { return false };
+    match serde_saphyr::from_str::<Value>(doc) {
+        Ok(reference) => assert_eq!(value, reference, "{what}, {reader}: {doc:?}"),
+        Err(e) => panic!("{what}: taken by the {reader}, but serde-saphyr refuses it ({e}): {doc:?}"),
+    }
+    assert_eq!(skeleton, locate::parse(doc, 2), "{what}: the {reader}'s skeleton of {doc:?}");
+    true
+}
+
 /// Holds the one-pass reader to serde-saphyr on `doc`; whether it took it.
 fn agrees(doc: &str, what: &str) -> bool {
-    let Some((value, skeleton)) = yaml::parse_plain(doc, 2) else { return false };
-    match serde_saphyr::from_str::<Value>(doc) {
-        Ok(reference) => assert_eq!(value, reference, "{what}: {doc:?}"),
-        Err(e) => panic!("{what}: taken the one-pass way, but serde-saphyr refuses it ({e}): {doc:?}"),
-    }
-    assert_eq!(skeleton, locate::parse(doc, 2), "{what}: the skeleton of {doc:?}");
-    true
+    holds(doc, what, "one-pass reader", yaml::parse_plain(doc, 2))
 }
 
 /// Holds the block reader to serde-saphyr on `doc`; whether it took it.
 fn block_agrees(doc: &str, what: &str) -> bool {
-    let Some((value, skeleton)) = yaml::parse_block(doc, 2) else { return false };
-    match serde_saphyr::from_str::<Value>(doc) {
-        Ok(reference) => assert_eq!(value, reference, "{what}: {doc:?}"),
-        Err(e) => panic!("{what}: taken by the block reader, but serde-saphyr refuses it ({e}): {doc:?}"),
-    }
-    assert_eq!(Some(skeleton), locate::parse(doc, 2), "{what}: the block reader's skeleton of {doc:?}");
-    true
+    holds(doc, what, "block reader", yaml::parse_block(doc, 2).map(|(v, n)| (v, Some(n))))
 }
 
 fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -312,27 +312,24 @@ proptest! {
     }
 }
 
+/// Of 2,000 documents from `generator`, how many `reader` took and how many it left.
+fn reach<S: Strategy<Value = String>>(generator: S, reader: fn(&str, &str) -> bool) -> (usize, usize) {
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let taken = (0..2000).filter(|_| reader(&generator.new_tree(&mut runner).unwrap().current(), "generated")).count();
+    (taken, 2000 - taken)
+}
+
 /// The block generator reaches both the block reader and the ways after it: the property above
 /// is not vacuous.
 #[test]
 fn the_generated_block_documents_reach_every_way() {
-    let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let (mut taken, mut left) = (0, 0);
-    for _ in 0..2000 {
-        let doc = block_document().new_tree(&mut runner).unwrap().current();
-        if block_agrees(&doc, "generated block") { taken += 1 } else { left += 1 }
-    }
+    let (taken, left) = reach(block_document(), block_agrees);
     assert!(taken > 200 && left > 200, "taken {taken}, left {left}");
 }
 
 /// The generators reach both ways: the property above is not vacuous.
 #[test]
 fn the_generated_documents_reach_both_ways() {
-    let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let (mut taken, mut left) = (0, 0);
-    for _ in 0..2000 {
-        let doc = document().new_tree(&mut runner).unwrap().current();
-        if agrees(&doc, "generated") { taken += 1 } else { left += 1 }
-    }
+    let (taken, left) = reach(document(), agrees);
     assert!(taken > 200 && left > 200, "taken {taken}, left {left}");
 }
