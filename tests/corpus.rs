@@ -125,6 +125,7 @@ const NFS_NODE: &str = "csi-driver-nfs/csi-nfs-node.yaml";
 const KNATIVE_DEPLOY: &str = "knative-serving/webhook.yaml";
 const KNATIVE_HPA: &str = "knative-serving/webhook-hpa.yaml";
 const LINKERD: &str = "linkerd2/install_ha_output.yaml";
+const KUEUE_RELEASE: &str = "kueue/kueue-v0.12.2.yaml";
 
 static GROUPS: &[Group] = &[
     Group {
@@ -595,6 +596,61 @@ static GROUPS: &[Group] = &[
             at: "kube-prometheus/prometheusAdapter-podDisruptionBudget.yaml#0",
         }],
         unchecked: &[],
+    },
+    // The second set (SOURCES.md "Second set"): fail-closed webhooks and tolerate-everything
+    // operators. The webhook configurations, Services and APIServices in these files are kinds the
+    // engine does not read yet; what the round-2 rules (DESIGN.md §2, "Second round") should say
+    // about them is noted in `// round 2:` comments, to move into the rows when those rules land.
+    Group {
+        name: "kueue v0.12.2 release install",
+        files: &[KUEUE_RELEASE],
+        why: "the release's whole manifests.yaml (11 CRDs, RBAC, Services, APIService, Deployment, both \
+              webhook configurations; a licence header added); the kustomize base kueue/manager.yaml is the \
+              same controller before kustomize names it, so this is checked alone",
+        objects: 2,
+        findings: &[],
+        none_because: "Deployment kueue-controller-manager runs replicas 1 (floor and ceiling 1) with the \
+                       default RollingUpdate, grace 10 s and no preStop, emptyDir/secret/configMap volumes only; \
+                       its one toleration is a keyed Equal one (GKE managed components)",
+        complete: Complete::Same(
+            "the file creates namespace kueue-system and is the whole of it: floor 1 needs no PDB, no HPA",
+        ),
+        fixes: &[],
+        unchecked: &[],
+        // round 2: expected webhook-fail-closed-unavailable on MutatingWebhookConfiguration
+        // kueue-mutating-webhook-configuration (18 webhooks) and ValidatingWebhookConfiguration
+        // kueue-validating-webhook-configuration (19): every one is failurePolicy Fail via Service
+        // kueue-system/kueue-webhook-service (control-plane=controller-manager), which selects only
+        // Deployment kueue-controller-manager, replicas 1, no PDB; mjob/vjob.kb.io (batch/v1 Jobs)
+        // have no namespaceSelector (kubernetes-sigs/kueue#5244).
+    },
+    Group {
+        name: "kueue openshift operator assets",
+        files: &[
+            "kueue-openshift-operator/deployment.yaml",
+            "kueue-openshift-operator/webhook-service.yaml",
+            "kueue-openshift-operator/mutatingwebhook.yaml",
+            "kueue-openshift-operator/validatingwebhook.yaml",
+        ],
+        why: "the operator's bindata/assets/kueue-operator directory applies these four together: the \
+              Deployment, the Service in front of it and the two webhook configurations calling that Service",
+        objects: 1,
+        findings: &[],
+        none_because: "Deployment kueue-controller-manager runs replicas 1 with the default RollingUpdate, grace \
+                       10 s and no preStop; the unrendered image ${IMAGE} is a plain string; the Service and the \
+                       webhook configurations are kinds the engine does not read",
+        complete: Complete::Same(
+            "floor 1 needs no PDB and there is no HPA, so nothing is absent (openshift-kueue-operator also \
+             holds the operator's own Deployment, from other assets)",
+        ),
+        fixes: &[],
+        unchecked: &[],
+        // round 2: expected webhook-fail-closed-unavailable on MutatingWebhookConfiguration
+        // kueue-mutating-webhook-configuration (21 webhooks) and ValidatingWebhookConfiguration
+        // kueue-validating-webhook-configuration (22): all failurePolicy Fail, incl. mpod/vpod.kb.io
+        // on Pods, via Service openshift-kueue-operator/kueue-webhook-service
+        // (control-plane=controller-manager), in another file, selecting Deployment
+        // kueue-controller-manager, replicas 1, no PDB: the relation spans four files.
     },
 ];
 
