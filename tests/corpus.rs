@@ -126,6 +126,7 @@ const KNATIVE_DEPLOY: &str = "knative-serving/webhook.yaml";
 const KNATIVE_HPA: &str = "knative-serving/webhook-hpa.yaml";
 const LINKERD: &str = "linkerd2/install_ha_output.yaml";
 const KUEUE_RELEASE: &str = "kueue/kueue-v0.12.2.yaml";
+const CERT_MANAGER_V1: &str = "cert-manager/cert-manager-v1.11.1.yaml";
 
 static GROUPS: &[Group] = &[
     Group {
@@ -651,6 +652,50 @@ static GROUPS: &[Group] = &[
         // on Pods, via Service openshift-kueue-operator/kueue-webhook-service
         // (control-plane=controller-manager), in another file, selecting Deployment
         // kueue-controller-manager, replicas 1, no PDB: the relation spans four files.
+    },
+    Group {
+        name: "cert-manager v1.11.1 static install",
+        files: &[CERT_MANAGER_V1],
+        why: "one release's static install (kubeflow vendors it unchanged); the v0.8.0-alpha.0 manifest is an \
+              older alternative with the same Deployments, so each is checked alone",
+        objects: 4,
+        findings: &[],
+        none_because: "the controller, cainjector and webhook Deployments each run replicas 1 with the default \
+                       RollingUpdate, no hostNetwork, no claims, no grace or preStop settings",
+        complete: Complete::Same(
+            "the file creates namespace cert-manager and is the whole of it: every floor is 1, so no PDB is \
+             missing, and there is no HPA",
+        ),
+        fixes: &[],
+        unchecked: &[],
+        // round 2: expected webhook-fail-closed-unavailable on MutatingWebhookConfiguration
+        // cert-manager-webhook and ValidatingWebhookConfiguration cert-manager-webhook (one webhook
+        // each, failurePolicy Fail, on cert-manager.io and acme.cert-manager.io resources): Service
+        // cert-manager/cert-manager-webhook selects Deployment cert-manager-webhook (name webhook,
+        // instance cert-manager, component webhook), replicas 1, no PDB, no anti-affinity.
+    },
+    Group {
+        name: "cert-manager v0.8.0-alpha.0",
+        files: &["cert-manager/cert-manager-v0.8.0-alpha.0.yaml"],
+        why: "a 2019 manifest, the older alternative to v1.11.1, checked alone",
+        objects: 1,
+        findings: &[],
+        none_because: "only the Namespace decodes: its three Deployments are apps/v1beta1 (removed in Kubernetes \
+                       1.16), so they are not checked and each says so; the v1beta1 CRDs, RBAC, Issuers, \
+                       Certificates, APIService and webhook configuration are kinds the engine does not read",
+        complete: Complete::Same("nothing but the Namespace is decoded, so nothing can be absent"),
+        fixes: &[],
+        unchecked: &[
+            ("cert-manager/cert-manager-v0.8.0-alpha.0.yaml#21", "apps/v1beta1 is no longer served"),
+            ("cert-manager/cert-manager-v0.8.0-alpha.0.yaml#22", "apps/v1beta1 is no longer served"),
+            ("cert-manager/cert-manager-v0.8.0-alpha.0.yaml#23", "apps/v1beta1 is no longer served"),
+        ],
+        // round 2, not an obvious positive: the admissionregistration/v1beta1
+        // ValidatingWebhookConfiguration cert-manager-webhook (3 webhooks, failurePolicy Fail) calls
+        // Service default/kubernetes (the apiserver); only APIService
+        // v1beta1.admission.certmanager.k8s.io routes that path to Service cert-manager-webhook,
+        // whose replicas-1 Deployment is apps/v1beta1 and not decoded. webhook-fail-closed-unavailable
+        // fires here only if it follows APIService -> Service and reads removed API versions.
     },
 ];
 
