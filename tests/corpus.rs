@@ -697,6 +697,32 @@ static GROUPS: &[Group] = &[
         // whose replicas-1 Deployment is apps/v1beta1 and not decoded. webhook-fail-closed-unavailable
         // fires here only if it follows APIService -> Service and reads removed API versions.
     },
+    Group {
+        name: "istio 1.29 rendered install",
+        files: &["istio/install.yaml"],
+        why: "one rendered install (kubeflow's istio-install base): istiod and the ingress gateway with their \
+              HPAs, Services, webhook configurations and the CNI DaemonSet",
+        objects: 4,
+        findings: &[],
+        none_because: "istiod and istio-ingressgateway leave replicas unset and their HPAs run 1..5: floor 1, \
+                       ceiling 5, but no hostNetwork, claim or Recreate for the ceiling to matter (the 100% \
+                       surge needs an RWO claim to hurt), bounds in order; the templated kind: Deployment and \
+                       PodDisruptionBudget text in the istio-sidecar-injector ConfigMap stays a string (4 \
+                       objects, no more); the istio-cni-node DaemonSet is not a kind the rules read",
+        complete: Complete::Same(
+            "both HPA targets are in the file and both floors are 1, so nothing absent is reported \
+             (istio-system itself is created elsewhere)",
+        ),
+        fixes: &[],
+        unchecked: &[],
+        // round 2: expected webhook-fail-closed-unavailable on MutatingWebhookConfiguration
+        // istio-sidecar-injector (4 webhooks, failurePolicy Fail, Pod CREATE in injection-labelled
+        // namespaces): Service istio-system/istiod (app=istiod, istio=pilot) selects Deployment istiod,
+        // floor 1 (replicas unset, HPA minReplicas 1), no PDB, no anti-affinity (istio/istio#17497).
+        // Not on ValidatingWebhookConfiguration istio-validator-istio-system (failurePolicy Ignore).
+        // No toleration-wildcard: istiod tolerates only the key cni.istio.io/not-ready, and
+        // istio-cni-node is a DaemonSet; no hpa-replicas-conflict: neither Deployment sets replicas.
+    },
 ];
 
 /// Files that belong together, checked apart as if each were the whole namespace: what the
