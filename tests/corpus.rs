@@ -127,6 +127,7 @@ const KNATIVE_HPA: &str = "knative-serving/webhook-hpa.yaml";
 const LINKERD: &str = "linkerd2/install_ha_output.yaml";
 const KUEUE_RELEASE: &str = "kueue/kueue-v0.12.2.yaml";
 const CERT_MANAGER_V1: &str = "cert-manager/cert-manager-v1.11.1.yaml";
+const CILIUM_KOPS: &str = "cilium-kops/privatecilium-addons-networking.cilium.io-k8s-1.16.yaml";
 
 static GROUPS: &[Group] = &[
     Group {
@@ -723,6 +724,49 @@ static GROUPS: &[Group] = &[
         // No toleration-wildcard: istiod tolerates only the key cni.istio.io/not-ready, and
         // istio-cni-node is a DaemonSet; no hpa-replicas-conflict: neither Deployment sets replicas.
     },
+    Group {
+        name: "calico tigera-operator",
+        files: &["calico/tigera-operator.yaml"],
+        why: "one install file: Namespace, RBAC and the operator Deployment",
+        objects: 2,
+        findings: &[],
+        none_because: "replicas 1: hostNetwork cannot collide with itself (ceiling 1); default RollingUpdate, a \
+                       hostPath volume only, grace 60 s and no preStop",
+        complete: Complete::Same(
+            "the file creates namespace tigera-operator and is the whole of it: floor 1 needs no PDB",
+        ),
+        fixes: &[],
+        unchecked: &[],
+        // round 2: expected toleration-wildcard on Deployment tigera-operator/tigera-operator: the
+        // keyless {effect: NoSchedule, operator: Exists} tolerates every NoSchedule taint, including
+        // node.kubernetes.io/unschedulable (and {effect: NoExecute, operator: Exists} every
+        // NoExecute one), so a drained operator lands back on the cordoned node
+        // (projectcalico/calico#6136, tigera/operator#2537).
+    },
+    Group {
+        name: "cilium kops addon",
+        files: &[CILIUM_KOPS],
+        why: "one rendered kops addon: the agent DaemonSet, the operator Deployment and its PDB",
+        objects: 2,
+        findings: &[],
+        none_because: "cilium-operator runs replicas 1 with hostNetwork (ceiling 1, and a DoNotSchedule hostname \
+                       spread anyway); both its spreads select its own pods; the PDB's maxUnavailable 1 over \
+                       floor 1 leaves 1 eviction; the cilium DaemonSet is not a kind the rules read",
+        complete: Complete::Same(
+            "kube-system is not whole here, and nothing absent matters: the PDB covers the operator, floor 1",
+        ),
+        fixes: &[Fix {
+            object: "PodDisruptionBudget kube-system/cilium-operator",
+            mutation: PEP,
+            op: ALWAYS_ALLOW,
+            at: "cilium-kops/privatecilium-addons-networking.cilium.io-k8s-1.16.yaml#11",
+        }],
+        unchecked: &[],
+        // round 2: expected toleration-wildcard on Deployment kube-system/cilium-operator:
+        // tolerations [{operator: Exists}] (no key, no effect) tolerate every taint, cordon included
+        // (cilium/cilium#28549). Not on DaemonSet cilium (same toleration, out of scope by design);
+        // no spread-zone-missing: floor 1, and it has a zone spread on its own pods anyway.
+    },
 ];
 
 /// Files that belong together, checked apart as if each were the whole namespace: what the
@@ -975,7 +1019,7 @@ fn corpus_files(corpus: &Path) -> Vec<String> {
 fn every_file_loads_and_is_checked_without_crashing() {
     let corpus = corpus();
     let files = corpus_files(&corpus);
-    assert!(files.len() >= 28, "the corpus has {} manifest files, expected at least 28: {files:?}", files.len());
+    assert!(files.len() >= 38, "the corpus has {} manifest files, expected at least 38: {files:?}", files.len());
     for f in &files {
         let path = path_in(&corpus, f);
         let loaded =
