@@ -1,21 +1,23 @@
-//! ha-guard: the rule engine, its decisions and mutations, and the offline linter.
+//! ha-guard: an admission webhook and linter that keeps Kubernetes workloads highly available.
 //!
-//! Data flows one way (DESIGN.md §6): objects are decoded into k8s-openapi types and defaulted
-//! ([`model`], [`defaults`]), evaluated against a [`view::View`] by the pure rules ([`rules`]),
-//! turned into decisions ([`decide`]) and mutation plans ([`mutations`]). The `check` command and
-//! the webhook server are thin shells around these.
+//! Data flows one way: decode → judge → respond. The layers, each importing only those above it
+//! in this list (a test parses every `use` and fails on an import that runs back up or closes a
+//! circle):
+//!
+//! 1. [`core`]: the pure engine. Inside it, in order: `model` (objects, decoding, API defaults,
+//!    selectors, arithmetic) → `catalogue`, `config`, `finding` → `view` → `rules` → `mutations`
+//!    → `registry` → `decide` → `judge`, the one entry every shell calls.
+//! 2. [`manifest`]: reading YAML and JSON manifests with their source positions (`check`,
+//!    `serve --cluster FILE`).
+//! 3. [`config_file`]: reading the configuration file.
+//! 4. The shells, which only translate in and out of [`core::judge`]: [`live`] (watches → the
+//!    view), [`check`] (files → diagnostics), [`server`] (AdmissionReviews over HTTPS).
+//! 5. [`cli`]: the command line, one `Args` per command; `main.rs` parses and dispatches.
 
-pub mod arith;
-pub mod catalogue;
 pub mod check;
-pub mod config;
-pub mod decide;
-pub mod defaults;
-pub mod engine;
+pub mod cli;
+pub mod config_file;
+pub mod core;
 pub mod live;
-pub mod model;
-pub mod mutations;
-pub mod rules;
-pub mod selector;
+pub mod manifest;
 pub mod server;
-pub mod view;

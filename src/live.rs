@@ -19,10 +19,8 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::defaults;
-use crate::model::{Kind, name_of, ns_of};
-use crate::server::ViewSource;
-use crate::view::{HpaInfo, Index, NodeInfo, PdbInfo, PvcInfo, View, WorkloadInfo};
+use crate::core::model::{Kind, defaults, name_of, ns_of};
+use crate::core::view::{HpaInfo, Index, NodeInfo, PdbInfo, PvcInfo, View, ViewSource, WorkloadInfo};
 
 /// What one object contributes to the index, already in the `Arc` the index keeps (a relist buffers
 /// thousands of these: a pointer each, not a projection each, and no move when swapped in).

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::Fixable;
-use super::load::{Loaded, Source};
-use super::locate::{self, Node};
+use crate::manifest::skeleton::{self, Node};
+use crate::manifest::{Loaded, Source};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FixError {
@@ -133,9 +133,9 @@ fn insert_all(text: &str, ops: &[json_patch::PatchOperation], json: bool) -> Opt
 /// Inserts `value` under the last token of `pointer` into the mapping the rest of it names,
 /// before that mapping's first key.
 fn insert(text: &str, pointer: &str, value: &Value, json: bool) -> Option<String> {
-    let segments = locate::segments(pointer);
+    let segments = skeleton::segments(pointer);
     let (key, parent) = segments.split_last()?;
-    let tree = locate::parse(text, 0)?;
+    let tree = skeleton::parse(text, 0)?;
     let Node::Map(_, flow, entries) = tree.get(parent)? else { return None };
     if entries.iter().any(|(k, _, _)| **k == **key) {
         return None;
@@ -228,7 +228,7 @@ mod tests {
 
     fn source(text: &str) -> Source {
         let mut loaded = Loaded::default();
-        super::super::load::add_text(&mut loaded, "t.yaml".into(), None, text.into(), false);
+        crate::manifest::add_text(&mut loaded, "t.yaml".into(), None, text.into(), false);
         loaded.sources.remove(0)
     }
 

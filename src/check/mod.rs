@@ -5,20 +5,19 @@
 //! cross-object finding is reported once, on the object it is about.
 
 pub mod fix;
-pub mod load;
-pub mod locate;
 pub mod output;
-pub mod yaml;
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::config::Config;
-use crate::decide::{self, Context};
-use crate::engine::{self, Decision, Finding};
-use crate::model::{self, Object, ObjectRef, Subject};
-use crate::mutations::{self, Change};
-use crate::view::Index;
-use load::{Document, LoadError, Loaded, Origin};
+use crate::core::config::Config;
+use crate::core::finding::{Decision, Finding};
+use crate::core::judge::{Asks, Review, Verdict, judge};
+use crate::core::model::{self, Object, ObjectRef};
+use crate::core::mutations::Change;
+use crate::core::view::Index;
+use crate::manifest::cores::map_on_cores;
+use crate::manifest::objects::decode;
+use crate::manifest::{LoadError, Loaded, Locator, Origin};
 
 /// Options of `ha-guard check` (besides the paths and the format).
 #[derive(Clone, Debug, Default)]
@@ -83,33 +82,6 @@ impl Report {
     }
 }
 
-/// A decoded object with its origin.
-pub struct Decoded {
-    pub object: Object,
-    pub origin: Origin,
-}
-
-/// Decodes the documents of known kinds; other kinds are skipped quietly.
-pub fn decode(documents: &[Document], namespace: &str, errors: &mut Vec<LoadError>) -> Vec<Decoded> {
-    let mut out = Vec::new();
-    let objects = load::map_on_cores(documents, |doc| model::decode(&doc.value, namespace));
-    for (doc, object) in documents.iter().zip(objects) {
-        match object {
-            Ok(Some(object)) => out.push(Decoded { object, origin: doc.origin.clone() }),
-            Ok(None) => {}
-            Err(e) => errors.push(LoadError {
-                file: doc.origin.file.clone(),
-                document: Some(doc.origin.document),
-                message: match doc.origin.item {
-                    Some(i) => format!("items[{i}]: {e}"),
-                    None => e.to_string(),
-                },
-            }),
-        }
-    }
-    out
-}
-
 /// API versions the cluster no longer serves for the kinds the engine checks: such a document is
 /// not checked (a 1.25+ apiserver refuses it), and says so rather than passing silently.
 fn removed_api(value: &serde_json::Value) -> Option<String> {
@@ -171,37 +143,31 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
     report.notices.append(&mut duplicates);
     // The rules, decisions and mutation plans of each object are pure and independent: on every
     // core. Locating findings in the source text (stateful, cached per document) stays in order.
-    let judged = load::map_on_cores(&decoded, |d| {
+    let judged = map_on_cores(&decoded, |d| {
         let Object::Subject(subject) = &d.object else { return None };
-        let mut eval = engine::evaluate(subject, &index, &options.config);
-        // `decide` reads the findings only.
-        let unchecked = std::mem::take(&mut eval.unchecked);
-        let ctx = Context { subject_exemptions: subject.exemptions(), ..Default::default() };
-        let decided = decide::decide(eval, &subject.id().namespace, &index, &options.config, &ctx);
-        let plan = decide::skip_reason(&subject.id().namespace, &index, &options.config)
-            .is_none()
-            .then(|| mutations::plan(subject, &index, &options.config));
-        Some((unchecked, decided, plan))
+        Some(judge(&Review { subject, old: None, view: &index, config: &options.config, asks: Asks::Both }))
     });
-    let mut locator = locate::Locator::new(&loaded.sources);
+    let mut locator = Locator::new(&loaded.sources);
     // The documents that will be pointed into, parsed again for positions on every core first.
-    locator.prefetch(decoded.iter().zip(&judged).filter_map(|(d, judged)| {
-        let (unchecked, decided, plan) = judged.as_ref()?;
-        let reported = !unchecked.is_empty()
-            || !decided.warnings.is_empty()
-            || !decided.findings.is_empty()
-            || plan.as_ref().is_some_and(|p| !p.is_empty());
+    locator.prefetch(decoded.iter().zip(&judged).filter_map(|(d, verdict)| {
+        let v = verdict.as_ref()?;
+        let reported = !v.unchecked.is_empty()
+            || !v.decided.warnings.is_empty()
+            || !v.decided.findings.is_empty()
+            || !v.plan.is_empty();
         reported.then_some(&d.origin)
     }));
-    for (d, judged) in decoded.iter().zip(judged) {
-        let (Object::Subject(subject), Some((unchecked, decided, plan))) = (&d.object, judged) else { continue };
+    for (d, verdict) in decoded.iter().zip(judged) {
+        let (Object::Subject(subject), Some(Verdict { decided, plan, unchecked, .. })) = (&d.object, verdict) else {
+            continue;
+        };
         let id = subject.id();
         // The object itself (a `List` item starts below its document's first line), located only
         // when something is reported on it: locating parses the document's text a second time,
         // which costs about as much as loading it did.
         let mut located = None;
         let mut object_origin =
-            |locator: &mut locate::Locator| located.get_or_insert_with(|| locator.locate(&d.origin, "")).clone();
+            |locator: &mut Locator| located.get_or_insert_with(|| locator.locate(&d.origin, "")).clone();
         for u in unchecked {
             report.unchecked.push((object_origin(&mut locator), u));
         }
@@ -223,9 +189,7 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
             let snippet = locator.source_line(&origin.file, origin.line).map(str::to_string);
             report.findings.push(Located { finding: f, origin, missing, snippet });
         }
-        if let Some(plan) = plan
-            && !plan.is_empty()
-        {
+        if !plan.is_empty() {
             // Where each change goes: the deepest existing ancestor of the field it adds.
             let at = plan.changes.iter().map(|c| locator.locate(&d.origin, &c.path())).collect();
             report.fixes.push(Fixable { object: id, origin: object_origin(&mut locator), changes: plan.changes, at });
@@ -235,18 +199,25 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
     report
 }
 
-/// Findings grouped per rule, for summaries.
-pub fn by_rule(report: &Report) -> BTreeMap<&'static str, usize> {
-    let mut m = BTreeMap::new();
-    for l in &report.findings {
-        *m.entry(l.finding.rule).or_insert(0) += 1;
-    }
-    m
+/// What a run of `check` did: the documents read, the report on them, and the files `--fix`
+/// rewrote (the report is on the files as they are after it).
+pub struct Run {
+    pub loaded: Loaded,
+    pub report: Report,
+    pub fixed: Vec<String>,
 }
 
-/// Whether a subject is in the checked set (used by `--fix` to re-plan).
-pub fn is_subject(object: &Object) -> bool {
-    matches!(object, Object::Subject(Subject::Workload(_) | Subject::Pdb(_)))
+/// Loads and checks `paths`; with `fix`, writes the mutations back and checks what was written.
+pub fn run(paths: &[String], options: &Options, fix: bool) -> Result<Run, fix::FixError> {
+    let loaded = crate::manifest::load(paths);
+    let report = check(&loaded, options);
+    if !fix || report.fixes.is_empty() {
+        return Ok(Run { loaded, report, fixed: Vec::new() });
+    }
+    let fixed = fix::apply(&loaded, &report.fixes)?;
+    let loaded = crate::manifest::load(paths);
+    let report = check(&loaded, options);
+    Ok(Run { loaded, report, fixed })
 }
 
 #[cfg(test)]
@@ -255,7 +226,7 @@ mod notes_tests {
 
     fn run(yaml: &str) -> Report {
         let mut loaded = Loaded::default();
-        load::add_text(&mut loaded, "t.yaml".into(), None, yaml.into(), false);
+        crate::manifest::add_text(&mut loaded, "t.yaml".into(), None, yaml.into(), false);
         check(&loaded, &Options { namespace: "default".into(), ..Default::default() })
     }
 

@@ -6,8 +6,10 @@ use std::fmt::Write;
 use serde_json::{Value, json};
 
 use super::{Located, Report};
-use crate::catalogue;
-use crate::engine::Decision;
+use crate::core::catalogue::Action;
+use crate::core::finding::{Decision, Note};
+use crate::core::registry;
+use crate::manifest::skeleton::segments;
 
 fn location(origin: &super::Origin) -> String {
     let item = origin.item.map(|i| format!(", items[{i}]")).unwrap_or_default();
@@ -18,7 +20,7 @@ fn location(origin: &super::Origin) -> String {
 /// A JSON pointer as a field path: `/spec/volumes/0/name` → `spec.volumes[0].name`.
 pub fn pointer_to_path(pointer: &str) -> String {
     let mut out = String::new();
-    for token in super::locate::segments(pointer) {
+    for token in segments(pointer) {
         // An index, or a key that would not read as one segment (`app.kubernetes.io/name`).
         if token.parse::<usize>().is_ok() || token.contains(['.', '[', ']']) {
             let _ = write!(out, "[{token}]");
@@ -210,7 +212,7 @@ const SARIF_SCHEMA: &str = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errat
 /// input is not a finding: it is reported as a tool execution notification and makes
 /// `executionSuccessful` false.
 pub fn sarif(report: &Report) -> Value {
-    let rules: Vec<Value> = catalogue::rules()
+    let rules: Vec<Value> = registry::rules()
         .map(|r| {
             json!({
                 "id": r.id,
@@ -248,7 +250,7 @@ pub fn sarif(report: &Report) -> Value {
                 "partialFingerprints": {"haGuard/v1": format!("{}:{}:{}", f.rule, f.object, f.path)},
                 "properties": {"path": f.path, "action": f.action.as_str(), "document": origin.document},
             });
-            if let Some(i) = catalogue::rules().position(|r| r.id == f.rule) {
+            if let Some(i) = registry::rules().position(|r| r.id == f.rule.id) {
                 result["ruleIndex"] = json!(i);
             }
             if !f.related.is_empty() {
@@ -264,7 +266,12 @@ pub fn sarif(report: &Report) -> Value {
                     .collect::<Vec<_>>());
             }
             if f.action == Decision::Allowed {
-                let reason = f.notes.iter().find(|n| n.starts_with("exempted")).cloned().unwrap_or_default();
+                let reason = f
+                    .notes
+                    .iter()
+                    .find(|n| matches!(n, Note::Exempted { .. }))
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
                 result["suppressions"] = json!([{"kind": "inSource", "status": "accepted", "justification": reason}]);
             }
             result
@@ -302,11 +309,11 @@ pub fn sarif(report: &Report) -> Value {
     })
 }
 
-fn level(a: catalogue::Action) -> &'static str {
+fn level(a: Action) -> &'static str {
     match a {
-        catalogue::Action::Deny => "error",
-        catalogue::Action::Warn => "warning",
-        catalogue::Action::Off => "none",
+        Action::Deny => "error",
+        Action::Warn => "warning",
+        Action::Off => "none",
     }
 }
 

@@ -1,9 +1,9 @@
 //! `ha-guard serve`: the engine behind the kube-apiserver. Transport only: TLS with reload, body
 //! limits, timeouts, probes, metrics, graceful shutdown. The answers come from [`admission`].
 
-pub mod admission;
 pub mod certs;
 pub mod metrics;
+pub mod review;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -22,41 +22,14 @@ use axum::routing::{get, post};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::config::Config;
-use crate::view::{Index, View};
-use admission::Webhook;
+use crate::core::config::Config;
+use crate::core::view::ViewSource;
 use metrics::{FindingLabels, Metrics, ReasonLabels, RequestLabels, ResultLabels, WebhookLabels};
+use review::Webhook;
 
 /// The largest request body accepted. The apiserver sends objects of up to ~3 MiB, twice on
 /// UPDATE (object and oldObject) plus the review's own fields: 8 MiB covers that with room.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
-
-/// Where the engine's view comes from.
-pub trait ViewSource: Send + Sync {
-    /// Runs `f` on the current view.
-    fn with_view(&self, f: &mut dyn FnMut(&dyn View));
-    /// Every cache has synced (static views always have).
-    fn synced(&self) -> bool;
-    /// Per kind: objects held and whether its cache has synced (for the cache metrics).
-    fn stats(&self) -> Vec<(crate::model::Kind, usize, bool)> {
-        Vec::new()
-    }
-}
-
-/// A view that does not change: `--cluster FILE` and `--cluster none`.
-pub struct StaticSource(pub Index);
-
-impl ViewSource for StaticSource {
-    fn with_view(&self, f: &mut dyn FnMut(&dyn View)) {
-        f(&self.0);
-    }
-    fn synced(&self) -> bool {
-        true
-    }
-    fn stats(&self) -> Vec<(crate::model::Kind, usize, bool)> {
-        self.0.counts().into_iter().map(|(k, n)| (k, n, true)).collect()
-    }
-}
 
 /// Shared by the handlers.
 pub struct AppState {
@@ -71,12 +44,12 @@ pub struct AppState {
     pub decoding: tokio::sync::Semaphore,
 }
 
-/// JSON values decoded at once, across requests: one body at [`admission::MAX_JSON_VALUES`], or
+/// JSON values decoded at once, across requests: one body at [`review::MAX_JSON_VALUES`], or
 /// hundreds of ordinary ones (a few hundred to a few thousand values each). Decoding is CPU
 /// work of milliseconds, so a request waits for its share rather than being refused; what the
 /// budget bounds is the memory of decoded trees (about 250 bytes a value) whatever the number of
 /// cores.
-pub const DECODE_BUDGET: usize = admission::MAX_JSON_VALUES;
+pub const DECODE_BUDGET: usize = review::MAX_JSON_VALUES;
 
 impl AppState {
     pub fn new(view: Arc<dyn ViewSource>, config: Config) -> Arc<Self> {
@@ -243,10 +216,10 @@ async fn mutate(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRej
 }
 
 /// [`answer`] once the body's JSON values fit in the decoding budget. A body over
-/// [`admission::MAX_JSON_VALUES`] takes nothing: it is refused before decoding.
+/// [`review::MAX_JSON_VALUES`] takes nothing: it is refused before decoding.
 async fn answer_within_budget(state: &AppState, webhook: Webhook, body: &[u8]) -> Response {
-    let values = admission::count_values(body);
-    let _permit = if values <= admission::MAX_JSON_VALUES {
+    let values = review::count_values(body);
+    let _permit = if values <= review::MAX_JSON_VALUES {
         // Never closed; the request timeout bounds the wait.
         let n = u32::try_from(values.min(DECODE_BUDGET)).unwrap_or(u32::MAX);
         state.decoding.acquire_many(n).await.ok()
@@ -269,14 +242,14 @@ fn body_error(webhook: Webhook, e: BytesRejection) -> Response {
     json_error(status, &message)
 }
 
-/// Answers a body of `values` JSON values ([`admission::count_values`]).
+/// Answers a body of `values` JSON values ([`review::count_values`]).
 fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Response {
     let started = Instant::now();
-    let result = admission::parse_counted(body, values).and_then(|req| {
+    let result = review::parse_counted(body, values).and_then(|req| {
         let config = state.config();
         let mut out = None;
-        state.view.with_view(&mut |view| out = Some(admission::review(&req, webhook, view, &config)));
-        out.unwrap_or_else(|| Err(admission::BadRequest("no view".into())))
+        state.view.with_view(&mut |view| out = Some(review::review(&req, webhook, view, &config)));
+        out.unwrap_or_else(|| Err(review::BadRequest("no view".into())))
     });
     let elapsed = started.elapsed();
     state.metrics.duration.get_or_create(&WebhookLabels { webhook: webhook.as_str() }).observe(elapsed.as_secs_f64());
@@ -290,12 +263,12 @@ fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Res
                 object = %format!("{}/{}", outcome.namespace, outcome.name),
                 operation = %outcome.operation,
                 dry_run = outcome.dry_run,
-                decision = outcome.decision,
+                decision = outcome.decision.as_str(),
                 rules = %outcome.findings.iter().map(|(r, a)| format!("{r}={}", a.as_str())).chain(outcome.mutations.iter().map(|m| m.to_string())).collect::<Vec<_>>().join(","),
                 latency_us = elapsed.as_micros() as u64,
                 "admission"
             );
-            let review = admission::into_review(response);
+            let review = review::into_review(response);
             match serde_json::to_vec(&review) {
                 Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
                 Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
@@ -308,7 +281,7 @@ fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Res
     }
 }
 
-fn record(state: &AppState, webhook: Webhook, o: &admission::Outcome) {
+fn record(state: &AppState, webhook: Webhook, o: &review::Outcome) {
     state
         .metrics
         .requests
@@ -316,12 +289,12 @@ fn record(state: &AppState, webhook: Webhook, o: &admission::Outcome) {
             webhook: webhook.as_str(),
             kind: o.kind.clone(),
             operation: o.operation.clone(),
-            decision: o.decision,
+            decision: o.decision.as_str(),
             dry_run: if o.dry_run { "true" } else { "false" },
         })
         .inc();
     for (rule, action) in &o.findings {
-        state.metrics.findings.get_or_create(&FindingLabels { rule, action: action.as_str() }).inc();
+        state.metrics.findings.get_or_create(&FindingLabels { rule: rule.id, action: action.as_str() }).inc();
     }
 }
 
@@ -409,7 +382,7 @@ pub enum ServeError {
     #[error(transparent)]
     Certs(#[from] certs::CertError),
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] crate::core::config::ConfigError),
     #[error("{addr}: {source}")]
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("server: {0}")]
@@ -730,7 +703,7 @@ async fn reload_config(path: PathBuf, interval: Duration, state: Arc<AppState>) 
             continue;
         }
         last = current;
-        match Config::load(&path) {
+        match crate::config_file::load(&path) {
             Ok(c) => {
                 state.set_config(c);
                 state.metrics.config_reloads.get_or_create(&ResultLabels { result: "success" }).inc();

@@ -1,0 +1,60 @@
+//! The command line: one clap `Args` per command (flags declared once, with their default and
+//! help), each command's `run` returning its exit code or an [`Error`]; `main` prints the error and
+//! exits 2 — the one error and exit path.
+
+pub mod certs;
+pub mod check;
+pub mod rules;
+pub mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "ha-guard",
+    version,
+    about = "Admission webhook and linter that keeps Kubernetes workloads highly available"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the admission webhook (TLS) and its probe port (plain HTTP).
+    Serve(serve::ServeArgs),
+    /// Write a CA and a serving certificate signed by it: DIR/ca.crt, DIR/tls.crt, DIR/tls.key
+    /// (and DIR/client.crt, DIR/client.key with --client).
+    Certs(certs::CertsArgs),
+    /// Lint manifests: files, directories (recursively), `-` for stdin.
+    Check(check::CheckArgs),
+    /// List the rules and mutations.
+    Rules,
+    /// Print one rule's documentation.
+    Explain(rules::ExplainArgs),
+}
+
+/// Why a command could not do its job: printed as `error: ...`, exit code 2 (unusable input or
+/// flags, DESIGN.md §5).
+#[derive(Debug)]
+pub struct Error(pub String);
+
+impl<E: std::fmt::Display> From<E> for Error {
+    fn from(e: E) -> Self {
+        Error(e.to_string())
+    }
+}
+
+/// Runs the command; `Ok` carries its exit code.
+pub fn run(cli: Cli) -> Result<ExitCode, Error> {
+    match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Certs(args) => certs::run(args),
+        Command::Check(args) => check::run(args),
+        Command::Rules => rules::list(),
+        Command::Explain(args) => rules::explain(args),
+    }
+}

@@ -1,0 +1,206 @@
+//! `ha-guard serve`: the webhook. Its flags come in groups, each declared once and flattened in
+//! (as kubert's `ServerArgs` is): where it listens and how long it waits, its TLS material, what it
+//! admits at once, and where its view comes from.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::Error;
+use crate::core::view::{Index, StaticSource, ViewSource};
+use crate::server::{self, ServeOptions};
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub listen: ListenArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub view: ClusterArgs,
+    /// Configuration file; re-read when its content changes.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Where `serve` listens, and how long it waits.
+#[derive(Args)]
+pub struct ListenArgs {
+    /// Address of the webhook (TLS).
+    #[arg(long, default_value = "0.0.0.0:8443", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// Address of /healthz, /readyz and /metrics (plain HTTP).
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    pub probe_listen: SocketAddr,
+    /// Per-request timeout, in seconds (the apiserver's own default is 10).
+    #[arg(long, default_value = "8", value_name = "SECONDS", value_parser = seconds)]
+    pub request_timeout: Duration,
+    /// After SIGTERM, seconds with readiness down before the listener stops.
+    #[arg(long, default_value = "3", value_name = "SECONDS", value_parser = seconds)]
+    pub shutdown_delay: Duration,
+    /// Seconds in-flight requests get to finish after the listener stops.
+    #[arg(long, default_value = "20", value_name = "SECONDS", value_parser = seconds)]
+    pub shutdown_timeout: Duration,
+}
+
+/// The serving certificate, and who may call.
+#[derive(Args)]
+pub struct TlsArgs {
+    /// Serving certificate (PEM); re-read when its content changes.
+    #[arg(long, default_value = "certs/tls.crt", value_name = "FILE")]
+    pub tls_cert: PathBuf,
+    /// Serving key (PEM); re-read when its content changes.
+    #[arg(long, default_value = "certs/tls.key", value_name = "FILE")]
+    pub tls_key: PathBuf,
+    /// Require callers to present a certificate signed by a CA in this PEM file (the TLS
+    /// handshake fails otherwise); re-read with the serving certificate. Without it, no client
+    /// certificate is asked for.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca: Option<PathBuf>,
+    /// How often the TLS and config files are polled for changes, in seconds.
+    #[arg(long, default_value = "5", value_name = "SECONDS", value_parser = seconds)]
+    pub reload_interval: Duration,
+    /// Seconds a TLS handshake may take (a client that connects and sends nothing is closed).
+    #[arg(long, default_value = "10", value_name = "SECONDS", value_parser = seconds)]
+    pub tls_handshake_timeout: Duration,
+}
+
+/// What `serve` admits at once.
+#[derive(Args)]
+pub struct LimitArgs {
+    /// Requests answered at once; one more gets HTTP 503 at once, its body unread.
+    #[arg(long, default_value_t = server::DEFAULT_MAX_CONCURRENT_REQUESTS as u64, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_concurrent_requests: u64,
+    /// MiB of request bodies read at once, counted by their Content-Length (a body of unknown
+    /// length counts as the 8 MiB limit); a request past it gets HTTP 503 at once.
+    #[arg(long, default_value_t = (server::DEFAULT_MAX_BODY_MEMORY >> 20) as u64, value_name = "MIB",
+          value_parser = clap::value_parser!(u64).range(8..=1 << 20))]
+    pub max_body_memory: u64,
+    /// Open connections, TLS handshakes included; one more is closed at once.
+    #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS as u64, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
+}
+
+/// Where the view comes from.
+#[derive(Args)]
+pub struct ClusterArgs {
+    /// Where the view comes from: auto, none, live, or manifest files/directories.
+    #[arg(long, default_value = "auto", num_args = 1.., value_name = "auto|none|live|FILE")]
+    pub cluster: Vec<String>,
+}
+
+fn seconds(s: &str) -> Result<Duration, String> {
+    let value: f64 = s.parse().map_err(|_| format!("{s} is not a number of seconds"))?;
+    Duration::try_from_secs_f64(value).map_err(|_| format!("{s} is not a duration in seconds"))
+}
+
+fn usize_of(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+impl ServeArgs {
+    fn options(&self) -> ServeOptions {
+        ServeOptions {
+            listen: self.listen.listen,
+            probe_listen: self.listen.probe_listen,
+            tls_cert: self.tls.tls_cert.clone(),
+            tls_key: self.tls.tls_key.clone(),
+            config: self.config.clone(),
+            reload_interval: self.tls.reload_interval,
+            request_timeout: self.listen.request_timeout,
+            shutdown_delay: self.listen.shutdown_delay,
+            shutdown_timeout: self.listen.shutdown_timeout,
+            generate_dev_certs: true,
+            client_ca: self.tls.client_ca.clone(),
+            max_concurrent_requests: usize_of(self.limits.max_concurrent_requests),
+            max_body_memory: usize_of(self.limits.max_body_memory << 20),
+            max_connections: usize_of(self.limits.max_connections),
+            tls_handshake_timeout: self.tls.tls_handshake_timeout,
+        }
+    }
+}
+
+pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
+    init_tracing(args.log_format);
+    let config = args.config.as_deref().map(crate::config_file::load).transpose()?.unwrap_or_default();
+    let mut options = args.options();
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| Error(format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(async move {
+        let source: Arc<dyn ViewSource> = match resolve_cluster(&args.view.cluster).await? {
+            Cluster::None => Arc::new(StaticSource(Index::new())),
+            Cluster::Files(index) => Arc::new(StaticSource(index)),
+            Cluster::Live(client) => {
+                // In a cluster the certificates come from a Secret: never generate them there.
+                options.generate_dev_certs = false;
+                let live = Arc::new(crate::live::LiveSource::new());
+                live.start(client);
+                live
+            }
+        };
+        let state = server::AppState::new(source, config);
+        server::serve(options, state, server::termination_signal()).await?;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+/// Where the view comes from, as `--cluster` asks.
+enum Cluster {
+    None,
+    Live(kube::Client),
+    Files(Index),
+}
+
+/// Resolves `--cluster`. `auto`: in-cluster service account, else KUBECONFIG / ~/.kube/config,
+/// else none. `live` is `auto` that must find a cluster.
+async fn resolve_cluster(cluster: &[String]) -> Result<Cluster, Error> {
+    match cluster {
+        [one] if one == "none" => Ok(Cluster::None),
+        [one] if one == "auto" || one == "live" => match kube::Config::infer().await {
+            Ok(config) => {
+                let client = kube::Client::try_from(config).map_err(|e| Error(format!("--cluster {one}: {e}")))?;
+                tracing::info!(
+                    "live cluster view: watching Deployments, StatefulSets, PDBs, HPAs, PVCs, Nodes, Namespaces"
+                );
+                Ok(Cluster::Live(client))
+            }
+            Err(e) if one == "auto" => {
+                tracing::info!(reason = %e, "--cluster auto: no in-cluster service account and no kubeconfig, so the view is empty (none)");
+                Ok(Cluster::None)
+            }
+            Err(e) => Err(Error(format!("--cluster live: no cluster to connect to: {e}"))),
+        },
+        files => {
+            let loaded = crate::manifest::load(files);
+            let index = crate::manifest::objects::static_view(&loaded, "default")
+                .map_err(|e| Error(format!("--cluster: {e}")))?;
+            tracing::info!(files = loaded.sources.len(), "static cluster view loaded");
+            Ok(Cluster::Files(index))
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! Reading the configuration file (the core parses text; reading files is a shell's business).
+
+use std::path::Path;
+
+use crate::core::config::{Config, ConfigError};
+use crate::core::registry;
+
+/// Reads and parses the configuration file at `path`, against every rule and mutation.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let file = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).map_err(|e| ConfigError::Read { file: file.clone(), message: e.to_string() })?;
+    registry::parse_config(&text, &file)
+}

@@ -1,0 +1,212 @@
+//! The configuration (DESIGN.md §5): per-rule actions, mutation switches, exempt namespaces, the
+//! CSI controller images, ratcheting. Parsed from the file's text against a [`Catalogue`] (the
+//! registry's): unknown IDs and bad values are errors naming the key. Reading the file is the
+//! shells' business.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::catalogue::{Action, Catalogue, Mutation, Rule};
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub rules: BTreeMap<String, Action>,
+    pub mutations: BTreeMap<String, bool>,
+    pub exempt_namespaces: Vec<String>,
+    pub csi_controller_images: Vec<String>,
+    pub ratchet: bool,
+}
+
+pub const DEFAULT_CSI_CONTROLLER_IMAGES: [&str; 4] =
+    ["csi-provisioner", "csi-attacher", "csi-resizer", "csi-snapshotter"];
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            rules: BTreeMap::new(),
+            mutations: BTreeMap::new(),
+            exempt_namespaces: Vec::new(),
+            csi_controller_images: DEFAULT_CSI_CONTROLLER_IMAGES.iter().map(|s| s.to_string()).collect(),
+            ratchet: true,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    #[error("{file}: {message}")]
+    Invalid { file: String, message: String },
+    #[error("{file}: cannot read: {message}")]
+    Read { file: String, message: String },
+}
+
+/// The file as written, before its IDs and values are checked.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawConfig {
+    #[serde(default)]
+    rules: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    mutations: Option<BTreeMap<String, bool>>,
+    #[serde(default)]
+    exempt_namespaces: Option<Vec<String>>,
+    #[serde(default)]
+    csi_controller_images: Option<Vec<String>>,
+    #[serde(default)]
+    ratchet: Option<bool>,
+}
+
+impl Config {
+    /// The action for `rule` given the action the rule chose for this case.
+    pub fn action(&self, rule: &Rule, natural: Action) -> Action {
+        self.rules.get(rule.id).copied().unwrap_or(natural)
+    }
+
+    /// Whether `rule` is turned off.
+    pub fn is_off(&self, rule: &Rule) -> bool {
+        self.rules.get(rule.id) == Some(&Action::Off)
+    }
+
+    pub fn mutation_on(&self, mutation: &Mutation) -> bool {
+        self.mutations.get(mutation.id).copied().unwrap_or(mutation.default_on)
+    }
+
+    pub fn namespace_exempt(&self, namespace: &str) -> bool {
+        self.exempt_namespaces.iter().any(|n| n == namespace)
+    }
+
+    /// Parses and checks a configuration against the rules and mutations of `catalogue`; `file`
+    /// names it in errors.
+    pub fn parse(text: &str, file: &str, catalogue: &Catalogue) -> Result<Config, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid { file: file.to_string(), message };
+        let raw: Option<RawConfig> = if text.trim().is_empty() {
+            None
+        } else {
+            serde_saphyr::from_str(text).map_err(|e| invalid(e.to_string()))?
+        };
+        let raw = raw.unwrap_or_default();
+        let mut config = Config::default();
+        for (id, value) in raw.rules.unwrap_or_default() {
+            if catalogue.rule(&id).is_none() {
+                return Err(invalid(format!("rules.{id}: unknown rule ID (see `ha-guard rules`)")));
+            }
+            let action = Action::parse(&value)
+                .ok_or_else(|| invalid(format!("rules.{id}: bad value {value:?}: expected deny, warn or off")))?;
+            config.rules.insert(id, action);
+        }
+        for (id, on) in raw.mutations.unwrap_or_default() {
+            if catalogue.mutation(&id).is_none() {
+                return Err(invalid(format!("mutations.{id}: unknown mutation ID (see `ha-guard rules`)")));
+            }
+            config.mutations.insert(id, on);
+        }
+        if let Some(ns) = raw.exempt_namespaces {
+            if let Some(bad) = ns.iter().find(|n| n.is_empty()) {
+                return Err(invalid(format!("exemptNamespaces: bad value {bad:?}: a namespace name is not empty")));
+            }
+            config.exempt_namespaces = ns;
+        }
+        if let Some(images) = raw.csi_controller_images {
+            if images.iter().any(String::is_empty) {
+                return Err(invalid("csiControllerImages: bad value \"\": an image name is not empty".into()));
+            }
+            config.csi_controller_images = images;
+        }
+        if let Some(r) = raw.ratchet {
+            config.ratchet = r;
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    crate::declare_rule!(PDB_BLOCKS_EVICTION, "pdb-blocks-eviction", Deny, "test");
+    crate::declare_rule!(PDB_MISSING, "pdb-missing", Warn, "test");
+    crate::declare_rule!(PDB_OVERLAP, "pdb-overlap", Deny, "test");
+    crate::declare_rule!(RECREATE_MULTI_REPLICA, "recreate-multi-replica", Warn, "test");
+    crate::declare_rule!(TERMINATION_GRACE_ZERO, "termination-grace-zero", Warn, "test");
+    crate::declare_mutation!(INJECT_SPREAD_SELECTOR, "inject-spread-selector", on, "test");
+    crate::declare_mutation!(INJECT_DEFAULT_SPREAD, "inject-default-spread", off, "test");
+    crate::declare_mutation!(INJECT_MATCH_LABEL_KEYS, "inject-match-label-keys", off, "test");
+    /// A catalogue of a few rules and mutations: the configuration knows only what it is given.
+    static CATALOGUE: Catalogue = Catalogue {
+        rules: &[&[&PDB_BLOCKS_EVICTION, &PDB_MISSING, &PDB_OVERLAP, &RECREATE_MULTI_REPLICA, &TERMINATION_GRACE_ZERO]],
+        mutations: &[&INJECT_SPREAD_SELECTOR, &INJECT_DEFAULT_SPREAD, &INJECT_MATCH_LABEL_KEYS],
+    };
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, "ha-guard.yaml", &CATALOGUE)
+    }
+
+    fn message(e: ConfigError) -> String {
+        e.to_string()
+    }
+
+    #[test]
+    fn the_documented_example_parses() {
+        let c = parse(
+            "rules:\n  recreate-multi-replica: deny\nmutations:\n  inject-default-spread: true\n\
+             exemptNamespaces: [kube-system]\ncsiControllerImages: [csi-provisioner]\nratchet: false\n",
+        )
+        .unwrap();
+        assert_eq!(c.rules["recreate-multi-replica"], Action::Deny);
+        assert!(c.mutation_on(&INJECT_DEFAULT_SPREAD));
+        assert!(c.mutation_on(&INJECT_SPREAD_SELECTOR), "on by default");
+        assert!(!c.mutation_on(&INJECT_MATCH_LABEL_KEYS), "off by default");
+        assert!(c.namespace_exempt("kube-system"));
+        assert_eq!(c.csi_controller_images, ["csi-provisioner"]);
+        assert!(!c.ratchet);
+    }
+
+    #[test]
+    fn empty_file_is_the_default() {
+        assert_eq!(parse("").unwrap(), Config::default());
+        assert_eq!(parse("# nothing\n").unwrap(), Config::default());
+        assert!(Config::default().ratchet);
+    }
+
+    #[test]
+    fn unknown_rule_names_the_key() {
+        let e = message(parse("rules:\n  no-such-rule: deny\n").unwrap_err());
+        assert!(e.contains("ha-guard.yaml") && e.contains("rules.no-such-rule") && e.contains("unknown rule"), "{e}");
+    }
+
+    #[test]
+    fn bad_action_names_the_key_and_the_value() {
+        let e = message(parse("rules:\n  pdb-missing: block\n").unwrap_err());
+        assert!(e.contains("rules.pdb-missing") && e.contains("\"block\"") && e.contains("deny, warn or off"), "{e}");
+    }
+
+    #[test]
+    fn unknown_mutation_names_the_key() {
+        let e = message(parse("mutations:\n  inject-everything: true\n").unwrap_err());
+        assert!(e.contains("mutations.inject-everything"), "{e}");
+    }
+
+    #[test]
+    fn unknown_top_level_key_is_named() {
+        let e = message(parse("ratchett: true\n").unwrap_err());
+        assert!(e.contains("ratchett"), "{e}");
+    }
+
+    #[test]
+    fn bad_type_is_an_error() {
+        let e = message(parse("ratchet: sometimes\n").unwrap_err());
+        assert!(e.contains("ha-guard.yaml"), "{e}");
+        let e = message(parse("mutations:\n  inject-default-spread: maybe\n").unwrap_err());
+        assert!(e.contains("ha-guard.yaml"), "{e}");
+    }
+
+    #[test]
+    fn config_overrides_a_rule_action() {
+        let c = parse("rules:\n  pdb-blocks-eviction: warn\n  termination-grace-zero: off\n").unwrap();
+        assert_eq!(c.action(&PDB_BLOCKS_EVICTION, Action::Deny), Action::Warn);
+        assert_eq!(c.action(&TERMINATION_GRACE_ZERO, Action::Warn), Action::Off);
+        assert!(c.is_off(&TERMINATION_GRACE_ZERO));
+        assert_eq!(c.action(&PDB_OVERLAP, Action::Deny), Action::Deny);
+    }
+}

@@ -1,0 +1,151 @@
+//! Decisions (DESIGN.md §4): config actions, namespace modes and exemptions, exemption
+//! annotations, ratcheting and the scale subresource. Pure functions of the findings and context.
+
+use std::collections::BTreeMap;
+
+use crate::core::catalogue::Action;
+use crate::core::config::Config;
+use crate::core::finding::{Decision, Finding, Note};
+use crate::core::model::{EXEMPT_PREFIX, Exemptions, MODE_LABEL, ObjectRef};
+use crate::core::rules::Evaluation;
+use crate::core::view::View;
+
+/// What the decision needs besides the findings.
+#[derive(Clone, Debug, Default)]
+pub struct Context<'a> {
+    /// Findings of `oldObject` on UPDATE (for ratcheting); `None` on CREATE or in `check`.
+    pub old: Option<&'a [Finding]>,
+    /// A `scale` subresource write: warnings only.
+    pub scale: bool,
+    /// Exemption annotations of the subject itself (the view may hold an older version).
+    pub subject_exemptions: Exemptions,
+}
+
+/// The namespace mode from its `ha-guard.io/mode` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Enforce,
+    Warn,
+    Off,
+}
+
+pub fn namespace_mode(labels: Option<&BTreeMap<String, String>>) -> Mode {
+    match labels.and_then(|l| l.get(MODE_LABEL)).map(String::as_str) {
+        Some("warn") => Mode::Warn,
+        Some("off") => Mode::Off,
+        _ => Mode::Enforce,
+    }
+}
+
+/// The decided findings, and the messages about the decision itself.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decided {
+    pub findings: Vec<Finding>,
+    /// Why nothing was evaluated (exempt namespace, mode off), if so.
+    pub skipped: Option<String>,
+    /// Extra warnings, e.g. an exemption annotation without a reason.
+    pub warnings: Vec<String>,
+}
+
+impl Decided {
+    pub fn denied(&self) -> bool {
+        self.findings.iter().any(|f| f.action == Decision::Deny)
+    }
+
+    pub fn with(&self, action: Decision) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(move |f| f.action == action)
+    }
+}
+
+/// Whether the namespace is skipped altogether (config exemption or mode off), and why.
+pub fn skip_reason(namespace: &str, view: &dyn View, config: &Config) -> Option<String> {
+    if config.namespace_exempt(namespace) {
+        return Some(format!("namespace {namespace} is exempt in the configuration"));
+    }
+    if namespace_mode(view.namespace_labels(namespace).as_ref()) == Mode::Off {
+        return Some(format!("namespace {namespace} is labelled {MODE_LABEL}=off"));
+    }
+    None
+}
+
+pub fn decide(eval: Evaluation, namespace: &str, view: &dyn View, config: &Config, ctx: &Context) -> Decided {
+    if let Some(reason) = skip_reason(namespace, view, config) {
+        return Decided { skipped: Some(reason), ..Default::default() };
+    }
+    let mode = namespace_mode(view.namespace_labels(namespace).as_ref());
+    let mut decided = Decided::default();
+    for mut f in eval.findings {
+        f.action = match config.action(f.rule, f.action.action()) {
+            Action::Deny => Decision::Deny,
+            Action::Warn => Decision::Warn,
+            Action::Off => continue,
+        };
+        if let Some((who, reason)) = exemption(&f, view, ctx, &mut decided.warnings) {
+            f.action = Decision::Allowed;
+            f.notes.push(Note::Exempted { by: who, reason });
+            decided.findings.push(f);
+            continue;
+        }
+        if f.action == Decision::Deny {
+            if ctx.scale {
+                f.action = Decision::Warn;
+                f.notes.push(Note::ScaleWrite);
+            } else if config.ratchet && ctx.old.is_some_and(|old| old.iter().any(|o| same(o, &f))) {
+                f.action = Decision::Warn;
+                f.notes.push(Note::PreExisting);
+            } else if mode == Mode::Warn {
+                f.action = Decision::Warn;
+                f.notes.push(Note::NamespaceWarn { namespace: namespace.to_string() });
+            }
+        }
+        decided.findings.push(f);
+    }
+    decided.warnings.sort();
+    decided.warnings.dedup();
+    decided
+}
+
+/// Whether the decision would read the old object's findings: only a finding that denies after
+/// config can be ratcheted, and never on a scale write. Most UPDATEs deny nothing, and decoding
+/// and evaluating `oldObject` was a third of their cost, so shells decode it only when this says so.
+pub fn needs_old_findings(eval: &Evaluation, config: &Config, scale: bool) -> bool {
+    config.ratchet && !scale && eval.findings.iter().any(|f| config.action(f.rule, f.action.action()) == Action::Deny)
+}
+
+/// The same violation on the old object: same rule at the same field, about the same object (a
+/// workload relabelled under another blocking PDB has a new violation, not the old one).
+fn same(old: &Finding, new: &Finding) -> bool {
+    old.rule == new.rule && old.path == new.path && old.anchor == new.anchor
+}
+
+/// The exemption that applies to `f`: on the subject, or on any object the finding names.
+fn exemption(f: &Finding, view: &dyn View, ctx: &Context, warnings: &mut Vec<String>) -> Option<(ObjectRef, String)> {
+    let mut own = ctx.subject_exemptions.clone();
+    if ctx.scale {
+        // A scale write carries no annotations and does not change them: the workload's count.
+        for (rule, reason) in view.exemptions(&f.object) {
+            own.entry(rule).or_insert(reason);
+        }
+    }
+    let mut candidates: Vec<(ObjectRef, Exemptions)> = vec![(f.object.clone(), own)];
+    for r in f.related.iter().chain(std::iter::once(&f.anchor)) {
+        if *r != f.object && !candidates.iter().any(|(c, _)| c == r) {
+            candidates.push((r.clone(), view.exemptions(r)));
+        }
+    }
+    let mut found = None;
+    for (who, exemptions) in candidates {
+        if let Some(reason) = exemptions.get(f.rule.id) {
+            if reason.trim().is_empty() {
+                warnings.push(format!(
+                    "[{}] the annotation {EXEMPT_PREFIX}{} on {who} has an empty reason and is ignored: say why \
+                     the exemption is safe",
+                    f.rule, f.rule
+                ));
+            } else if found.is_none() {
+                found = Some((who, reason.clone()));
+            }
+        }
+    }
+    found
+}

@@ -1,0 +1,82 @@
+//! The one entry every shell calls: a review in, a verdict out. The webhook asks it for the
+//! findings (`/validate`) or the patch (`/mutate`) of one write, `check` for both on every object
+//! of its files; the shells only translate requests and files in and verdicts out.
+
+use crate::core::config::Config;
+use crate::core::decide::{self, Context, Decided};
+use crate::core::model::Subject;
+use crate::core::mutations::{self, Plan};
+use crate::core::rules;
+use crate::core::view::View;
+
+/// What a shell wants judged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asks {
+    /// The decided findings (the validating webhook).
+    Findings,
+    /// The mutation plan (the mutating webhook).
+    Mutations,
+    /// Both (`check`).
+    Both,
+}
+
+impl Asks {
+    fn findings(self) -> bool {
+        self != Asks::Mutations
+    }
+
+    fn mutations(self) -> bool {
+        self != Asks::Findings
+    }
+}
+
+/// One object to judge.
+pub struct Review<'a> {
+    pub subject: &'a Subject,
+    /// The object before an UPDATE, decoded only when ratcheting needs its findings.
+    pub old: Option<&'a dyn Fn() -> Option<Subject>>,
+    pub view: &'a dyn View,
+    pub config: &'a Config,
+    pub asks: Asks,
+}
+
+/// What the review comes to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Verdict {
+    /// Why nothing was judged (an exempt namespace, a namespace in mode off), if so.
+    pub skipped: Option<String>,
+    /// The findings decided (config, exemptions, ratcheting, scale writes, namespace modes) and
+    /// the warnings about the decision itself (an exemption without a reason).
+    pub decided: Decided,
+    /// The mutations, when asked for.
+    pub plan: Plan,
+    /// What could not be checked on the object, and why.
+    pub unchecked: Vec<String>,
+}
+
+/// Judges one object: pure, no I/O.
+pub fn judge(review: &Review) -> Verdict {
+    let Review { subject, view, config, asks, .. } = *review;
+    let namespace = subject.id().namespace;
+    let unchecked = if asks.findings() { rules::unchecked(subject, view) } else { Vec::new() };
+    if let Some(reason) = decide::skip_reason(&namespace, view, config) {
+        let decided = Decided { skipped: Some(reason.clone()), ..Default::default() };
+        return Verdict { skipped: Some(reason), decided, unchecked, ..Default::default() };
+    }
+    let plan = if asks.mutations() { mutations::plan(subject, view, config) } else { Plan::default() };
+    if !asks.findings() {
+        return Verdict { plan, ..Default::default() };
+    }
+    let mut eval = rules::evaluate(subject, view, config);
+    eval.unchecked.clear();
+    let scale = matches!(subject, Subject::Scale { .. });
+    let old = match review.old {
+        Some(old) if decide::needs_old_findings(&eval, config, scale) => {
+            old().map(|old| rules::evaluate(&old, view, config).findings)
+        }
+        _ => None,
+    };
+    let ctx = Context { old: old.as_deref(), scale, subject_exemptions: subject.exemptions() };
+    let decided = decide::decide(eval, &namespace, view, config, &ctx);
+    Verdict { skipped: None, decided, plan, unchecked }
+}

@@ -1,0 +1,331 @@
+//! Manifests (JSON trees) into typed, defaulted objects.
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::defaults;
+use super::object::{Kind, Object, Subject};
+
+/// Why a document of a known kind could not be decoded.
+#[derive(Debug, thiserror::Error)]
+#[error("{kind} does not decode: {reason}")]
+pub struct DecodeError {
+    pub kind: String,
+    pub reason: String,
+}
+
+/// The `apiVersion` and `kind` of a manifest, if it has them.
+pub fn type_of(value: &Value) -> Option<(&str, &str)> {
+    Some((value.get("apiVersion")?.as_str()?, value.get("kind")?.as_str()?))
+}
+
+/// Decodes a manifest into a typed, defaulted object. `Ok(None)` for kinds the engine ignores.
+/// `default_namespace` fills `metadata.namespace` for namespaced kinds that have none.
+pub fn decode(value: &Value, default_namespace: &str) -> Result<Option<Object>, DecodeError> {
+    let Some((api_version, kind_name)) = type_of(value) else { return Ok(None) };
+    let Some(kind) = Kind::from_type(api_version, kind_name) else { return Ok(None) };
+    if decodes_as_written(value, kind, api_version) {
+        decode_as_written(value, kind, kind_name, default_namespace).map(Some)
+    } else {
+        decode_rewriting(value, kind, api_version, kind_name, default_namespace).map(Some)
+    }
+}
+
+/// Most manifests: decoded straight from the tree (no copy of it), the namespace defaulted on the
+/// typed object.
+fn decode_as_written(
+    value: &Value,
+    kind: Kind,
+    kind_name: &str,
+    default_namespace: &str,
+) -> Result<Object, DecodeError> {
+    let err = |e: serde_json::Error| DecodeError { kind: kind_name.to_string(), reason: e.to_string() };
+    let namespaced = !matches!(kind, Kind::Node | Kind::Namespace);
+    let fill = |meta: &mut ObjectMeta| {
+        if namespaced && meta.namespace.as_deref().is_none_or(str::is_empty) {
+            meta.namespace = Some(default_namespace.to_string());
+        }
+    };
+    let object = match kind {
+        Kind::Deployment => {
+            let mut d = Deployment::deserialize(value).map_err(err)?;
+            fill(&mut d.metadata);
+            Object::Subject(Subject::Workload(Box::new(defaults::deployment(d))))
+        }
+        Kind::StatefulSet => {
+            let mut s = StatefulSet::deserialize(value).map_err(err)?;
+            fill(&mut s.metadata);
+            Object::Subject(Subject::Workload(Box::new(defaults::stateful_set(s))))
+        }
+        Kind::PodDisruptionBudget => {
+            let mut p = PodDisruptionBudget::deserialize(value).map_err(err)?;
+            fill(&mut p.metadata);
+            Object::Subject(Subject::Pdb(Box::new(p)))
+        }
+        Kind::HorizontalPodAutoscaler => {
+            let mut h = HorizontalPodAutoscaler::deserialize(value).map_err(err)?;
+            fill(&mut h.metadata);
+            defaults::hpa(&mut h);
+            Object::Subject(Subject::Hpa(Box::new(h)))
+        }
+        Kind::PersistentVolumeClaim => {
+            let mut c = PersistentVolumeClaim::deserialize(value).map_err(err)?;
+            fill(&mut c.metadata);
+            Object::Pvc(Box::new(c))
+        }
+        Kind::Node => Object::Node(Box::new(Node::deserialize(value).map_err(err)?)),
+        Kind::Namespace => Object::Namespace(Box::new(Namespace::deserialize(value).map_err(err)?)),
+    };
+    Ok(object)
+}
+
+/// A copy of the tree with the namespace defaulted and missing workload fields filled in (or an
+/// autoscaling/v1 HPA made v2), then decoded.
+fn decode_rewriting(
+    value: &Value,
+    kind: Kind,
+    api_version: &str,
+    kind_name: &str,
+    default_namespace: &str,
+) -> Result<Object, DecodeError> {
+    let err = |e: serde_json::Error| DecodeError { kind: kind_name.to_string(), reason: e.to_string() };
+    let mut value = value.clone();
+    if !matches!(kind, Kind::Node | Kind::Namespace) {
+        set_default_namespace(&mut value, default_namespace);
+    }
+    let object = match kind {
+        Kind::Deployment | Kind::StatefulSet => {
+            let missing = fill_required_workload_fields(&mut value);
+            let mut workload = if kind == Kind::Deployment {
+                let d: Deployment = serde_json::from_value(value).map_err(err)?;
+                defaults::deployment(d)
+            } else {
+                let s: StatefulSet = serde_json::from_value(value).map_err(err)?;
+                defaults::stateful_set(s)
+            };
+            if missing.contains(&"spec.selector") {
+                workload.selector = None;
+            }
+            workload.missing = missing;
+            Object::Subject(Subject::Workload(Box::new(workload)))
+        }
+        Kind::PodDisruptionBudget => {
+            let p: PodDisruptionBudget = serde_json::from_value(value).map_err(err)?;
+            Object::Subject(Subject::Pdb(Box::new(p)))
+        }
+        Kind::HorizontalPodAutoscaler => {
+            let mut h: HorizontalPodAutoscaler =
+                serde_json::from_value(strip_v1_hpa_fields(value, api_version)).map_err(err)?;
+            defaults::hpa(&mut h);
+            Object::Subject(Subject::Hpa(Box::new(h)))
+        }
+        Kind::PersistentVolumeClaim => Object::Pvc(Box::new(serde_json::from_value(value).map_err(err)?)),
+        Kind::Node => Object::Node(Box::new(serde_json::from_value(value).map_err(err)?)),
+        Kind::Namespace => Object::Namespace(Box::new(serde_json::from_value(value).map_err(err)?)),
+    };
+    Ok(object)
+}
+
+/// Whether `value` decodes into its type as it is: what the rewriting way below would change
+/// (a missing `metadata`, a namespace that is not a string, the workload fields kustomize bases
+/// leave out, an autoscaling/v1 HPA) is absent.
+fn decodes_as_written(value: &Value, kind: Kind, api_version: &str) -> bool {
+    let Some(meta) = value.get("metadata").and_then(Value::as_object) else { return false };
+    if !meta.get("namespace").is_none_or(|ns| ns.is_string() || ns.is_null()) {
+        return false;
+    }
+    match kind {
+        Kind::HorizontalPodAutoscaler => api_version != "autoscaling/v1",
+        Kind::Deployment | Kind::StatefulSet => {
+            let present = |v: Option<&Value>| v.is_some_and(|v| !v.is_null());
+            let Some(spec) = value.get("spec").and_then(Value::as_object) else { return false };
+            let template = spec.get("template");
+            present(spec.get("selector"))
+                && present(template)
+                && template.and_then(Value::as_object).is_none_or(|t| {
+                    t.get("spec").is_some_and(|pod| pod.as_object().is_none_or(|p| present(p.get("containers"))))
+                })
+        }
+        _ => true,
+    }
+}
+
+fn set_default_namespace(value: &mut Value, default_namespace: &str) {
+    if let Some(obj) = value.as_object_mut() {
+        let meta = obj.entry("metadata").or_insert_with(|| Value::Object(Default::default()));
+        if let Some(meta) = meta.as_object_mut() {
+            let has_ns = meta.get("namespace").and_then(Value::as_str).is_some_and(|s| !s.is_empty());
+            if !has_ns {
+                meta.insert("namespace".into(), Value::String(default_namespace.to_string()));
+            }
+        }
+    }
+}
+
+/// Kustomize bases and Helm fragments often leave out fields the API requires (the selector,
+/// the containers). Fill them with neutral placeholders so the rest can still be checked, and
+/// return which were missing so that the rules depending on them report "not checked".
+fn fill_required_workload_fields(value: &mut Value) -> Vec<&'static str> {
+    let mut missing = Vec::new();
+    let Some(obj) = value.as_object_mut() else { return missing };
+    let spec = obj.entry("spec").or_insert_with(|| Value::Object(Default::default()));
+    let Some(spec) = spec.as_object_mut() else { return missing };
+    if spec.get("selector").is_none_or(Value::is_null) {
+        missing.push("spec.selector");
+        spec.insert("selector".into(), serde_json::json!({}));
+    }
+    if spec.get("template").is_none_or(Value::is_null) {
+        missing.push("spec.template");
+        spec.insert("template".into(), serde_json::json!({}));
+    }
+    if let Some(template) = spec.get_mut("template").and_then(Value::as_object_mut) {
+        let pod = template.entry("spec").or_insert_with(|| serde_json::json!({}));
+        if let Some(pod) = pod.as_object_mut()
+            && pod.get("containers").is_none_or(Value::is_null)
+        {
+            missing.push("spec.template.spec.containers");
+            pod.insert("containers".into(), serde_json::json!([]));
+        }
+    }
+    missing
+}
+
+/// autoscaling/v1 HPAs carry `targetCPUUtilizationPercentage`, which v2 does not know; the bounds
+/// and the target, all the rules read, are the same. The v2 type checks `apiVersion`, so it is
+/// rewritten too.
+fn strip_v1_hpa_fields(mut value: Value, api_version: &str) -> Value {
+    if api_version == "autoscaling/v1" {
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert("apiVersion".into(), Value::String("autoscaling/v2".into()));
+        }
+        if let Some(spec) = value.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove("targetCPUUtilizationPercentage");
+        }
+        if let Some(obj) = value.as_object_mut() {
+            obj.remove("status");
+        }
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both ways of decoding, on a value the direct way takes: the same object, or the same error.
+    fn both_ways(value: &Value) -> (String, String) {
+        let (api_version, kind_name) = type_of(value).unwrap();
+        let kind = Kind::from_type(api_version, kind_name).unwrap();
+        assert!(decodes_as_written(value, kind, api_version), "{value}");
+        let show = |r: Result<Object, DecodeError>| match r {
+            Ok(o) => format!("{o:?}"),
+            Err(e) => format!("error: {e}"),
+        };
+        (
+            show(decode_as_written(value, kind, kind_name, "fallback")),
+            show(decode_rewriting(value, kind, api_version, kind_name, "fallback")),
+        )
+    }
+
+    #[test]
+    fn decoding_in_place_gives_what_decoding_a_rewritten_copy_gives() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut taken = 0;
+        for dir in ["examples", "manifests", "tests/fixtures"] {
+            let Ok(entries) = std::fs::read_dir(root.join(dir)) else { continue };
+            for path in entries.flatten().map(|e| e.path()) {
+                let Ok(text) = std::fs::read_to_string(&path) else { continue };
+                // Manifests, and the objects of AdmissionReview fixtures.
+                let values: Vec<Value> = match path.extension().and_then(|e| e.to_str()) {
+                    // These files have no `---` inside block scalars: a line split is exact here.
+                    Some("yaml" | "yml") => {
+                        text.split("\n---").filter_map(|doc| serde_saphyr::from_str::<Value>(doc).ok()).collect()
+                    }
+                    Some("json") => serde_json::from_str::<Value>(&text)
+                        .ok()
+                        .and_then(|review| review.get("request").cloned())
+                        .map(|r| ["object", "oldObject"].iter().filter_map(|k| r.get(k).cloned()).collect())
+                        .unwrap_or_default(),
+                    _ => Vec::new(),
+                };
+                for value in values {
+                    let Some((api_version, kind_name)) = type_of(&value) else { continue };
+                    let Some(kind) = Kind::from_type(api_version, kind_name) else { continue };
+                    if decodes_as_written(&value, kind, api_version) {
+                        let (direct, rewritten) = both_ways(&value);
+                        assert_eq!(direct, rewritten, "{}", path.display());
+                        taken += 1;
+                    }
+                }
+            }
+        }
+        assert!(taken >= 10, "only {taken} manifests decoded in place");
+    }
+
+    #[test]
+    fn the_namespace_is_defaulted_either_way() {
+        for namespace in [serde_json::json!("team-a"), serde_json::json!(""), Value::Null] {
+            for kind in ["PodDisruptionBudget", "Namespace"] {
+                let api_version = if kind == "Namespace" { "v1" } else { "policy/v1" };
+                let value = serde_json::json!({
+                    "apiVersion": api_version, "kind": kind,
+                    "metadata": {"name": "x", "namespace": namespace},
+                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"a": "b"}}}
+                });
+                let (direct, rewritten) = both_ways(&value);
+                assert_eq!(direct, rewritten, "{value}");
+            }
+            let mut value = serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "x"}, "spec": {"maxUnavailable": "10%"}});
+            if !namespace.is_null() {
+                value["metadata"]["namespace"] = namespace.clone();
+            }
+            let Some(Object::Subject(subject)) = decode(&value, "fallback").unwrap() else { panic!() };
+            let want = if namespace == "team-a" { "team-a" } else { "fallback" };
+            assert_eq!(subject.id().namespace, want, "{value}");
+        }
+    }
+
+    #[test]
+    fn a_bad_field_is_the_same_error_either_way() {
+        let value = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "x"},
+            "spec": {"replicas": "three", "selector": {}, "template": {"spec": {"containers": []}}}});
+        let (direct, rewritten) = both_ways(&value);
+        assert!(direct.starts_with("error: Deployment does not decode: invalid type"), "{direct}");
+        assert_eq!(direct, rewritten);
+    }
+
+    #[test]
+    fn what_needs_rewriting_is_not_decoded_in_place() {
+        let workload = |spec: Value| {
+            serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "x"}, "spec": spec})
+        };
+        let full = serde_json::json!({"selector": {}, "template": {"spec": {"containers": []}}});
+        assert!(decodes_as_written(&workload(full), Kind::Deployment, "apps/v1"));
+        for spec in [
+            serde_json::json!({"template": {"spec": {"containers": []}}}),
+            serde_json::json!({"selector": null, "template": {"spec": {"containers": []}}}),
+            serde_json::json!({"selector": {}}),
+            serde_json::json!({"selector": {}, "template": {}}),
+            serde_json::json!({"selector": {}, "template": {"spec": {}}}),
+            Value::Null,
+        ] {
+            assert!(!decodes_as_written(&workload(spec.clone()), Kind::Deployment, "apps/v1"), "{spec}");
+        }
+        let no_meta = serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget"});
+        assert!(!decodes_as_written(&no_meta, Kind::PodDisruptionBudget, "policy/v1"));
+        let odd_ns = serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"namespace": 7}});
+        assert!(!decodes_as_written(&odd_ns, Kind::PodDisruptionBudget, "policy/v1"));
+        let v1 = serde_json::json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": "h"}});
+        assert!(!decodes_as_written(&v1, Kind::HorizontalPodAutoscaler, "autoscaling/v1"));
+    }
+}

@@ -1,0 +1,18 @@
+//! The bottom layer: Kubernetes objects as the rules read them. Typed objects and references
+//! ([`object`]), decoding manifests into them ([`decode`]) with the apiserver's defaults
+//! ([`defaults`]), what a pod template says about placement and shutdown ([`pod`]), label
+//! selectors ([`selector`]) and the disruption arithmetic ([`arith`]). Nothing here knows of views,
+//! rules or I/O.
+
+pub mod arith;
+pub mod decode;
+pub mod defaults;
+pub mod object;
+pub mod pod;
+pub mod selector;
+
+pub use decode::{DecodeError, decode, type_of};
+pub use object::{
+    EXEMPT_PREFIX, Exemptions, Kind, MODE_LABEL, Object, ObjectRef, Strategy, Subject, Workload, exemptions_of,
+    name_of, ns_of,
+};

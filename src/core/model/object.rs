@@ -1,0 +1,229 @@
+//! Typed objects: the kinds the engine knows, the subject under review, and object references.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, PodTemplateSpec};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::Serialize;
+
+/// The kinds the engine knows. Anything else is ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Deployment,
+    StatefulSet,
+    PodDisruptionBudget,
+    HorizontalPodAutoscaler,
+    PersistentVolumeClaim,
+    Node,
+    Namespace,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Deployment => "Deployment",
+            Kind::StatefulSet => "StatefulSet",
+            Kind::PodDisruptionBudget => "PodDisruptionBudget",
+            Kind::HorizontalPodAutoscaler => "HorizontalPodAutoscaler",
+            Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
+            Kind::Node => "Node",
+            Kind::Namespace => "Namespace",
+        }
+    }
+
+    /// The kind for an `apiVersion` + `kind` pair, for the API versions the engine decodes.
+    /// `autoscaling/v1` HPAs are accepted (their bounds and target have the same shape as v2);
+    /// removed versions (policy/v1beta1, extensions/v1beta1) are not: a 1.25+ cluster refuses them.
+    pub fn from_type(api_version: &str, kind: &str) -> Option<Kind> {
+        match (api_version, kind) {
+            ("apps/v1", "Deployment") => Some(Kind::Deployment),
+            ("apps/v1", "StatefulSet") => Some(Kind::StatefulSet),
+            ("policy/v1", "PodDisruptionBudget") => Some(Kind::PodDisruptionBudget),
+            ("autoscaling/v2" | "autoscaling/v1", "HorizontalPodAutoscaler") => Some(Kind::HorizontalPodAutoscaler),
+            ("v1", "PersistentVolumeClaim") => Some(Kind::PersistentVolumeClaim),
+            ("v1", "Node") => Some(Kind::Node),
+            ("v1", "Namespace") => Some(Kind::Namespace),
+            _ => None,
+        }
+    }
+
+    /// Kind of a workload named by an HPA's `scaleTargetRef` (group-qualified or not).
+    pub fn workload_from_ref(api_version: Option<&str>, kind: &str) -> Option<Kind> {
+        let group_ok = |g: &str| api_version.is_none_or(|v| v.split('/').next() == Some(g));
+        match kind {
+            "Deployment" if group_ok("apps") => Some(Kind::Deployment),
+            "StatefulSet" if group_ok("apps") => Some(Kind::StatefulSet),
+            _ => None,
+        }
+    }
+
+    pub fn is_workload(self) -> bool {
+        matches!(self, Kind::Deployment | Kind::StatefulSet)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Kind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Identity of an object: what findings name in `related`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ObjectRef {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectRef {
+    pub fn new(kind: Kind, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ObjectRef { kind, namespace: namespace.into(), name: name.into() }
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{}/{}", self.kind, self.name)
+        } else {
+            write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// The annotation prefix that exempts an object from a rule: `ha-guard.io/allow-<rule-id>`.
+pub const EXEMPT_PREFIX: &str = "ha-guard.io/allow-";
+/// The namespace label that sets the namespace mode.
+pub const MODE_LABEL: &str = "ha-guard.io/mode";
+
+/// Exemption annotations of an object, rule ID → reason (possibly empty).
+pub type Exemptions = BTreeMap<String, String>;
+
+pub fn exemptions_of(meta: &ObjectMeta) -> Exemptions {
+    meta.annotations
+        .iter()
+        .flatten()
+        .filter_map(|(k, v)| k.strip_prefix(EXEMPT_PREFIX).map(|rule| (rule.to_string(), v.clone())))
+        .collect()
+}
+
+/// How a workload replaces its pods.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Strategy {
+    Recreate,
+    RollingUpdate {
+        max_surge: IntOrString,
+        max_unavailable: IntOrString,
+    },
+    /// StatefulSet `OnDelete`, or a StatefulSet rolling update (one pod at a time, no surge).
+    Other(String),
+}
+
+/// A Deployment or StatefulSet, after the apiserver's defaults, in the shape the rules read.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub kind: Kind,
+    pub meta: ObjectMeta,
+    /// `None` when the manifest has no `spec.selector` (a kustomize base may omit it).
+    pub selector: Option<LabelSelector>,
+    pub replicas: i32,
+    pub strategy: Strategy,
+    pub template: PodTemplateSpec,
+    /// Required fields the manifest lacks, and so could not be checked (e.g. `spec.selector`).
+    pub missing: Vec<&'static str>,
+}
+
+impl Workload {
+    pub fn id(&self) -> ObjectRef {
+        ObjectRef::new(self.kind, ns_of(&self.meta), name_of(&self.meta))
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.meta.namespace.as_deref().unwrap_or("")
+    }
+
+    pub fn template_labels(&self) -> &BTreeMap<String, String> {
+        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+        self.template.metadata.as_ref().and_then(|m| m.labels.as_ref()).unwrap_or(&EMPTY)
+    }
+
+    pub fn pod_spec(&self) -> Option<&k8s_openapi::api::core::v1::PodSpec> {
+        self.template.spec.as_ref()
+    }
+
+    /// Names of the PVCs the pod template mounts through `volumes` (not volumeClaimTemplates).
+    pub fn claim_names(&self) -> Vec<String> {
+        self.pod_spec()
+            .and_then(|s| s.volumes.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.persistent_volume_claim.as_ref().map(|c| c.claim_name.clone()))
+            .collect()
+    }
+}
+
+/// The object under review.
+#[derive(Clone, Debug)]
+pub enum Subject {
+    Workload(Box<Workload>),
+    Pdb(Box<PodDisruptionBudget>),
+    Hpa(Box<HorizontalPodAutoscaler>),
+    /// A `deployments/scale` or `statefulsets/scale` write: the target and its new replica count.
+    Scale {
+        target: ObjectRef,
+        replicas: i32,
+    },
+}
+
+impl Subject {
+    pub fn id(&self) -> ObjectRef {
+        match self {
+            Subject::Workload(w) => w.id(),
+            Subject::Pdb(p) => ObjectRef::new(Kind::PodDisruptionBudget, ns_of(&p.metadata), name_of(&p.metadata)),
+            Subject::Hpa(h) => ObjectRef::new(Kind::HorizontalPodAutoscaler, ns_of(&h.metadata), name_of(&h.metadata)),
+            Subject::Scale { target, .. } => target.clone(),
+        }
+    }
+
+    pub fn meta(&self) -> Option<&ObjectMeta> {
+        match self {
+            Subject::Workload(w) => Some(&w.meta),
+            Subject::Pdb(p) => Some(&p.metadata),
+            Subject::Hpa(h) => Some(&h.metadata),
+            Subject::Scale { .. } => None,
+        }
+    }
+
+    pub fn exemptions(&self) -> Exemptions {
+        self.meta().map(exemptions_of).unwrap_or_default()
+    }
+}
+
+/// Any object the engine decodes: subjects and the view-only kinds.
+#[derive(Clone, Debug)]
+pub enum Object {
+    Subject(Subject),
+    Pvc(Box<PersistentVolumeClaim>),
+    Node(Box<Node>),
+    Namespace(Box<Namespace>),
+}
+
+pub fn ns_of(meta: &ObjectMeta) -> String {
+    meta.namespace.clone().unwrap_or_default()
+}
+
+/// The object's name, or its `generateName` prefix on a CREATE that has no name yet.
+pub fn name_of(meta: &ObjectMeta) -> String {
+    meta.name.clone().or_else(|| meta.generate_name.clone()).unwrap_or_default()
+}

@@ -1,0 +1,118 @@
+//! What a workload's pod template says about where its replicas may run and how they are
+//! replaced: the facts the rules, the view's projections and the mutations all read.
+
+use k8s_openapi::api::core::v1::{PodAffinityTerm, PodSpec, TopologySpreadConstraint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::object::{Kind, Strategy, Workload};
+use super::selector;
+
+/// The node topology key.
+pub const HOSTNAME: &str = "kubernetes.io/hostname";
+
+/// The pod template's topology spread constraints.
+pub fn spread_constraints(w: &Workload) -> &[TopologySpreadConstraint] {
+    w.pod_spec().and_then(|s| s.topology_spread_constraints.as_deref()).unwrap_or_default()
+}
+
+/// The non-empty selectors of a workload's spreads, kept in the view for the other side of
+/// `spread-selector-overlap`.
+pub fn spread_selectors(w: &Workload) -> Vec<LabelSelector> {
+    spread_constraints(w).iter().filter_map(|c| c.label_selector.clone()).filter(|s| !selector::is_empty(s)).collect()
+}
+
+/// Whether `sel` selects the workload's own pods. A manifest without `spec.selector` (a kustomize
+/// base or patch) does not carry its final labels yet: kustomize adds the same labels to the
+/// selector and the pod template when it renders. Its own pods cannot be told apart then, so a
+/// selector is taken to be against them rather than firing on labels the fragment never had.
+fn selects_own(sel: &LabelSelector, w: &Workload) -> bool {
+    w.selector.is_none() || selector::matches(sel, w.template_labels())
+}
+
+fn against_own(term: &PodAffinityTerm, w: &Workload) -> bool {
+    term.label_selector.as_ref().is_some_and(|s| selects_own(s, w))
+}
+
+fn required_anti_affinity(spec: &PodSpec) -> &[PodAffinityTerm] {
+    spec.affinity
+        .as_ref()
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|p| p.required_during_scheduling_ignored_during_execution.as_deref())
+        .unwrap_or_default()
+}
+
+fn preferred_anti_affinity(spec: &PodSpec) -> impl Iterator<Item = &PodAffinityTerm> {
+    spec.affinity
+        .as_ref()
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|p| p.preferred_during_scheduling_ignored_during_execution.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .map(|w| &w.pod_affinity_term)
+}
+
+/// A required pod anti-affinity on `kubernetes.io/hostname` against its own pods: one per node.
+pub fn one_per_node_affinity(w: &Workload) -> bool {
+    w.pod_spec()
+        .is_some_and(|s| required_anti_affinity(s).iter().any(|t| t.topology_key == HOSTNAME && against_own(t, w)))
+}
+
+/// A hostname spread against its own pods (`hard`: only `DoNotSchedule` ones).
+fn hostname_spread(w: &Workload, hard: bool) -> bool {
+    spread_constraints(w).iter().any(|c| {
+        c.topology_key == HOSTNAME
+            && (!hard || c.when_unsatisfiable == "DoNotSchedule")
+            && c.label_selector.as_ref().is_some_and(|s| selects_own(s, w))
+    })
+}
+
+/// Something keeps replicas apart: a hostname spread or any pod anti-affinity (required or
+/// preferred, any topology: distinct zones are distinct nodes too) against its own pods.
+pub fn kept_apart(w: &Workload) -> bool {
+    hostname_spread(w, false)
+        || w.pod_spec().is_some_and(|s| {
+            required_anti_affinity(s).iter().chain(preferred_anti_affinity(s)).any(|t| against_own(t, w))
+        })
+}
+
+/// `hostNetwork: true` without a hard one-per-node rule.
+pub fn host_network_unprotected(w: &Workload) -> bool {
+    w.pod_spec().is_some_and(|s| s.host_network == Some(true)) && !one_per_node_affinity(w) && !hostname_spread(w, true)
+}
+
+/// `registry.k8s.io/sig-storage/csi-provisioner:v5.0.1@sha256:…` → `csi-provisioner`.
+pub fn image_name(image: &str) -> &str {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
+    last.split(':').next().unwrap_or(last)
+}
+
+/// For a Recreate Deployment, the names and image names of its containers (what the CSI
+/// controller detection reads); `None` otherwise.
+pub fn recreate_containers(w: &Workload) -> Option<Vec<String>> {
+    if w.kind != Kind::Deployment || w.strategy != Strategy::Recreate {
+        return None;
+    }
+    let spec = w.pod_spec()?;
+    let mut names = Vec::new();
+    for c in spec.containers.iter().chain(spec.init_containers.iter().flatten()) {
+        names.push(c.name.clone());
+        if let Some(image) = &c.image {
+            names.push(image_name(image).to_string());
+        }
+    }
+    Some(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::image_name;
+
+    #[test]
+    fn image_names() {
+        assert_eq!(image_name("registry.k8s.io/sig-storage/csi-provisioner:v5.0.1"), "csi-provisioner");
+        assert_eq!(image_name("csi-attacher"), "csi-attacher");
+        assert_eq!(image_name("localhost:5000/csi-resizer@sha256:abc"), "csi-resizer");
+        assert_eq!(image_name("gcr.io/x/csi-snapshotter:v1@sha256:abc"), "csi-snapshotter");
+    }
+}

@@ -1,0 +1,73 @@
+//! Every rule and mutation, and what is derived from the list: the catalogue a configuration is
+//! checked against, the pages `explain` prints, the `ha-guard rules` listing and the README's
+//! rules table (a test holds README.md and each page's default line to it).
+
+use std::fmt::Write as _;
+
+use crate::core::catalogue::{Catalogue, Mutation, Rule};
+use crate::core::config::{Config, ConfigError};
+use crate::core::{mutations, rules};
+
+/// The rules (family by family, in catalogue order) and the mutations.
+pub static CATALOGUE: Catalogue = Catalogue { rules: rules::FAMILIES, mutations: mutations::MUTATIONS };
+
+/// Every rule, in catalogue order.
+pub fn rules() -> impl Iterator<Item = &'static Rule> {
+    CATALOGUE.rules()
+}
+
+pub fn rule(id: &str) -> Option<&'static Rule> {
+    CATALOGUE.rule(id)
+}
+
+pub fn mutations() -> &'static [&'static Mutation] {
+    CATALOGUE.mutations
+}
+
+pub fn mutation(id: &str) -> Option<&'static Mutation> {
+    CATALOGUE.mutation(id)
+}
+
+/// The documentation page of a rule or mutation.
+pub fn doc(id: &str) -> Option<&'static str> {
+    rule(id).map(|r| r.doc).or_else(|| mutation(id).map(|m| m.doc))
+}
+
+/// Parses a configuration file's text against every rule and mutation; `file` names it in errors.
+pub fn parse_config(text: &str, file: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, file, &CATALOGUE)
+}
+
+/// What `ha-guard rules` prints.
+pub fn listing() -> String {
+    let mut out = format!("{:<31} {:<44} {}\n", "RULE", "DEFAULT", "WHAT");
+    for r in rules() {
+        let _ = writeln!(out, "{:<31} {:<44} {}", r.id, r.default_text, r.summary);
+    }
+    out.push_str("\nMUTATION                              DEFAULT  WHAT\n");
+    for m in mutations() {
+        let _ = writeln!(out, "{:<37} {:<8} {}", m.id, if m.default_on { "on" } else { "off" }, m.summary);
+    }
+    out
+}
+
+/// The README's tables of rules and mutations (between its `<!-- rules -->` markers).
+pub fn readme_tables() -> String {
+    let mut out = String::from("| ID | default | fires when |\n|---|---|---|\n");
+    for r in rules() {
+        let _ = writeln!(out, "| [`{}`](docs/rules/{}.md) | {} | {} |", r.id, r.id, r.default_text, r.summary);
+    }
+    out.push_str("\n| Mutation | default | what it does |\n|---|---|---|\n");
+    for m in mutations() {
+        let on = if m.default_on { "on" } else { "off" };
+        let _ = writeln!(out, "| [`{}`](docs/rules/{}.md) | {on} | {} |", m.id, m.id, m.summary);
+    }
+    out
+}
+
+/// The line every page carries under its title, saying the default.
+pub fn default_line(id: &str) -> Option<String> {
+    rule(id)
+        .map(|r| format!("Default: **{}**", r.default_text))
+        .or_else(|| mutation(id).map(|m| format!("Default: **{}**", if m.default_on { "on" } else { "off" })))
+}

@@ -1,0 +1,134 @@
+//! Replicas that can land on one node: `spread-unsatisfiable`, `replicas-colocated`,
+//! `host-network-colocation`.
+
+use k8s_openapi::api::core::v1::Toleration;
+
+use super::context::{Ctx, Emitter, pod_path, scaled_workload};
+use crate::core::catalogue::Rule;
+use crate::core::model::Subject;
+use crate::core::model::pod::{HOSTNAME, one_per_node_affinity, spread_constraints};
+use crate::core::model::selector;
+use crate::core::view::{NodeInfo, View};
+use crate::declare_rule;
+
+declare_rule!(pub SPREAD_UNSATISFIABLE, "spread-unsatisfiable", Warn, "the ceiling exceeds what the schedulable nodes can place under the hard constraints");
+declare_rule!(pub REPLICAS_COLOCATED, "replicas-colocated", Warn, "several replicas and nothing keeps them on different nodes");
+declare_rule!(pub HOST_NETWORK_COLOCATION, "host-network-colocation", Deny, "hostNetwork with several replicas and no hard one-per-node rule");
+
+pub static RULES: &[&Rule] = &[&SPREAD_UNSATISFIABLE, &REPLICAS_COLOCATED, &HOST_NETWORK_COLOCATION];
+
+fn tolerates(tolerations: &[Toleration], node: &NodeInfo) -> bool {
+    node.taints.iter().all(|taint| {
+        tolerations.iter().any(|t| {
+            let key_ok = match t.key.as_deref() {
+                None | Some("") => t.operator.as_deref() == Some("Exists"),
+                Some(k) => k == taint.key,
+            };
+            let value_ok = t.operator.as_deref() == Some("Exists")
+                || t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("");
+            let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == taint.effect);
+            key_ok && value_ok && effect_ok
+        })
+    })
+}
+
+pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
+    let Some(scaled) = scaled_workload(ctx) else { return };
+    let w = &scaled.workload;
+    let (floor, ceiling) = (scaled.bounds.floor, scaled.bounds.ceiling);
+    let subject = ctx.subject.id();
+    let scale = scaled.bounds.describe(w);
+
+    if floor > 1 && !w.kept_apart {
+        out.emit(
+            &REPLICAS_COLOCATED,
+            if scaled.anchored_elsewhere { scaled.floor_path.to_string() } else { pod_path("topologySpreadConstraints") },
+            format!(
+                "{scale} runs at least {floor} replicas but nothing keeps them on different nodes (no \
+                 topologySpreadConstraint on {HOSTNAME} and no pod anti-affinity against its own pods): two \
+                 replicas on one node are one replica, and a node failure or drain takes both."
+            ),
+            format!(
+                "add a topologySpreadConstraint {{maxSkew: 1, topologyKey: {HOSTNAME}, whenUnsatisfiable: \
+                 ScheduleAnyway, labelSelector: {}}} to the pod template (the inject-default-spread mutation can add it).",
+                w.selector.as_deref().map(selector::render).unwrap_or_else(|| selector::render_labels(&w.template_labels))
+            ),
+        )
+        .related(scaled.related(&subject))
+        .anchored_at(scaled.anchor());
+    }
+
+    if ceiling > 1 && w.host_network_unprotected {
+        out.emit(
+            &HOST_NETWORK_COLOCATION,
+            if scaled.anchored_elsewhere { scaled.ceiling_path.to_string() } else { pod_path("hostNetwork") },
+            format!(
+                "{scale} uses hostNetwork: true and can run {ceiling} replicas, but nothing forces one replica \
+                 per node: a second replica scheduled onto the same node fails to bind its host ports and \
+                 crash-loops."
+            ),
+            format!(
+                "add a required pod anti-affinity on {HOSTNAME} against the workload's own pods, or a \
+                 topologySpreadConstraint on {HOSTNAME} with whenUnsatisfiable: DoNotSchedule; or run one replica."
+            ),
+        )
+        .related(scaled.related(&subject))
+        .anchored_at(scaled.anchor());
+    }
+
+    // spread-unsatisfiable needs the pod spec and the nodes: the workload's own write, live view.
+    let Subject::Workload(full) = ctx.subject else { return };
+    if !ctx.view.knows_nodes() || ceiling < 1 {
+        return;
+    }
+    let Some(spec) = full.pod_spec() else { return };
+    let tolerations = spec.tolerations.as_deref().unwrap_or_default();
+    let node_selector = spec.node_selector.clone().unwrap_or_default();
+    let nodes = ctx
+        .view
+        .nodes()
+        .into_iter()
+        .filter(|n| !n.unschedulable && tolerates(tolerations, n))
+        .filter(|n| node_selector.iter().all(|(k, v)| n.labels.get(k) == Some(v)))
+        .count() as i32;
+    let mut capacity: Option<(i32, String, String)> = None;
+    if one_per_node_affinity(full) {
+        capacity = Some((
+            nodes,
+            pod_path("affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"),
+            format!("a required pod anti-affinity on {HOSTNAME} places at most one replica per node"),
+        ));
+    }
+    for (i, c) in spread_constraints(full).iter().enumerate() {
+        let min_domains = c.min_domains.unwrap_or(1);
+        if c.topology_key == HOSTNAME && c.when_unsatisfiable == "DoNotSchedule" && min_domains > nodes {
+            let cap = c.max_skew.saturating_mul(nodes);
+            if capacity.as_ref().is_none_or(|(c0, _, _)| cap < *c0) {
+                capacity = Some((
+                    cap,
+                    pod_path(&format!("topologySpreadConstraints[{i}].minDomains")),
+                    format!(
+                        "topologySpreadConstraints[{i}] asks for minDomains {min_domains} above the {nodes} \
+                         schedulable nodes, so each node may hold at most maxSkew {} replicas",
+                        c.max_skew
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some((cap, path, why)) = capacity
+        && ceiling > cap
+    {
+        out.emit(
+            &SPREAD_UNSATISFIABLE,
+            path,
+            format!(
+                "{scale} can run {ceiling} replicas but the cluster has {nodes} schedulable nodes and {why}: \
+                     at most {cap} can be placed, the rest stay Pending."
+            ),
+            "lower replicas (or the HPA's maxReplicas) to what the nodes can hold, relax the constraint to \
+                 ScheduleAnyway or a preferred anti-affinity, or add nodes."
+                .to_string(),
+        );
+    }
+}

@@ -1,0 +1,103 @@
+//! What a rule family gets ([`Ctx`]: the subject, the view with the subject overlaid, the
+//! configuration) and how it reports ([`Emitter`]), plus the helpers several families share.
+
+use std::sync::Arc;
+
+use crate::core::catalogue::Rule;
+use crate::core::config::Config;
+use crate::core::finding::{Decision, Finding};
+use crate::core::model::{ObjectRef, Subject};
+use crate::core::view::{Bounds, Overlay, View, WorkloadInfo, bounds};
+
+/// What the rules get: the subject, the view with the subject overlaid, the configuration.
+pub struct Ctx<'a> {
+    pub subject: &'a Subject,
+    pub view: &'a Overlay<'a>,
+    pub config: &'a Config,
+}
+
+/// Builds findings for one subject; rules call [`Emitter::emit`].
+pub struct Emitter<'a> {
+    subject: ObjectRef,
+    out: &'a mut Vec<Finding>,
+}
+
+impl<'a> Emitter<'a> {
+    /// An emitter of findings about `subject` into `out` (what `rules::evaluate` makes for the
+    /// families; public so that one family can be run, and measured, alone).
+    pub fn new(subject: ObjectRef, out: &'a mut Vec<Finding>) -> Self {
+        Emitter { subject, out }
+    }
+
+    /// Reports `rule` at `path` with its default action; the returned finding takes the case's
+    /// action, related objects and anchor ([`Finding::acting`], [`Finding::related`],
+    /// [`Finding::anchored_at`]).
+    pub fn emit(
+        &mut self,
+        rule: &'static Rule,
+        path: impl Into<String>,
+        what: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> &mut Finding {
+        self.out.push(Finding {
+            rule,
+            action: Decision::of(rule.default),
+            object: self.subject.clone(),
+            path: path.into(),
+            what: what.into(),
+            fix: fix.into(),
+            related: Vec::new(),
+            anchor: self.subject.clone(),
+            notes: Vec::new(),
+        });
+        self.out.last_mut().expect("just pushed")
+    }
+}
+
+/// `spec.template.spec.<rest>`: the path of a pod template field in a workload.
+pub fn pod_path(rest: &str) -> String {
+    format!("spec.template.spec.{rest}")
+}
+
+/// A workload whose replica range the subject sets: the workload itself, the target of an HPA,
+/// or the target of a scale write with its new count.
+pub struct Scaled {
+    pub workload: Arc<WorkloadInfo>,
+    pub bounds: Bounds,
+    /// Where the subject sets the floor and the ceiling.
+    pub floor_path: &'static str,
+    pub ceiling_path: &'static str,
+    /// The finding belongs to the workload; from an HPA it is found on the HPA's write too.
+    pub anchored_elsewhere: bool,
+}
+
+pub fn scaled_workload(ctx: &Ctx) -> Option<Scaled> {
+    let (workload, floor_path, ceiling_path, anchored_elsewhere) = match ctx.subject {
+        Subject::Workload(_) | Subject::Scale { .. } => {
+            (ctx.view.subject_workload()?.clone(), "spec.replicas", "spec.replicas", false)
+        }
+        Subject::Hpa(_) => {
+            let hpa = ctx.view.hpa(&ctx.subject.id().namespace, &ctx.subject.id().name)?;
+            let target = hpa.target.as_ref()?;
+            let w = ctx.view.workload(target.kind, &target.namespace, &target.name)?;
+            (w, "spec.minReplicas", "spec.maxReplicas", true)
+        }
+        Subject::Pdb(_) => return None,
+    };
+    let bounds = bounds(&workload, ctx.view);
+    Some(Scaled { workload, bounds, floor_path, ceiling_path, anchored_elsewhere })
+}
+
+impl Scaled {
+    /// The workload and its HPAs: what a finding about its scale names.
+    pub fn related(&self, subject: &ObjectRef) -> Vec<ObjectRef> {
+        std::iter::once(self.workload.id.clone())
+            .chain(self.bounds.hpas.iter().map(|h| h.id.clone()))
+            .filter(|r| r != subject)
+            .collect()
+    }
+
+    pub fn anchor(&self) -> Option<ObjectRef> {
+        self.anchored_elsewhere.then(|| self.workload.id.clone())
+    }
+}

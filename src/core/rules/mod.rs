@@ -1,0 +1,74 @@
+//! The rules, one file per family. Each family declares its rules ([`declare_rule!`](crate::declare_rule)),
+//! lists them in its `RULES`, and has an `evaluate` that runs them on the subject in context.
+
+pub mod colocation;
+pub mod context;
+pub mod hpa;
+pub mod pdb;
+pub mod spread;
+pub mod strategy;
+pub mod termination;
+pub mod volumes;
+
+use crate::core::catalogue::Rule;
+use crate::core::config::Config;
+use crate::core::finding::Finding;
+use crate::core::model::Subject;
+use crate::core::view::{Overlay, View};
+use context::{Ctx, Emitter};
+
+/// The families in catalogue order (DESIGN.md §2).
+pub static FAMILIES: &[&[&Rule]] =
+    &[spread::RULES, colocation::RULES, strategy::RULES, volumes::RULES, pdb::RULES, hpa::RULES, termination::RULES];
+
+/// Every rule, in catalogue order.
+pub fn all() -> impl Iterator<Item = &'static Rule> {
+    FAMILIES.iter().flat_map(|family| family.iter().copied())
+}
+
+/// The result of evaluating one subject.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Evaluation {
+    /// Findings with the rule's own action (config, exemptions and modes come in `decide`).
+    pub findings: Vec<Finding>,
+    /// What could not be checked, and why (e.g. a manifest without `spec.selector`).
+    pub unchecked: Vec<String>,
+}
+
+/// Evaluates every rule on `subject`: pure, no I/O. Rules turned `off` in config are dropped.
+pub fn evaluate(subject: &Subject, view: &dyn View, config: &Config) -> Evaluation {
+    let overlay = Overlay::new(view, subject);
+    let ctx = Ctx { subject, view: &overlay, config };
+    let mut findings = Vec::new();
+    let mut out = Emitter::new(subject.id(), &mut findings);
+    spread::evaluate(&ctx, &mut out);
+    colocation::evaluate(&ctx, &mut out);
+    strategy::evaluate(&ctx, &mut out);
+    volumes::evaluate(&ctx, &mut out);
+    pdb::evaluate(&ctx, &mut out);
+    hpa::evaluate(&ctx, &mut out);
+    termination::evaluate(&ctx, &mut out);
+    findings.retain(|f| !config.is_off(f.rule));
+    Evaluation { findings, unchecked: unchecked(subject, &overlay) }
+}
+
+/// What cannot be checked on `subject`, and why: required fields a manifest lacks (a kustomize
+/// base), a scale write whose workload the view does not hold.
+pub fn unchecked(subject: &Subject, view: &dyn View) -> Vec<String> {
+    let mut unchecked = Vec::new();
+    if let Subject::Workload(w) = subject {
+        for field in &w.missing {
+            unchecked.push(format!(
+                "{}: {field} is missing, so the rules that read it were not checked (a kustomize base or \
+                 template fragment? check the rendered manifest)",
+                w.id()
+            ));
+        }
+    }
+    if let Subject::Scale { target, .. } = subject
+        && view.workload(target.kind, &target.namespace, &target.name).is_none()
+    {
+        unchecked.push(format!("{target}: not in the view, so the scale could not be checked"));
+    }
+    unchecked
+}

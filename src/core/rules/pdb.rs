@@ -1,0 +1,258 @@
+//! PodDisruptionBudgets that block maintenance or protect nothing: `pdb-blocks-eviction`,
+//! `pdb-overlap`, `pdb-selector-empty`, `pdb-selects-nothing`, `pdb-missing`,
+//! `pdb-unhealthy-eviction-policy`. Found from the PDB's side and from its workloads' (and their
+//! HPAs' and scale writes') side.
+
+use std::sync::Arc;
+
+use super::context::{Ctx, Emitter, scaled_workload};
+use crate::core::catalogue::Rule;
+use crate::core::model::arith::{self, Disruption};
+use crate::core::model::selector::{self, render};
+use crate::core::model::{ObjectRef, Subject};
+use crate::core::view::{Bounds, PdbInfo, View, WorkloadInfo, bounds};
+use crate::declare_rule;
+
+declare_rule!(pub PDB_BLOCKS_EVICTION, "pdb-blocks-eviction", Deny, "a PDB allows zero disruptions when its workloads run at their floor");
+declare_rule!(pub PDB_OVERLAP, "pdb-overlap", Deny, "a workload's pods are covered by more than one PDB");
+declare_rule!(pub PDB_SELECTOR_EMPTY, "pdb-selector-empty", Warn, "a PDB selector is {}: it covers every pod in the namespace");
+declare_rule!(pub PDB_SELECTS_NOTHING, "pdb-selects-nothing", Warn, "a PDB has no selector, or covers no workload (complete view)");
+declare_rule!(pub PDB_MISSING, "pdb-missing", Warn, "a multi-replica workload has no PDB (complete view)");
+declare_rule!(pub PDB_UNHEALTHY_EVICTION_POLICY, "pdb-unhealthy-eviction-policy", Warn, "a PDB sets unhealthyPodEvictionPolicy: IfHealthyBudget");
+
+pub static RULES: &[&Rule] = &[
+    &PDB_BLOCKS_EVICTION,
+    &PDB_OVERLAP,
+    &PDB_SELECTOR_EMPTY,
+    &PDB_SELECTS_NOTHING,
+    &PDB_MISSING,
+    &PDB_UNHEALTHY_EVICTION_POLICY,
+];
+
+pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
+    match ctx.subject {
+        Subject::Pdb(p) => {
+            if let Some(pdb) = ctx.view.pdb(&ctx.subject.id().namespace, &ctx.subject.id().name) {
+                let policy = p.spec.as_ref().and_then(|s| s.unhealthy_pod_eviction_policy.as_deref());
+                pdb_side(ctx, &pdb, policy, out);
+            }
+        }
+        _ => workload_side(ctx, out),
+    }
+}
+
+/// The covered workloads with their bounds, and the arithmetic at their floors.
+struct Coverage {
+    workloads: Vec<(Arc<WorkloadInfo>, Bounds)>,
+    disruption: Disruption,
+}
+
+fn coverage(view: &dyn View, pdb: &PdbInfo) -> Option<Coverage> {
+    let sel = pdb.selector.as_ref()?;
+    let workloads: Vec<_> = view
+        .workloads_selected_by(&pdb.id.namespace, sel)
+        .into_iter()
+        .map(|w| {
+            let b = bounds(&w, view);
+            (w, b)
+        })
+        .collect();
+    let expected = workloads.iter().map(|(_, b)| b.floor).sum();
+    let disruption = arith::disruption(&pdb.budget(), expected).ok()?;
+    Some(Coverage { workloads, disruption })
+}
+
+fn blocks_message(pdb: &PdbInfo, cov: &Coverage) -> (String, String) {
+    let budget = pdb.budget();
+    let d = cov.disruption;
+    let covered: Vec<_> = cov
+        .workloads
+        .iter()
+        .filter(|(_, b)| b.floor > 0)
+        .map(|(w, b)| format!("{} floor {}", b.describe(w), b.floor))
+        .collect();
+    let what = format!(
+        "{} ({}) covers {}: at their floor of {} pod{} it requires {} healthy and allows {} disruption{}, so \
+         every voluntary eviction is refused: kubectl drain hangs, node upgrades stall and autoscaler \
+         consolidation is blocked, while a node that dies is not prevented.",
+        pdb.id,
+        budget.describe(),
+        covered.join(", "),
+        d.expected,
+        if d.expected == 1 { "" } else { "s" },
+        d.desired_healthy,
+        d.allowed.max(0),
+        if d.allowed == 1 { "" } else { "s" },
+    );
+    let fix = if d.expected <= 1 {
+        "use maxUnavailable: 1 in the PDB (it always leaves one pod to evict), or run at least 2 replicas \
+         (HPA minReplicas 2) with minAvailable 1."
+            .to_string()
+    } else {
+        format!(
+            "lower the budget so at least one of the {} pods may be evicted (maxUnavailable: 1, or minAvailable \
+             at most {}).",
+            d.expected,
+            d.expected - 1
+        )
+    };
+    (what, fix)
+}
+
+fn related_of(cov: &Coverage, pdb: &PdbInfo, subject: &ObjectRef) -> Vec<ObjectRef> {
+    std::iter::once(pdb.id.clone())
+        .chain(
+            cov.workloads
+                .iter()
+                .flat_map(|(w, b)| std::iter::once(w.id.clone()).chain(b.hpas.iter().map(|h| h.id.clone()))),
+        )
+        .filter(|r| r != subject)
+        .collect()
+}
+
+fn pdb_side(ctx: &Ctx, pdb: &PdbInfo, policy: Option<&str>, out: &mut Emitter) {
+    let subject = pdb.id.clone();
+    if policy == Some("IfHealthyBudget") {
+        out.emit(
+            &PDB_UNHEALTHY_EVICTION_POLICY,
+            "spec.unhealthyPodEvictionPolicy",
+            format!(
+                "{} sets unhealthyPodEvictionPolicy: IfHealthyBudget: once the budget is unmet it refuses to \
+                 evict running pods that are not ready (crash-looping, failing readiness), so a drain hangs \
+                 on a workload that is already down.",
+                pdb.id
+            ),
+            "set unhealthyPodEvictionPolicy: AlwaysAllow (broken pods may always be evicted).".to_string(),
+        );
+    }
+    let Some(sel) = &pdb.selector else {
+        out.emit(
+            &PDB_SELECTS_NOTHING,
+            "spec.selector",
+            format!(
+                "{} has no selector: in policy/v1 a null selector matches no pod, so the budget protects nothing.",
+                pdb.id
+            ),
+            "set spec.selector to the selector of the workload it should protect.".to_string(),
+        );
+        return;
+    };
+    if selector::is_empty(sel) {
+        out.emit(
+            &PDB_SELECTOR_EMPTY,
+            "spec.selector",
+            format!(
+                "{} has an empty selector {{}}: in policy/v1 it covers every pod in namespace {}, so one \
+                 budget is shared by unrelated workloads and overlaps any other PDB there.",
+                pdb.id, pdb.id.namespace
+            ),
+            "set spec.selector to the selector of the one workload it should protect.".to_string(),
+        );
+    }
+    let Some(cov) = coverage(ctx.view, pdb) else { return };
+    if cov.workloads.is_empty() {
+        if ctx.view.is_complete() {
+            out.emit(
+                &PDB_SELECTS_NOTHING,
+                "spec.selector",
+                format!(
+                    "{} selects {} but no Deployment or StatefulSet in namespace {} has pods with those labels: \
+                     the budget protects nothing (a typo, or a workload that was renamed).",
+                    pdb.id,
+                    render(sel),
+                    pdb.id.namespace
+                ),
+                "make spec.selector match the pod template labels of the workload it should protect, or delete \
+                 the PDB."
+                    .to_string(),
+            );
+        }
+        return;
+    }
+    if cov.disruption.blocks() {
+        let (what, fix) = blocks_message(pdb, &cov);
+        out.emit(&PDB_BLOCKS_EVICTION, pdb.budget().path(), what, fix).related(related_of(&cov, pdb, &subject));
+    }
+    for (w, _) in &cov.workloads {
+        let others: Vec<_> = ctx
+            .view
+            .pdbs_in(&pdb.id.namespace)
+            .into_iter()
+            .filter(|o| o.id != pdb.id && o.covers(&w.template_labels))
+            .collect();
+        if !others.is_empty() {
+            let names: Vec<_> = others.iter().map(|o| o.id.name.clone()).collect();
+            out.emit(
+                &PDB_OVERLAP,
+                "spec.selector",
+                format!(
+                    "{} (selector {}) covers the pods of {}, which {} also cover{}: the eviction API refuses \
+                     every eviction of pods under more than one PDB, so they can never be drained.",
+                    pdb.id,
+                    render(sel),
+                    w.id,
+                    names.iter().map(|n| format!("PodDisruptionBudget {n}")).collect::<Vec<_>>().join(", "),
+                    if others.len() == 1 { "s" } else { "" }
+                ),
+                "keep one PDB per workload: narrow this selector or merge the budgets.".to_string(),
+            )
+            .related(std::iter::once(w.id.clone()).chain(others.iter().map(|o| o.id.clone())).collect())
+            .anchored_at(Some(w.id.clone()));
+        }
+    }
+}
+
+fn workload_side(ctx: &Ctx, out: &mut Emitter) {
+    let Some(scaled) = scaled_workload(ctx) else { return };
+    let w = &scaled.workload;
+    let subject = ctx.subject.id();
+    let covering: Vec<_> =
+        ctx.view.pdbs_in(&w.id.namespace).into_iter().filter(|p| p.covers(&w.template_labels)).collect();
+
+    if covering.len() > 1 && matches!(ctx.subject, Subject::Workload(_)) {
+        let names: Vec<_> = covering.iter().map(|p| p.id.name.clone()).collect();
+        out.emit(
+            &PDB_OVERLAP,
+            "spec.template.metadata.labels",
+            format!(
+                "the pods of {} are covered by {} PodDisruptionBudgets ({}): the eviction API refuses every \
+                 eviction of pods under more than one PDB, so they can never be drained.",
+                w.id,
+                covering.len(),
+                names.join(", ")
+            ),
+            "keep one PDB per workload: narrow the other PDBs' selectors or merge the budgets.".to_string(),
+        )
+        .related(covering.iter().map(|p| p.id.clone()).collect());
+    }
+
+    for pdb in &covering {
+        let Some(cov) = coverage(ctx.view, pdb) else { continue };
+        if cov.disruption.blocks() {
+            let (what, fix) = blocks_message(pdb, &cov);
+            out.emit(&PDB_BLOCKS_EVICTION, scaled.floor_path, what, fix)
+                .related(related_of(&cov, pdb, &subject))
+                .anchored_at(Some(pdb.id.clone()));
+        }
+    }
+
+    if covering.is_empty() && scaled.bounds.floor > 1 && ctx.view.is_complete() {
+        out.emit(
+            &PDB_MISSING,
+            scaled.floor_path,
+            format!(
+                "{} runs at least {} replicas but no PodDisruptionBudget covers it: a drain or an autoscaler \
+                 consolidation may evict all of them at once.",
+                scaled.bounds.describe(w),
+                scaled.bounds.floor
+            ),
+            format!(
+                "add a PodDisruptionBudget with maxUnavailable: 1, unhealthyPodEvictionPolicy: AlwaysAllow and \
+                 selector {}.",
+                w.selector.as_deref().map(render).unwrap_or_else(|| selector::render_labels(&w.template_labels))
+            ),
+        )
+        .related(scaled.related(&subject))
+        .anchored_at(scaled.anchor());
+    }
+}

@@ -1,0 +1,540 @@
+//! The indexed set of projections: the static view (`check`, `--cluster FILE`, tests) and the
+//! store behind the live view. Indexed by namespace, and within a namespace workloads by label, so
+//! that no lookup scans the whole cluster.
+
+use std::collections::hash_map::{Entry, RandomState};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::lookup::View;
+use super::projection::{HpaInfo, NodeInfo, PdbInfo, PvcInfo, WorkloadInfo, spreads_over};
+use crate::core::model::{Kind, Object, ObjectRef, Subject, name_of, selector};
+
+/// Projections of one namespace.
+#[derive(Default, Debug)]
+struct NamespaceIndex {
+    workloads: HashMap<(Kind, String), Arc<WorkloadInfo>>,
+    /// Hash of a pod template label's `key=value` → workloads carrying it. Only a hash: a
+    /// collision adds candidates, and every candidate is matched against the selector anyway; so
+    /// the index holds no copy of the label strings.
+    by_label: HashMap<u64, Carriers>,
+    label_hasher: RandomState,
+    /// Hash of the first `matchLabels` pair of a workload's spread selector → workloads with
+    /// such a selector: only they can spread over pods carrying that pair. Same hashing as
+    /// `by_label`.
+    spread_by_label: HashMap<u64, Carriers>,
+    /// Workloads with a spread selector that has no `matchLabels` (expressions only): they may
+    /// spread over pods with any labels, so they are always candidates.
+    spread_by_expressions: HashSet<(Kind, String)>,
+    pdbs: BTreeMap<String, Arc<PdbInfo>>,
+    hpas: BTreeMap<String, Arc<HpaInfo>>,
+    /// Workload (kind, name) → names of HPAs targeting it, sorted (nearly always one).
+    hpas_by_target: HashMap<(Kind, String), Vec<String>>,
+    pvcs: HashMap<String, Arc<PvcInfo>>,
+}
+
+impl NamespaceIndex {
+    fn label_hash(&self, key: &str, value: &str) -> u64 {
+        self.label_hasher.hash_one((key, value))
+    }
+
+    /// Per spread selector of `w`: the hash its `spread_by_label` entry is under, or `None` for
+    /// one without `matchLabels`.
+    fn spread_keys(&self, w: &WorkloadInfo) -> Vec<Option<u64>> {
+        w.spread_selectors
+            .iter()
+            .map(|s| s.match_labels.as_ref().and_then(|m| m.iter().next()).map(|(k, v)| self.label_hash(k, v)))
+            .collect()
+    }
+
+    fn add_workload(&mut self, info: Arc<WorkloadInfo>) {
+        let key = (info.id.kind, info.id.name.clone());
+        let hashes: Vec<u64> = info.template_labels.iter().map(|(k, v)| self.label_hash(k, v)).collect();
+        for hash in hashes {
+            add_carrier(&mut self.by_label, hash, &key);
+        }
+        for spread in self.spread_keys(&info) {
+            match spread {
+                Some(hash) => add_carrier(&mut self.spread_by_label, hash, &key),
+                None => {
+                    self.spread_by_expressions.insert(key.clone());
+                }
+            }
+        }
+        self.workloads.insert(key, info);
+    }
+
+    fn remove_workload(&mut self, key: &(Kind, String)) {
+        let Some(old) = self.workloads.remove(key) else { return };
+        for (k, v) in &old.template_labels {
+            let hash = self.label_hash(k, v);
+            remove_carrier(&mut self.by_label, hash, key);
+        }
+        for spread in self.spread_keys(&old) {
+            match spread {
+                Some(hash) => remove_carrier(&mut self.spread_by_label, hash, key),
+                None => {
+                    self.spread_by_expressions.remove(key);
+                }
+            }
+        }
+    }
+}
+
+fn add_carrier(index: &mut HashMap<u64, Carriers>, hash: u64, key: &(Kind, String)) {
+    match index.entry(hash) {
+        Entry::Vacant(e) => {
+            e.insert(Carriers::One(key.clone()));
+        }
+        Entry::Occupied(mut e) => e.get_mut().insert(key),
+    }
+}
+
+fn remove_carrier(index: &mut HashMap<u64, Carriers>, hash: u64, key: &(Kind, String)) {
+    if let Some(carriers) = index.get_mut(&hash)
+        && carriers.remove(key)
+    {
+        index.remove(&hash);
+    }
+}
+
+/// The workloads carrying one label. Most labels (`app.kubernetes.io/name`, `instance`,
+/// `version`) are carried by a single workload, held without a set (and the set is boxed, so
+/// that a slot of the map is that one workload's size).
+#[derive(Debug)]
+#[allow(clippy::box_collection)] // boxed on purpose: see above
+enum Carriers {
+    One((Kind, String)),
+    Many(Box<HashSet<(Kind, String)>>),
+}
+
+impl Carriers {
+    fn insert(&mut self, key: &(Kind, String)) {
+        match self {
+            Carriers::One(one) if one == key => {}
+            Carriers::One(one) => *self = Carriers::Many(Box::new(HashSet::from([one.clone(), key.clone()]))),
+            Carriers::Many(set) => {
+                set.insert(key.clone());
+            }
+        }
+    }
+
+    /// Removes `key`; true when no workload is left.
+    fn remove(&mut self, key: &(Kind, String)) -> bool {
+        match self {
+            Carriers::One(one) => one == key,
+            Carriers::Many(set) => {
+                set.remove(key);
+                if set.len() == 1 {
+                    let last = set.drain().next().expect("one left");
+                    *self = Carriers::One(last);
+                    return false;
+                }
+                set.is_empty()
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Carriers::One(_) => 1,
+            Carriers::Many(set) => set.len(),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &(Kind, String)> {
+        let (one, many) = match self {
+            Carriers::One(one) => (Some(one), None),
+            Carriers::Many(set) => (None, Some(&**set)),
+        };
+        one.into_iter().chain(many.into_iter().flatten())
+    }
+}
+
+/// An indexed set of projections: the static view, and the store behind the live view.
+#[derive(Default, Debug)]
+pub struct Index {
+    namespaces: HashMap<String, NamespaceIndex>,
+    nodes: BTreeMap<String, Arc<NodeInfo>>,
+    namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    complete: bool,
+    knows_nodes: bool,
+}
+
+impl Index {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Declare the view complete (`check --complete`, the live cluster).
+    pub fn set_complete(&mut self, complete: bool) {
+        self.complete = complete;
+    }
+
+    pub fn set_knows_nodes(&mut self, knows: bool) {
+        self.knows_nodes = knows;
+    }
+
+    /// Add (or replace) any decoded object.
+    pub fn insert_object(&mut self, object: &Object) {
+        match object {
+            Object::Subject(Subject::Workload(w)) => self.upsert_workload(WorkloadInfo::of(w)),
+            Object::Subject(Subject::Pdb(p)) => self.upsert_pdb(PdbInfo::of(p)),
+            Object::Subject(Subject::Hpa(h)) => self.upsert_hpa(HpaInfo::of(h)),
+            Object::Subject(Subject::Scale { .. }) => {}
+            Object::Pvc(p) => self.upsert_pvc(PvcInfo::of(p)),
+            Object::Node(n) => self.upsert_node(NodeInfo::of(n)),
+            Object::Namespace(n) => self.upsert_namespace(n),
+        }
+    }
+
+    pub fn upsert_workload(&mut self, info: impl Into<Arc<WorkloadInfo>>) {
+        let info = info.into();
+        self.remove_workload(info.id.kind, &info.id.namespace, &info.id.name);
+        self.namespaces.entry(info.id.namespace.clone()).or_default().add_workload(info);
+    }
+
+    pub fn remove_workload(&mut self, kind: Kind, namespace: &str, name: &str) {
+        if let Some(ns) = self.namespaces.get_mut(namespace) {
+            ns.remove_workload(&(kind, name.to_string()));
+        }
+    }
+
+    pub fn upsert_pdb(&mut self, info: impl Into<Arc<PdbInfo>>) {
+        let info = info.into();
+        let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
+        ns.pdbs.insert(info.id.name.clone(), info);
+    }
+
+    pub fn remove_pdb(&mut self, namespace: &str, name: &str) {
+        if let Some(ns) = self.namespaces.get_mut(namespace) {
+            ns.pdbs.remove(name);
+        }
+    }
+
+    pub fn upsert_hpa(&mut self, info: impl Into<Arc<HpaInfo>>) {
+        let info = info.into();
+        self.remove_hpa(&info.id.namespace.clone(), &info.id.name.clone());
+        let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
+        if let Some(t) = &info.target {
+            let names = ns.hpas_by_target.entry((t.kind, t.name.clone())).or_default();
+            if let Err(at) = names.binary_search(&info.id.name) {
+                names.insert(at, info.id.name.clone());
+            }
+        }
+        ns.hpas.insert(info.id.name.clone(), info);
+    }
+
+    pub fn remove_hpa(&mut self, namespace: &str, name: &str) {
+        let Some(ns) = self.namespaces.get_mut(namespace) else { return };
+        if let Some(old) = ns.hpas.remove(name)
+            && let Some(t) = &old.target
+        {
+            let key = (t.kind, t.name.clone());
+            if let Some(names) = ns.hpas_by_target.get_mut(&key) {
+                if let Ok(at) = names.binary_search_by(|n| n.as_str().cmp(name)) {
+                    names.remove(at);
+                }
+                if names.is_empty() {
+                    ns.hpas_by_target.remove(&key);
+                }
+            }
+        }
+    }
+
+    pub fn upsert_pvc(&mut self, info: impl Into<Arc<PvcInfo>>) {
+        let info = info.into();
+        let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
+        ns.pvcs.insert(info.id.name.clone(), info);
+    }
+
+    pub fn remove_pvc(&mut self, namespace: &str, name: &str) {
+        if let Some(ns) = self.namespaces.get_mut(namespace) {
+            ns.pvcs.remove(name);
+        }
+    }
+
+    pub fn upsert_node(&mut self, info: impl Into<Arc<NodeInfo>>) {
+        let info = info.into();
+        self.nodes.insert(info.name.clone(), info);
+    }
+
+    pub fn remove_node(&mut self, name: &str) {
+        self.nodes.remove(name);
+    }
+
+    pub fn upsert_namespace(&mut self, ns: &Namespace) {
+        self.upsert_namespace_labels(name_of(&ns.metadata), ns.metadata.labels.clone().unwrap_or_default());
+    }
+
+    pub fn upsert_namespace_labels(&mut self, name: String, labels: BTreeMap<String, String>) {
+        self.namespace_labels.insert(name, labels);
+    }
+
+    /// Drops every object of `kind` (before a relist replaces them).
+    pub fn clear_kind(&mut self, kind: Kind) {
+        match kind {
+            Kind::Deployment | Kind::StatefulSet => {
+                for ns in self.namespaces.values_mut() {
+                    let names: Vec<_> = ns.workloads.keys().filter(|(k, _)| *k == kind).cloned().collect();
+                    for key in names {
+                        ns.remove_workload(&key);
+                    }
+                }
+            }
+            Kind::PodDisruptionBudget => self.namespaces.values_mut().for_each(|ns| ns.pdbs.clear()),
+            Kind::HorizontalPodAutoscaler => self.namespaces.values_mut().for_each(|ns| {
+                ns.hpas.clear();
+                ns.hpas_by_target.clear();
+            }),
+            Kind::PersistentVolumeClaim => self.namespaces.values_mut().for_each(|ns| ns.pvcs.clear()),
+            Kind::Node => self.nodes.clear(),
+            Kind::Namespace => self.namespace_labels.clear(),
+        }
+    }
+
+    pub fn remove_namespace(&mut self, name: &str) {
+        self.namespace_labels.remove(name);
+    }
+
+    /// Object counts per kind, for metrics and reports.
+    pub fn counts(&self) -> BTreeMap<Kind, usize> {
+        let mut counts = BTreeMap::new();
+        for ns in self.namespaces.values() {
+            for (kind, _) in ns.workloads.keys() {
+                *counts.entry(*kind).or_insert(0) += 1;
+            }
+            *counts.entry(Kind::PodDisruptionBudget).or_insert(0) += ns.pdbs.len();
+            *counts.entry(Kind::HorizontalPodAutoscaler).or_insert(0) += ns.hpas.len();
+            *counts.entry(Kind::PersistentVolumeClaim).or_insert(0) += ns.pvcs.len();
+        }
+        counts.insert(Kind::Node, self.nodes.len());
+        counts.insert(Kind::Namespace, self.namespace_labels.len());
+        counts
+    }
+}
+
+impl View for Index {
+    fn is_complete(&self) -> bool {
+        self.complete
+    }
+
+    fn knows_nodes(&self) -> bool {
+        self.knows_nodes
+    }
+
+    fn workload(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<WorkloadInfo>> {
+        self.namespaces.get(namespace)?.workloads.get(&(kind, name.to_string())).cloned()
+    }
+
+    fn workloads_selected_by(&self, namespace: &str, sel: &LabelSelector) -> Vec<Arc<WorkloadInfo>> {
+        let Some(ns) = self.namespaces.get(namespace) else { return Vec::new() };
+        // Narrow by the rarest matchLabels pair; a selector of expressions only scans the namespace.
+        let candidates: Box<dyn Iterator<Item = &Arc<WorkloadInfo>>> = match sel
+            .match_labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| ns.by_label.get(&ns.label_hash(k, v)))
+            .min_by_key(|set| set.map_or(0, Carriers::len))
+        {
+            Some(None) => return Vec::new(),
+            Some(Some(keys)) => Box::new(keys.iter().filter_map(|k| ns.workloads.get(k))),
+            None => Box::new(ns.workloads.values()),
+        };
+        let mut found: Vec<_> = candidates.filter(|w| selector::matches(sel, &w.template_labels)).cloned().collect();
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        found
+    }
+
+    fn workloads_in(&self, namespace: &str) -> Vec<Arc<WorkloadInfo>> {
+        let mut found: Vec<_> =
+            self.namespaces.get(namespace).map(|ns| ns.workloads.values().cloned().collect()).unwrap_or_default();
+        found.sort_by(|a: &Arc<WorkloadInfo>, b| a.id.cmp(&b.id));
+        found
+    }
+
+    fn workloads_spreading_over(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<WorkloadInfo>> {
+        // Asked once per workload checked: only workloads with a spread selector whose first
+        // `matchLabels` pair is among `labels` (or with expressions only) can match, so those
+        // alone are matched, not every workload of the namespace.
+        let Some(ns) = self.namespaces.get(namespace) else { return Vec::new() };
+        let mut candidates: Vec<&(Kind, String)> = ns.spread_by_expressions.iter().collect();
+        for (k, v) in labels {
+            if let Some(carriers) = ns.spread_by_label.get(&ns.label_hash(k, v)) {
+                candidates.extend(carriers.iter());
+            }
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        let mut found: Vec<_> = candidates
+            .into_iter()
+            .filter_map(|key| ns.workloads.get(key))
+            .filter(|w| spreads_over(w, labels))
+            .cloned()
+            .collect();
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        found
+    }
+
+    fn pdbs_in(&self, namespace: &str) -> Vec<Arc<PdbInfo>> {
+        self.namespaces.get(namespace).map(|ns| ns.pdbs.values().cloned().collect()).unwrap_or_default()
+    }
+
+    fn pdb(&self, namespace: &str, name: &str) -> Option<Arc<PdbInfo>> {
+        self.namespaces.get(namespace)?.pdbs.get(name).cloned()
+    }
+
+    fn hpas_targeting(&self, target: &ObjectRef) -> Vec<Arc<HpaInfo>> {
+        let Some(ns) = self.namespaces.get(&target.namespace) else { return Vec::new() };
+        ns.hpas_by_target
+            .get(&(target.kind, target.name.clone()))
+            .into_iter()
+            .flatten()
+            .filter_map(|name| ns.hpas.get(name).cloned())
+            .collect()
+    }
+
+    fn hpa(&self, namespace: &str, name: &str) -> Option<Arc<HpaInfo>> {
+        self.namespaces.get(namespace)?.hpas.get(name).cloned()
+    }
+
+    fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>> {
+        self.namespaces.get(namespace)?.pvcs.get(name).cloned()
+    }
+
+    fn nodes(&self) -> Vec<Arc<NodeInfo>> {
+        self.nodes.values().cloned().collect()
+    }
+
+    fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
+        self.namespace_labels.get(namespace).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::model::Exemptions;
+
+    fn workload(name: &str, labels: &[(&str, &str)]) -> WorkloadInfo {
+        WorkloadInfo {
+            id: ObjectRef::new(Kind::Deployment, "ns", name),
+            selector: None,
+            template_labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            replicas: 2,
+            claim_names: Vec::new(),
+            exemptions: Exemptions::new(),
+            spread_selectors: Vec::new(),
+            kept_apart: false,
+            host_network_unprotected: false,
+            recreate_containers: None,
+        }
+    }
+
+    fn selected(index: &Index, labels: &[(&str, &str)]) -> Vec<String> {
+        let sel = LabelSelector {
+            match_labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            match_expressions: None,
+        };
+        index.workloads_selected_by("ns", &sel).iter().map(|w| w.id.name.clone()).collect()
+    }
+
+    /// The spread index finds exactly what matching every workload of the namespace finds,
+    /// through upserts that change selectors and removals.
+    #[test]
+    fn spread_index_finds_what_a_full_scan_finds() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+        let mut seed = 7u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let pair = |i: u64| (["app", "tier", "zone"][(i % 3) as usize].to_string(), format!("v{}", i / 3 % 3));
+        let mut index = Index::new();
+        for round in 0..40 {
+            let name = format!("w{}", next(12));
+            if round % 5 == 4 {
+                index.remove_workload(Kind::Deployment, "ns", &name);
+                continue;
+            }
+            let mut w = workload(&name, &[]);
+            w.template_labels = (0..next(3)).map(|_| pair(next(9))).collect();
+            w.spread_selectors = (0..next(3))
+                .map(|_| {
+                    let labels: BTreeMap<String, String> = (0..next(3)).map(|_| pair(next(9))).collect();
+                    let expressions = (next(3) == 0).then(|| {
+                        vec![LabelSelectorRequirement { key: pair(next(9)).0, operator: "Exists".into(), values: None }]
+                    });
+                    Arc::new(LabelSelector { match_labels: Some(labels), match_expressions: expressions })
+                })
+                .filter(|s| !selector::is_empty(s))
+                .collect();
+            index.upsert_workload(w);
+            for _ in 0..10 {
+                let labels: BTreeMap<String, String> = (0..next(4)).map(|_| pair(next(9))).collect();
+                let ids = |ws: Vec<Arc<WorkloadInfo>>| ws.iter().map(|w| w.id.name.clone()).collect::<Vec<_>>();
+                let mut scanned: Vec<_> =
+                    index.workloads_in("ns").into_iter().filter(|w| spreads_over(w, &labels)).collect();
+                scanned.sort_by(|a, b| a.id.cmp(&b.id));
+                assert_eq!(ids(index.workloads_spreading_over("ns", &labels)), ids(scanned), "{labels:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn label_index_follows_upserts_and_removals() {
+        let mut index = Index::new();
+        index.upsert_workload(workload("a", &[("app", "a"), ("tier", "web")]));
+        index.upsert_workload(workload("b", &[("app", "b"), ("tier", "web")]));
+        index.upsert_workload(workload("c", &[("app", "c"), ("tier", "web")]));
+        assert_eq!(selected(&index, &[("tier", "web")]), ["a", "b", "c"]);
+        assert_eq!(selected(&index, &[("app", "b"), ("tier", "web")]), ["b"]);
+        assert!(selected(&index, &[("app", "web")]).is_empty());
+        assert!(selected(&index, &[("app", "d")]).is_empty());
+        // A new version with other labels leaves nothing behind under the old ones.
+        index.upsert_workload(workload("b", &[("app", "b"), ("tier", "db")]));
+        assert_eq!(selected(&index, &[("tier", "web")]), ["a", "c"]);
+        assert_eq!(selected(&index, &[("tier", "db")]), ["b"]);
+        index.remove_workload(Kind::Deployment, "ns", "a");
+        index.remove_workload(Kind::Deployment, "ns", "a");
+        assert_eq!(selected(&index, &[("tier", "web")]), ["c"]);
+        index.remove_workload(Kind::Deployment, "ns", "c");
+        assert!(selected(&index, &[("tier", "web")]).is_empty());
+        index.upsert_workload(workload("a", &[("tier", "web")]));
+        assert_eq!(selected(&index, &[("tier", "web")]), ["a"]);
+        index.clear_kind(Kind::Deployment);
+        assert!(selected(&index, &[("tier", "web")]).is_empty());
+        assert!(selected(&index, &[("app", "b")]).is_empty());
+    }
+
+    #[test]
+    fn hpas_targeting_one_workload_come_sorted_by_name() {
+        let mut index = Index::new();
+        let hpa = |name: &str, target: &str| HpaInfo {
+            id: ObjectRef::new(Kind::HorizontalPodAutoscaler, "ns", name),
+            target: Some(ObjectRef::new(Kind::Deployment, "ns", target)),
+            target_description: format!("Deployment {target}"),
+            min_replicas: 1,
+            max_replicas: 3,
+            exemptions: Exemptions::new(),
+        };
+        let target = ObjectRef::new(Kind::Deployment, "ns", "web");
+        let names = |index: &Index| -> Vec<String> {
+            index.hpas_targeting(&target).iter().map(|h| h.id.name.clone()).collect()
+        };
+        index.upsert_hpa(hpa("z", "web"));
+        index.upsert_hpa(hpa("a", "web"));
+        index.upsert_hpa(hpa("m", "web"));
+        index.upsert_hpa(hpa("a", "web"));
+        assert_eq!(names(&index), ["a", "m", "z"]);
+        index.upsert_hpa(hpa("m", "other"));
+        assert_eq!(names(&index), ["a", "z"]);
+        index.remove_hpa("ns", "a");
+        index.remove_hpa("ns", "z");
+        assert!(names(&index).is_empty());
+    }
+}

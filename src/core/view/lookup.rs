@@ -1,0 +1,49 @@
+//! The [`View`] trait: what the engine may ask of the cluster.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::projection::{HpaInfo, NodeInfo, PdbInfo, PvcInfo, WorkloadInfo, spreads_over};
+use crate::core::model::{Exemptions, Kind, ObjectRef};
+
+/// What the engine may ask of the cluster. Every method is a lookup, never a scan of the cluster.
+pub trait View: Send + Sync {
+    /// The view holds every object of the namespaces it covers: rules asserting absence may run.
+    fn is_complete(&self) -> bool;
+    /// The view knows the cluster's nodes (the live view): `spread-unsatisfiable` may run.
+    fn knows_nodes(&self) -> bool;
+    fn workload(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<WorkloadInfo>>;
+    /// Workloads in `namespace` whose pod template labels `selector` matches.
+    fn workloads_selected_by(&self, namespace: &str, selector: &LabelSelector) -> Vec<Arc<WorkloadInfo>>;
+    /// Every workload in `namespace`.
+    fn workloads_in(&self, namespace: &str) -> Vec<Arc<WorkloadInfo>>;
+    /// Workloads in `namespace` with a topology spread `labelSelector` (`spread_selectors`) that
+    /// matches `labels`, sorted by id: the workloads whose spreads count pods with these labels.
+    fn workloads_spreading_over(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<WorkloadInfo>> {
+        self.workloads_in(namespace).into_iter().filter(|w| spreads_over(w, labels)).collect()
+    }
+    fn pdbs_in(&self, namespace: &str) -> Vec<Arc<PdbInfo>>;
+    fn pdb(&self, namespace: &str, name: &str) -> Option<Arc<PdbInfo>>;
+    fn hpas_targeting(&self, target: &ObjectRef) -> Vec<Arc<HpaInfo>>;
+    fn hpa(&self, namespace: &str, name: &str) -> Option<Arc<HpaInfo>>;
+    fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>>;
+    fn nodes(&self) -> Vec<Arc<NodeInfo>>;
+    /// Labels of a namespace the view knows, `None` if it does not know it.
+    fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>>;
+
+    /// Exemption annotations of an object the view knows.
+    fn exemptions(&self, r: &ObjectRef) -> Exemptions {
+        match r.kind {
+            Kind::Deployment | Kind::StatefulSet => {
+                self.workload(r.kind, &r.namespace, &r.name).map(|w| w.exemptions.clone())
+            }
+            Kind::PodDisruptionBudget => self.pdb(&r.namespace, &r.name).map(|p| p.exemptions.clone()),
+            Kind::HorizontalPodAutoscaler => self.hpa(&r.namespace, &r.name).map(|h| h.exemptions.clone()),
+            Kind::PersistentVolumeClaim => self.pvc(&r.namespace, &r.name).map(|p| p.exemptions.clone()),
+            Kind::Node | Kind::Namespace => None,
+        }
+        .unwrap_or_default()
+    }
+}

@@ -1,0 +1,21 @@
+//! What the engine knows besides the object under review.
+//!
+//! The [`View`] trait has two implementations: the static one (an [`Index`] built from manifests,
+//! used by `check`, `--cluster FILE` and the tests) and the live one built from watch caches (the
+//! `live` shell fills an [`Index`] and serves it as a [`ViewSource`]). Both keep only
+//! [`projection`]s (the fields the rules read). While an object is under review, an [`Overlay`]
+//! shows it as it will be; [`bounds`] reads a workload's replica range off the view.
+
+pub mod bounds;
+pub mod index;
+pub mod lookup;
+pub mod overlay;
+pub mod projection;
+pub mod source;
+
+pub use bounds::{Bounds, bounds};
+pub use index::Index;
+pub use lookup::View;
+pub use overlay::Overlay;
+pub use projection::{HpaInfo, NodeInfo, PdbInfo, PvcInfo, WorkloadInfo};
+pub use source::{StaticSource, ViewSource};

@@ -1,0 +1,155 @@
+//! The view while one object is under review.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::lookup::View;
+use super::projection::{HpaInfo, NodeInfo, PdbInfo, PvcInfo, WorkloadInfo, spreads_over};
+use crate::core::model::{Kind, ObjectRef, Subject, selector};
+
+/// The view as seen while reviewing `subject`: the subject's own projection replaces whatever the
+/// view holds for it (the cache has the old version, or none on CREATE), so cross-object rules see
+/// the object as it will be.
+pub struct Overlay<'a> {
+    base: &'a dyn View,
+    id: ObjectRef,
+    workload: Option<Arc<WorkloadInfo>>,
+    pdb: Option<Arc<PdbInfo>>,
+    hpa: Option<Arc<HpaInfo>>,
+}
+
+impl<'a> Overlay<'a> {
+    pub fn new(base: &'a dyn View, subject: &Subject) -> Self {
+        let mut overlay = Overlay { base, id: subject.id(), workload: None, pdb: None, hpa: None };
+        match subject {
+            Subject::Workload(w) => overlay.workload = Some(Arc::new(WorkloadInfo::of(w))),
+            Subject::Pdb(p) => overlay.pdb = Some(Arc::new(PdbInfo::of(p))),
+            Subject::Hpa(h) => overlay.hpa = Some(Arc::new(HpaInfo::of(h))),
+            Subject::Scale { target, replicas } => {
+                overlay.workload = base
+                    .workload(target.kind, &target.namespace, &target.name)
+                    .map(|w| Arc::new(WorkloadInfo { replicas: *replicas, ..(*w).clone() }));
+            }
+        }
+        overlay
+    }
+
+    /// The subject's own projection as a workload (for a scale write, the target with its new count).
+    pub fn subject_workload(&self) -> Option<&Arc<WorkloadInfo>> {
+        self.workload.as_ref()
+    }
+
+    fn is_subject(&self, r: &ObjectRef) -> bool {
+        *r == self.id
+    }
+}
+
+impl View for Overlay<'_> {
+    fn is_complete(&self) -> bool {
+        self.base.is_complete()
+    }
+
+    fn knows_nodes(&self) -> bool {
+        self.base.knows_nodes()
+    }
+
+    fn workload(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<WorkloadInfo>> {
+        match &self.workload {
+            Some(w) if w.id.kind == kind && w.id.namespace == namespace && w.id.name == name => Some(w.clone()),
+            _ => self.base.workload(kind, namespace, name),
+        }
+    }
+
+    fn workloads_selected_by(&self, namespace: &str, sel: &LabelSelector) -> Vec<Arc<WorkloadInfo>> {
+        let mut found: Vec<_> =
+            self.base.workloads_selected_by(namespace, sel).into_iter().filter(|w| !self.is_subject(&w.id)).collect();
+        if let Some(w) = &self.workload
+            && w.id.namespace == namespace
+            && selector::matches(sel, &w.template_labels)
+        {
+            found.push(w.clone());
+            found.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        found
+    }
+
+    fn workloads_in(&self, namespace: &str) -> Vec<Arc<WorkloadInfo>> {
+        let mut found: Vec<_> =
+            self.base.workloads_in(namespace).into_iter().filter(|w| !self.is_subject(&w.id)).collect();
+        if let Some(w) = &self.workload
+            && w.id.namespace == namespace
+        {
+            found.push(w.clone());
+            found.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        found
+    }
+
+    fn workloads_spreading_over(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<WorkloadInfo>> {
+        let mut found: Vec<_> = self
+            .base
+            .workloads_spreading_over(namespace, labels)
+            .into_iter()
+            .filter(|w| !self.is_subject(&w.id))
+            .collect();
+        if let Some(w) = &self.workload
+            && w.id.namespace == namespace
+            && spreads_over(w, labels)
+        {
+            found.push(w.clone());
+            found.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        found
+    }
+
+    fn pdbs_in(&self, namespace: &str) -> Vec<Arc<PdbInfo>> {
+        let mut found: Vec<_> = self.base.pdbs_in(namespace).into_iter().filter(|p| !self.is_subject(&p.id)).collect();
+        if let Some(p) = &self.pdb
+            && p.id.namespace == namespace
+        {
+            found.push(p.clone());
+            found.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        found
+    }
+
+    fn pdb(&self, namespace: &str, name: &str) -> Option<Arc<PdbInfo>> {
+        match &self.pdb {
+            Some(p) if p.id.namespace == namespace && p.id.name == name => Some(p.clone()),
+            _ => self.base.pdb(namespace, name),
+        }
+    }
+
+    fn hpas_targeting(&self, target: &ObjectRef) -> Vec<Arc<HpaInfo>> {
+        let mut found: Vec<_> =
+            self.base.hpas_targeting(target).into_iter().filter(|h| !self.is_subject(&h.id)).collect();
+        if let Some(h) = &self.hpa
+            && h.target.as_ref() == Some(target)
+        {
+            found.push(h.clone());
+            found.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        found
+    }
+
+    fn hpa(&self, namespace: &str, name: &str) -> Option<Arc<HpaInfo>> {
+        match &self.hpa {
+            Some(h) if h.id.namespace == namespace && h.id.name == name => Some(h.clone()),
+            _ => self.base.hpa(namespace, name),
+        }
+    }
+
+    fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>> {
+        self.base.pvc(namespace, name)
+    }
+
+    fn nodes(&self) -> Vec<Arc<NodeInfo>> {
+        self.base.nodes()
+    }
+
+    fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
+        self.base.namespace_labels(namespace)
+    }
+}

@@ -1,0 +1,303 @@
+//! Reading manifests: files, directories (recursively, `.yaml`/`.yml`/`.json`), `-` for stdin,
+//! multi-document YAML, JSON, and `List` kinds. Every document keeps where it came from.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::cores::map_on_cores;
+use super::skeleton::Node;
+use super::source::{Document, LoadError, Loaded, Origin, Source};
+use super::yaml;
+
+/// Loads every path: a directory is walked recursively in name order.
+pub fn load(paths: &[String]) -> Loaded {
+    let mut loaded = Loaded::default();
+    for p in paths {
+        if p == "-" {
+            let mut text = String::new();
+            match std::io::stdin().read_to_string(&mut text) {
+                Ok(_) => add_text(&mut loaded, "-".into(), None, text, false),
+                Err(e) => loaded.errors.push(LoadError { file: "-".into(), document: None, message: e.to_string() }),
+            }
+            continue;
+        }
+        let path = Path::new(p);
+        if path.is_dir() {
+            let mut files = Vec::new();
+            walk(path, &mut files, &mut loaded.errors);
+            files.sort();
+            for f in files {
+                load_file(&mut loaded, &f);
+            }
+        } else {
+            load_file(&mut loaded, path);
+        }
+    }
+    loaded
+}
+
+/// The manifests under `dir` (`.yaml`, `.yml`, `.json`), with their errors. Symbolic links are
+/// followed, a link that loops back is not (`ignore` detects it: ripgrep's walker), and a file
+/// reached twice (through a link) is read once.
+fn walk(dir: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<LoadError>) {
+    let mut seen = std::collections::HashSet::new();
+    for entry in ignore::WalkBuilder::new(dir).standard_filters(false).follow_links(true).build() {
+        match entry {
+            Ok(entry) => {
+                let path = entry.path();
+                let manifest = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"));
+                if manifest && entry.file_type().is_some_and(|t| t.is_file()) {
+                    let identity = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+                    if seen.insert(identity) {
+                        files.push(path.to_path_buf());
+                    }
+                }
+            }
+            // A loop is a directory already being walked: nothing is lost by not entering it.
+            Err(e) if is_loop(&e) => {}
+            Err(e) => {
+                errors.push(LoadError { file: dir.display().to_string(), document: None, message: e.to_string() })
+            }
+        }
+    }
+}
+
+fn is_loop(e: &ignore::Error) -> bool {
+    match e {
+        ignore::Error::Loop { .. } => true,
+        ignore::Error::WithPath { err, .. }
+        | ignore::Error::WithDepth { err, .. }
+        | ignore::Error::WithLineNumber { err, .. } => is_loop(err),
+        _ => false,
+    }
+}
+
+fn load_file(loaded: &mut Loaded, path: &Path) {
+    let file = path.display().to_string();
+    match std::fs::read(path) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => {
+                let json = path.extension().and_then(|e| e.to_str()) == Some("json");
+                add_text(loaded, file, Some(path.to_path_buf()), text, json);
+            }
+            Err(_) => loaded.errors.push(LoadError { file, document: None, message: "not UTF-8 text".into() }),
+        },
+        Err(e) => loaded.errors.push(LoadError { file, document: None, message: e.to_string() }),
+    }
+}
+
+/// Parses one file's text. JSON is tried for `.json` files and for text starting with `{` or `[`
+/// (stdin); YAML otherwise (YAML is a superset of JSON, but JSON errors read better for JSON).
+pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: String, json_hint: bool) {
+    let looks_json = json_hint || text.trim_start().starts_with('{');
+    if looks_json {
+        if let Ok(value) = serde_json::from_str::<Value>(&text) {
+            let origin = Origin { file: file.clone(), document: 0, item: None, line: 1, column: None };
+            push_document(loaded, origin, value);
+            let spans = std::iter::once(0..text.len()).collect();
+            loaded.sources.push(Source { file, path, json: true, text, spans, skeletons: Vec::new() });
+            return;
+        }
+        if json_hint && let Err(e) = serde_json::from_str::<Value>(&text) {
+            loaded.errors.push(LoadError { file, document: Some(0), message: format!("not valid JSON: {e}") });
+            return;
+        }
+    }
+    let spans = split_documents(&text);
+    // Line breaks before each document, counted incrementally (the spans are in order): counting
+    // from the start of the text for each document would be quadratic in its length.
+    let mut breaks_before = Vec::with_capacity(spans.len());
+    let (mut counted_to, mut breaks) = (0, 0);
+    for span in &spans {
+        breaks += text[counted_to..span.start].matches('\n').count();
+        counted_to = span.start;
+        breaks_before.push(breaks);
+    }
+    let parsed = parse_documents(&text, &spans, &breaks_before);
+    let mut skeletons = Vec::with_capacity(spans.len());
+    for ((index, span), (parsed, breaks)) in spans.iter().enumerate().zip(parsed.into_iter().zip(breaks_before)) {
+        let doc = &text[span.clone()];
+        // The line of the document's first content, past its `---` marker and comments.
+        let skipped = doc.lines().take_while(|l| is_blank(l)).count();
+        let line = breaks + 1 + skipped;
+        let Some(parsed) = parsed else {
+            skeletons.push(None);
+            continue;
+        };
+        match parsed {
+            Ok((value, skeleton)) => {
+                skeletons.push(skeleton);
+                if !value.is_null() {
+                    push_document(
+                        loaded,
+                        Origin { file: file.clone(), document: index, item: None, line, column: None },
+                        value,
+                    );
+                }
+            }
+            Err(e) => {
+                skeletons.push(None);
+                loaded.errors.push(LoadError {
+                    file: file.clone(),
+                    document: Some(index),
+                    message: format!("not valid YAML (document starts at line {line}): {}", one_line(&e)),
+                });
+            }
+        }
+    }
+    loaded.sources.push(Source { file, path, json: false, text, spans, skeletons });
+}
+
+type ParsedDocument = Result<(Value, Option<Node>), String>;
+
+/// Parses each document of `text` (`None` for a blank one), in order, in contiguous chunks on
+/// every core; `breaks_before[i]` is the number of line breaks before document `i`.
+fn parse_documents(
+    text: &str,
+    spans: &[std::ops::Range<usize>],
+    breaks_before: &[usize],
+) -> Vec<Option<ParsedDocument>> {
+    let jobs: Vec<(&str, usize)> = spans.iter().zip(breaks_before).map(|(span, &b)| (&text[span.clone()], b)).collect();
+    map_on_cores(&jobs, |&(doc, breaks)| (!is_blank(doc)).then(|| yaml::parse(doc, breaks)))
+}
+
+fn one_line(s: &str) -> String {
+    s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+fn is_blank(doc: &str) -> bool {
+    doc.lines().all(|l| {
+        let t = l.trim();
+        t.is_empty() || t.starts_with('#') || t == "---" || t.starts_with("--- ") || t == "..." || t.starts_with('%')
+    })
+}
+
+/// Splits YAML text into documents at `---` lines. In YAML a `---` at column 0 always starts a new
+/// document (even inside a block scalar), so a line split is exact. The marker line belongs to the
+/// document it opens (`--- # comment` or `--- {inline}` stay with their document).
+pub fn split_documents(text: &str) -> Vec<std::ops::Range<usize>> {
+    let mut spans = Vec::new();
+    let mut start = 0;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_end_matches(['\n', '\r']);
+        let is_marker = trimmed == "---" || trimmed.starts_with("--- ") || trimmed.starts_with("---\t");
+        if is_marker && offset > start {
+            spans.push(start..offset);
+            start = offset;
+        }
+        offset += line.len();
+    }
+    if offset > start || spans.is_empty() {
+        spans.push(start..offset);
+    }
+    spans
+}
+
+/// Adds a document, unwrapping `List` kinds (`v1/List`, `*List` with `items`) into their items.
+fn push_document(loaded: &mut Loaded, origin: Origin, value: Value) {
+    let is_list = value.get("kind").and_then(Value::as_str).is_some_and(|k| k == "List" || k.ends_with("List"))
+        && value.get("items").is_some_and(Value::is_array);
+    if is_list {
+        if let Some(items) = value.get("items").and_then(Value::as_array) {
+            for (i, item) in items.iter().enumerate() {
+                let origin = Origin { item: Some(i), ..origin.clone() };
+                loaded.documents.push(Document { origin, value: item.clone() });
+            }
+        }
+        return;
+    }
+    loaded.documents.push(Document { origin, value });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Loaded {
+        let mut l = Loaded::default();
+        add_text(&mut l, "t.yaml".into(), None, text.into(), false);
+        l
+    }
+
+    #[test]
+    fn splits_documents_and_keeps_lines() {
+        let l = parse("a: 1\n---\nb: 2\n--- # third\nc: 3\n");
+        assert_eq!(l.documents.len(), 3);
+        assert_eq!(l.documents[1].origin.document, 1);
+        assert_eq!(l.documents[1].origin.line, 3);
+        assert_eq!(l.documents[2].origin.line, 5);
+        assert_eq!(l.documents[2].value["c"], 3);
+    }
+
+    #[test]
+    fn leading_marker_and_empty_documents() {
+        let l = parse("---\na: 1\n---\n---\n# only a comment\n---\nb: 2\n");
+        assert_eq!(l.documents.len(), 2);
+        assert_eq!(l.documents[1].origin.document, 3);
+        assert!(l.errors.is_empty());
+    }
+
+    #[test]
+    fn bad_yaml_names_file_and_document() {
+        let l = parse("a: 1\n---\nb: [1, 2\n---\nc: 3\n");
+        assert_eq!(l.documents.len(), 2, "the good documents are kept");
+        assert_eq!(l.errors.len(), 1);
+        let e = l.errors[0].to_string();
+        assert!(e.starts_with("t.yaml (document 1): not valid YAML"), "{e}");
+    }
+
+    #[test]
+    fn many_documents_keep_their_order_index_and_line_when_parsed_on_several_threads() {
+        // Enough documents for several threads (DOCUMENTS_PER_THREAD each), one invalid, one blank.
+        let n = super::super::cores::DOCUMENTS_PER_THREAD * 5 + 3;
+        let mut text = String::new();
+        for i in 0..n {
+            match i {
+                200 => text.push_str("---\nkind: [unclosed\n"),
+                201 => text.push_str("---\n# only a comment\n"),
+                _ => text.push_str(&format!("---\nkind: Thing\nmetadata:\n  name: t{i}\n")),
+            }
+        }
+        let loaded = parse(&text);
+        assert_eq!(loaded.documents.len(), n - 2);
+        for (d, i) in loaded.documents.iter().zip((0..n).filter(|i| *i != 200 && *i != 201)) {
+            assert_eq!(d.origin.document, i);
+            assert_eq!(d.value["metadata"]["name"], format!("t{i}"));
+            // Documents 0..200 take 4 lines each, 200 takes 2, 201 takes 2.
+            let first_line = if i < 200 { 4 * i } else { 4 * i - 4 } + 2;
+            assert_eq!(d.origin.line, first_line, "document {i}");
+        }
+        assert_eq!(loaded.errors.len(), 1, "{:?}", loaded.errors);
+        assert_eq!(loaded.errors[0].document, Some(200));
+        assert!(loaded.errors[0].message.contains("document starts at line 802"), "{}", loaded.errors[0].message);
+    }
+
+    #[test]
+    fn lists_are_unwrapped() {
+        let l = parse("apiVersion: v1\nkind: List\nitems:\n- kind: A\n- kind: B\n");
+        assert_eq!(l.documents.len(), 2);
+        assert_eq!(l.documents[1].origin.item, Some(1));
+        assert_eq!(l.documents[1].value["kind"], "B");
+    }
+
+    #[test]
+    fn json_text_is_json() {
+        let mut l = Loaded::default();
+        add_text(&mut l, "-".into(), None, "{\"kind\": \"A\"}".into(), false);
+        assert_eq!(l.documents.len(), 1);
+        assert!(l.sources[0].json);
+        let mut l = Loaded::default();
+        add_text(&mut l, "x.json".into(), None, "{\"kind\": ".into(), true);
+        assert!(l.errors[0].to_string().contains("x.json (document 0): not valid JSON"), "{:?}", l.errors);
+    }
+
+    #[test]
+    fn block_scalars_and_anchors() {
+        let l = parse("a: |\n  line\n  --- not a marker\nb: &x 1\nc: *x\n");
+        assert_eq!(l.documents.len(), 1, "{:?}", l.errors);
+        assert_eq!(l.documents[0].value["c"], 1);
+    }
+}

@@ -1,0 +1,19 @@
+//! Reading YAML and JSON manifests with their source positions: what `check` lints, what
+//! `serve --cluster FILE` builds its view from. The files, in the order they import each other:
+//! [`source`] and [`skeleton`] (data), [`block`] (the fast reader), [`yaml`] (one document: the
+//! block reader, else serde-saphyr), [`locate`] (field paths to lines and columns), [`load`]
+//! (paths to documents), [`objects`] (documents to the engine's objects and a static view), with
+//! [`cores`] spreading documents over the cores.
+
+pub mod block;
+pub mod cores;
+pub mod load;
+pub mod locate;
+pub mod objects;
+pub mod skeleton;
+pub mod source;
+pub mod yaml;
+
+pub use load::{add_text, load, split_documents};
+pub use locate::Locator;
+pub use source::{Document, LoadError, Loaded, Origin, Source};

@@ -1,0 +1,10 @@
+//! AdmissionReviews in and out: [`wire`] (the request as it arrives), [`subject`] (its object,
+//! decoded), [`respond`] (judged and answered).
+
+pub mod respond;
+pub mod subject;
+pub mod wire;
+
+pub use respond::{AdmissionDecision, Outcome, Webhook, fit_warnings, into_review, line, review};
+pub use subject::subject;
+pub use wire::{BadRequest, MAX_JSON_VALUES, Request, count_values, parse, parse_counted};

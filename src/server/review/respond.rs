@@ -1,0 +1,311 @@
+//! A request judged and answered: the thin handler between the wire and [`judge`].
+
+use std::collections::HashMap;
+
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
+
+use super::subject::{subject, subject_of};
+use super::wire::{BadRequest, Request};
+use crate::core::catalogue::{Mutation, Rule};
+use crate::core::config::Config;
+use crate::core::decide::Decided;
+use crate::core::finding::{Decision, Finding};
+use crate::core::judge::{Asks, Review, judge};
+use crate::core::view::View;
+
+/// Which endpoint answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Webhook {
+    Validate,
+    Mutate,
+}
+
+impl Webhook {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Webhook::Validate => "validate",
+            Webhook::Mutate => "mutate",
+        }
+    }
+}
+
+/// What happened, for logs and metrics.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    pub uid: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub operation: String,
+    pub dry_run: bool,
+    pub decision: AdmissionDecision,
+    pub findings: Vec<(&'static Rule, Decision)>,
+    pub mutations: Vec<&'static Mutation>,
+}
+
+/// What the webhook answered, as the `decision` label of the request metric says it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AdmissionDecision {
+    Allowed,
+    Denied,
+    Warned,
+    Patched,
+    /// Not a kind or operation ha-guard checks, or a namespace it skips.
+    #[default]
+    Skipped,
+}
+
+impl AdmissionDecision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdmissionDecision::Allowed => "allowed",
+            AdmissionDecision::Denied => "denied",
+            AdmissionDecision::Warned => "warned",
+            AdmissionDecision::Patched => "patched",
+            AdmissionDecision::Skipped => "skipped",
+        }
+    }
+}
+
+/// The apiserver's limit on the sum of warnings, and what it cuts each one to past it.
+pub const WARNINGS_TOTAL_LIMIT: usize = 4096;
+pub const WARNING_ITEM_LIMIT: usize = 256;
+
+/// Answers one request.
+pub fn review(
+    request: &Request,
+    webhook: Webhook,
+    view: &dyn View,
+    config: &Config,
+) -> Result<(AdmissionResponse, Outcome), BadRequest> {
+    let req = &request.header;
+    let mut outcome = Outcome {
+        uid: req.uid.clone(),
+        kind: req.kind.kind.clone(),
+        namespace: req.namespace.clone().unwrap_or_default(),
+        name: req.name.clone(),
+        operation: format!("{:?}", req.operation).to_uppercase(),
+        dry_run: req.dry_run,
+        decision: AdmissionDecision::Skipped,
+        ..Default::default()
+    };
+    if req.sub_resource.as_deref() == Some("scale") {
+        outcome.kind = format!("{}/scale", req.resource.resource);
+    }
+    let mut response = AdmissionResponse::from(req);
+    if !matches!(req.operation, Operation::Create | Operation::Update) {
+        return Ok((response, outcome));
+    }
+    let Some(subject) = subject(request)? else { return Ok((response, outcome)) };
+    if outcome.name.is_empty() {
+        outcome.name = subject.id().name;
+    }
+    let old = || match (&req.operation, request.old_object.as_deref()) {
+        (Operation::Update, old @ Some(_)) => subject_of(req, old).ok().flatten(),
+        _ => None,
+    };
+    let asks = match webhook {
+        Webhook::Validate => Asks::Findings,
+        Webhook::Mutate => Asks::Mutations,
+    };
+    let verdict = judge(&Review { subject: &subject, old: Some(&old), view, config, asks });
+    if let Some(reason) = verdict.skipped {
+        response.audit_annotations.insert("skipped".into(), reason);
+        return Ok((response, outcome));
+    }
+    match webhook {
+        Webhook::Mutate => {
+            let plan = verdict.plan;
+            outcome.decision = AdmissionDecision::Allowed;
+            if !plan.is_empty() {
+                outcome.mutations = plan.applied();
+                outcome.decision = AdmissionDecision::Patched;
+                let applied: Vec<&str> = plan.applied().iter().map(|m| m.id).collect();
+                response.audit_annotations.insert("mutations".into(), applied.join(","));
+                response = response.with_patch(plan.patch()).map_err(|e| BadRequest(e.to_string()))?;
+            }
+        }
+        Webhook::Validate => {
+            let decided = verdict.decided;
+            outcome.findings = decided.findings.iter().map(|f| (f.rule, f.action)).collect();
+            outcome.decision = if decided.denied() {
+                AdmissionDecision::Denied
+            } else if decided.with(Decision::Warn).next().is_some() || !decided.warnings.is_empty() {
+                AdmissionDecision::Warned
+            } else {
+                AdmissionDecision::Allowed
+            };
+            response = respond(response, &decided);
+        }
+    }
+    Ok((response, outcome))
+}
+
+/// One line per finding: `[rule-id] Kind ns/name spec.path: what Fix: fix`.
+/// A deny downgraded to a warning says why, so the user knows it would otherwise be refused.
+pub fn line(f: &Finding) -> String {
+    let why: Vec<&str> = f.notes.iter().filter_map(|n| n.downgrade_reason()).collect();
+    let why = if why.is_empty() { String::new() } else { format!("({}) ", why.join(", ")) };
+    format!("[{}] {why}{}: {}", f.rule, f.path, f.message())
+}
+
+fn respond(mut response: AdmissionResponse, decided: &Decided) -> AdmissionResponse {
+    let denials: Vec<String> = decided.with(Decision::Deny).map(line).collect();
+    let warnings: Vec<String> =
+        decided.with(Decision::Warn).map(line).chain(decided.warnings.iter().cloned()).collect();
+    response.audit_annotations = audit_annotations(decided);
+    if !warnings.is_empty() {
+        response.warnings = Some(fit_warnings(warnings));
+    }
+    if !denials.is_empty() {
+        response = response.deny(denials.join("\n"));
+        response.result.code = 403;
+        response.result.reason = "Forbidden".into();
+    }
+    response
+}
+
+fn audit_annotations(decided: &Decided) -> HashMap<String, String> {
+    let mut a = HashMap::new();
+    let findings: Vec<String> = decided.findings.iter().map(|f| format!("{}={}", f.rule, f.action.as_str())).collect();
+    if !findings.is_empty() {
+        a.insert("findings".into(), findings.join(","));
+    }
+    let exempted: Vec<String> =
+        decided.with(Decision::Allowed).map(|f| format!("{}: {}", f.rule, join(&f.notes, "; "))).collect();
+    if !exempted.is_empty() {
+        a.insert("exempted".into(), exempted.join(" | "));
+    }
+    a
+}
+
+fn join(notes: &[crate::core::finding::Note], separator: &str) -> String {
+    notes.iter().map(ToString::to_string).collect::<Vec<_>>().join(separator)
+}
+
+fn cut(s: &str, max_chars: usize) -> String {
+    if s.chars().count() <= max_chars {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max_chars - 1).collect();
+    out.push('…');
+    out
+}
+
+/// The apiserver keeps warnings whole while their sum stays within 4 KiB, and cuts each to 256
+/// characters past that. Do it ourselves so what is cut is predictable: whole messages when they
+/// fit, else each cut to 256, else as many as fit and a last line saying how many were left out.
+pub fn fit_warnings(warnings: Vec<String>) -> Vec<String> {
+    let total = |w: &[String]| w.iter().map(|s| s.chars().count()).sum::<usize>();
+    if total(&warnings) <= WARNINGS_TOTAL_LIMIT {
+        return warnings;
+    }
+    let cut_all: Vec<String> = warnings.iter().map(|w| cut(w, WARNING_ITEM_LIMIT)).collect();
+    if total(&cut_all) <= WARNINGS_TOTAL_LIMIT {
+        return cut_all;
+    }
+    let mut kept = Vec::new();
+    let mut used = 0;
+    let reserve = 80;
+    for w in &cut_all {
+        let n = w.chars().count();
+        if used + n + reserve > WARNINGS_TOTAL_LIMIT {
+            break;
+        }
+        used += n;
+        kept.push(w.clone());
+    }
+    let left = cut_all.len() - kept.len();
+    kept.push(format!("[ha-guard] {left} more warnings left out (see the audit annotations)"));
+    kept
+}
+
+/// The review to send back.
+pub fn into_review(response: AdmissionResponse) -> AdmissionReview<DynamicObject> {
+    response.into_review()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` warnings of exactly `len` characters, each starting `[rule-i]`.
+    fn warnings(n: usize, len: usize, fill: char) -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                let mut w = format!("[rule-{i}] ");
+                while w.chars().count() < len {
+                    w.push(fill);
+                }
+                w
+            })
+            .collect()
+    }
+
+    fn total(w: &[String]) -> usize {
+        w.iter().map(|s| s.chars().count()).sum()
+    }
+
+    #[test]
+    fn under_the_limit_they_are_kept_whole() {
+        let w = warnings(3, 1000, 'x');
+        assert_eq!(fit_warnings(w.clone()), w);
+        assert!(fit_warnings(Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn exactly_at_the_limit_they_are_kept_whole() {
+        let w = warnings(4, WARNINGS_TOTAL_LIMIT / 4, 'x');
+        assert_eq!(total(&w), WARNINGS_TOTAL_LIMIT);
+        assert_eq!(fit_warnings(w.clone()), w);
+    }
+
+    #[test]
+    fn one_character_over_cuts_each_long_one_to_256() {
+        let mut w = warnings(4, WARNINGS_TOTAL_LIMIT / 4, 'x');
+        w.push("[short] y".into());
+        assert_eq!(total(&w), WARNINGS_TOTAL_LIMIT + 9);
+        let fitted = fit_warnings(w.clone());
+        assert_eq!(fitted.len(), 5, "nothing dropped: {fitted:?}");
+        for (cut, orig) in fitted.iter().zip(&w).take(4) {
+            assert_eq!(cut.chars().count(), WARNING_ITEM_LIMIT);
+            assert!(cut.ends_with('…'), "{cut}");
+            let kept: String = orig.chars().take(WARNING_ITEM_LIMIT - 1).collect();
+            assert!(cut.starts_with(&kept), "the start (and the [rule-id] prefix) is kept");
+        }
+        assert_eq!(fitted[4], "[short] y", "a warning under 256 characters is not cut");
+    }
+
+    #[test]
+    fn multibyte_characters_count_once_and_are_not_split() {
+        // 3000 characters but 6000 bytes: whole.
+        let w = warnings(3, 1000, 'é');
+        assert_eq!(fit_warnings(w.clone()), w);
+        // 5000 characters: cut on a character boundary.
+        let w = warnings(5, 1000, 'é');
+        let fitted = fit_warnings(w);
+        assert!(fitted.iter().all(|f| f.chars().count() == WARNING_ITEM_LIMIT && f.ends_with("é…")));
+    }
+
+    #[test]
+    fn far_over_the_limit_a_last_line_says_how_many_are_left_out() {
+        let w = warnings(100, 300, 'x');
+        let fitted = fit_warnings(w.clone());
+        assert!(total(&fitted) <= WARNINGS_TOTAL_LIMIT, "{} characters", total(&fitted));
+        let (last, kept) = fitted.split_last().unwrap();
+        assert!(kept.len() >= 10, "as many as fit are kept: {}", kept.len());
+        for (i, k) in kept.iter().enumerate() {
+            assert!(k.starts_with(&format!("[rule-{i}] ")), "kept in order: {k}");
+            assert_eq!(k.chars().count(), WARNING_ITEM_LIMIT);
+        }
+        let left = 100 - kept.len();
+        assert_eq!(last, &format!("[ha-guard] {left} more warnings left out (see the audit annotations)"));
+    }
+
+    #[test]
+    fn cut_keeps_short_strings_and_marks_cut_ones() {
+        assert_eq!(cut("abc", 3), "abc");
+        assert_eq!(cut("abcd", 3), "ab…");
+    }
+}

@@ -1,0 +1,298 @@
+//! The subject of a request: its object decoded and defaulted, the typed way when the object's
+//! text allows it, else through a JSON tree and the manifest decoder.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionRequest;
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::wire::{BadRequest, Request, WireObject};
+use crate::core::model::{self, Kind, Object, ObjectRef, Subject, defaults};
+
+/// The subject of a request (its `object`), or `None` for kinds and operations ha-guard leaves
+/// alone: what the rules judge, decoded and defaulted.
+pub fn subject(request: &Request) -> Result<Option<Subject>, BadRequest> {
+    subject_of(&request.header, request.object.as_deref())
+}
+
+/// The subject of a request's `object` (or `oldObject`), or `None` for kinds and operations
+/// ha-guard leaves alone.
+pub fn subject_of(
+    req: &AdmissionRequest<DynamicObject>,
+    object: Option<&RawValue>,
+) -> Result<Option<Subject>, BadRequest> {
+    let Some(object) = object else { return Ok(None) };
+    let namespace = req.namespace.clone().unwrap_or_default();
+    if req.sub_resource.as_deref() == Some("scale") {
+        let kind = match (req.resource.group.as_str(), req.resource.resource.as_str()) {
+            ("apps", "deployments") => Kind::Deployment,
+            ("apps", "statefulsets") => Kind::StatefulSet,
+            _ => return Ok(None),
+        };
+        let scale: Value = serde_json::from_str(object.get()).map_err(|e| BadRequest(e.to_string()))?;
+        let replicas = scale
+            .get("spec")
+            .and_then(|s| s.get("replicas"))
+            .map(|r| {
+                r.as_i64()
+                    .and_then(|r| i32::try_from(r).ok())
+                    .ok_or_else(|| BadRequest("request.object.spec.replicas of the Scale is not an integer".into()))
+            })
+            .transpose()?
+            .unwrap_or(0);
+        return Ok(Some(Subject::Scale { target: ObjectRef::new(kind, namespace, req.name.clone()), replicas }));
+    }
+    if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Ok(None);
+    }
+    if let Some(subject) = typed_subject(object, &namespace) {
+        return Ok(Some(subject));
+    }
+    subject_via_tree(req, object, &namespace)
+}
+
+/// The subject by way of a JSON tree of the object and [`model::decode`]: any kind and shape.
+fn subject_via_tree(
+    req: &AdmissionRequest<DynamicObject>,
+    object: &RawValue,
+    namespace: &str,
+) -> Result<Option<Subject>, BadRequest> {
+    let mut value: Value =
+        serde_json::from_str(object.get()).map_err(|e| BadRequest(format!("request.object: {e}")))?;
+    // The object's own apiVersion/kind decide how it decodes; fall back to the request's kind.
+    if let Some(obj) = value.as_object_mut() {
+        let gvk = &req.kind;
+        let api_version =
+            if gvk.group.is_empty() { gvk.version.clone() } else { format!("{}/{}", gvk.group, gvk.version) };
+        obj.entry("apiVersion").or_insert(Value::String(api_version));
+        obj.entry("kind").or_insert(Value::String(gvk.kind.clone()));
+    }
+    match model::decode(&value, namespace) {
+        Ok(Some(Object::Subject(s))) => Ok(Some(s)),
+        Ok(_) => Ok(None),
+        Err(e) => Err(BadRequest(format!("request.object: {e}"))),
+    }
+}
+
+/// What a workload's spec must state for [`model::decode`] to take it as it is (it fills in a
+/// missing selector, template or pod spec and reports them unchecked; k8s-openapi would default
+/// them silently): `selector`, and `template.spec.containers`, each present and not null.
+#[derive(Deserialize)]
+struct WorkloadSpecShape<'a> {
+    #[serde(borrow)]
+    selector: Option<&'a RawValue>,
+    template: Option<TemplateShape<'a>>,
+}
+
+#[derive(Deserialize)]
+struct TemplateShape<'a> {
+    #[serde(borrow)]
+    spec: Option<PodSpecShape<'a>>,
+}
+
+#[derive(Deserialize)]
+struct PodSpecShape<'a> {
+    #[serde(borrow)]
+    containers: Option<&'a RawValue>,
+}
+
+/// The subject decoded from the object's text straight into the k8s-openapi types, with no JSON
+/// tree. Only for what is decoded exactly as [`model::decode`] would: a Deployment, StatefulSet,
+/// PodDisruptionBudget or autoscaling/v2 HPA that states its apiVersion and kind, with a
+/// workload's required fields present; `None` otherwise (and on any error), and the general way
+/// runs. `managedFields` are left out: no rule reads them.
+fn typed_subject(object: &RawValue, namespace: &str) -> Option<Subject> {
+    use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+    use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+    fn decoded<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Option<Option<T>> {
+        match raw {
+            None => Some(None),
+            Some(raw) if raw.get() == "null" => Some(None),
+            Some(raw) => serde_json::from_str(raw.get()).ok().map(Some),
+        }
+    }
+    let wire: WireObject = serde_json::from_str(object.get()).ok()?;
+    let kind = Kind::from_type(wire.api_version.as_deref()?, wire.kind.as_deref()?)?;
+    let m = wire.metadata?;
+    let mut metadata = ObjectMeta {
+        annotations: m.annotations,
+        creation_timestamp: m.creation_timestamp,
+        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+        deletion_timestamp: m.deletion_timestamp,
+        finalizers: m.finalizers,
+        generate_name: m.generate_name,
+        generation: m.generation,
+        labels: m.labels,
+        name: m.name,
+        namespace: m.namespace,
+        owner_references: m.owner_references,
+        resource_version: m.resource_version,
+        self_link: m.self_link,
+        uid: m.uid,
+        managed_fields: None,
+    };
+    if metadata.namespace.as_deref().is_none_or(str::is_empty) {
+        metadata.namespace = Some(namespace.to_string());
+    }
+    let workload_fields_present = || {
+        let shape: WorkloadSpecShape = serde_json::from_str(wire.spec?.get()).ok()?;
+        let present = |raw: Option<&RawValue>| raw.is_some_and(|r| r.get() != "null");
+        (present(shape.selector) && present(shape.template?.spec?.containers)).then_some(())
+    };
+    Some(match kind {
+        Kind::Deployment => {
+            workload_fields_present()?;
+            let d = Deployment { metadata, spec: decoded(wire.spec)?, status: decoded(wire.status)? };
+            Subject::Workload(Box::new(defaults::deployment(d)))
+        }
+        Kind::StatefulSet => {
+            workload_fields_present()?;
+            let s = StatefulSet { metadata, spec: decoded(wire.spec)?, status: decoded(wire.status)? };
+            Subject::Workload(Box::new(defaults::stateful_set(s)))
+        }
+        Kind::PodDisruptionBudget => Subject::Pdb(Box::new(PodDisruptionBudget {
+            metadata,
+            spec: decoded(wire.spec)?,
+            status: decoded(wire.status)?,
+        })),
+        Kind::HorizontalPodAutoscaler if wire.api_version.as_deref() == Some("autoscaling/v2") => {
+            let mut h = HorizontalPodAutoscaler { metadata, spec: decoded(wire.spec)?, status: decoded(wire.status)? };
+            defaults::hpa(&mut h);
+            Subject::Hpa(Box::new(h))
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::review::wire::{parse, parse_via_tree};
+
+    /// The fast ways of decoding (straight into the review; the typed subject without a JSON
+    /// tree) give what the tree ways give, for every fixture and for both objects of an UPDATE.
+    #[test]
+    fn fast_decoding_matches_the_tree_way_on_every_fixture() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut subjects = 0;
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let body = std::fs::read(entry.path()).unwrap();
+            let (Ok(fast), Ok(tree)) = (parse(&body), parse_via_tree(&body)) else { continue };
+            assert_eq!(format!("{:?}", fast.header), format!("{:?}", tree.header), "{}", entry.path().display());
+            assert_eq!(fast.object_values(), tree.object_values(), "{}", entry.path().display());
+            let namespace = fast.header.namespace.clone().unwrap_or_default();
+            for object in [&fast.object, &fast.old_object].into_iter().flatten() {
+                if fast.header.sub_resource.is_some() {
+                    continue;
+                }
+                let Some(typed) = typed_subject(object, &namespace) else { continue };
+                let via_tree = subject_via_tree(&fast.header, object, &namespace).unwrap().expect("a subject");
+                assert_eq!(format!("{typed:?}"), format!("{via_tree:?}"), "{}", entry.path().display());
+                subjects += 1;
+            }
+        }
+        assert!(subjects >= 20, "the typed way was taken for {subjects} objects only");
+    }
+
+    fn review_of(object: Value) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+                "name": "web",
+                "namespace": "shop",
+                "operation": "UPDATE",
+                "userInfo": {"username": "u"},
+                "object": object,
+                "oldObject": null,
+            }
+        }))
+        .unwrap()
+    }
+
+    fn deployment(spec: Value) -> Value {
+        serde_json::json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "web",
+                "labels": {"app": "web"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1",
+                                   "fieldsV1": {"f:spec": {"f:replicas": {}}}}],
+            },
+            "spec": spec,
+            "status": {"replicas": 3, "conditions": [{"type": "Available", "status": "True"}]},
+        })
+    }
+
+    fn full_spec() -> Value {
+        serde_json::json!({
+            "replicas": 3,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+        })
+    }
+
+    /// What the apiserver sends (managedFields, status) decodes the fast way, to what the JSON
+    /// tree way gives for the object without its managedFields (which no rule reads).
+    #[test]
+    fn an_object_as_the_apiserver_sends_it_decodes_the_typed_way() {
+        let object = deployment(full_spec());
+        let request = parse(&review_of(object.clone())).unwrap();
+        assert!(request.old_object.is_none(), "a null oldObject is no object");
+        let raw = request.object.as_deref().unwrap();
+        let typed = typed_subject(raw, "shop").expect("the typed way takes it");
+        let mut without = object;
+        without["metadata"].as_object_mut().unwrap().remove("managedFields");
+        let without = serde_json::value::to_raw_value(&without).unwrap();
+        let via_tree = subject_via_tree(&request.header, &without, "shop").unwrap().unwrap();
+        assert_eq!(format!("{typed:?}"), format!("{via_tree:?}"));
+        assert!(format!("{typed:?}").contains("namespace: Some(\"shop\")"), "the request's namespace is filled in");
+    }
+
+    /// A workload whose spec lacks what the API requires goes the tree way, which reports the
+    /// missing fields (k8s-openapi alone would silently default them to a match-all selector).
+    #[test]
+    fn a_workload_missing_required_fields_goes_the_tree_way() {
+        let cases = [
+            ("selector", serde_json::json!({"template": full_spec()["template"]})),
+            ("null selector", serde_json::json!({"selector": null, "template": full_spec()["template"]})),
+            ("template", serde_json::json!({"selector": {"matchLabels": {"app": "web"}}})),
+            ("pod spec", serde_json::json!({"selector": {}, "template": {"metadata": {}}})),
+            ("containers", serde_json::json!({"selector": {}, "template": {"spec": {"containers": null}}})),
+        ];
+        for (what, spec) in cases {
+            let request = parse(&review_of(deployment(spec))).unwrap();
+            let raw = request.object.as_deref().unwrap();
+            assert!(typed_subject(raw, "shop").is_none(), "{what}: not the typed way");
+            let Some(Subject::Workload(w)) = subject(&request).unwrap() else { panic!("{what}: a workload") };
+            assert!(!w.missing.is_empty(), "{what}: reported missing");
+        }
+    }
+
+    #[test]
+    fn an_object_that_is_not_a_json_object_is_refused() {
+        for (object, old) in [
+            (serde_json::json!("web"), Value::Null),
+            (serde_json::json!([1]), Value::Null),
+            (deployment(full_spec()), serde_json::json!(7)),
+        ] {
+            let mut body: Value = serde_json::from_slice(&review_of(object)).unwrap();
+            body["request"]["oldObject"] = old;
+            let e = parse(&serde_json::to_vec(&body).unwrap()).unwrap_err();
+            assert!(e.0.contains("is not an object"), "{e}");
+        }
+        // Absent and null objects are no object (a DELETE carries only oldObject).
+        let mut body: Value = serde_json::from_slice(&review_of(Value::Null)).unwrap();
+        body["request"].as_object_mut().unwrap().remove("oldObject");
+        let request = parse(&serde_json::to_vec(&body).unwrap()).unwrap();
+        assert!(request.object.is_none() && request.old_object.is_none());
+    }
+}

@@ -1,0 +1,305 @@
+//! The AdmissionReview as it arrives, read in one pass. These are hand-copied wire types (kube's
+//! [`AdmissionRequest`] field for field, [`ObjectMeta`] without `managedFields`), kept in this one
+//! file: kube's own `AdmissionReview<DynamicObject>` flattens its `TypeMeta`, which makes serde
+//! buffer the whole body once more, and decodes the objects into JSON trees nobody needs. A test
+//! holds the copies to kube's types field for field.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
+use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
+use serde::Deserialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// A body that is not a usable AdmissionReview: HTTP 400 with this message.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("{0}")]
+pub struct BadRequest(pub String);
+
+/// The most JSON values (scalars, arrays and objects, at any depth) a request body may hold.
+/// Decoding costs memory per value, not per byte: an 8 MiB body of `"",` holds 2.8 million values
+/// and took 0.7 GiB to decode through JSON trees (some 250-450 bytes a value), 0.24 GiB straight
+/// into the typed objects (~90), so the count is checked before anything is decoded. Real objects
+/// hold one value per ~20 bytes (the Deployments of `../shared/corpus`: 300-600 values in
+/// 7-13 KB), so 65,536 values is an UPDATE of two ~650 KB Deployments, far beyond real ones.
+pub const MAX_JSON_VALUES: usize = 65_536;
+
+/// How deep serde_json nests before it gives up ("recursion limit exceeded").
+const JSON_DEPTH_LIMIT: usize = 128;
+
+/// An upper bound on the number of JSON values in `body` that decoding it would build, found
+/// without decoding it: one, plus one per comma and per `[` / `{` outside strings (exact for
+/// valid JSON with no empty array or object), not counting deeper than serde_json goes (a body
+/// nested deeper is refused by the parser at that depth). Stops counting past
+/// `MAX_JSON_VALUES + 1`.
+pub fn count_values(body: &[u8]) -> usize {
+    let (mut count, mut depth, mut in_string, mut escaped) = (1usize, 0usize, false, false);
+    for &b in body {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth <= JSON_DEPTH_LIMIT {
+                    count += 1;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b',' if depth <= JSON_DEPTH_LIMIT => count += 1,
+            _ => {}
+        }
+        if count > MAX_JSON_VALUES {
+            return count;
+        }
+    }
+    count
+}
+
+/// A request as the webhook reads it: kube's [`AdmissionRequest`] for everything but the
+/// objects, which stay the JSON text they were sent as until a rule needs them. Decoding them
+/// into a JSON tree first (kube's `DynamicObject`, through a `#[serde(flatten)]` that buffers the
+/// whole request once more) and then into the typed object was two thirds of a request's cost;
+/// from the text they decode once, straight into the k8s-openapi types, and an `oldObject`
+/// nobody reads is never decoded at all.
+#[derive(Debug)]
+pub struct Request {
+    /// Every field of the request; `object` and `old_object` are always `None` here.
+    pub header: AdmissionRequest<DynamicObject>,
+    /// `request.object`: a JSON object, or `None` when absent or null.
+    pub object: Option<Box<RawValue>>,
+    /// `request.oldObject`: a JSON object, or `None` when absent or null.
+    pub old_object: Option<Box<RawValue>>,
+}
+
+impl Request {
+    /// The objects as JSON trees (for comparing requests: their text keeps the sender's layout).
+    pub fn object_values(&self) -> [Option<Value>; 2] {
+        [&self.object, &self.old_object].map(|o| o.as_ref().and_then(|raw| serde_json::from_str(raw.get()).ok()))
+    }
+}
+
+/// The review as the apiserver sends it, read in one pass: [`AdmissionReview`] without its
+/// flattened `TypeMeta` (which makes serde buffer the whole body) and with the objects as text.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireReview {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    request: Option<WireRequest>,
+}
+
+/// [`AdmissionRequest`] field for field (the same names and defaults), the objects as text.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireRequest {
+    uid: String,
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    request_kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    request_resource: Option<GroupVersionResource>,
+    #[serde(default)]
+    request_sub_resource: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: Operation,
+    user_info: UserInfo,
+    #[serde(default)]
+    object: Option<Box<RawValue>>,
+    #[serde(default)]
+    old_object: Option<Box<RawValue>>,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    options: Option<RawExtension>,
+}
+
+/// Decodes a request body. Only `admission.k8s.io/v1` with a `request` is usable, holding at
+/// most [`MAX_JSON_VALUES`] values, whose objects (when present) are JSON objects.
+pub fn parse(body: &[u8]) -> Result<Request, BadRequest> {
+    parse_counted(body, count_values(body))
+}
+
+/// [`parse`] of a body whose [`count_values`] is `values` (the server counts once, for its
+/// decoding budget, and does not count again).
+pub fn parse_counted(body: &[u8], values: usize) -> Result<Request, BadRequest> {
+    if values > MAX_JSON_VALUES {
+        return Err(BadRequest(format!(
+            "the body holds more than {MAX_JSON_VALUES} JSON values (an object the apiserver stores holds far fewer)"
+        )));
+    }
+    // The usual body decodes in one pass, the objects kept as text. Whatever that does not take,
+    // or takes but is not a v1 review with a request, goes the way below, which says what is
+    // wrong with it.
+    if let Ok(review) = serde_json::from_slice::<WireReview>(body)
+        && review.kind == "AdmissionReview"
+        && review.api_version == "admission.k8s.io/v1"
+        && let Some(r) = review.request
+        && r.object.as_deref().is_none_or(is_json_object)
+        && r.old_object.as_deref().is_none_or(is_json_object)
+    {
+        let header = AdmissionRequest {
+            types: TypeMeta { api_version: review.api_version, kind: review.kind },
+            uid: r.uid,
+            kind: r.kind,
+            resource: r.resource,
+            sub_resource: r.sub_resource,
+            request_kind: r.request_kind,
+            request_resource: r.request_resource,
+            request_sub_resource: r.request_sub_resource,
+            name: r.name,
+            namespace: r.namespace,
+            operation: r.operation,
+            user_info: r.user_info,
+            object: None,
+            old_object: None,
+            dry_run: r.dry_run,
+            options: r.options,
+        };
+        return Ok(Request { header, object: r.object, old_object: r.old_object });
+    }
+    parse_via_tree(body)
+}
+
+/// serde_json keeps a raw value's text exactly, starting at its first character.
+fn is_json_object(raw: &RawValue) -> bool {
+    raw.get().starts_with('{')
+}
+
+/// [`parse`] by way of a JSON tree: slower, and says what is wrong with a body that is not usable.
+pub(crate) fn parse_via_tree(body: &[u8]) -> Result<Request, BadRequest> {
+    let mut value: Value = serde_json::from_slice(body).map_err(|e| BadRequest(format!("body is not JSON: {e}")))?;
+    let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = value.get("kind").and_then(Value::as_str).unwrap_or("");
+    if kind != "AdmissionReview" || api_version != "admission.k8s.io/v1" {
+        return Err(BadRequest(format!(
+            "expected an AdmissionReview of apiVersion admission.k8s.io/v1, got kind {kind:?} apiVersion {api_version:?}"
+        )));
+    }
+    let Some(request) = value.get_mut("request").and_then(Value::as_object_mut) else {
+        return Err(if value.get("request").is_none_or(Value::is_null) {
+            BadRequest("the AdmissionReview has no request".into())
+        } else {
+            BadRequest("not a usable AdmissionReview: request is not an object".into())
+        });
+    };
+    let mut take = |field: &str| -> Result<Option<Box<RawValue>>, BadRequest> {
+        match request.remove(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v @ Value::Object(_)) => {
+                serde_json::value::to_raw_value(&v).map(Some).map_err(|e| BadRequest(e.to_string()))
+            }
+            Some(_) => Err(BadRequest(format!("not a usable AdmissionReview: request.{field} is not an object"))),
+        }
+    };
+    let (object, old_object) = (take("object")?, take("oldObject")?);
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_value(value).map_err(|e| BadRequest(format!("not a usable AdmissionReview: {e}")))?;
+    let header = review.try_into().map_err(|_| BadRequest("the AdmissionReview has no request".into()))?;
+    Ok(Request { header, object, old_object })
+}
+
+/// An object's text as the typed decoding reads it: its type, its metadata (all of
+/// [`ObjectMeta`] but `managedFields`, which no rule reads and which can be most of an object),
+/// and its spec and status as text, each decoded once it is known to be wanted.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireObject<'a> {
+    pub api_version: Option<String>,
+    pub kind: Option<String>,
+    pub metadata: Option<WireMeta>,
+    #[serde(borrow)]
+    pub spec: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub status: Option<&'a RawValue>,
+}
+
+/// [`ObjectMeta`] without `managedFields`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WireMeta {
+    pub annotations: Option<BTreeMap<String, String>>,
+    pub creation_timestamp: Option<Time>,
+    pub deletion_grace_period_seconds: Option<i64>,
+    pub deletion_timestamp: Option<Time>,
+    pub finalizers: Option<Vec<String>>,
+    pub generate_name: Option<String>,
+    pub generation: Option<i64>,
+    pub labels: Option<BTreeMap<String, String>>,
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub owner_references: Option<Vec<OwnerReference>>,
+    pub resource_version: Option<String>,
+    pub self_link: Option<String>,
+    pub uid: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn count_values_counts_every_value_and_ignores_strings() {
+        let exact = |json: &str| {
+            let v: Value = serde_json::from_str(json).unwrap();
+            fn values(v: &Value) -> usize {
+                1 + match v {
+                    Value::Array(a) => a.iter().map(values).sum(),
+                    Value::Object(o) => o.values().map(values).sum(),
+                    _ => 0,
+                }
+            }
+            assert_eq!(count_values(json.as_bytes()), values(&v), "{json}");
+        };
+        exact("0");
+        exact(r#""a,b[c{d""#);
+        exact(r#"[1,2,[3,{"k":"v","w":[4]}]]"#);
+        exact(r#"{"a\",\"b":"c\\",  "d" : [ "e" , "]," ]}"#);
+        exact(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"x"}}"#);
+        // Empty containers are counted as holding one value: an upper bound.
+        assert_eq!(count_values(b"[[],{}]"), 5);
+        // Nothing deeper than the parser goes is counted: 100,000 nested arrays are refused by
+        // the parser, at depth 128, not by the count.
+        let deep = [vec![b'['; 100_000], vec![b']'; 100_000]].concat();
+        assert_eq!(count_values(&deep), 1 + 128);
+        let deep_lists = [vec![b'['; 100_000], b"1,2,3".to_vec(), vec![b']'; 100_000]].concat();
+        assert_eq!(count_values(&deep_lists), 1 + 128);
+    }
+
+    #[test]
+    fn a_body_with_too_many_values_is_refused_before_decoding() {
+        let mut body = b"[".to_vec();
+        body.extend(std::iter::repeat_n(&b"0,"[..], MAX_JSON_VALUES).flatten());
+        body.extend(b"0]");
+        assert_eq!(count_values(&body), MAX_JSON_VALUES + 1);
+        let e = parse(&body).unwrap_err();
+        assert!(e.0.contains("more than 65536 JSON values"), "{e}");
+        // An array of MAX_JSON_VALUES - 1 numbers (MAX_JSON_VALUES values with the array) is
+        // decoded, and refused for what it is.
+        body.drain(1..5);
+        assert_eq!(count_values(&body), MAX_JSON_VALUES);
+        let e = parse(&body).unwrap_err();
+        assert!(e.0.contains("expected an AdmissionReview"), "{e}");
+    }
+}
