@@ -8,7 +8,7 @@
 //!   `ha-guard check -f bundle.yaml` does minus reading the file and printing).
 //! - `check/evaluate/N`: `check::check` on the already parsed documents (decode, index, every
 //!   rule on every object, decisions, mutation plans).
-//! - `engine/evaluate-one/{deployment,pdb,hpa}`: `engine::evaluate` of one subject against a view
+//! - `engine/evaluate-one/{deployment,pdb,hpa}`: `rules::evaluate` of one subject against a view
 //!   (`Index`) of the 10,000-object bundle: the per-request cost of the webhook's rule engine.
 //!
 //! Environment knobs (all optional):
@@ -26,11 +26,13 @@ use std::time::{Duration, Instant};
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 
-use ha_guard::check::{self, Options, load, locate};
-use ha_guard::config::Config;
-use ha_guard::model::{Kind, Object, Subject};
-use ha_guard::view::Index;
-use ha_guard::{decide, engine, mutations};
+use ha_guard::check::{self, Options};
+use ha_guard::core::config::Config;
+use ha_guard::core::model::{Kind, Object, Subject};
+use ha_guard::core::view::Index;
+use ha_guard::core::{decide, mutations, rules};
+use ha_guard::manifest::objects::decode;
+use ha_guard::manifest::{self as load, locate};
 
 mod common;
 use common::mix;
@@ -446,13 +448,13 @@ fn bench_check<M: Measurement>(c: &mut Criterion<M>, prefix: &str) {
     eval_group.finish();
 }
 
-/// `engine::evaluate` of one subject against the Index of the 10,000-object bundle.
+/// `rules::evaluate` of one subject against the Index of the 10,000-object bundle.
 fn bench_engine<M: Measurement>(c: &mut Criterion<M>, prefix: &str) {
     // Built on first use only (see bench_check).
     let setup = std::cell::LazyCell::new(|| {
         let loaded = load_text(bundle(10_000));
         let mut errors = Vec::new();
-        let decoded = check::decode(&loaded.documents, "default", &mut errors);
+        let decoded = decode(&loaded.documents, "default", &mut errors);
         assert!(errors.is_empty());
         let mut index = Index::new();
         for d in &decoded {
@@ -485,7 +487,7 @@ fn bench_engine<M: Measurement>(c: &mut Criterion<M>, prefix: &str) {
         group.bench_function(BenchmarkId::new(label, "view-of-10000"), |b| {
             let (index, subjects) = &*setup;
             let subject = &subjects[i];
-            b.iter(|| engine::evaluate(black_box(subject), index, &config));
+            b.iter(|| rules::evaluate(black_box(subject), index, &config));
         });
     }
     group.finish();
@@ -560,8 +562,8 @@ fn phases() {
         let (loaded, w, c) = timed(|| load_text(text.clone()));
         rows.push(("load::add_text (split + YAML -> Value)", w, c));
         let mut errors = Vec::new();
-        let (decoded, w, c) = timed(|| check::decode(&loaded.documents, "default", &mut errors));
-        rows.push(("check::decode (Value -> typed, defaults)", w, c));
+        let (decoded, w, c) = timed(|| decode(&loaded.documents, "default", &mut errors));
+        rows.push(("manifest::objects::decode (Value -> typed, defaults)", w, c));
         let (index, w, c) = timed(|| {
             let mut index = Index::new();
             for d in &decoded {
@@ -578,8 +580,8 @@ fn phases() {
                 _ => None,
             })
             .collect();
-        let (evals, w, c) = timed(|| subjects.iter().map(|s| engine::evaluate(s, &index, &config)).collect::<Vec<_>>());
-        rows.push(("engine::evaluate (every rule, every object)", w, c));
+        let (evals, w, c) = timed(|| subjects.iter().map(|s| rules::evaluate(s, &index, &config)).collect::<Vec<_>>());
+        rows.push(("rules::evaluate (every rule, every object)", w, c));
         let ((), w, c) = timed(|| {
             for (s, e) in subjects.iter().zip(evals) {
                 let ctx = decide::Context { subject_exemptions: s.exemptions(), ..Default::default() };

@@ -9,11 +9,11 @@
 //! Groups:
 //! - `engine/family/FAMILY/KIND`: one rule family (`rules::FAMILY::evaluate`) on the subject of
 //!   request KIND, against the view (through the overlay the engine puts around it);
-//! - `engine/evaluate/KIND`: every family (`engine::evaluate`), as the webhook calls it;
+//! - `engine/evaluate/KIND`: every family (`rules::evaluate`), as the webhook calls it;
 //! - `engine/request/KIND/{validate,mutate}`: the whole answer from the request bytes
-//!   (`admission::parse` + `admission::review`: decode, evaluate, decide, plan the patch, build
+//!   (`review::parse` + `review::review`: decode, evaluate, decide, plan the patch, build
 //!   the response), what the handler does inside the HTTP stack;
-//! - `engine/view-size/KIND/others-N`: `engine::evaluate` with the request's namespace the same and
+//! - `engine/view-size/KIND/others-N`: `rules::evaluate` with the request's namespace the same and
 //!   N objects in other namespaces (1,000 against 100,000): the cost must not follow N.
 //!
 //! `cargo bench --bench engine` (about 1.5 minutes); `cargo bench --bench engine -- family` for one
@@ -28,12 +28,12 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use ha_guard::config::Config;
-use ha_guard::engine::{self, Ctx, Emitter};
-use ha_guard::model::Subject;
-use ha_guard::rules;
-use ha_guard::server::admission::{self, Webhook};
-use ha_guard::view::{Index, Overlay, View};
+use ha_guard::core::config::Config;
+use ha_guard::core::model::Subject;
+use ha_guard::core::rules;
+use ha_guard::core::rules::context::{Ctx, Emitter};
+use ha_guard::core::view::{Index, Overlay, View};
+use ha_guard::server::review::{self, Webhook};
 
 type Family = fn(&Ctx, &mut Emitter);
 
@@ -72,7 +72,7 @@ fn benches(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("engine/evaluate");
     for case in &cases {
-        group.bench_function(case.name, |b| b.iter(|| engine::evaluate(black_box(&case.new), &view, &config)));
+        group.bench_function(case.name, |b| b.iter(|| rules::evaluate(black_box(&case.new), &view, &config)));
     }
     group.finish();
 
@@ -81,8 +81,8 @@ fn benches(c: &mut Criterion) {
         for (webhook, label) in [(Webhook::Validate, "validate"), (Webhook::Mutate, "mutate")] {
             group.bench_function(BenchmarkId::new(name, label), |b| {
                 b.iter(|| {
-                    let req = admission::parse(black_box(&body)).expect("the fixture parses");
-                    admission::review(&req, webhook, &view, &config).expect("the fixture is answered")
+                    let req = review::parse(black_box(&body)).expect("the fixture parses");
+                    review::review(&req, webhook, &view, &config).expect("the fixture is answered")
                 })
             });
         }
@@ -96,7 +96,7 @@ fn benches(c: &mut Criterion) {
         let view = fixtures::view_with_others(others);
         for case in &cases {
             group.bench_function(BenchmarkId::new(case.name, format!("others-{}", others * 250)), |b| {
-                b.iter(|| engine::evaluate(black_box(&case.new), &view, &config))
+                b.iter(|| rules::evaluate(black_box(&case.new), &view, &config))
             });
         }
     }

@@ -44,9 +44,9 @@ use kube::runtime::watcher::Event;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use ha_guard::defaults;
+use ha_guard::core::model::defaults;
+use ha_guard::core::view::{HpaInfo, Index, PdbInfo, WorkloadInfo};
 use ha_guard::live::{LiveSource, Projection, Tracked};
-use ha_guard::view::{HpaInfo, Index, PdbInfo, WorkloadInfo};
 
 mod common;
 use common::mix;
@@ -498,7 +498,7 @@ fn delete_each<K: Tracked>(source: &LiveSource, n: usize, make: impl Fn(usize) -
 }
 
 fn counts(source: &LiveSource) -> Vec<usize> {
-    use ha_guard::server::ViewSource;
+    use ha_guard::core::view::ViewSource;
     source.stats().iter().map(|(_, n, _)| *n).collect()
 }
 

@@ -15,8 +15,8 @@
 //! - `scale`: UPDATE of `deployments/scale` of `app-011` (3 → 5 replicas), as `kubectl scale` sends it.
 #![allow(dead_code)]
 
-use ha_guard::model::{self, Kind, Object, ObjectRef, Subject};
-use ha_guard::view::Index;
+use ha_guard::core::model::{self, Kind, Object, ObjectRef, Subject};
+use ha_guard::core::view::Index;
 use serde_json::{Value, json};
 
 /// Workloads (and PDBs) per namespace; HPAs are half that.

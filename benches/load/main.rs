@@ -54,8 +54,10 @@ use axum::routing::post;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use ha_guard::config::Config;
-use ha_guard::server::{self, AppState, Listeners, ServeOptions, StaticSource, admission, tls};
+use ha_guard::core::config::Config;
+use ha_guard::core::view::StaticSource;
+use ha_guard::server::review as admission;
+use ha_guard::server::{self, AppState, Listeners, ServeOptions, tls};
 
 // ---------------------------------------------------------------------------------------------
 // Arguments
@@ -933,19 +935,23 @@ const COMPONENTS: &[(&str, &[&str], bool)] = &[
     ("JSON decode: kube's `AdmissionReview<DynamicObject>` (the decode baseline)", &["load::kube_decode"], false),
     (
         "JSON decode: `admission::parse` (the review, objects kept as text)",
-        &["ha_guard::server::admission::parse", "ha_guard::server::admission::parse_counted"],
+        &["ha_guard::server::review::wire::parse", "ha_guard::server::review::wire::parse_counted"],
         false,
     ),
-    ("`admission::subject` (the typed subject, parse baseline)", &["ha_guard::server::admission::subject"], false),
-    ("`admission::review`", &["ha_guard::server::admission::review"], false),
+    (
+        "`admission::subject` (the typed subject, parse baseline)",
+        &["ha_guard::server::review::subject::subject"],
+        false,
+    ),
+    ("`admission::review`", &["ha_guard::server::review::respond::review"], false),
     (
         "of which: the typed subject (`subject_of`, both objects on UPDATE)",
-        &["ha_guard::server::admission::subject_of"],
+        &["ha_guard::server::review::subject::subject_of"],
         true,
     ),
-    ("of which: rules (`engine::evaluate`, both objects on UPDATE)", &["ha_guard::engine::evaluate"], true),
-    ("of which: decisions (`decide::decide`)", &["ha_guard::decide::decide"], true),
-    ("of which: mutations (`mutations::plan`)", &["ha_guard::mutations::plan"], true),
+    ("of which: rules (`rules::evaluate`, both objects on UPDATE)", &["ha_guard::core::rules::evaluate"], true),
+    ("of which: decisions (`decide::decide`)", &["ha_guard::core::decide::decide"], true),
+    ("of which: mutations (`mutations::plan`)", &["ha_guard::core::mutations::plan"], true),
     (
         "JSON encode of the answer (AdmissionResponse)",
         &[
@@ -959,13 +965,13 @@ const COMPONENTS: &[(&str, &[&str], bool)] = &[
         "freeing the decoded request",
         &[
             "core::ptr::drop_in_place<kube_core::admission::AdmissionRequest<kube_core::dynamic::DynamicObject>>",
-            "core::ptr::drop_in_place<ha_guard::server::admission::Request>",
+            "core::ptr::drop_in_place<ha_guard::server::review::wire::Request>",
         ],
         false,
     ),
     (
         "body size check (`admission::count_values`, every call; one is inside parse)",
-        &["ha_guard::server::admission::count_values"],
+        &["ha_guard::server::review::wire::count_values"],
         true,
     ),
 ];
@@ -1138,16 +1144,16 @@ fn viewsize_role(args: &[String]) {
     let views = [fixtures::view_with_others(small_others), fixtures::view_with_others(big_others)];
     eprintln!("views built in {:.1}s", built.elapsed().as_secs_f64());
     let subjects = fixtures::subjects();
-    let run = |view: &ha_guard::view::Index, subject: &fixtures::Case| {
-        let eval = ha_guard::engine::evaluate(&subject.new, view, &config);
-        let old = subject.old.as_ref().map(|o| ha_guard::engine::evaluate(o, view, &config).findings);
+    let run = |view: &ha_guard::core::view::Index, subject: &fixtures::Case| {
+        let eval = ha_guard::core::rules::evaluate(&subject.new, view, &config);
+        let old = subject.old.as_ref().map(|o| ha_guard::core::rules::evaluate(o, view, &config).findings);
         let ns = subject.new.id().namespace;
-        let ctx = ha_guard::decide::Context {
+        let ctx = ha_guard::core::decide::Context {
             old: old.as_deref(),
             scale: subject.scale,
             subject_exemptions: subject.new.exemptions(),
         };
-        std::hint::black_box(ha_guard::decide::decide(eval, &ns, view, &config, &ctx));
+        std::hint::black_box(ha_guard::core::decide::decide(eval, &ns, view, &config, &ctx));
     };
     // Warm-up, and the same findings on both views.
     for s in &subjects {
@@ -1171,7 +1177,7 @@ fn viewsize_role(args: &[String]) {
             per_subject[si].push(t);
         }
     }
-    let counts = |v: &ha_guard::view::Index| v.counts().values().sum::<usize>();
+    let counts = |v: &ha_guard::core::view::Index| v.counts().values().sum::<usize>();
     let mut md = format!(
         "`engine::evaluate` (+ the old object's on UPDATE) + `decide::decide` per request subject; the request namespace holds 100 \
          Deployments, 100 PDBs, 50 HPAs; the rest of the view is other namespaces of the same shape. Views: {} objects \

@@ -16,10 +16,10 @@ mod common;
 
 use std::sync::LazyLock;
 
-use ha_guard::config::Config;
-use ha_guard::model;
-use ha_guard::server::admission::{self, Webhook};
-use ha_guard::view::Index;
+use ha_guard::core::config::Config;
+use ha_guard::core::model;
+use ha_guard::server::review::{self as admission, Webhook};
+use ha_guard::core::view::Index;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -123,8 +123,8 @@ struct Fixture {
 }
 
 static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
-    let mut loaded = ha_guard::check::load::Loaded::default();
-    ha_guard::check::load::add_text(&mut loaded, "view.yaml".into(), None, VIEW.into(), false);
+    let mut loaded = ha_guard::manifest::Loaded::default();
+    ha_guard::manifest::add_text(&mut loaded, "view.yaml".into(), None, VIEW.into(), false);
     assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
     let mut view = Index::new();
     view.set_complete(true);

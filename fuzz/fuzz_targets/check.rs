@@ -1,4 +1,4 @@
-//! Fuzz target `check`: bytes (as UTF-8, lossy) → `check::load::add_text` → `check::check` with
+//! Fuzz target `check`: bytes (as UTF-8, lossy) → `manifest::add_text` → `check::check` with
 //! `complete` false and true, under the shipped configuration and with every mutation on → the
 //! text, JSON and SARIF renderings.
 //!
@@ -17,13 +17,13 @@ mod common;
 use std::path::PathBuf;
 use std::sync::LazyLock;
 
-use ha_guard::check::load::{self, Document, Loaded};
+use ha_guard::manifest::{self as load, Document, Loaded};
 use ha_guard::check::{self, fix, output, Options};
-use ha_guard::config::Config;
-use ha_guard::decide;
-use ha_guard::model::{self, Object};
-use ha_guard::mutations;
-use ha_guard::view::Index;
+use ha_guard::core::config::Config;
+use ha_guard::core::decide;
+use ha_guard::core::model::{self, Object};
+use ha_guard::core::mutations;
+use ha_guard::core::view::Index;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

@@ -1,13 +1,14 @@
-//! Fuzz target `yaml`: `check`'s fast YAML readers against serde-saphyr, document by document,
-//! without the rest of `check` (so that libFuzzer tries many more inputs than the `check` target).
+//! Fuzz target `yaml`: `check`'s fast YAML reader (the block reader) against serde-saphyr,
+//! document by document, without the rest of `check` (so that libFuzzer tries many more inputs
+//! than the `check` target).
 //!
-//! Invariants: every document the block reader (`check::yaml::parse_block`) or the one-pass event
-//! reader (`check::yaml::parse_plain`) takes, serde-saphyr takes too and reads to the same value;
-//! the skeleton either builds is the one `locate` builds; and `check::yaml::parse` gives
+//! Invariants: every document the block reader (`manifest::block::parse_block`) takes,
+//! serde-saphyr takes too and reads to the same value; the skeleton it builds is the one the
+//! parser's events give (`manifest::skeleton::parse`); and `manifest::yaml::parse` gives
 //! serde-saphyr's value, or fails where it fails.
 #![no_main]
 
-use ha_guard::check::{load, locate, yaml};
+use ha_guard::manifest::{block, load, skeleton, yaml};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -16,19 +17,12 @@ fuzz_target!(|data: &[u8]| {
     for span in load::split_documents(&text) {
         let doc = &text[span];
         let reference = serde_saphyr::from_str::<Value>(doc);
-        if let Some((value, skeleton)) = yaml::parse_block(doc, 1) {
+        if let Some((value, node)) = block::parse_block(doc, 1) {
             match &reference {
                 Ok(reference) => assert_eq!(&value, reference, "the block reader reads {doc:?} differently"),
                 Err(e) => panic!("the block reader takes {doc:?}, serde-saphyr refuses it: {e}"),
             }
-            assert_eq!(Some(skeleton), locate::parse(doc, 1), "the block reader's skeleton of {doc:?}");
-        }
-        if let Some((value, skeleton)) = yaml::parse_plain(doc, 1) {
-            match &reference {
-                Ok(reference) => assert_eq!(&value, reference, "the one-pass reader reads {doc:?} differently"),
-                Err(e) => panic!("the one-pass reader takes {doc:?}, serde-saphyr refuses it: {e}"),
-            }
-            assert_eq!(skeleton, locate::parse(doc, 1), "the one-pass reader's skeleton of {doc:?}");
+            assert_eq!(Some(node), skeleton::parse(doc, 1), "the block reader's skeleton of {doc:?}");
         }
         match (yaml::parse(doc, 1), &reference) {
             (Ok((value, _)), Ok(reference)) => assert_eq!(&value, reference, "check reads {doc:?} differently"),

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::Fixable;
+use super::report::Fixable;
 use crate::manifest::skeleton::{self, Node};
 use crate::manifest::{Loaded, Source};
 

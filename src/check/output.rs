@@ -5,13 +5,13 @@ use std::fmt::Write;
 
 use serde_json::{Value, json};
 
-use super::{Located, Report};
+use super::report::{Located, Report};
 use crate::core::catalogue::Action;
 use crate::core::finding::{Decision, Note};
 use crate::core::registry;
 use crate::manifest::skeleton::segments;
 
-fn location(origin: &super::Origin) -> String {
+fn location(origin: &crate::manifest::Origin) -> String {
     let item = origin.item.map(|i| format!(", items[{i}]")).unwrap_or_default();
     let column = origin.column.map(|c| format!(":{c}")).unwrap_or_default();
     format!("{}:{}{column} (document {}{item})", origin.file, origin.line, origin.document)

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::Error;
+use super::error::Error;
 use crate::server::certs;
 
 #[derive(Args)]

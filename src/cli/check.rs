@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
-use super::Error;
+use super::error::Error;
 use crate::check::{self, Options, output};
 
 #[derive(Clone, Copy, ValueEnum)]

@@ -4,12 +4,15 @@
 
 pub mod certs;
 pub mod check;
+pub mod error;
 pub mod rules;
 pub mod serve;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+pub use error::Error;
 
 #[derive(Parser)]
 #[command(
@@ -35,17 +38,6 @@ pub enum Command {
     Rules,
     /// Print one rule's documentation.
     Explain(rules::ExplainArgs),
-}
-
-/// Why a command could not do its job: printed as `error: ...`, exit code 2 (unusable input or
-/// flags, DESIGN.md §5).
-#[derive(Debug)]
-pub struct Error(pub String);
-
-impl<E: std::fmt::Display> From<E> for Error {
-    fn from(e: E) -> Self {
-        Error(e.to_string())
-    }
 }
 
 /// Runs the command; `Ok` carries its exit code.

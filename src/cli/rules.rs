@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::Error;
+use super::error::Error;
 use crate::core::registry;
 
 #[derive(Args)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use super::Error;
+use super::error::Error;
 use crate::core::view::{Index, StaticSource, ViewSource};
 use crate::server::{self, ServeOptions};
 

@@ -20,3 +20,8 @@ pub mod mutations;
 pub mod registry;
 pub mod rules;
 pub mod view;
+
+#[cfg(test)]
+pub mod testing;
+#[cfg(test)]
+mod tests;

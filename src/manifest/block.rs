@@ -811,4 +811,44 @@ mod tests {
             assert_eq!(plain(text), None, "{text:?}");
         }
     }
+
+    /// The block reader takes `doc` and reads it as serde-saphyr does, with the skeleton the
+    /// parser's events give.
+    fn same(doc: &str) {
+        let (value, skeleton) = parse_block(doc, 3).unwrap_or_else(|| panic!("not taken by the block reader: {doc:?}"));
+        let reference: Value = serde_saphyr::from_str(doc).unwrap();
+        assert_eq!(value, reference, "{doc:?}");
+        assert_eq!(Some(skeleton), crate::manifest::skeleton::parse(doc, 3), "{doc:?}");
+    }
+
+    /// The block reader leaves `doc` to serde-saphyr.
+    fn left(doc: &str) {
+        assert!(parse_block(doc, 0).is_none(), "taken by the block reader: {doc:?}");
+    }
+
+    #[test]
+    fn reads_manifests_as_serde_saphyr_does() {
+        same(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  labels: {app: web, \"q\": 'x'}\nspec:\n  replicas: 3\n  paused: false\n  minReadySeconds: -1\n  selector:\n    matchLabels:\n      app: web\n  template:\n    spec:\n      containers:\n      - name: a\n        image: \"nginx:1.27\"\n        args: [--a, \"b\", 'c', 500m]\n        command:\n        - |\n          echo hi\n          exit 0\n        env:\n        - {name: A, value: \"1.5\"}\n        - name: B\n          value:\n        resources: {limits: {cpu: 500m, memory: 128Mi}}\n",
+        );
+        same("a: yes\nb: On\nc: ~\nd:\ne: 'yes'\nf: \"null\"\n");
+        same("key with spaces: v\n\"quoted key\": v\n'single': v\n");
+        same("- a\n- {}\n- []\n- b: 1\n  c: [2]\n");
+    }
+
+    #[test]
+    fn leaves_to_serde_saphyr_what_is_not_certain() {
+        left("a: !!str 1\n");
+        left("a: &x 1\nb: *x\n");
+        left("base: &b {x: 1}\nd:\n  <<: *b\n");
+        left("a: 1.5\n");
+        left("a: 0x1F\n");
+        left("a: >\n  folded\n  text\n");
+        left("multi: line\n  plain text\nnext: x\n");
+        left("a:\tb\n");
+        left("a: 1");
+        left("%YAML 1.2\n---\na: 1\n");
+        left("a: [unclosed\n");
+        left("- - b\n  - c\n");
+    }
 }

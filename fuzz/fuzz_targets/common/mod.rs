@@ -1,8 +1,8 @@
 //! What both fuzz targets share: the configurations they run under and JSON Patch helpers.
 #![allow(dead_code)]
 
-use ha_guard::config::Config;
-use ha_guard::mutations::{Plan, MUTATIONS};
+use ha_guard::core::config::Config;
+use ha_guard::core::mutations::{Plan, MUTATIONS};
 use serde_json::Value;
 
 /// The shipped defaults, and every mutation switched on (`inject-default-spread` and

@@ -132,3 +132,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "tests/colocation.rs"]
+mod tests;

@@ -64,3 +64,7 @@ fn bounds(hpa: &HpaInfo, out: &mut Emitter) {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "tests/hpa.rs"]
+mod tests;

@@ -256,3 +256,7 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
         .anchored_at(scaled.anchor());
     }
 }
+
+#[cfg(test)]
+#[path = "tests/pdb.rs"]
+mod tests;

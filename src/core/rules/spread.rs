@@ -139,3 +139,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "tests/spread.rs"]
+mod tests;

@@ -45,3 +45,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     };
     out.emit(rule, path, what, fix).related(scaled.related(&subject)).anchored_at(scaled.anchor());
 }
+
+#[cfg(test)]
+#[path = "tests/strategy.rs"]
+mod tests;

@@ -101,7 +101,7 @@ fn check_container(id: ObjectRef, at: &str, c: &Container, grace: i64, out: &mut
 }
 
 #[cfg(test)]
-mod tests {
+mod sleep_forms {
     use super::*;
     use k8s_openapi::api::core::v1::{ExecAction, SleepAction};
 
@@ -124,3 +124,7 @@ mod tests {
         assert_eq!(prestop_sleep_seconds(&exec(&["sleep", "infinity"])), None);
     }
 }
+
+#[cfg(test)]
+#[path = "tests/termination.rs"]
+mod tests;

@@ -106,3 +106,7 @@ fn volume_path(w: &Workload, claim: &str) -> Option<String> {
     let i = volumes.iter().position(|v| v.persistent_volume_claim.as_ref().is_some_and(|c| c.claim_name == claim))?;
     Some(pod_path(&format!("volumes[{i}].persistentVolumeClaim.claimName")))
 }
+
+#[cfg(test)]
+#[path = "tests/volumes.rs"]
+mod tests;

@@ -118,23 +118,7 @@ fn typed_subject(object: &RawValue, namespace: &str) -> Option<Subject> {
     let wire: WireObject = serde_json::from_str(object.get()).ok()?;
     let kind = Kind::from_type(wire.api_version.as_deref()?, wire.kind.as_deref()?)?;
     let m = wire.metadata?;
-    let mut metadata = ObjectMeta {
-        annotations: m.annotations,
-        creation_timestamp: m.creation_timestamp,
-        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-        deletion_timestamp: m.deletion_timestamp,
-        finalizers: m.finalizers,
-        generate_name: m.generate_name,
-        generation: m.generation,
-        labels: m.labels,
-        name: m.name,
-        namespace: m.namespace,
-        owner_references: m.owner_references,
-        resource_version: m.resource_version,
-        self_link: m.self_link,
-        uid: m.uid,
-        managed_fields: None,
-    };
+    let mut metadata = ObjectMeta::from(m);
     if metadata.namespace.as_deref().is_none_or(str::is_empty) {
         metadata.namespace = Some(namespace.to_string());
     }

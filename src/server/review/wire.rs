@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::authentication::v1::UserInfo;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
@@ -255,6 +255,28 @@ pub struct WireMeta {
     pub uid: Option<String>,
 }
 
+impl From<WireMeta> for ObjectMeta {
+    fn from(m: WireMeta) -> ObjectMeta {
+        ObjectMeta {
+            annotations: m.annotations,
+            creation_timestamp: m.creation_timestamp,
+            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+            deletion_timestamp: m.deletion_timestamp,
+            finalizers: m.finalizers,
+            generate_name: m.generate_name,
+            generation: m.generation,
+            labels: m.labels,
+            managed_fields: None,
+            name: m.name,
+            namespace: m.namespace,
+            owner_references: m.owner_references,
+            resource_version: m.resource_version,
+            self_link: m.self_link,
+            uid: m.uid,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,5 +323,89 @@ mod tests {
         assert_eq!(count_values(&body), MAX_JSON_VALUES);
         let e = parse(&body).unwrap_err();
         assert!(e.0.contains("expected an AdmissionReview"), "{e}");
+    }
+
+    /// A review with every field kube's `AdmissionRequest` serializes, each set.
+    fn full_review() -> Value {
+        serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u-1",
+                "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+                "subResource": "scale",
+                "requestKind": {"group": "apps", "version": "v1beta2", "kind": "Deployment"},
+                "requestResource": {"group": "apps", "version": "v1beta2", "resource": "deployments"},
+                "requestSubResource": "scale",
+                "name": "web",
+                "namespace": "shop",
+                "operation": "UPDATE",
+                "userInfo": {"username": "u", "uid": "1", "groups": ["g"], "extra": {"k": ["v"]}},
+                "object": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}},
+                "oldObject": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}},
+                "dryRun": true,
+                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions", "fieldManager": "kubectl"}
+            }
+        })
+    }
+
+    /// The hand-copied request reads every field kube's `AdmissionRequest` has, to the same value:
+    /// a field kube has and the copy lacks would come out unset and differ here.
+    #[test]
+    fn the_wire_request_is_kubes_admission_request() {
+        let review = full_review();
+        let kube: AdmissionReview<DynamicObject> = serde_json::from_value(review.clone()).unwrap();
+        let kube: AdmissionRequest<DynamicObject> = kube.try_into().unwrap();
+        let mut theirs = serde_json::to_value(&kube).unwrap();
+        // Every field kube serializes is set in the input, so none is tested at its default.
+        let sent = review["request"].as_object().unwrap();
+        for key in theirs.as_object().unwrap().keys() {
+            assert!(sent.contains_key(key), "kube's AdmissionRequest has {key}: set it in full_review()");
+        }
+        let ours = parse(&serde_json::to_vec(&review).unwrap()).unwrap();
+        for field in ["object", "oldObject"] {
+            theirs.as_object_mut().unwrap().remove(field);
+            assert!(serde_json::to_value(&ours.header).unwrap().get(field).is_none_or(Value::is_null));
+        }
+        let mut ours_value = serde_json::to_value(&ours.header).unwrap();
+        ours_value.as_object_mut().unwrap().retain(|_, v| !v.is_null());
+        theirs.as_object_mut().unwrap().retain(|_, v| !v.is_null());
+        assert_eq!(ours_value, theirs);
+        assert_eq!(
+            ours.object_values(),
+            [Some(review["request"]["object"].clone()), Some(review["request"]["oldObject"].clone())]
+        );
+    }
+
+    /// `WireMeta` is `ObjectMeta` without `managedFields`, field for field.
+    #[test]
+    fn the_wire_meta_is_object_meta_without_managed_fields() {
+        let meta = serde_json::json!({
+            "annotations": {"a": "b"},
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "deletionGracePeriodSeconds": 30,
+            "deletionTimestamp": "2026-01-02T00:00:00Z",
+            "finalizers": ["f"],
+            "generateName": "web-",
+            "generation": 3,
+            "labels": {"app": "web"},
+            "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+            "name": "web",
+            "namespace": "shop",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "1"}],
+            "resourceVersion": "7",
+            "selfLink": "/x",
+            "uid": "u"
+        });
+        let full: ObjectMeta = serde_json::from_value(meta.clone()).unwrap();
+        let every = serde_json::to_value(&full).unwrap();
+        assert_eq!(
+            every.as_object().unwrap().len(),
+            meta.as_object().unwrap().len(),
+            "set every ObjectMeta field above"
+        );
+        let wire: WireMeta = serde_json::from_value(meta).unwrap();
+        assert_eq!(ObjectMeta::from(wire), ObjectMeta { managed_fields: None, ..full });
     }
 }

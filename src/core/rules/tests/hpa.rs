@@ -1,10 +1,8 @@
 //! The HPA family: `hpa-replica-bounds`, `hpa-target-missing`.
 
-mod common;
-
-use common::{findings, of_rule};
-use ha_guard::engine::{Decision, Finding};
-use ha_guard::model::{Kind, ObjectRef};
+use crate::core::finding::{Decision, Finding};
+use crate::core::model::{Kind, ObjectRef};
+use crate::core::testing::{findings, of_rule};
 use rstest::rstest;
 
 /// An HPA `web` over `<kind> <target>` (apiVersion `api`); `min: None` leaves `minReplicas` out.

@@ -18,10 +18,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ha_guard::check::{self, Options, Report, load};
-use ha_guard::config::Config;
-use ha_guard::engine::Decision;
-use ha_guard::model::{Kind, ObjectRef};
+use ha_guard::check::{self, Options, Report};
+use ha_guard::core::config::Config;
+use ha_guard::core::finding::Decision;
+use ha_guard::core::model::{Kind, ObjectRef};
+use ha_guard::manifest as load;
 use serde_json::Value;
 
 const ENV: &str = "HA_GUARD_CORPUS";
@@ -908,7 +909,7 @@ fn differences(corpus: &Path, group: &Group, report: &Report, complete: bool) ->
         let message = report
             .findings
             .iter()
-            .find(|l| l.finding.rule == r.0 && l.finding.object.to_string() == r.2)
+            .find(|l| l.finding.rule.id == r.0 && l.finding.object.to_string() == r.2)
             .map(|l| l.finding.message())
             .unwrap_or_default();
         out.push(format!("{label}: unexpected finding {r:?}: {message}"));
@@ -962,7 +963,7 @@ fn check_table(groups: &[Group]) {
         for e in g.findings.iter().chain(complete_rows) {
             assert!(!e.why.trim().is_empty(), "{}: finding {} has no reason", g.name, e.rule);
             assert!(
-                ha_guard::catalogue::rule(e.rule).is_some(),
+                ha_guard::core::registry::rule(e.rule).is_some(),
                 "{}: {} is not a rule of the catalogue",
                 g.name,
                 e.rule
@@ -1167,37 +1168,32 @@ fn the_binary_checks_the_whole_corpus_as_json() {
     assert!(denied("pdb-blocks-eviction", "webhook-pdb"), "{}", serde_json::to_string_pretty(findings).unwrap());
 }
 
-/// Every YAML document of the corpus that `check`'s fast readers (the block reader, the one-pass
-/// event reader) take reads as serde-saphyr reads it, with the skeleton `locate` builds; and most
-/// are taken (real manifests are plain).
+/// Every YAML document of the corpus that the block reader (`check`'s fast path) takes reads as
+/// serde-saphyr reads it, with the skeleton the parser's events give; and most are taken (real
+/// manifests are plain).
 #[test]
-fn the_one_pass_yaml_reader_agrees_with_serde_saphyr_on_every_document() {
+fn the_block_reader_agrees_with_serde_saphyr_on_every_document() {
     let corpus = corpus();
-    let (mut taken, mut block, mut total) = (0, 0, 0);
+    let (mut block, mut total) = (0, 0);
     for f in corpus_files(&corpus).iter().filter(|f| !f.ends_with(".json")) {
         let text = std::fs::read_to_string(path_in(&corpus, f)).expect("reads");
         for (i, span) in load::split_documents(&text).into_iter().enumerate() {
             let doc = &text[span];
             let Ok(reference) = serde_saphyr::from_str::<Value>(doc) else { continue };
             total += 1;
-            if let Some((value, skeleton)) = check::yaml::parse_block(doc, 7) {
+            if let Some((value, skeleton)) = ha_guard::manifest::block::parse_block(doc, 7) {
                 block += 1;
                 assert_eq!(value, reference, "{f} document {i}: the block reader");
                 assert_eq!(
                     Some(skeleton),
-                    check::locate::parse(doc, 7),
+                    ha_guard::manifest::skeleton::parse(doc, 7),
                     "{f} document {i}: the block reader's skeleton"
                 );
             }
-            let Some((value, skeleton)) = check::yaml::parse_plain(doc, 7) else { continue };
-            taken += 1;
-            assert_eq!(value, reference, "{f} document {i}");
-            assert_eq!(skeleton, check::locate::parse(doc, 7), "{f} document {i}: the skeleton");
         }
     }
     assert!(total >= 100, "{total} documents");
-    assert!(taken * 10 >= total * 9, "only {taken} of {total} corpus documents were read the one-pass way");
-    // The block reader leaves more to the others (folded and multi-line scalars, long comment runs).
+    // The block reader leaves some to serde-saphyr (folded and multi-line scalars, anchors).
     assert!(block * 10 >= total * 6, "only {block} of {total} corpus documents were read by the block reader");
-    eprintln!("{total} corpus documents: {taken} read the one-pass way, {block} by the block reader");
+    eprintln!("{total} corpus documents: {block} read by the block reader");
 }

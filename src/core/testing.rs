@@ -1,22 +1,25 @@
-//! Shared helpers for the integration tests: build subjects and views from YAML, evaluate, decide.
+//! Helpers for the core's tests: build subjects and views from YAML, evaluate, decide.
 #![allow(dead_code)]
 
-use ha_guard::config::Config;
-use ha_guard::decide::{self, Context, Decided};
-use ha_guard::engine::{self, Decision, Finding};
-use ha_guard::model::{self, Object, Subject};
-use ha_guard::mutations::{self, Plan};
-use ha_guard::view::Index;
+use crate::core::config::Config;
+use crate::core::decide::{self, Context, Decided};
+use crate::core::finding::{Decision, Finding};
+use crate::core::model::{self, Object, Subject};
+use crate::core::mutations::{self, Plan};
+use crate::core::rules;
+use crate::core::view::Index;
 
 /// Parses one or more YAML documents into decoded objects (namespace `default` when unset).
 pub fn objects(yaml: &str) -> Vec<Object> {
-    let mut loaded = ha_guard::check::load::Loaded::default();
-    ha_guard::check::load::add_text(&mut loaded, "test.yaml".into(), None, yaml.to_string(), false);
-    assert!(loaded.errors.is_empty(), "bad test YAML: {:?}", loaded.errors);
-    loaded
-        .documents
-        .iter()
-        .map(|d| model::decode(&d.value, "default").expect("decodes").expect("a known kind"))
+    // Test YAML has no `---` inside block scalars: a line split is exact here.
+    yaml.split("\n---\n")
+        .filter(|doc| !doc.trim().is_empty())
+        .filter_map(|doc| {
+            let value: serde_json::Value =
+                serde_saphyr::from_str(doc).unwrap_or_else(|e| panic!("bad test YAML: {e}\n{doc}"));
+            (!value.is_null()).then_some(value)
+        })
+        .map(|value| model::decode(&value, "default").expect("decodes").expect("a known kind"))
         .collect()
 }
 
@@ -42,7 +45,7 @@ pub fn view(yaml: &str, complete: bool) -> Index {
 
 /// Evaluates `subject_yaml` against a view of `view_yaml` with the default config.
 pub fn findings(subject_yaml: &str, view_yaml: &str, complete: bool) -> Vec<Finding> {
-    engine::evaluate(&subject(subject_yaml), &view(view_yaml, complete), &Config::default()).findings
+    rules::evaluate(&subject(subject_yaml), &view(view_yaml, complete), &Config::default()).findings
 }
 
 /// The findings of one rule.
@@ -54,7 +57,7 @@ pub fn of_rule<'a>(findings: &'a [Finding], rule: &str) -> Vec<&'a Finding> {
 pub fn decided(subject_yaml: &str, view_yaml: &str, complete: bool, config: &Config) -> Decided {
     let s = subject(subject_yaml);
     let v = view(view_yaml, complete);
-    let eval = engine::evaluate(&s, &v, config);
+    let eval = rules::evaluate(&s, &v, config);
     let ctx = Context { subject_exemptions: s.exemptions(), ..Default::default() };
     decide::decide(eval, &s.id().namespace, &v, config, &ctx)
 }
@@ -64,17 +67,17 @@ pub fn plan(subject_yaml: &str, view_yaml: &str, config: &Config) -> Plan {
 }
 
 pub fn actions(d: &Decided) -> Vec<(&'static str, Decision)> {
-    d.findings.iter().map(|f| (f.rule, f.action)).collect()
+    d.findings.iter().map(|f| (f.rule.id, f.action)).collect()
 }
 
 /// Evaluates `subject_yaml` against a view of `view_yaml` with the given config.
 pub fn findings_with(subject_yaml: &str, view_yaml: &str, complete: bool, config: &Config) -> Vec<Finding> {
-    engine::evaluate(&subject(subject_yaml), &view(view_yaml, complete), config).findings
+    rules::evaluate(&subject(subject_yaml), &view(view_yaml, complete), config).findings
 }
 
 /// Evaluates `subject_yaml` against an already built view, with the default config.
 pub fn findings_in(subject_yaml: &str, view: &Index) -> Vec<Finding> {
-    engine::evaluate(&subject(subject_yaml), view, &Config::default()).findings
+    rules::evaluate(&subject(subject_yaml), view, &Config::default()).findings
 }
 
 /// A view like the live one: complete, and it knows the cluster's nodes (`spread-unsatisfiable` runs).

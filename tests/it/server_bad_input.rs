@@ -1,17 +1,16 @@
 //! Bodies that are not usable AdmissionReviews: the HTTP status, a one-line JSON error, and a
 //! server that keeps serving afterwards.
 
-mod server_support;
-
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ha_guard::config::Config;
-use ha_guard::server::{MAX_BODY_BYTES, StaticSource};
+use crate::server_support::{Server, VIEW, fixture, index, read_response, tls_connect, write_head};
+use ha_guard::core::config::Config;
+use ha_guard::core::view::StaticSource;
+use ha_guard::server::MAX_BODY_BYTES;
 use rstest::rstest;
 use serde_json::{Value, json};
-use server_support::{Server, VIEW, fixture, index, read_response, tls_connect, write_head};
 
 fn review_with(edit: impl FnOnce(&mut Value)) -> Vec<u8> {
     let mut v = fixture("deployment-spread-ok.json");
@@ -95,7 +94,7 @@ async fn wrong_method_and_path() {
     let server = Server::start().await;
     let (status, _) = server.post("/nope", b"{}".to_vec()).await;
     assert_eq!(status, 404);
-    let response = server_support::client(&[&server.ca_pem]).get(server.url("/validate")).send().await.unwrap();
+    let response = crate::server_support::client(&[&server.ca_pem]).get(server.url("/validate")).send().await.unwrap();
     assert_eq!(response.status(), 405);
     server.still_serving().await;
 }

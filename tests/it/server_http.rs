@@ -1,17 +1,15 @@
 //! The webhook over real TLS: the in-process server on ports chosen at run time, a static view, a
 //! reqwest client trusting the generated CA, AdmissionReview fixtures from `tests/fixtures/`.
 
-mod server_support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ha_guard::config::Config;
-use ha_guard::server::{StaticSource, ViewSource};
-use ha_guard::view::{Index, View};
+use crate::server_support::{Server, VIEW, fixture, index, patch_of, rule_ids, warnings};
+use ha_guard::core::config::Config;
+use ha_guard::core::view::{Index, View};
+use ha_guard::core::view::{StaticSource, ViewSource};
 use rstest::rstest;
 use serde_json::{Value, json};
-use server_support::{Server, VIEW, fixture, index, patch_of, rule_ids, warnings};
 
 fn sorted(ids: &[&str]) -> Vec<String> {
     let mut v: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
@@ -165,7 +163,7 @@ async fn mutate_patches_apply_and_are_idempotent(
     #[case] pointer: &str,
     #[case] expected: Value,
 ) {
-    let config = Config::parse(config, "test config").unwrap();
+    let config = ha_guard::core::registry::parse_config(config, "test config").unwrap();
     let server = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |_| {}).await;
     let mut review = fixture(name);
     let r = server.review("/mutate", &review).await["response"].clone();
@@ -259,7 +257,7 @@ async fn ratchet_on_update() {
 
 #[tokio::test]
 async fn ratchet_off_in_config_denies_pre_existing_violations() {
-    let config = Config::parse("ratchet: false", "test config").unwrap();
+    let config = ha_guard::core::registry::parse_config("ratchet: false", "test config").unwrap();
     let server = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |_| {}).await;
     let r = server.respond("/validate", "deployment-update-preexisting.json").await;
     assert_decision(&r, &["spread-selector-missing"], &[]);
@@ -296,7 +294,9 @@ async fn scale_subresource_is_never_denied() {
     let w = warnings(&r);
     assert!(w[0].starts_with("[pdb-blocks-eviction] (scale writes only warn) "), "{w:?}");
     // The same violation with a deny-everything config is still only a warning on a scale write.
-    let config = Config::parse("rules: {pdb-blocks-eviction: deny}\nratchet: false", "test config").unwrap();
+    let config =
+        ha_guard::core::registry::parse_config("rules: {pdb-blocks-eviction: deny}\nratchet: false", "test config")
+            .unwrap();
     let strict = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |_| {}).await;
     let r = strict.respond("/validate", "scale-deployment-to-one.json").await;
     assert_decision(&r, &[], &["pdb-blocks-eviction"]);
@@ -340,7 +340,7 @@ async fn namespace_in_warn_mode_turns_deny_into_warn() {
 
 #[tokio::test]
 async fn namespace_exempt_in_config_is_skipped() {
-    let config = Config::parse("exemptNamespaces: [shop]", "test config").unwrap();
+    let config = ha_guard::core::registry::parse_config("exemptNamespaces: [shop]", "test config").unwrap();
     let server = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |_| {}).await;
     let r = server.respond("/validate", "deployment-spread-no-selector.json").await;
     assert_eq!(r["allowed"], true, "{r:#}");
@@ -462,7 +462,7 @@ async fn config_reload() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, "ratchet: true\n").unwrap();
-    let config = Config::load(&path).unwrap();
+    let config = ha_guard::config_file::load(&path).unwrap();
     let server = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |o| {
         o.config = Some(path.clone());
         o.reload_interval = std::time::Duration::from_millis(100);

@@ -1,13 +1,12 @@
 //! Decisions (DESIGN.md §4): config overrides, exemption annotations (on the subject and on related
 //! objects), namespace modes and exemptions, ratcheting on UPDATE, and scale writes.
 
-mod common;
-
-use common::{actions, decided, subject, view};
-use ha_guard::config::Config;
-use ha_guard::decide::{self, Context, Decided};
-use ha_guard::engine::{self, Decision, Finding};
-use ha_guard::model::{Kind, ObjectRef, Subject};
+use crate::core::config::Config;
+use crate::core::decide::{self, Context, Decided};
+use crate::core::finding::{Decision, Finding};
+use crate::core::model::{Kind, ObjectRef, Subject};
+use crate::core::rules;
+use crate::core::testing::{actions, decided, subject, view};
 
 // ---------------------------------------------------------------------------------------------
 // Manifests
@@ -84,7 +83,7 @@ fn docs(parts: &[&str]) -> String {
 }
 
 fn config(yaml: &str) -> Config {
-    Config::parse(yaml, "test-config.yaml").expect("valid config")
+    crate::core::registry::parse_config(yaml, "test-config.yaml").expect("valid config")
 }
 
 fn of<'a>(d: &'a Decided, rule: &str) -> Vec<&'a Finding> {
@@ -128,7 +127,7 @@ fn config_off_removes_the_rule() {
     assert!(of(&d, "pdb-blocks-eviction").is_empty(), "{:#?}", d.findings);
     assert!(!d.denied());
     // Off already at evaluation: the rule's findings never reach the decision.
-    let eval = engine::evaluate(&subject(&web(1)), &view(&pdb(""), false), &c);
+    let eval = rules::evaluate(&subject(&web(1)), &view(&pdb(""), false), &c);
     assert!(eval.findings.iter().all(|f| f.rule != "pdb-blocks-eviction"));
 }
 
@@ -159,10 +158,8 @@ fn exemption_on_the_subject_allows_with_the_reason() {
     let f = only(&d, "pdb-blocks-eviction");
     assert_eq!(f.action, Decision::Allowed);
     assert!(
-        f.notes
-            .iter()
-            .any(|n| n.contains("PodDisruptionBudget default/pdb")
-                && n.contains("singleton controller, drains are manual")),
+        f.notes.iter().any(|n| n.to_string().contains("PodDisruptionBudget default/pdb")
+            && n.to_string().contains("singleton controller, drains are manual")),
         "{:?}",
         f.notes
     );
@@ -184,9 +181,8 @@ fn exemption_on_a_related_pdb_allows_the_deployment_write() {
     let f = only(&d, "pdb-blocks-eviction");
     assert_eq!(f.action, Decision::Allowed);
     assert!(
-        f.notes
-            .iter()
-            .any(|n| n.contains("PodDisruptionBudget default/pdb") && n.contains("forced over one replica on purpose")),
+        f.notes.iter().any(|n| n.to_string().contains("PodDisruptionBudget default/pdb")
+            && n.to_string().contains("forced over one replica on purpose")),
         "{:?}",
         f.notes
     );
@@ -199,7 +195,9 @@ fn exemption_on_the_related_deployment_allows_the_pdb_write() {
     let d = decided(&pdb(""), &view_yaml, false, &Config::default());
     let f = only(&d, "pdb-blocks-eviction");
     assert_eq!(f.action, Decision::Allowed);
-    assert!(f.notes.iter().any(|n| n.contains("Deployment default/web") && n.contains("leader-elected singleton")));
+    assert!(f.notes.iter().any(
+        |n| n.to_string().contains("Deployment default/web") && n.to_string().contains("leader-elected singleton")
+    ));
 }
 
 #[test]
@@ -247,7 +245,11 @@ fn namespace_mode_warn_turns_deny_into_warn_with_a_note() {
     let d = decided(&web(1), &view_yaml, false, &Config::default());
     let f = only(&d, "pdb-blocks-eviction");
     assert_eq!(f.action, Decision::Warn);
-    assert!(f.notes.iter().any(|n| n.contains("ha-guard.io/mode=warn") && n.contains("default")), "{:?}", f.notes);
+    assert!(
+        f.notes.iter().any(|n| n.to_string().contains("ha-guard.io/mode=warn") && n.to_string().contains("default")),
+        "{:?}",
+        f.notes
+    );
     assert!(!d.denied());
     assert!(d.skipped.is_none());
 }
@@ -297,9 +299,9 @@ fn exempt_namespace_in_config_is_skipped() {
 /// old object, as the live caches do).
 fn update(old_yaml: &str, new_yaml: &str, view_yaml: &str, config: &Config) -> Decided {
     let v = view(&docs(&[view_yaml, old_yaml]), false);
-    let old = engine::evaluate(&subject(old_yaml), &v, config).findings;
+    let old = rules::evaluate(&subject(old_yaml), &v, config).findings;
     let new = subject(new_yaml);
-    let eval = engine::evaluate(&new, &v, config);
+    let eval = rules::evaluate(&new, &v, config);
     let ctx = Context { old: Some(&old), subject_exemptions: new.exemptions(), ..Default::default() };
     decide::decide(eval, "default", &v, config, &ctx)
 }
@@ -312,7 +314,7 @@ fn deny_that_held_on_the_old_object_is_a_pre_existing_warning() {
     let d = update(&old, &new, &pdb(""), &Config::default());
     let f = only(&d, "pdb-blocks-eviction");
     assert_eq!(f.action, Decision::Warn);
-    assert!(f.notes.iter().any(|n| n == "pre-existing"), "{:?}", f.notes);
+    assert!(f.notes.contains(&crate::core::finding::Note::PreExisting), "{:?}", f.notes);
     assert!(!d.denied());
 }
 
@@ -364,7 +366,7 @@ fn ratchet_does_not_upgrade_or_touch_warnings() {
 fn decide_scale(replicas: i32, view_yaml: &str, complete: bool, config: &Config) -> Decided {
     let v = view(view_yaml, complete);
     let s = Subject::Scale { target: ObjectRef::new(Kind::Deployment, "default", "web"), replicas };
-    let eval = engine::evaluate(&s, &v, config);
+    let eval = rules::evaluate(&s, &v, config);
     let ctx = Context { scale: true, subject_exemptions: s.exemptions(), ..Default::default() };
     decide::decide(eval, "default", &v, config, &ctx)
 }
@@ -374,7 +376,7 @@ fn scale_write_deny_becomes_warn() {
     let d = decide_scale(1, &docs(&[&web(3), &pdb("")]), false, &Config::default());
     let f = only(&d, "pdb-blocks-eviction");
     assert_eq!(f.action, Decision::Warn);
-    assert!(f.notes.iter().any(|n| n.contains("scale writes are never denied")), "{:?}", f.notes);
+    assert!(f.notes.iter().any(|n| n.to_string().contains("scale writes are never denied")), "{:?}", f.notes);
     assert!(!d.denied());
 }
 
@@ -385,7 +387,7 @@ fn scale_write_is_never_denied_even_when_config_says_deny() {
     let d = decide_scale(4, &web(1), true, &c);
     let f = only(&d, "pdb-missing");
     assert_eq!(f.action, Decision::Warn);
-    assert!(f.notes.iter().any(|n| n.contains("scale writes are never denied")));
+    assert!(f.notes.iter().any(|n| n.to_string().contains("scale writes are never denied")));
     assert!(!d.denied());
     // The same upgrade on a Deployment write denies.
     let d = decided(&web(4), "", true, &c);
@@ -399,14 +401,14 @@ fn scale_write_honours_the_workloads_exemption() {
     let d = decide_scale(1, &docs(&[&exempt, &pdb("")]), false, &Config::default());
     let f = only(&d, "pdb-blocks-eviction");
     assert_eq!(f.action, Decision::Allowed, "{:?}", f.notes);
-    assert!(f.notes.iter().any(|n| n.contains("scaled down at night")));
+    assert!(f.notes.iter().any(|n| n.to_string().contains("scaled down at night")));
 }
 
 #[test]
 fn same_write_without_the_scale_flag_is_denied() {
     let v = view(&docs(&[&web(3), &pdb("")]), false);
     let s = Subject::Scale { target: ObjectRef::new(Kind::Deployment, "default", "web"), replicas: 1 };
-    let eval = engine::evaluate(&s, &v, &Config::default());
+    let eval = rules::evaluate(&s, &v, &Config::default());
     let d = decide::decide(eval, "default", &v, &Config::default(), &Context::default());
     assert_eq!(only(&d, "pdb-blocks-eviction").action, Decision::Deny);
     assert_eq!(only(&d, "pdb-blocks-eviction").anchor, pdb_ref());
@@ -422,15 +424,18 @@ fn an_exemption_on_the_claim_counts_for_rwo_findings() {
     };
     let exempt =
         pvc(", annotations: {ha-guard.io/allow-rwo-volume-multi-replica: \"one writer, the other waits on a lock\"}");
-    let d = common::decided(deployment, &exempt, false, &Config::default());
+    let d = crate::core::testing::decided(deployment, &exempt, false, &Config::default());
     let f: Vec<_> = d.findings.iter().filter(|f| f.rule == "rwo-volume-multi-replica").collect();
     assert_eq!(f.len(), 1);
     assert_eq!(f[0].action, Decision::Allowed);
     assert!(
-        f[0].notes.iter().any(|n| n.contains("PersistentVolumeClaim default/data") && n.contains("one writer")),
+        f[0].notes
+            .iter()
+            .any(|n| n.to_string().contains("PersistentVolumeClaim default/data")
+                && n.to_string().contains("one writer")),
         "{:?}",
         f[0].notes
     );
-    let d = common::decided(deployment, &pvc(""), false, &Config::default());
+    let d = crate::core::testing::decided(deployment, &pvc(""), false, &Config::default());
     assert!(d.findings.iter().any(|f| f.rule == "rwo-volume-multi-replica" && f.action == Decision::Deny));
 }

@@ -1,11 +1,10 @@
 //! csi-controller-recreate, recreate-multi-replica.
 
-mod common;
-
-use common::*;
-use ha_guard::config::Config;
-use ha_guard::engine::{self, Decision};
-use ha_guard::model::{Kind, ObjectRef, Subject};
+use crate::core::config::Config;
+use crate::core::finding::Decision;
+use crate::core::model::{Kind, ObjectRef, Subject};
+use crate::core::rules;
+use crate::core::testing::*;
 use rstest::rstest;
 
 fn dep(name: &str) -> ObjectRef {
@@ -136,17 +135,18 @@ fn hpa_with_max_one_or_another_target_does_not_fire() {
 fn a_scale_write_is_evaluated_with_the_new_count() {
     let index = view(&csi(1, RECREATE, "provisioner", PROVISIONER), false);
     let scale = |replicas| Subject::Scale { target: dep("csi"), replicas };
-    let f = engine::evaluate(&scale(2), &index, &Config::default()).findings;
+    let f = rules::evaluate(&scale(2), &index, &Config::default()).findings;
     let c = of_rule(&f, "csi-controller-recreate");
     assert_eq!(c.len(), 1, "{f:#?}");
     assert!(c[0].what.contains("replicas 2") && c[0].what.contains("up to 2 replicas"), "{}", c[0].what);
-    let f = engine::evaluate(&scale(1), &index, &Config::default()).findings;
+    let f = rules::evaluate(&scale(1), &index, &Config::default()).findings;
     assert!(of_rule(&f, "csi-controller-recreate").is_empty(), "{f:#?}");
 }
 
 #[test]
 fn custom_csi_controller_images_from_config() {
-    let config = Config::parse("csiControllerImages: [acme-csi-controller]\n", "ha-guard.yaml").unwrap();
+    let config =
+        crate::core::registry::parse_config("csiControllerImages: [acme-csi-controller]\n", "ha-guard.yaml").unwrap();
     let custom = csi(2, RECREATE, "controller", "example.com/acme/acme-csi-controller:v3");
     let f = findings_with(&custom, "", false, &config);
     let c = of_rule(&f, "csi-controller-recreate");

@@ -1,10 +1,8 @@
 //! spread-selector-missing, spread-selector-mismatch, spread-selector-overlap.
 
-mod common;
-
-use common::*;
-use ha_guard::engine::Decision;
-use ha_guard::model::{Kind, ObjectRef};
+use crate::core::finding::Decision;
+use crate::core::model::{Kind, ObjectRef};
+use crate::core::testing::*;
 use rstest::rstest;
 
 fn dep(name: &str) -> ObjectRef {

@@ -1,12 +1,13 @@
 //! Inputs the fuzzers found (`fuzz/`, run by `scripts/fuzz.sh`), kept as regression tests with
 //! the invariant each one broke.
 
-use ha_guard::check::{self, Options, load};
-use ha_guard::config::Config;
-use ha_guard::model;
-use ha_guard::mutations::MUTATIONS;
-use ha_guard::server::admission::{self, Webhook};
-use ha_guard::view::Index;
+use ha_guard::check::{self, Options};
+use ha_guard::core::config::Config;
+use ha_guard::core::model;
+use ha_guard::core::mutations::MUTATIONS;
+use ha_guard::core::view::Index;
+use ha_guard::manifest as load;
+use ha_guard::server::review::{self, Webhook};
 use serde_json::{Value, json};
 
 fn all_mutations_on() -> Config {
@@ -86,9 +87,9 @@ fn default_spread_patch_applies_in_the_webhook_too() {
             "object": object,
         }
     });
-    let req = admission::parse(&serde_json::to_vec(&review).unwrap()).expect("parses");
+    let req = review::parse(&serde_json::to_vec(&review).unwrap()).expect("parses");
     let view = Index::new();
-    let (response, _) = admission::review(&req, Webhook::Mutate, &view, &all_mutations_on()).expect("answers");
+    let (response, _) = review::review(&req, Webhook::Mutate, &view, &all_mutations_on()).expect("answers");
     assert_eq!(response.uid, req.header.uid);
     if let Some(patch) = response.patch {
         let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();

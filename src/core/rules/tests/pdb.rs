@@ -2,12 +2,11 @@
 //! `pdb-overlap`, `pdb-selector-empty`, `pdb-selects-nothing`, `pdb-missing`,
 //! `pdb-unhealthy-eviction-policy`.
 
-mod common;
-
-use common::{findings, of_rule, view};
-use ha_guard::config::Config;
-use ha_guard::engine::{self, Decision, Finding};
-use ha_guard::model::{Kind, ObjectRef, Subject};
+use crate::core::config::Config;
+use crate::core::finding::{Decision, Finding};
+use crate::core::model::{Kind, ObjectRef, Subject};
+use crate::core::rules;
+use crate::core::testing::{findings, of_rule, view};
 use rstest::rstest;
 
 // ---------------------------------------------------------------------------------------------
@@ -324,24 +323,24 @@ fn scale(name: &str, replicas: i32) -> Subject {
 #[test]
 fn found_on_a_scale_write() {
     let v = view(&docs(&[deploy("web", "web", Some(3)), pdb("pdb", "web", "minAvailable: 1")]), false);
-    let fs = engine::evaluate(&scale("web", 1), &v, &Config::default()).findings;
+    let fs = rules::evaluate(&scale("web", 1), &v, &Config::default()).findings;
     let f = one(&fs, "pdb-blocks-eviction");
     assert_eq!(f.object, dep_ref("web"));
     assert_eq!(f.path, "spec.replicas");
     assert_eq!(f.anchor, pdb_ref("pdb"));
     assert_mentions(&f.what, &["Deployment web (replicas 1) floor 1", "requires 1 healthy and allows 0"]);
 
-    let fs = engine::evaluate(&scale("web", 2), &v, &Config::default()).findings;
+    let fs = rules::evaluate(&scale("web", 2), &v, &Config::default()).findings;
     none(&fs, "pdb-blocks-eviction");
     // Scaling to 0 takes the workload out of the budget: nothing is blocked.
-    let fs = engine::evaluate(&scale("web", 0), &v, &Config::default()).findings;
+    let fs = rules::evaluate(&scale("web", 0), &v, &Config::default()).findings;
     none(&fs, "pdb-blocks-eviction");
 }
 
 #[test]
 fn scale_write_of_a_workload_not_in_the_view_is_unchecked() {
     let v = view(&pdb("pdb", "web", "minAvailable: 1"), false);
-    let eval = engine::evaluate(&scale("web", 1), &v, &Config::default());
+    let eval = rules::evaluate(&scale("web", 1), &v, &Config::default());
     none(&eval.findings, "pdb-blocks-eviction");
     assert!(eval.unchecked.iter().any(|u| u.contains("Deployment default/web") && u.contains("not in the view")));
 }

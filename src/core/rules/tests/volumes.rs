@@ -1,10 +1,8 @@
 //! rwo-volume-multi-replica, rwo-volume-rolling-surge.
 
-mod common;
-
-use common::*;
-use ha_guard::engine::Decision;
-use ha_guard::model::{Kind, ObjectRef};
+use crate::core::finding::Decision;
+use crate::core::model::{Kind, ObjectRef};
+use crate::core::testing::*;
 use rstest::rstest;
 
 fn dep(name: &str) -> ObjectRef {

@@ -1,15 +1,13 @@
 //! SIGTERM on the real binary: readiness drops first, requests in flight finish, the process
 //! exits 0.
 
-mod server_support;
-
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use std::io::Write;
 
-use server_support::{RawResponse, fixture, free_port, pki, read_response, tls_connect, write_head};
+use crate::server_support::{RawResponse, fixture, free_port, pki, read_response, tls_connect, write_head};
 
 /// Kills the child if the test fails before it exits.
 struct Guard(Child);

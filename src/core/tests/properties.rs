@@ -5,11 +5,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ha_guard::arith::{self, Budget};
-use ha_guard::config::Config;
-use ha_guard::model::{self, Object, Subject};
-use ha_guard::mutations;
-use ha_guard::view::Index;
+use crate::core::config::Config;
+use crate::core::model::arith::{self, Budget};
+use crate::core::model::{self, Object, Subject};
+use crate::core::mutations;
+use crate::core::view::Index;
 use json_patch::PatchOperation;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use proptest::prelude::*;

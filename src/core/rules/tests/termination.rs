@@ -1,10 +1,8 @@
 //! termination-grace-zero, prestop-exceeds-grace.
 
-mod common;
-
-use common::*;
-use ha_guard::engine::Decision;
-use ha_guard::model::{Kind, ObjectRef};
+use crate::core::finding::Decision;
+use crate::core::model::{Kind, ObjectRef};
+use crate::core::testing::*;
 use rstest::rstest;
 
 /// `terminationGracePeriodSeconds: <grace>` or nothing.

@@ -3,18 +3,17 @@
 //! `--max-connections` are closed at once, and a connection that never starts its TLS handshake
 //! is closed after `--tls-handshake-timeout`; the server keeps serving throughout.
 
-mod server_support;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ha_guard::config::Config;
-use ha_guard::server::admission::{MAX_JSON_VALUES, count_values};
-use ha_guard::server::{ServeOptions, StaticSource};
+use crate::server_support::{Server, VIEW, client, fixture, index, read_response, tls_connect, write_head};
+use ha_guard::core::config::Config;
+use ha_guard::core::view::StaticSource;
+use ha_guard::server::ServeOptions;
+use ha_guard::server::review::{MAX_JSON_VALUES, count_values};
 use serde_json::Value;
-use server_support::{Server, VIEW, client, fixture, index, read_response, tls_connect, write_head};
 
 async fn server(tweak: impl FnOnce(&mut ServeOptions)) -> Server {
     Server::start_with(Arc::new(StaticSource(index(VIEW, false))), Config::default(), tweak).await
@@ -40,14 +39,14 @@ async fn eventually(limit: Duration, what: &str, mut f: impl AsyncFnMut() -> boo
 /// An upload that sends its head and half its body, then waits for `go` before sending the rest.
 fn slow_upload(
     server: &Server,
-) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<server_support::RawResponse>>) {
+) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<crate::server_support::RawResponse>>) {
     slow_upload_of(server, serde_json::to_vec(&fixture("deployment-spread-ok.json")).unwrap())
 }
 
 fn slow_upload_of(
     server: &Server,
     body: Vec<u8>,
-) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<server_support::RawResponse>>) {
+) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<crate::server_support::RawResponse>>) {
     let (addr, ca) = (server.addr, server.ca_pem.clone());
     let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::task::spawn_blocking(move || {

@@ -2,8 +2,6 @@
 //! answered; the others are refused in the TLS handshake (no HTTP status ever reaches them). The
 //! CA file is re-read like the serving certificate. Without the flag, no certificate is asked for.
 
-mod server_support;
-
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
@@ -11,13 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ha_guard::config::Config;
-use ha_guard::server::StaticSource;
+use crate::server_support::{Pki, RawResponse, Server, VIEW, fixture, index, read_response, write_head};
+use ha_guard::core::config::Config;
+use ha_guard::core::view::StaticSource;
 use ha_guard::server::certs::{self, Bundle};
 use rstest::rstest;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use server_support::{Pki, RawResponse, Server, VIEW, fixture, index, read_response, write_head};
 
 /// A CA with a serving certificate for 127.0.0.1 and a client certificate named `client`.
 fn bundle(client: &str) -> Bundle {
@@ -398,7 +396,7 @@ async fn certs_client_writes_a_client_certificate_the_webhook_accepts() {
 #[case::not_pem(Some("not a certificate\n"))]
 fn a_bad_client_ca_is_an_error_naming_the_file(#[case] content: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
-    let pki = server_support::pki(dir.path());
+    let pki = crate::server_support::pki(dir.path());
     let ca_file = dir.path().join("client-ca.crt");
     if let Some(c) = content {
         std::fs::write(&ca_file, c).unwrap();

@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ha_guard::config::Config;
-use ha_guard::model::{self, Object};
-use ha_guard::server::{self, AppState, Listeners, ServeOptions, StaticSource, ViewSource};
-use ha_guard::view::Index;
+use ha_guard::core::config::Config;
+use ha_guard::core::model::{self, Object};
+use ha_guard::core::view::Index;
+use ha_guard::core::view::{StaticSource, ViewSource};
+use ha_guard::server::{self, AppState, Listeners, ServeOptions};
 use serde_json::Value;
 
 /// The cluster the tests' admission requests arrive in (namespace `shop`; `relaxed` is in warn mode).

@@ -2,10 +2,10 @@
 //! object's JSON, the result is checked, and planning again on the patched object must yield
 //! nothing (idempotence). Only missing fields are added; label keys with `/` and `~` round-trip.
 
-use ha_guard::config::Config;
-use ha_guard::model::{self, Object, Subject};
-use ha_guard::mutations::{self, Plan};
-use ha_guard::view::Index;
+use crate::core::config::Config;
+use crate::core::model::{self, Object, Subject};
+use crate::core::mutations::{self, Plan};
+use crate::core::view::Index;
 use json_patch::PatchOperation;
 use json_patch::jsonptr::PointerBuf;
 use serde_json::{Value, json};

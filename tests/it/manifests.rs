@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use ha_guard::check::{self, Options, load};
+use ha_guard::check::{self, Options};
+use ha_guard::manifest as load;
 use serde_json::Value;
 
 fn manifests() -> Vec<load::Document> {

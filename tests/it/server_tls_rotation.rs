@@ -2,16 +2,15 @@
 //! keeps sending requests on new connections. New connections get the new certificate; no request
 //! fails.
 
-mod server_support;
-
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ha_guard::config::Config;
-use ha_guard::server::{self, StaticSource};
-use server_support::{Pki, Server, VIEW, client, fixture, index};
+use crate::server_support::{Pki, Server, VIEW, client, fixture, index};
+use ha_guard::core::config::Config;
+use ha_guard::core::view::StaticSource;
+use ha_guard::server;
 
 /// How the files change.
 #[derive(Clone, Copy, Debug)]

@@ -1,0 +1,62 @@
+//! What `check` reports: decided findings located in their files, the fixes, and what could not
+//! be checked.
+
+use crate::core::finding::{Decision, Finding};
+use crate::core::model::ObjectRef;
+use crate::core::mutations::Change;
+use crate::manifest::{LoadError, Origin};
+
+/// A decided finding and where its object came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Located {
+    pub finding: Finding,
+    /// The file, document and the line (and column) of the finding's field, or of its deepest
+    /// ancestor present in the file.
+    pub origin: Origin,
+    /// The first segment of the finding's path that is not in the file (`None` when the field
+    /// itself is there, or the document could not be located).
+    pub missing: Option<String>,
+    /// The text of the source line `origin.line`, for diagnostics.
+    pub snippet: Option<String>,
+}
+
+/// The mutations one document would get.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fixable {
+    pub object: ObjectRef,
+    pub origin: Origin,
+    pub changes: Vec<Change>,
+    /// Where each change goes (same order as `changes`): the line of the field it adds or of its
+    /// deepest existing ancestor.
+    pub at: Vec<Origin>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub findings: Vec<Located>,
+    pub fixes: Vec<Fixable>,
+    /// What could not be checked, with where.
+    pub unchecked: Vec<(Origin, String)>,
+    /// Warnings about the decision (e.g. an exemption without a reason).
+    pub notices: Vec<(Origin, String)>,
+    pub errors: Vec<LoadError>,
+    pub objects: usize,
+    pub files: usize,
+}
+
+impl Report {
+    pub fn count(&self, action: Decision) -> usize {
+        self.findings.iter().filter(|l| l.finding.action == action).count()
+    }
+
+    /// 0: no deny finding; 1: a deny finding; 2: unusable input.
+    pub fn exit_code(&self) -> i32 {
+        if !self.errors.is_empty() {
+            2
+        } else if self.count(Decision::Deny) > 0 {
+            1
+        } else {
+            0
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! The integration tests that need no kube-apiserver, in one binary (one link instead of one per
+//! file): the `check` command line, the shared corpus, the webhook over real TLS, ha-guard's own
+//! install manifests, the YAML readers, fuzz regressions. The end-to-end tests against a real
+//! kube-apiserver are `tests/e2e_*.rs`.
+
+mod architecture;
+mod cli_check;
+mod corpus;
+mod fuzz_regressions;
+mod manifests;
+mod server_bad_input;
+mod server_client_auth;
+mod server_http;
+mod server_overload;
+mod server_sigterm;
+mod server_support;
+mod server_tls_rotation;
+mod yaml_reader;
