@@ -5,7 +5,7 @@
 //! One control plane (etcd + kube-apiserver from `tests/e2e/control-plane/`, built on first use)
 //! and the real `ha-guard serve --cluster live` watching it, both from the end-to-end harness
 //! (`tests/support/mod.rs`). Then, in rounds, a batch of writes with ha-guard's webhook
-//! configurations (`manifests/base/webhooks.yaml`, pointed at it) registered and a batch with them
+//! configurations (from `manifests/ha-guard.yaml`, pointed at it) registered and a batch with them
 //! deleted; the order alternates per round so that neither side always runs on the fuller etcd.
 //! A batch, each in a namespace of its own: create 1,000 Deployments (2 replicas, a hostname spread,
 //! about 0.8 KB) and 1,000 PodDisruptionBudgets over them (`maxUnavailable: 1`), then update all

@@ -1,5 +1,5 @@
 //! End-to-end: ha-guard registered with a real kube-apiserver through the shipped webhook
-//! configurations (`manifests/base/webhooks.yaml`) and driven with the real `kubectl`, as a user
+//! configurations (`manifests/ha-guard.yaml`) and driven with the real `kubectl`, as a user
 //! would. What is asserted is what kubectl prints and what the apiserver stores.
 //!
 //! One control plane and one ha-guard serve every step (`tests/support`); each step works in its

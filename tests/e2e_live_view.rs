@@ -413,14 +413,27 @@ fn cluster_modes(cp: &ControlPlane) {
     assert!(none.log_tail(5).contains("--cluster live: no cluster to connect to"), "{}", none.log_tail(5));
 }
 
-/// Runs ha-guard as its own ServiceAccount with the shipped RBAC (`manifests/base/rbac.yaml`).
-/// First with the HPA rule taken out of the ClusterRole: six kinds sync, HPAs cannot, and
-/// `/readyz` stays 503 (it needs every watcher). Then with the shipped ClusterRole: ready, all
-/// seven synced, which also shows the shipped RBAC is enough for the live view.
+/// Runs ha-guard as its own ServiceAccount with the shipped RBAC (the Namespace, ServiceAccount
+/// and read-only ClusterRole and binding of `manifests/ha-guard.yaml`). First with the HPA rule
+/// taken out of the ClusterRole: six kinds sync, HPAs cannot, and `/readyz` stays 503 (it needs
+/// every watcher). Then with the shipped ClusterRole: ready, all seven synced, which also shows the
+/// shipped RBAC is enough for the live view.
 fn shipped_rbac(cp: &ControlPlane) {
-    cp.apply(std::fs::read_to_string(repo().join("manifests/base/namespace.yaml")).expect("namespace.yaml")).success();
-    let rbac = std::fs::read_to_string(repo().join("manifests/base/rbac.yaml")).expect("rbac.yaml");
-    let mut docs = yaml_docs(&rbac);
+    let shipped = shipped_manifests();
+    let pick = |kind: &str, name: &str| -> Value {
+        shipped
+            .iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{SHIPPED} has no {kind} {name}"))
+            .clone()
+    };
+    cp.apply(yaml_file(&[pick("Namespace", "ha-guard")])).success();
+    let mut docs = vec![
+        pick("ServiceAccount", "ha-guard"),
+        pick("ClusterRole", "ha-guard"),
+        pick("ClusterRoleBinding", "ha-guard"),
+    ];
+    let rbac = yaml_file(&docs);
     let role = docs.iter_mut().find(|d| d["kind"] == "ClusterRole").expect("the shipped ClusterRole");
     let rules = role["rules"].as_array_mut().expect("rules");
     let before = rules.len();

@@ -1,5 +1,7 @@
-//! ha-guard's own install manifests: they pass its own check, grant only what it reads, and
-//! register webhooks that can never lock ha-guard out of its own namespace.
+//! ha-guard's own install manifests (`manifests/`, the chart rendered by
+//! `scripts/render-manifests.sh`): they pass its own check, grant only what it reads plus writes
+//! of its own Secret and webhook configurations by name, and register webhooks that can never lock
+//! ha-guard out of its own namespace.
 
 use std::path::Path;
 
@@ -7,11 +9,18 @@ use ha_guard::check::{self, Options};
 use ha_guard::manifest as load;
 use serde_json::Value;
 
-fn manifests() -> Vec<load::Document> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
-    let loaded = load::load(&[dir.display().to_string()]);
-    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
-    loaded.documents
+/// The two renderings: self-managed certificates (the default) and cert-manager.
+const FILES: [&str; 2] = ["manifests/ha-guard.yaml", "manifests/cert-manager/ha-guard.yaml"];
+
+fn load(file: &str) -> load::Loaded {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let loaded = load::load(&[path.display().to_string()]);
+    assert!(loaded.errors.is_empty(), "{file}: {:?}", loaded.errors);
+    loaded
+}
+
+fn manifests(file: &str) -> Vec<load::Document> {
+    load(file).documents
 }
 
 fn of_kind<'a>(docs: &'a [load::Document], kind: &str) -> Vec<&'a Value> {
@@ -20,55 +29,115 @@ fn of_kind<'a>(docs: &'a [load::Document], kind: &str) -> Vec<&'a Value> {
 
 #[test]
 fn own_manifests_have_no_finding_at_all() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
-    let loaded = load::load(&[dir.display().to_string()]);
-    // Complete: the manifests are ha-guard's whole namespace, so pdb-missing and friends run too.
-    let options = Options { complete: true, namespace: "default".into(), config: Default::default() };
-    let report = check::check(&loaded, &options);
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
-    let findings: Vec<_> = report.findings.iter().map(|l| (l.finding.rule, l.finding.object.to_string())).collect();
-    assert!(findings.is_empty(), "ha-guard's own manifests must pass its own check: {findings:?}");
-    assert!(report.fixes.is_empty(), "nothing left for the mutations to add: {:?}", report.fixes);
-    assert!(report.unchecked.is_empty(), "{:?}", report.unchecked);
-    assert_eq!(report.objects, 3, "the Deployment, its PDB and the Namespace are checked");
+    for file in FILES {
+        let loaded = load(file);
+        // Complete: the manifests are ha-guard's whole namespace, so pdb-missing and friends run too.
+        let options = Options { complete: true, namespace: "default".into(), config: Default::default() };
+        let report = check::check(&loaded, &options);
+        assert!(report.errors.is_empty(), "{file}: {:?}", report.errors);
+        let findings: Vec<_> = report.findings.iter().map(|l| (l.finding.rule, l.finding.object.to_string())).collect();
+        assert!(findings.is_empty(), "{file}: ha-guard's own manifests must pass its own check: {findings:?}");
+        assert!(report.fixes.is_empty(), "{file}: nothing left for the mutations to add: {:?}", report.fixes);
+        assert!(report.unchecked.is_empty(), "{file}: {:?}", report.unchecked);
+        assert!(report.notices.is_empty(), "{file}: {:?}", report.notices);
+        assert_eq!(report.objects, 3, "{file}: the Deployment, its PDB and the Namespace are checked");
+    }
 }
 
 #[test]
 fn the_cluster_role_only_reads_the_kinds_the_rules_read() {
-    let docs = manifests();
-    let roles = of_kind(&docs, "ClusterRole");
-    assert_eq!(roles.len(), 1);
-    let mut granted: Vec<(String, String, Vec<String>)> = Vec::new();
-    for rule in roles[0]["rules"].as_array().unwrap() {
-        let verbs: Vec<String> =
-            rule["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
-        for group in rule["apiGroups"].as_array().unwrap() {
-            for resource in rule["resources"].as_array().unwrap() {
-                granted.push((group.as_str().unwrap().into(), resource.as_str().unwrap().into(), verbs.clone()));
+    for file in FILES {
+        let docs = manifests(file);
+        let roles: Vec<&Value> =
+            of_kind(&docs, "ClusterRole").into_iter().filter(|r| r["metadata"]["name"] == "ha-guard").collect();
+        assert_eq!(roles.len(), 1, "{file}");
+        let mut granted: Vec<(String, String, Vec<String>)> = Vec::new();
+        for rule in roles[0]["rules"].as_array().unwrap() {
+            let verbs: Vec<String> =
+                rule["verbs"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+            for group in rule["apiGroups"].as_array().unwrap() {
+                for resource in rule["resources"].as_array().unwrap() {
+                    granted.push((group.as_str().unwrap().into(), resource.as_str().unwrap().into(), verbs.clone()));
+                }
+            }
+            assert!(rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none());
+        }
+        granted.sort();
+        let read = vec!["get".to_string(), "list".into(), "watch".into()];
+        let expected: Vec<(String, String, Vec<String>)> = [
+            ("", "namespaces"),
+            ("", "nodes"),
+            ("", "persistentvolumeclaims"),
+            ("apps", "deployments"),
+            ("apps", "statefulsets"),
+            ("autoscaling", "horizontalpodautoscalers"),
+            ("policy", "poddisruptionbudgets"),
+        ]
+        .iter()
+        .map(|(g, r)| (g.to_string(), r.to_string(), read.clone()))
+        .collect();
+        assert_eq!(granted, expected, "{file}: get/list/watch on exactly the watched kinds; no Secrets, no writes");
+    }
+}
+
+/// A rule of a Role or ClusterRole: (kind, namespace, resources, resourceNames, verbs).
+type Grant = (String, String, Vec<String>, Vec<String>, Vec<String>);
+
+#[test]
+fn writes_are_only_to_its_own_secret_and_webhook_configurations() {
+    // Every rule of every Role and ClusterRole that does more than read without names.
+    let writes = |file: &str| -> Vec<Grant> {
+        let docs = manifests(file);
+        let list = |v: &Value| -> Vec<String> {
+            v.as_array().map(|a| a.iter().map(|s| s.as_str().unwrap().to_string()).collect()).unwrap_or_default()
+        };
+        let mut out = Vec::new();
+        for role in docs.iter().map(|d| &d.value).filter(|v| v["kind"] == "Role" || v["kind"] == "ClusterRole") {
+            for rule in role["rules"].as_array().unwrap() {
+                let verbs = list(&rule["verbs"]);
+                if rule.get("resourceNames").is_none()
+                    && verbs.iter().all(|v| ["get", "list", "watch"].contains(&v.as_str()))
+                {
+                    continue;
+                }
+                out.push((
+                    role["kind"].as_str().unwrap().to_string(),
+                    role["metadata"]["namespace"].as_str().unwrap_or("").to_string(),
+                    list(&rule["resources"]),
+                    list(&rule["resourceNames"]),
+                    verbs,
+                ));
             }
         }
-        assert!(rule.get("resourceNames").is_none() && rule.get("nonResourceURLs").is_none());
-    }
-    granted.sort();
-    let read = vec!["get".to_string(), "list".into(), "watch".into()];
-    let expected: Vec<(String, String, Vec<String>)> = [
-        ("", "namespaces"),
-        ("", "nodes"),
-        ("", "persistentvolumeclaims"),
-        ("apps", "deployments"),
-        ("apps", "statefulsets"),
-        ("autoscaling", "horizontalpodautoscalers"),
-        ("policy", "poddisruptionbudgets"),
-    ]
-    .iter()
-    .map(|(g, r)| (g.to_string(), r.to_string(), read.clone()))
-    .collect();
-    assert_eq!(granted, expected, "get/list/watch on exactly the watched kinds; no Secrets, no writes");
+        out
+    };
+    let verbs: Vec<String> = ["get", "list", "watch", "update", "patch"].iter().map(|v| v.to_string()).collect();
+    assert_eq!(
+        writes(FILES[0]),
+        vec![
+            (
+                "ClusterRole".to_string(),
+                String::new(),
+                vec!["validatingwebhookconfigurations".to_string(), "mutatingwebhookconfigurations".into()],
+                vec!["ha-guard".to_string()],
+                verbs.clone()
+            ),
+            (
+                "Role".to_string(),
+                "ha-guard".to_string(),
+                vec!["secrets".to_string()],
+                vec!["ha-guard-tls".to_string()],
+                verbs
+            ),
+        ],
+        "self-managed certificates: its Secret and its two webhook configurations, each by name, nothing created"
+    );
+    assert_eq!(writes(FILES[1]), vec![], "cert-manager: ha-guard writes nothing");
 }
 
 #[test]
 fn webhooks_leave_out_kube_system_and_their_own_namespace() {
-    let docs = manifests();
+    let docs = manifests(FILES[0]);
     for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
         let configs = of_kind(&docs, kind);
         assert_eq!(configs.len(), 1, "{kind}");
@@ -84,6 +153,12 @@ fn webhooks_leave_out_kube_system_and_their_own_namespace() {
                     && e["values"].as_array().unwrap().contains(&"kube-system".into())
                     && e["values"].as_array().unwrap().contains(&"ha-guard".into())),
                 "{kind}: {exprs:?}"
+            );
+            assert!(
+                exprs.iter().any(|e| e["key"] == "ha-guard.io/mode"
+                    && e["operator"] == "NotIn"
+                    && e["values"] == serde_json::json!(["off"])),
+                "{kind}: namespaces labelled ha-guard.io/mode=off are not sent: {exprs:?}"
             );
             for rule in hook["rules"].as_array().unwrap() {
                 assert_eq!(rule["operations"], serde_json::json!(["CREATE", "UPDATE"]), "{kind}");
@@ -111,7 +186,7 @@ fn webhooks_leave_out_kube_system_and_their_own_namespace() {
 
 #[test]
 fn the_deployment_practises_what_it_enforces() {
-    let docs = manifests();
+    let docs = manifests(FILES[0]);
     let d = of_kind(&docs, "Deployment")[0];
     assert!(d["spec"]["replicas"].as_i64().unwrap() >= 2);
     assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate");

@@ -1,6 +1,6 @@
 //! End-to-end harness shared by `tests/e2e_*.rs`: a real etcd + kube-apiserver
 //! ([`ControlPlane`], `tests/e2e/control-plane/`), the real `ha-guard serve` binary watching it
-//! ([`HaGuard`]), webhook configurations generated from `manifests/base/webhooks.yaml`, a `kubectl`
+//! ([`HaGuard`]), webhook configurations generated from the shipped `manifests/ha-guard.yaml`, a `kubectl`
 //! runner, and a step runner ([`Steps`]).
 //!
 //! Nothing is mocked and everything is started and stopped here:
@@ -1001,13 +1001,25 @@ impl Webhooks {
     }
 }
 
-/// The shipped webhook configurations (`manifests/base/webhooks.yaml`: same rules, failurePolicy,
-/// timeouts, namespaceSelector, ...) pointed at `hg`: each `clientConfig.service` becomes
+/// The shipped install (the chart rendered with its defaults, `scripts/render-manifests.sh`).
+pub const SHIPPED: &str = "manifests/ha-guard.yaml";
+
+/// The documents of the shipped install.
+pub fn shipped_manifests() -> Vec<Value> {
+    let path = repo().join(SHIPPED);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    yaml_docs(&text)
+}
+
+/// The shipped webhook configurations (from [`SHIPPED`]: same rules, failurePolicy, timeouts,
+/// namespaceSelector, matchConditions, ...) pointed at `hg`: each `clientConfig.service` becomes
 /// `url: https://127.0.0.1:PORT<service.path>` with `caBundle` set to ha-guard's CA.
 pub fn webhook_configurations(hg: &HaGuard) -> Vec<Value> {
-    let path = repo().join("manifests/base/webhooks.yaml");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut docs = yaml_docs(&text);
+    let path = repo().join(SHIPPED);
+    let mut docs: Vec<Value> = shipped_manifests()
+        .into_iter()
+        .filter(|d| d["kind"] == Webhooks::Mutating.kind() || d["kind"] == Webhooks::Validating.kind())
+        .collect();
     assert_eq!(docs.len(), 2, "{}: expected the mutating and the validating configuration", path.display());
     for doc in &mut docs {
         let hooks = doc["webhooks"]
@@ -1031,7 +1043,7 @@ pub fn webhook_configuration(hg: &HaGuard, which: Webhooks) -> Value {
     webhook_configurations(hg)
         .into_iter()
         .find(|d| d["kind"] == which.kind())
-        .unwrap_or_else(|| panic!("manifests/base/webhooks.yaml has no {}", which.kind()))
+        .unwrap_or_else(|| panic!("{SHIPPED} has no {}", which.kind()))
 }
 
 /// A Deployment that ha-guard always refuses, whatever the view (`prestop-exceeds-grace`).

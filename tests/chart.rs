@@ -1,0 +1,1005 @@
+//! The Helm chart `charts/ha-guard`, through the real helm (built from its Go module by
+//! `tests/e2e/helm/build.sh` on first use, cached outside the repository): it lints, renders in
+//! every certificate mode and with every optional part, each rendering passes ha-guard's own
+//! `check --complete` with no finding, a misspelt value is refused by the schema, the webhooks
+//! and RBAC are what the contract says (docs: `/work/notes/tls-contract.md` as carried into the
+//! README), and `manifests/` is exactly the chart rendered by `scripts/render-manifests.sh`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::{Value, json};
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The pinned helm, built once per machine (a cached build returns at once). A helm that cannot
+/// be built fails the test with the script's output: never a skip.
+fn helm() -> &'static Path {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        let script = repo().join("tests/e2e/helm/build.sh");
+        let out = Command::new(&script)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{} failed ({}):\n{stderr}", script.display(), out.status);
+        let path = PathBuf::from(stdout.lines().last().unwrap_or("").trim());
+        assert!(path.is_file(), "{} printed no helm path: {stdout:?}\n{stderr}", script.display());
+        path
+    })
+}
+
+fn run_helm(args: &[&str]) -> Output {
+    Command::new(helm())
+        .args(args)
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run helm: {e}"))
+}
+
+/// `helm template ha-guard charts/ha-guard --namespace ha-guard ARGS` (hooks included, as
+/// `helm install` would create them).
+fn template(args: &[&str]) -> Output {
+    let mut all = vec!["template", "ha-guard", "charts/ha-guard", "--namespace", "ha-guard"];
+    all.extend_from_slice(args);
+    run_helm(&all)
+}
+
+fn render(args: &[&str]) -> String {
+    let out = template(args);
+    assert!(out.status.success(), "helm template {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("helm prints UTF-8")
+}
+
+/// The error of a rendering that must fail.
+fn refused(args: &[&str]) -> String {
+    let out = template(args);
+    assert!(
+        !out.status.success(),
+        "helm template {args:?} should have failed, rendered:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn docs(text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(text)
+        .unwrap_or_else(|e| panic!("helm rendered bad YAML ({e}):\n{text}"))
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn is_hook(doc: &Value) -> bool {
+    doc["metadata"]["annotations"].get("helm.sh/hook").is_some()
+}
+
+/// The release's objects (hooks left out), as `helm install` applies them.
+fn objects(args: &[&str]) -> Vec<Value> {
+    docs(&render(args)).into_iter().filter(|d| !is_hook(d)).collect()
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let found = of_kind(docs, kind);
+    assert_eq!(found.len(), 1, "expected one {kind}, found {}", found.len());
+    found[0]
+}
+
+fn container(docs: &[Value]) -> &Value {
+    &one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().map(|a| a.iter().map(|s| s.as_str().expect("a string").to_string()).collect()).unwrap_or_default()
+}
+
+/// `ha-guard check --complete --format json` (the binary cargo built) on a rendering.
+fn check_complete(yaml: &str) -> Value {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("rendered.yaml");
+    std::fs::write(&file, yaml).expect("write rendering");
+    let out = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+        .args(["check", "--complete", "--format", "json", "-f"])
+        .arg(&file)
+        .output()
+        .expect("run ha-guard check");
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("check printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(out.status.code().is_some(), "check was killed: {out:?}");
+    report
+}
+
+/// Value combinations a platform engineer would install, each rendered with its hooks.
+const COMBINATIONS: &[(&str, &[&str])] = &[
+    ("defaults", &[]),
+    ("cert-manager", &["--set", "certificates.mode=certManager"]),
+    (
+        "cert-manager with an existing issuer",
+        &[
+            "--set",
+            "certificates.mode=certManager",
+            "--set",
+            "certificates.certManager.issuerRef.name=corp-ca",
+            "--set",
+            "certificates.certManager.issuerRef.kind=ClusterIssuer",
+        ],
+    ),
+    (
+        "a Secret of the user's",
+        &[
+            "--set",
+            "certificates.mode=secret",
+            "--set",
+            "certificates.secret.name=my-tls",
+            "--set",
+            "certificates.secret.caBundle=-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        ],
+    ),
+    ("HA, 3 replicas", &["--set", "replicaCount=3"]),
+    (
+        "monitoring on",
+        &[
+            "--set",
+            "metrics.serviceMonitor.enabled=true",
+            "--set",
+            "metrics.prometheusRule.enabled=true",
+            "--set",
+            "metrics.dashboard.enabled=true",
+        ],
+    ),
+    ("network policy on", &["--set", "networkPolicy.enabled=true"]),
+    ("namespace rendered", &["--set", "namespace.create=true"]),
+    (
+        "hard spread, rules configured",
+        &[
+            "--set",
+            "topologySpread.hostname.whenUnsatisfiable=DoNotSchedule",
+            "--set",
+            "config.rules.pdb-missing=deny",
+            "--set",
+            "config.mutations.inject-default-spread=true",
+        ],
+    ),
+    ("Kubernetes 1.27", &["--kube-version", "1.27.0"]),
+];
+
+#[test]
+fn helm_lint_passes_in_every_certificate_mode() {
+    // The user's CA from a file, as the values documentation says (--set-file).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").unwrap();
+    let ca = format!("certificates.secret.caBundle={}", ca.display());
+    let secret = ["--set", "certificates.mode=secret", "--set", "certificates.secret.name=x", "--set-file", &ca];
+    for args in [&[][..], &["--set", "certificates.mode=certManager"], &secret, COMBINATIONS[5].1] {
+        let mut all = vec!["lint", "--strict", "charts/ha-guard"];
+        all.extend_from_slice(args);
+        let out = run_helm(&all);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "helm lint {args:?}:\n{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("1 chart(s) linted, 0 chart(s) failed"), "{stdout}");
+        assert!(!stdout.contains("[WARNING]") && !stdout.contains("[ERROR]"), "{stdout}");
+    }
+}
+
+#[test]
+fn every_combination_passes_check_complete_with_no_finding() {
+    for (name, args) in COMBINATIONS {
+        let yaml = render(args);
+        let report = check_complete(&yaml);
+        for key in ["findings", "mutations", "unchecked", "errors"] {
+            assert_eq!(
+                report[key],
+                json!([]),
+                "{name}: ha-guard's own chart must pass its own check ({key}):\n{report:#}"
+            );
+        }
+        assert_eq!(report["summary"], json!({"deny": 0, "warn": 0, "allowed": 0}), "{name}");
+        let d = docs(&yaml);
+        assert_eq!(of_kind(&d, "Deployment").len(), 1, "{name}");
+        assert_eq!(of_kind(&d, "PodDisruptionBudget").len(), 1, "{name}");
+    }
+}
+
+#[test]
+fn the_check_above_fails_when_the_chart_breaks_ha_guards_rules() {
+    // The same check on a rendering without ha-guard's spread and PDB: it must find both, or the
+    // test above proves nothing.
+    let yaml =
+        render(&["--set", "topologySpread.hostname.enabled=false", "--set", "podDisruptionBudget.enabled=false"]);
+    let report = check_complete(&yaml);
+    let rules: BTreeSet<&str> =
+        report["findings"].as_array().unwrap().iter().map(|f| f["rule"].as_str().unwrap()).collect();
+    assert_eq!(rules, BTreeSet::from(["pdb-missing", "replicas-colocated"]), "{report:#}");
+}
+
+#[test]
+fn a_misspelt_value_fails_with_the_schema_error() {
+    let top = refused(&["--set", "replicaCount=2", "--set", "replicasCount=3"]);
+    assert!(top.contains("additional properties 'replicasCount' not allowed"), "{top}");
+    let nested = refused(&["--set", "webhook.failurPolicy=Fail"]);
+    assert!(nested.contains("at '/webhook': additional properties 'failurPolicy' not allowed"), "{nested}");
+    let deep = refused(&["--set", "topologySpread.hostname.whenUnsatisfiabel=DoNotSchedule"]);
+    assert!(deep.contains("at '/topologySpread/hostname'") && deep.contains("whenUnsatisfiabel"), "{deep}");
+    // ha-guard's configuration too: an unknown rule ID, a bad action, an unknown mutation.
+    let rule = refused(&["--set", "config.rules.pdb-mising=warn"]);
+    assert!(rule.contains("at '/config/rules': additional properties 'pdb-mising' not allowed"), "{rule}");
+    let action = refused(&["--set", "config.rules.pdb-missing=block"]);
+    assert!(action.contains("/config/rules/pdb-missing") && action.contains("deny"), "{action}");
+    let mutation = refused(&["--set", "config.mutations.inject-spread=true"]);
+    assert!(mutation.contains("additional properties 'inject-spread' not allowed"), "{mutation}");
+    // Wrong types and values.
+    let mode = refused(&["--set", "certificates.mode=certmanager"]);
+    assert!(mode.contains("/certificates/mode") && mode.contains("certManager"), "{mode}");
+    let count = refused(&["--set", "replicaCount=two"]);
+    assert!(count.contains("/replicaCount") && count.contains("integer"), "{count}");
+    let policy = refused(&["--set", "webhook.failurePolicy=ignore"]);
+    assert!(policy.contains("/webhook/failurePolicy"), "{policy}");
+    let timeout = refused(&["--set", "webhook.timeoutSeconds=31"]);
+    assert!(timeout.contains("/webhook/timeoutSeconds"), "{timeout}");
+    // A base64 caBundle where the PEM is expected.
+    let b64 = refused(&[
+        "--set",
+        "certificates.mode=secret",
+        "--set",
+        "certificates.secret.name=x",
+        "--set",
+        "certificates.secret.caBundle=LS0tLS1CRUdJTg==",
+    ]);
+    assert!(b64.contains("/certificates/secret/caBundle"), "{b64}");
+}
+
+#[test]
+fn values_that_contradict_each_other_fail_with_a_message_naming_the_fix() {
+    let grace = refused(&["--set", "terminationGracePeriodSeconds=20"]);
+    assert!(
+        grace.contains(
+            "terminationGracePeriodSeconds (20) must be at least shutdown.delaySeconds + shutdown.timeoutSeconds (25)"
+        ),
+        "{grace}"
+    );
+    let name = refused(&["--set", "certificates.mode=secret"]);
+    assert!(name.contains("certificates.mode=secret needs certificates.secret.name"), "{name}");
+    let ca = refused(&["--set", "certificates.mode=secret", "--set", "certificates.secret.name=x"]);
+    assert!(ca.contains("needs certificates.secret.caBundle") && ca.contains("--set-file"), "{ca}");
+    let old = refused(&["--kube-version", "1.26.0"]);
+    assert!(old.contains("chart requires kubeVersion: >=1.27.0-0"), "{old}");
+}
+
+fn mutating(docs: &[Value]) -> &Value {
+    &one(docs, "MutatingWebhookConfiguration")["webhooks"][0]
+}
+
+fn validating(docs: &[Value]) -> &Value {
+    &one(docs, "ValidatingWebhookConfiguration")["webhooks"][0]
+}
+
+#[test]
+fn match_conditions_only_where_the_cluster_has_them() {
+    let extra = [
+        "--set",
+        "webhook.matchConditions[0].name=not-argo",
+        "--set-string",
+        "webhook.matchConditions[0].expression=true",
+    ];
+    for version in ["1.30.0", "1.34.2"] {
+        let d = objects(&["--kube-version", version]);
+        let conditions = &mutating(&d)["matchConditions"];
+        assert_eq!(conditions[0]["name"], "workload-or-pdb-without-eviction-policy", "{version}");
+        assert_eq!(conditions.as_array().unwrap().len(), 1, "{version}");
+        assert!(validating(&d).get("matchConditions").is_none(), "{version}: the validating webhook sees every write");
+        // The user's conditions go to both webhooks, after ha-guard's own.
+        let mut args = vec!["--kube-version", version];
+        args.extend_from_slice(&extra);
+        let d = objects(&args);
+        assert_eq!(mutating(&d)["matchConditions"][1]["name"], "not-argo");
+        assert_eq!(validating(&d)["matchConditions"], json!([{"name": "not-argo", "expression": "true"}]));
+    }
+    for version in ["1.29.9", "1.27.0"] {
+        let d = objects(&["--kube-version", version]);
+        assert!(mutating(&d).get("matchConditions").is_none(), "{version}: {:#}", mutating(&d));
+        assert!(validating(&d).get("matchConditions").is_none(), "{version}");
+        let mut args = vec!["--kube-version", version];
+        args.extend_from_slice(&extra);
+        let err = refused(&args);
+        assert!(err.contains("webhook.matchConditions need Kubernetes 1.30 or later"), "{err}");
+    }
+    // helm template without --kube-version assumes the version of the client-go helm was built
+    // with (v1.37 for v3.22): the conditions are there, as with a released helm.
+    let d = objects(&[]);
+    assert!(mutating(&d).get("matchConditions").is_some());
+}
+
+#[test]
+fn webhooks_keep_ha_guard_out_of_the_namespaces_that_must_stay_repairable() {
+    let d = objects(&[
+        "--set",
+        "webhook.excludeNamespaces={flux-system}",
+        "--set",
+        "webhook.namespaceSelector.matchLabels.team=a",
+        "--set",
+        "webhook.objectSelector.matchLabels.checked=yes",
+    ]);
+    for hook in [mutating(&d), validating(&d)] {
+        let selector = &hook["namespaceSelector"];
+        assert_eq!(
+            selector["matchExpressions"][0],
+            json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "ha-guard", "flux-system"]})
+        );
+        assert_eq!(
+            selector["matchExpressions"][1],
+            json!({"key": "ha-guard.io/mode", "operator": "NotIn", "values": ["off"]})
+        );
+        assert_eq!(selector["matchLabels"], json!({"team": "a"}));
+        assert_eq!(hook["objectSelector"], json!({"matchLabels": {"checked": "yes"}}));
+    }
+    // Another release namespace is left out in its place.
+    let other = docs(
+        &String::from_utf8(run_helm(&["template", "hg", "charts/ha-guard", "-n", "policy", "--no-hooks"]).stdout)
+            .unwrap(),
+    );
+    assert_eq!(
+        mutating(&other)["namespaceSelector"]["matchExpressions"][0]["values"],
+        json!(["kube-system", "policy"])
+    );
+    assert_eq!(
+        mutating(&other)["clientConfig"]["service"],
+        json!({"name": "hg-ha-guard", "namespace": "policy", "path": "/mutate", "port": 443})
+    );
+}
+
+/// Every rule of every Role and ClusterRole of a rendering, with the namespace of a Role.
+fn rbac_rules(docs: &[Value]) -> Vec<(String, Option<String>, Value)> {
+    let mut out = Vec::new();
+    for d in docs.iter().filter(|d| d["kind"] == "Role" || d["kind"] == "ClusterRole") {
+        let ns = d["metadata"]["namespace"].as_str().map(String::from);
+        for rule in d["rules"].as_array().expect("rules") {
+            out.push((d["metadata"]["name"].as_str().unwrap().to_string(), ns.clone(), rule.clone()));
+        }
+    }
+    out
+}
+
+const READ: [&str; 3] = ["get", "list", "watch"];
+
+#[test]
+fn rbac_writes_only_its_own_secret_and_webhook_configurations_by_name() {
+    let d = objects(&[]);
+    let mut writes = Vec::new();
+    for (role, ns, rule) in rbac_rules(&d) {
+        let verbs = strings(&rule["verbs"]);
+        assert!(rule.get("nonResourceURLs").is_none(), "{role}: {rule}");
+        for v in &verbs {
+            assert!(v != "*" && v != "create" && v != "delete" && v != "deletecollection", "{role}: {rule}");
+            assert!(!["escalate", "bind", "impersonate"].contains(&v.as_str()), "{role}: {rule}");
+        }
+        if verbs.iter().all(|v| READ.contains(&v.as_str())) && rule.get("resourceNames").is_none() {
+            continue;
+        }
+        let names = strings(&rule["resourceNames"]);
+        assert!(!names.is_empty(), "{role}: every write verb needs resourceNames: {rule}");
+        writes.push((role, ns, strings(&rule["resources"]), names, verbs));
+    }
+    let rw = vec!["get".to_string(), "list".into(), "watch".into(), "update".into(), "patch".into()];
+    assert_eq!(
+        writes,
+        vec![
+            (
+                "ha-guard-webhooks".to_string(),
+                None,
+                vec!["validatingwebhookconfigurations".to_string(), "mutatingwebhookconfigurations".into()],
+                vec!["ha-guard".to_string()],
+                rw.clone()
+            ),
+            (
+                "ha-guard-tls".to_string(),
+                Some("ha-guard".into()),
+                vec!["secrets".to_string()],
+                vec!["ha-guard-tls".to_string()],
+                rw
+            ),
+        ],
+        "managed mode writes exactly its Secret and its two webhook configurations"
+    );
+    // The names are the objects the chart makes and the Deployment passes to ha-guard.
+    assert_eq!(one(&d, "Secret")["metadata"]["name"], "ha-guard-tls");
+    assert_eq!(of_kind(&d, "ValidatingWebhookConfiguration")[0]["metadata"]["name"], "ha-guard");
+    // Every binding gives its role to ha-guard's ServiceAccount only.
+    for b in d.iter().filter(|d| d["kind"] == "RoleBinding" || d["kind"] == "ClusterRoleBinding") {
+        assert_eq!(
+            b["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "ha-guard", "namespace": "ha-guard"}]),
+            "{b}"
+        );
+    }
+
+    // With files (cert-manager, a user's Secret) ha-guard writes nothing at all.
+    for args in [COMBINATIONS[1].1, COMBINATIONS[3].1] {
+        let d = objects(args);
+        for (role, _, rule) in rbac_rules(&d) {
+            assert!(strings(&rule["verbs"]).iter().all(|v| READ.contains(&v.as_str())), "{args:?} {role}: {rule}");
+        }
+        assert!(of_kind(&d, "Role").is_empty() && of_kind(&d, "Secret").is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn the_cluster_role_reads_exactly_the_kinds_the_live_view_watches() {
+    let d = objects(&[]);
+    let role = of_kind(&d, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "ha-guard")
+        .expect("ClusterRole ha-guard");
+    let mut granted = Vec::new();
+    for rule in role["rules"].as_array().unwrap() {
+        assert_eq!(strings(&rule["verbs"]), READ, "{rule}");
+        assert!(rule.get("resourceNames").is_none());
+        for g in strings(&rule["apiGroups"]) {
+            for r in strings(&rule["resources"]) {
+                granted.push((g.clone(), r));
+            }
+        }
+    }
+    granted.sort();
+    let expected: Vec<(String, String)> = [
+        ("", "namespaces"),
+        ("", "nodes"),
+        ("", "persistentvolumeclaims"),
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("autoscaling", "horizontalpodautoscalers"),
+        ("policy", "poddisruptionbudgets"),
+    ]
+    .iter()
+    .map(|(g, r)| (g.to_string(), r.to_string()))
+    .collect();
+    assert_eq!(granted, expected);
+}
+
+#[test]
+fn the_deployment_runs_serve_as_the_contract_says() {
+    let d = objects(&[]);
+    let c = container(&d);
+    assert_eq!(
+        strings(&c["args"]),
+        [
+            "serve",
+            "--cluster=live",
+            "--tls-mode=managed",
+            "--tls-secret=ha-guard-tls",
+            "--tls-service=ha-guard",
+            "--tls-webhook=ha-guard",
+            "--config=/etc/ha-guard/config.yaml",
+            "--log-format=json",
+            "--shutdown-delay=5",
+            "--shutdown-timeout=20",
+        ]
+    );
+    assert_eq!(
+        c["env"],
+        json!([{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}])
+    );
+    assert_eq!(c["image"], format!("ghcr.io/ha-guard/ha-guard:{}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        c["ports"],
+        json!([
+            {"name": "https", "containerPort": 8443, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": 8080, "protocol": "TCP"}
+        ])
+    );
+    assert_eq!(c["volumeMounts"], json!([{"name": "config", "mountPath": "/etc/ha-guard", "readOnly": true}]));
+    let pod = &one(&d, "Deployment")["spec"]["template"]["spec"];
+    // Managed mode reads its certificate through the API: only the configuration is mounted.
+    assert_eq!(
+        pod["volumes"][0]["projected"]["sources"],
+        json!([{"configMap": {"name": "ha-guard-config", "items": [{"key": "config.yaml", "path": "config.yaml"}]}}])
+    );
+    assert_eq!(pod["serviceAccountName"], "ha-guard");
+
+    // Validities, when set, and names that follow the release.
+    let other = docs(
+        &String::from_utf8(
+            run_helm(&[
+                "template",
+                "guard",
+                "charts/ha-guard",
+                "-n",
+                "x",
+                "--set",
+                "certificates.managed.caValidity=2y",
+                "--set",
+                "certificates.managed.certValidity=30d",
+            ])
+            .stdout,
+        )
+        .unwrap(),
+    );
+    let args = strings(&container(&other)["args"]);
+    for a in [
+        "--tls-secret=guard-ha-guard-tls",
+        "--tls-service=guard-ha-guard",
+        "--tls-webhook=guard-ha-guard",
+        "--tls-ca-validity=2y",
+        "--tls-cert-validity=30d",
+    ] {
+        assert!(args.contains(&a.to_string()), "{a} in {args:?}");
+    }
+    assert_eq!(one(&other, "Service")["metadata"]["name"], "guard-ha-guard");
+    assert_eq!(one(&other, "Secret")["metadata"]["name"], "guard-ha-guard-tls");
+
+    // Files mode: the Secret mounted where --tls-cert/--tls-key point, no managed flags.
+    for (args, secret) in [(COMBINATIONS[1].1, "ha-guard-tls"), (COMBINATIONS[3].1, "my-tls")] {
+        let d = objects(args);
+        let c = container(&d);
+        let a = strings(&c["args"]);
+        assert!(
+            a.contains(&"--tls-cert=/etc/ha-guard/tls/tls.crt".into())
+                && a.contains(&"--tls-key=/etc/ha-guard/tls/tls.key".into()),
+            "{a:?}"
+        );
+        assert!(!a.iter().any(|x| x.starts_with("--tls-mode") || x.starts_with("--tls-secret")), "{a:?}");
+        let sources = &one(&d, "Deployment")["spec"]["template"]["spec"]["volumes"][0]["projected"]["sources"];
+        assert_eq!(
+            sources[1],
+            json!({"secret": {"name": secret, "items": [{"key": "tls.crt", "path": "tls/tls.crt"}, {"key": "tls.key", "path": "tls/tls.key"}]}})
+        );
+    }
+}
+
+#[test]
+fn the_deployment_stays_available_through_drains_and_upgrades() {
+    let d = objects(&["--set", "replicaCount=3"]);
+    let deployment = one(&d, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(
+        deployment["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
+    );
+    let pod = &deployment["spec"]["template"]["spec"];
+    let selector = &deployment["spec"]["selector"];
+    let keys: Vec<&str> = pod["topologySpreadConstraints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["topologyKey"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]);
+    for t in pod["topologySpreadConstraints"].as_array().unwrap() {
+        assert_eq!(t["labelSelector"], *selector, "counted over ha-guard's own pods");
+    }
+    assert!(pod["terminationGracePeriodSeconds"].as_i64().unwrap() >= 5 + 20);
+    assert_eq!(
+        pod["securityContext"],
+        json!({"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    let c = container(&d);
+    assert_eq!(
+        c["securityContext"],
+        json!({"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}})
+    );
+    assert_eq!(c["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": "metrics"}));
+    assert_eq!(c["livenessProbe"]["httpGet"], json!({"path": "/healthz", "port": "metrics"}));
+    let pdb = one(&d, "PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    assert_eq!(pdb["spec"]["selector"], *selector);
+    let service = one(&d, "Service");
+    assert_eq!(
+        service["spec"]["ports"],
+        json!([
+            {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"},
+            {"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}
+        ])
+    );
+
+    // Scheduling passthrough.
+    let d = objects(&[
+        "--set",
+        "priorityClassName=system-cluster-critical",
+        "--set",
+        "nodeSelector.pool=infra",
+        "--set",
+        "tolerations[0].key=infra",
+        "--set",
+        "tolerations[0].operator=Exists",
+        "--set",
+        "imagePullSecrets[0].name=regcred",
+        "--set",
+        "image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    ]);
+    let pod = &one(&d, "Deployment")["spec"]["template"]["spec"];
+    assert_eq!(pod["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["nodeSelector"], json!({"pool": "infra"}));
+    assert_eq!(pod["tolerations"], json!([{"key": "infra", "operator": "Exists"}]));
+    assert_eq!(pod["imagePullSecrets"], json!([{"name": "regcred"}]));
+    assert_eq!(
+        pod["containers"][0]["image"],
+        "ghcr.io/ha-guard/ha-guard@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+    );
+}
+
+#[test]
+fn certificate_modes_wire_the_ca_into_both_webhooks() {
+    // cert-manager: its cainjector fills caBundle from the Certificate whose Secret ha-guard reads.
+    let d = objects(&["--set", "certificates.mode=certManager"]);
+    for kind in ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"] {
+        let c = one(&d, kind);
+        assert_eq!(c["metadata"]["annotations"]["cert-manager.io/inject-ca-from"], "ha-guard/ha-guard", "{kind}");
+        assert!(c["webhooks"][0]["clientConfig"].get("caBundle").is_none());
+    }
+    let serving: Vec<&Value> =
+        of_kind(&d, "Certificate").into_iter().filter(|c| c["metadata"]["name"] == "ha-guard").collect();
+    assert_eq!(serving[0]["spec"]["secretName"], "ha-guard-tls");
+    assert_eq!(serving[0]["spec"]["dnsNames"], json!(["ha-guard.ha-guard.svc", "ha-guard.ha-guard.svc.cluster.local"]));
+    assert_eq!(serving[0]["spec"]["issuerRef"], json!({"kind": "Issuer", "name": "ha-guard-ca"}));
+    assert_eq!(of_kind(&d, "Issuer").len(), 2, "a self-signed issuer and ha-guard's own CA issuer");
+    let d = objects(COMBINATIONS[2].1);
+    assert_eq!(one(&d, "Certificate")["spec"]["issuerRef"], json!({"kind": "ClusterIssuer", "name": "corp-ca"}));
+    assert!(of_kind(&d, "Issuer").is_empty());
+
+    // A user's Secret: the CA given as PEM goes into caBundle (base64, as the API wants it).
+    let d = objects(COMBINATIONS[3].1);
+    for kind in ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"] {
+        let hook = &one(&d, kind)["webhooks"][0];
+        let bundle = hook["clientConfig"]["caBundle"].as_str().expect("caBundle");
+        assert_eq!(
+            bundle, "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUIKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=",
+            "{kind}"
+        );
+        assert!(one(&d, kind)["metadata"].get("annotations").is_none(), "{kind}");
+    }
+
+    // Managed: no caBundle in the chart (ha-guard sets it; an upgrade leaves it, since neither
+    // the old nor the new manifest has the field) and the empty Secret ha-guard fills.
+    let d = objects(&[]);
+    assert!(mutating(&d)["clientConfig"].get("caBundle").is_none());
+    let secret = one(&d, "Secret");
+    assert_eq!(secret["type"], "Opaque");
+    assert!(secret.get("data").is_none() && secret.get("stringData").is_none(), "{secret}");
+}
+
+#[test]
+fn uninstall_removes_the_webhooks_before_anything_else() {
+    // Helm deletes a release's objects in releaseutil.UninstallOrder (Service and Deployment
+    // first) and kinds missing from that list, webhook configurations among them, last
+    // (pkg/releaseutil/kind_sorter.go, lessByKind). So the chart adds pre-delete hooks: identical
+    // copies of both configurations whose "before-hook-creation" policy deletes the live ones
+    // before any release object, and whose "hook-succeeded" policy deletes the copies.
+    let all = docs(&render(&[]));
+    let hooks: Vec<&Value> = all.iter().filter(|d| is_hook(d)).collect();
+    let kinds: Vec<&str> = hooks.iter().map(|h| h["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"], "the only hooks");
+    for hook in hooks {
+        let annotations = &hook["metadata"]["annotations"];
+        assert_eq!(annotations["helm.sh/hook"], "pre-delete");
+        assert_eq!(annotations["helm.sh/hook-delete-policy"], "before-hook-creation,hook-succeeded,hook-failed");
+        // Identical to the release's object apart from the hook annotations, so a `helm
+        // template` with hooks piped to kubectl changes nothing.
+        let object = all.iter().find(|d| !is_hook(d) && d["kind"] == hook["kind"]).expect("the release's object");
+        let mut copy = hook.clone();
+        let a = copy["metadata"]["annotations"].as_object_mut().unwrap();
+        a.remove("helm.sh/hook");
+        a.remove("helm.sh/hook-delete-policy");
+        if a.is_empty() {
+            copy["metadata"].as_object_mut().unwrap().remove("annotations");
+        }
+        assert_eq!(&copy, object);
+    }
+    // --no-hooks (how manifests/ is rendered) leaves them out.
+    assert!(!docs(&render(&["--no-hooks"])).iter().any(is_hook));
+}
+
+#[test]
+fn the_configuration_is_values_ha_guard_accepts() {
+    let d = objects(&[
+        "--set",
+        "config.rules.pdb-missing=deny",
+        "--set",
+        "config.rules.recreate-multi-replica=off",
+        "--set",
+        "config.mutations.inject-default-spread=true",
+        "--set",
+        "config.ratchet=false",
+    ]);
+    let cm = one(&d, "ConfigMap");
+    assert_eq!(cm["metadata"]["name"], "ha-guard-config");
+    let text = cm["data"]["config.yaml"].as_str().expect("config.yaml");
+    let config = ha_guard::config::Config::parse(text, "config.yaml").unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(config.rules["pdb-missing"], ha_guard::catalogue::Action::Deny);
+    assert_eq!(config.rules["recreate-multi-replica"], ha_guard::catalogue::Action::Off);
+    assert!(config.mutation_on("inject-default-spread"));
+    assert!(!config.ratchet);
+    assert_eq!(config.exempt_namespaces, ["kube-system", "ha-guard"], "the release namespace is always exempt");
+    assert_eq!(config.csi_controller_images, ha_guard::config::Config::default().csi_controller_images);
+}
+
+#[test]
+fn the_schema_refuses_unknown_keys_at_every_level_and_knows_every_rule() {
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("charts/ha-guard/values.schema.json")).unwrap())
+            .unwrap();
+    fn walk(node: &Value, path: &str, objects: &mut usize) {
+        if let Some(props) = node.get("properties").and_then(Value::as_object) {
+            *objects += 1;
+            assert_eq!(node["additionalProperties"], false, "{path}: an object with fixed keys must refuse others");
+            for (k, v) in props {
+                walk(v, &format!("{path}/{k}"), objects);
+            }
+        }
+        for key in ["items", "additionalProperties"] {
+            if let Some(v) = node.get(key).filter(|v| v.is_object()) {
+                walk(v, &format!("{path}[{key}]"), objects);
+            }
+        }
+    }
+    let mut objects = 0;
+    walk(&schema, "", &mut objects);
+    assert!(objects > 30, "{objects}");
+    let rules: BTreeSet<&str> = schema["properties"]["config"]["properties"]["rules"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let catalogue: BTreeSet<&str> = ha_guard::catalogue::rules().map(|r| r.id).collect();
+    assert_eq!(rules, catalogue, "config.rules in values.schema.json must list exactly ha-guard's rules");
+    let mutations: BTreeSet<&str> = schema["properties"]["config"]["properties"]["mutations"]["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let catalogue: BTreeSet<&str> = ha_guard::catalogue::mutations().iter().map(|m| m.id).collect();
+    assert_eq!(mutations, catalogue, "config.mutations in values.schema.json must list exactly ha-guard's mutations");
+}
+
+#[test]
+fn every_value_is_commented() {
+    // A key is documented when a comment sits right above it or above one of its parents.
+    let text = std::fs::read_to_string(repo().join("charts/ha-guard/values.yaml")).unwrap();
+    let mut stack: Vec<(usize, bool)> = Vec::new();
+    let mut previous_comment = false;
+    let mut undocumented = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('#') {
+            previous_comment = true;
+            continue;
+        }
+        if trimmed.is_empty() || trimmed.starts_with('-') || !trimmed.contains(':') {
+            previous_comment = false;
+            continue;
+        }
+        let indent = line.len() - trimmed.len();
+        while stack.last().is_some_and(|(i, _)| *i >= indent) {
+            stack.pop();
+        }
+        let documented = previous_comment || stack.iter().any(|(_, c)| *c);
+        if !documented {
+            undocumented.push(format!("line {}: {}", n + 1, trimmed));
+        }
+        stack.push((indent, previous_comment));
+        previous_comment = false;
+    }
+    assert!(undocumented.is_empty(), "values.yaml keys without a comment:\n{}", undocumented.join("\n"));
+}
+
+#[test]
+fn chart_versions_follow_the_crate() {
+    let chart: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(repo().join("charts/ha-guard/Chart.yaml")).unwrap()).unwrap();
+    assert_eq!(chart["apiVersion"], "v2");
+    assert_eq!(chart["name"], "ha-guard");
+    assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"), "Chart.yaml appVersion must equal Cargo.toml's version");
+    let values: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(repo().join("charts/ha-guard/values.yaml")).unwrap()).unwrap();
+    assert_eq!(values["image"]["repository"], "ghcr.io/ha-guard/ha-guard");
+    assert_eq!(values["image"]["tag"], "", "the tag defaults to appVersion");
+    assert!(values["replicaCount"].as_i64().unwrap() >= 2);
+    assert_eq!(values["webhook"]["failurePolicy"], "Ignore");
+    assert_eq!(values["certificates"]["mode"], "managed");
+}
+
+/// Metric names in `text` (histogram series reduced to the histogram's name).
+fn metric_names(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (i, _) in text.match_indices("ha_guard_") {
+        let name: String = text[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        let name =
+            ["_bucket", "_sum", "_count"].iter().fold(name, |n, s| n.strip_suffix(s).map(String::from).unwrap_or(n));
+        out.insert(name);
+    }
+    out
+}
+
+#[test]
+fn monitoring_uses_only_metrics_ha_guard_exports() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    // The README's metrics table, plus the CA expiry gauge the self-managed certificates add.
+    let mut documented: BTreeSet<String> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `ha_guard_"))
+        .flat_map(|l| metric_names(l.split('|').nth(1).unwrap()))
+        .collect();
+    documented.insert("ha_guard_tls_ca_not_after_seconds".into());
+    assert!(documented.len() >= 10, "{documented:?}");
+
+    let d = objects(COMBINATIONS[5].1);
+    let rule = one(&d, "PrometheusRule");
+    let alerts: Vec<&str> =
+        rule["spec"]["groups"][0]["rules"].as_array().unwrap().iter().map(|r| r["alert"].as_str().unwrap()).collect();
+    assert_eq!(
+        alerts,
+        [
+            "HaGuardDown",
+            "HaGuardNoReadyReplica",
+            "HaGuardCertificateExpiring",
+            "HaGuardCAExpiring",
+            "HaGuardConfigReloadFailing",
+            "HaGuardCacheNotSynced"
+        ]
+    );
+    let exprs: String = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["expr"].as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(exprs.contains(r#"up{job="ha-guard", namespace="ha-guard"}"#), "{exprs}");
+    assert!(
+        exprs.contains(r#"ha_guard_config_reloads_total{job="ha-guard", namespace="ha-guard", result="failure"}"#),
+        "{exprs}"
+    );
+    let used = metric_names(&exprs);
+    assert_eq!(
+        used,
+        BTreeSet::from([
+            "ha_guard_cache_synced".to_string(),
+            "ha_guard_config_reloads_total".into(),
+            "ha_guard_tls_ca_not_after_seconds".into(),
+            "ha_guard_tls_cert_not_after_seconds".into()
+        ])
+    );
+    assert!(used.is_subset(&documented), "{used:?} vs {documented:?}");
+
+    let sm = one(&d, "ServiceMonitor");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(sm["spec"]["selector"]["matchLabels"], one(&d, "Service")["spec"]["selector"]);
+
+    let cm = of_kind(&d, "ConfigMap")
+        .into_iter()
+        .find(|c| c["metadata"]["name"] == "ha-guard-dashboard")
+        .expect("dashboard");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    let dashboard: Value = serde_json::from_str(cm["data"]["ha-guard.json"].as_str().unwrap()).expect("dashboard JSON");
+    let panels = dashboard["panels"].as_array().unwrap();
+    let queried = metric_names(&dashboard["panels"].to_string());
+    assert!(panels.len() >= 10, "{}", panels.len());
+    assert!(queried.is_subset(&documented), "{:?}", queried.difference(&documented).collect::<Vec<_>>());
+    // Every metric of the README's table has a panel.
+    let missing: Vec<_> = documented.difference(&queried).collect();
+    assert!(missing.is_empty(), "metrics without a panel: {missing:?}");
+
+    // Off by default: a bare apiserver without prometheus-operator's CRDs takes the defaults.
+    let d = objects(&[]);
+    assert!(of_kind(&d, "ServiceMonitor").is_empty() && of_kind(&d, "PrometheusRule").is_empty());
+    assert!(!d.iter().any(|o| o["apiVersion"].as_str().unwrap().contains("cert-manager.io")));
+}
+
+#[test]
+fn the_network_policy_admits_the_apiserver_and_the_scrapers_only() {
+    let d = objects(&["--set", "networkPolicy.enabled=true"]);
+    let np = one(&d, "NetworkPolicy");
+    assert_eq!(np["spec"]["podSelector"], one(&d, "Deployment")["spec"]["selector"]);
+    assert_eq!(np["spec"]["policyTypes"], json!(["Ingress"]));
+    assert_eq!(
+        np["spec"]["ingress"][0],
+        json!({"ports": [{"port": 8443, "protocol": "TCP"}]}),
+        "webhook from anywhere"
+    );
+    assert_eq!(
+        np["spec"]["ingress"][1],
+        json!({"ports": [{"port": 8080, "protocol": "TCP"}], "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]})
+    );
+    let d = objects(&[
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.webhook.from[0].ipBlock.cidr=10.0.0.0/24",
+    ]);
+    assert_eq!(one(&d, "NetworkPolicy")["spec"]["ingress"][0]["from"], json!([{"ipBlock": {"cidr": "10.0.0.0/24"}}]));
+}
+
+#[test]
+fn manifests_are_the_chart_rendered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = repo().join("scripts/render-manifests.sh");
+    let out = Command::new(&script)
+        .arg(dir.path())
+        .env("HELM", helm())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(out.status.success(), "{}: {}", script.display(), String::from_utf8_lossy(&out.stderr));
+    let files = |root: &Path| -> BTreeSet<PathBuf> {
+        fn walk(root: &Path, dir: &Path, out: &mut BTreeSet<PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    walk(root, &p, out)
+                } else {
+                    out.insert(p.strip_prefix(root).unwrap().to_path_buf());
+                }
+            }
+        }
+        let mut out = BTreeSet::new();
+        walk(root, root, &mut out);
+        out
+    };
+    let shipped = repo().join("manifests");
+    let rendered = files(dir.path());
+    assert_eq!(rendered, BTreeSet::from([PathBuf::from("ha-guard.yaml"), PathBuf::from("cert-manager/ha-guard.yaml")]));
+    assert_eq!(files(&shipped), rendered, "manifests/ holds only rendered files: run scripts/render-manifests.sh");
+    for f in &rendered {
+        let want = std::fs::read(dir.path().join(f)).unwrap();
+        let have = std::fs::read(shipped.join(f)).unwrap();
+        assert!(
+            want == have,
+            "manifests/{} differs from charts/ha-guard rendered: run scripts/render-manifests.sh (and commit manifests/)",
+            f.display()
+        );
+    }
+}
+
+#[test]
+fn the_chart_readme_lists_every_value() {
+    let values: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(repo().join("charts/ha-guard/values.yaml")).unwrap()).unwrap();
+    let readme = std::fs::read_to_string(repo().join("charts/ha-guard/README.md")).unwrap();
+    // Row key -> its Default cell (empty for a map whose keys have rows of their own).
+    let listed: std::collections::BTreeMap<&str, &str> = readme
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let key = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            Some((key, *cells.get(2)?))
+        })
+        .collect();
+    fn leaves(v: &Value, path: String, out: &mut Vec<String>) {
+        match v.as_object() {
+            Some(map) if !map.is_empty() => {
+                for (k, child) in map {
+                    leaves(child, if path.is_empty() { k.clone() } else { format!("{path}.{k}") }, out);
+                }
+            }
+            _ => out.push(path),
+        }
+    }
+    let mut all = Vec::new();
+    leaves(&values, String::new(), &mut all);
+    // A value is listed when it has a row, or the nearest map above it that has one shows its
+    // default whole (a securityContext, a label map).
+    let missing: Vec<&String> = all
+        .iter()
+        .filter(|p| {
+            let parts: Vec<&str> = p.split('.').collect();
+            let nearest = (1..=parts.len()).rev().find_map(|n| {
+                let key = parts[..n].join(".");
+                listed.get(key.as_str()).map(|default| (n, *default))
+            });
+            !matches!(nearest, Some((n, default)) if n == parts.len() || !default.is_empty())
+        })
+        .collect();
+    assert!(missing.is_empty(), "values missing from charts/ha-guard/README.md's table: {missing:?}");
+}
