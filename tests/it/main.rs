@@ -4,6 +4,7 @@
 //! kube-apiserver are `tests/e2e_*.rs`.
 
 mod architecture;
+mod chart;
 mod cli_check;
 mod corpus;
 mod fuzz_regressions;

@@ -715,13 +715,13 @@ fn the_configuration_is_values_ha_guard_accepts() {
     let cm = one(&d, "ConfigMap");
     assert_eq!(cm["metadata"]["name"], "ha-guard-config");
     let text = cm["data"]["config.yaml"].as_str().expect("config.yaml");
-    let config = ha_guard::config::Config::parse(text, "config.yaml").unwrap_or_else(|e| panic!("{e}\n{text}"));
-    assert_eq!(config.rules["pdb-missing"], ha_guard::catalogue::Action::Deny);
-    assert_eq!(config.rules["recreate-multi-replica"], ha_guard::catalogue::Action::Off);
-    assert!(config.mutation_on("inject-default-spread"));
+    let config = ha_guard::core::registry::parse_config(text, "config.yaml").unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(config.rules["pdb-missing"], ha_guard::core::catalogue::Action::Deny);
+    assert_eq!(config.rules["recreate-multi-replica"], ha_guard::core::catalogue::Action::Off);
+    assert!(config.mutation_on(&ha_guard::core::mutations::INJECT_DEFAULT_SPREAD));
     assert!(!config.ratchet);
     assert_eq!(config.exempt_namespaces, ["kube-system", "ha-guard"], "the release namespace is always exempt");
-    assert_eq!(config.csi_controller_images, ha_guard::config::Config::default().csi_controller_images);
+    assert_eq!(config.csi_controller_images, ha_guard::core::config::Config::default().csi_controller_images);
 }
 
 #[test]
@@ -752,7 +752,7 @@ fn the_schema_refuses_unknown_keys_at_every_level_and_knows_every_rule() {
         .keys()
         .map(String::as_str)
         .collect();
-    let catalogue: BTreeSet<&str> = ha_guard::catalogue::rules().map(|r| r.id).collect();
+    let catalogue: BTreeSet<&str> = ha_guard::core::registry::rules().map(|r| r.id).collect();
     assert_eq!(rules, catalogue, "config.rules in values.schema.json must list exactly ha-guard's rules");
     let mutations: BTreeSet<&str> = schema["properties"]["config"]["properties"]["mutations"]["properties"]
         .as_object()
@@ -760,7 +760,7 @@ fn the_schema_refuses_unknown_keys_at_every_level_and_knows_every_rule() {
         .keys()
         .map(String::as_str)
         .collect();
-    let catalogue: BTreeSet<&str> = ha_guard::catalogue::mutations().iter().map(|m| m.id).collect();
+    let catalogue: BTreeSet<&str> = ha_guard::core::registry::mutations().iter().map(|m| m.id).collect();
     assert_eq!(mutations, catalogue, "config.mutations in values.schema.json must list exactly ha-guard's mutations");
 }
 
