@@ -6,6 +6,7 @@
 //! the webhook server are thin shells around these.
 
 pub mod arith;
+pub mod build_info;
 pub mod catalogue;
 pub mod check;
 pub mod config;

@@ -17,7 +17,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(
     name = "ha-guard",
-    version,
+    version = ha_guard::build_info::long_version(),
     about = "Admission webhook and linter that keeps Kubernetes workloads highly available"
 )]
 struct Cli {
