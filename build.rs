@@ -19,9 +19,10 @@ enum Tree {
     Unknown,
 }
 
-/// What goes into the binary: `src/`, the manifests and this script. Edits elsewhere (tests, docs)
-/// do not change the binary, so they do not make it "modified".
-const SOURCES: [&str; 4] = ["src", "build.rs", "Cargo.toml", "Cargo.lock"];
+/// What goes into the binary: `src/`, the rule documentation it embeds (`include_str!`), the
+/// manifests and this script. Edits elsewhere (tests, other docs) do not change the binary, so they
+/// do not make it "modified".
+const SOURCES: [&str; 5] = ["src", "docs/rules", "build.rs", "Cargo.toml", "Cargo.lock"];
 
 fn main() -> ExitCode {
     println!("cargo:rerun-if-env-changed=HA_GUARD_GIT_COMMIT");

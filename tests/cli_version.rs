@@ -10,7 +10,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
 const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The sources build.rs considers compiled into the binary.
-const SOURCES: [&str; 4] = ["src", "build.rs", "Cargo.toml", "Cargo.lock"];
+const SOURCES: [&str; 5] = ["src", "docs/rules", "build.rs", "Cargo.toml", "Cargo.lock"];
 
 fn git(args: &[&str]) -> Option<String> {
     let out = Command::new("git").arg("-C").arg(MANIFEST_DIR).args(args).output().ok()?;
