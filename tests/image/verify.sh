@@ -161,8 +161,9 @@ version_line=$(in_image 'image --version')
     fail "--version in the image printed \"$version_line\"; want ha-guard $version (commit ${head_commit:0:12}, built ...)"
 log "ok: --version as 65532 in the image: $version_line"
 
-cargo build --quiet --bin ha-guard
-host_bin=target/debug/ha-guard
+# The development build the test suite runs (built as for `cargo test`, so a no-op right after it).
+cargo test --quiet --no-run --test cli_version
+host_bin="$(cargo metadata --format-version 1 --no-deps --offline | jq -r .target_directory)/debug/ha-guard"
 set +e
 image_out=$(in_image 'image check -f -' <"$sample" 2>"$tmp/check.err")
 image_code=$?
