@@ -26,7 +26,16 @@ const SOURCES: [&str; 5] = ["src", "docs/rules", "build.rs", "Cargo.toml", "Carg
 
 fn main() -> ExitCode {
     println!("cargo:rerun-if-env-changed=HA_GUARD_GIT_COMMIT");
+    // Cargo keys this script's output by package, not by checkout: two checkouts sharing a target
+    // dir (scripts/image.sh keeps one in ~/.cache for every clone) would reuse each other's commit
+    // if neither's watched files changed. image.sh names its checkout here so a switch reruns this.
+    println!("cargo:rerun-if-env-changed=HA_GUARD_CHECKOUT");
     let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default());
+    // Paths inside the package are given relative to it, so cargo checks the current checkout's
+    // files (a fresh clone's are newer than any earlier run) rather than an earlier checkout's.
+    for source in SOURCES.iter().filter(|source| manifest_dir.join(source).exists()) {
+        println!("cargo:rerun-if-changed={source}");
+    }
     let (commit, tree) = match env::var("HA_GUARD_GIT_COMMIT") {
         Ok(given) if !given.trim().is_empty() => match parse_commit(given.trim()) {
             Some(commit) => (Some(commit), Tree::Unknown),
@@ -83,16 +92,15 @@ fn from_git(manifest_dir: &Path) -> (Option<String>, Tree) {
     };
 
     // Run again when HEAD moves (commit, checkout, reset: HEAD, its reflog, or the branch ref
-    // changes) and when a compiled source changes (it may make the tree modified or clean).
-    // Only existing paths: cargo treats a missing one as always changed and would rerun every build.
-    let git_dir = manifest_dir.join(git_dir);
-    let common_dir = manifest_dir.join(common_dir);
+    // changes); the compiled sources, watched in main(), may make the tree modified or clean.
+    // git prints these relative to the package (`.git`) or, for a worktree, absolute. Only
+    // existing paths: cargo treats a missing one as always changed and would rerun every build.
+    let (git_dir, common_dir) = (Path::new(git_dir), Path::new(common_dir));
     let mut watched = vec![git_dir.join("HEAD"), git_dir.join("logs").join("HEAD"), common_dir.join("packed-refs")];
     if let Some(branch) = git(manifest_dir, &["symbolic-ref", "-q", "HEAD"]) {
         watched.push(common_dir.join(branch.trim()));
     }
-    watched.extend(SOURCES.iter().map(|source| manifest_dir.join(source)));
-    for path in watched.iter().filter(|path| path.exists()) {
+    for path in watched.iter().filter(|path| manifest_dir.join(path).exists()) {
         println!("cargo:rerun-if-changed={}", path.display());
     }
 

@@ -103,6 +103,9 @@ fi
 
 # --- the binary -----------------------------------------------------------------------------------
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${HA_GUARD_CACHE:-$HOME/.cache/ha-guard}/image-target}
+# Every clone shares that target dir: tell build.rs which checkout this is, so that the commit it
+# records is this one's (see build.rs).
+export HA_GUARD_CHECKOUT=$PWD
 work=target/image/build
 rm -rf "$work"
 mkdir -p "$work/rootfs" "$work/layout/blobs/sha256"
