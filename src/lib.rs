@@ -4,6 +4,7 @@
 //! in this list (a test parses every `use` and fails on an import that runs back up or closes a
 //! circle):
 //!
+//! 0. [`build_info`]: the version and commit the binary was built from.
 //! 1. [`core`]: the pure engine. Inside it, in order: `model` (objects, decoding, API defaults,
 //!    selectors, arithmetic) → `catalogue`, `config`, `finding` → `view` → `rules` → `mutations`
 //!    → `registry` → `decide` → `judge`, the one entry every shell calls.
@@ -14,6 +15,7 @@
 //!    view), [`check`] (files → diagnostics), [`server`] (AdmissionReviews over HTTPS).
 //! 5. [`cli`]: the command line, one `Args` per command; `main.rs` parses and dispatches.
 
+pub mod build_info;
 pub mod check;
 pub mod cli;
 pub mod config_file;

@@ -17,7 +17,7 @@ pub use error::Error;
 #[derive(Parser)]
 #[command(
     name = "ha-guard",
-    version,
+    version = crate::build_info::long_version(),
     about = "Admission webhook and linter that keeps Kubernetes workloads highly available"
 )]
 pub struct Cli {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 /// Production modules in layer order: a module may import its own unit and units of a lower
 /// rank only. Units sharing a rank are independent of each other.
 const LAYERS: &[(&str, u32)] = &[
+    ("build_info", 1),
     ("core::model", 10),
     ("core::catalogue", 20),
     ("core::config", 21),

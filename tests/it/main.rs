@@ -6,6 +6,7 @@
 mod architecture;
 mod chart;
 mod cli_check;
+mod cli_version;
 mod corpus;
 mod fuzz_regressions;
 mod manifests;
