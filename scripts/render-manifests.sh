@@ -8,7 +8,7 @@
 #
 # Usage: scripts/render-manifests.sh [OUT_DIR]   (default: manifests/ of this repository)
 # HELM=/path/to/helm to use a given helm; by default the pinned one from tests/e2e/helm/build.sh.
-# tests/chart.rs renders into a temporary folder and fails when the result differs from manifests/.
+# tests/it/chart.rs renders into a temporary folder and fails when the result differs from manifests/.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,7 +27,7 @@ render() {
     cat <<EOF
 # ha-guard: $title.
 # Rendered from charts/ha-guard by scripts/render-manifests.sh; do not edit: change the chart and
-# run the script again (tests/chart.rs fails while this file and the chart differ). It is
+# run the script again (tests/it/chart.rs fails while this file and the chart differ). It is
 #   helm template ha-guard charts/ha-guard ${args[*]}
 # Kubernetes 1.30 or later; on 1.27 to 1.29 install the chart with helm instead.
 #   Install:   kubectl apply --server-side -f manifests/$file
