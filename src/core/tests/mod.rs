@@ -3,3 +3,4 @@
 mod decisions;
 mod mutations;
 mod properties;
+mod registry;

@@ -1,0 +1,127 @@
+//! The registry held to the contract (DESIGN.md §2), to the docs pages and to README.md.
+
+use std::collections::HashSet;
+
+use crate::core::catalogue::Action;
+use crate::core::registry::*;
+
+/// Rule IDs and their order are contract (DESIGN.md §2).
+const CONTRACT_RULES: [&str; 20] = [
+    "spread-selector-missing",
+    "spread-selector-mismatch",
+    "spread-selector-overlap",
+    "spread-unsatisfiable",
+    "replicas-colocated",
+    "host-network-colocation",
+    "csi-controller-recreate",
+    "recreate-multi-replica",
+    "rwo-volume-multi-replica",
+    "rwo-volume-rolling-surge",
+    "pdb-blocks-eviction",
+    "pdb-overlap",
+    "pdb-selector-empty",
+    "pdb-selects-nothing",
+    "pdb-missing",
+    "pdb-unhealthy-eviction-policy",
+    "hpa-replica-bounds",
+    "hpa-target-missing",
+    "termination-grace-zero",
+    "prestop-exceeds-grace",
+];
+
+#[test]
+fn the_catalogue_is_the_contract() {
+    let ids: Vec<_> = rules().map(|r| r.id).collect();
+    assert_eq!(ids, CONTRACT_RULES, "rule IDs and their order are contract (DESIGN.md §2)");
+    let muts: Vec<_> = mutations().iter().map(|m| m.id).collect();
+    assert_eq!(
+        muts,
+        [
+            "inject-spread-selector",
+            "inject-unhealthy-pod-eviction-policy",
+            "inject-default-spread",
+            "inject-match-label-keys"
+        ]
+    );
+    let on: Vec<_> = mutations().iter().map(|m| m.default_on).collect();
+    assert_eq!(on, [true, true, false, false]);
+}
+
+#[test]
+fn the_defaults_are_the_contract() {
+    let warn = [
+        "spread-selector-overlap",
+        "spread-unsatisfiable",
+        "replicas-colocated",
+        "recreate-multi-replica",
+        "rwo-volume-rolling-surge",
+        "pdb-selector-empty",
+        "pdb-selects-nothing",
+        "pdb-missing",
+        "pdb-unhealthy-eviction-policy",
+        "hpa-target-missing",
+        "termination-grace-zero",
+    ];
+    for r in rules() {
+        let expected = if warn.contains(&r.id) { Action::Warn } else { Action::Deny };
+        assert_eq!(r.default, expected, "{}", r.id);
+    }
+}
+
+/// Each page starts with its ID, states the registry's default on its second line, and has
+/// the sections every page has.
+#[test]
+fn every_entry_has_its_page() {
+    let mut seen = HashSet::new();
+    for (id, doc, summary) in
+        rules().map(|r| (r.id, r.doc, r.summary)).chain(mutations().iter().map(|m| (m.id, m.doc, m.summary)))
+    {
+        assert!(seen.insert(id), "duplicate id {id}");
+        assert!(doc.starts_with(&format!("# {id}\n")), "docs/rules/{id}.md must start with '# {id}'");
+        let default = default_line(id).unwrap();
+        assert_eq!(doc.lines().nth(2), Some(default.as_str()), "docs/rules/{id}.md: the default line");
+        for section in ["## What it catches", "## Why it matters", "## Example", "## How to fix", "## How to exempt"] {
+            let section = if id.starts_with("inject-") {
+                match section {
+                    "## What it catches" => "## What it does",
+                    "## How to fix" => "## When it applies",
+                    "## How to exempt" => "## How to turn it off",
+                    s => s,
+                }
+            } else {
+                section
+            };
+            assert!(doc.contains(section), "docs/rules/{id}.md lacks '{section}'");
+        }
+        assert!(!summary.is_empty() && summary.len() <= 100, "{id}: summary must be one short line");
+    }
+}
+
+/// README.md's tables are the registry's: the rule list cannot drift from the code.
+#[test]
+fn the_readme_tables_are_the_registrys() {
+    let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
+    let (start, end) = ("<!-- rules: generated from the registry; a test checks it -->\n", "<!-- /rules -->");
+    let begin = readme.find(start).expect("README.md has the rules markers") + start.len();
+    let stop = begin + readme[begin..].find(end).expect("README.md closes the rules markers");
+    assert_eq!(readme[begin..stop], readme_tables(), "README.md's rule tables: replace them with this text");
+}
+
+/// What `ha-guard rules` prints names every rule and mutation with its default.
+#[test]
+fn the_listing_names_every_entry() {
+    let listing = listing();
+    for r in rules() {
+        assert!(listing.lines().any(|l| l.starts_with(r.id) && l.contains(r.default_text)), "{}", r.id);
+    }
+    for m in mutations() {
+        assert!(listing.lines().any(|l| l.starts_with(m.id)), "{}", m.id);
+    }
+}
+
+#[test]
+fn a_configuration_names_only_known_ids() {
+    assert!(parse_config("rules:\n  pdb-overlap: warn\n", "c.yaml").is_ok());
+    let e = parse_config("rules:\n  replica-colocated: warn\n", "c.yaml").unwrap_err().to_string();
+    assert!(e.contains("rules.replica-colocated: unknown rule ID"), "{e}");
+}
