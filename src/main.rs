@@ -96,8 +96,10 @@ enum Command {
         #[arg(long, default_value = "10", value_name = "SECONDS")]
         tls_handshake_timeout: f64,
     },
-    /// Write a CA and a serving certificate signed by it: DIR/ca.crt, DIR/tls.crt, DIR/tls.key
-    /// (and DIR/client.crt, DIR/client.key with --client).
+    /// Write a serving certificate signed by a CA: DIR/tls.crt, DIR/tls.key (and DIR/client.crt,
+    /// DIR/client.key with --client). The CA is the one in DIR/ca.crt and DIR/ca.key when both
+    /// exist (so the caBundle that holds DIR/ca.crt keeps trusting the new certificate), else a new
+    /// one written there.
     Certs {
         #[arg(long, value_name = "DIR")]
         out: std::path::PathBuf,
@@ -112,6 +114,10 @@ enum Command {
         /// run with `serve --client-ca DIR/ca.crt`.
         #[arg(long, value_name = "NAME")]
         client: Option<String>,
+        /// Make a new CA even if DIR/ca.crt and DIR/ca.key exist (the webhook configurations'
+        /// caBundle must then be given the new DIR/ca.crt).
+        #[arg(long)]
+        new_ca: bool,
     },
     /// Lint manifests: files, directories (recursively), `-` for stdin.
     Check {
@@ -204,14 +210,22 @@ fn main() -> ExitCode {
             };
             serve(options, cluster)
         }
-        Command::Certs { out, dns, ip, client } => {
+        Command::Certs { out, dns, ip, client, new_ca } => {
             let result = ha_guard::server::certs::parse_ips(&ip)
-                .and_then(|ips| ha_guard::server::certs::generate_with_client(&dns, &ips, client.as_deref()))
-                .and_then(|bundle| ha_guard::server::certs::write(&out, &bundle));
+                .and_then(|ips| ha_guard::server::certs::issue_into(&out, &dns, &ips, client.as_deref(), new_ca));
             match result {
-                Ok(files) => {
-                    for f in files {
+                Ok(issued) => {
+                    for f in &issued.files {
                         println!("{}", f.display());
+                    }
+                    let ca = out.join(ha_guard::server::certs::CA_FILE);
+                    if issued.kept_ca {
+                        eprintln!(
+                            "issued from the CA in {} (kept): a caBundle holding it trusts the new certificate",
+                            ca.display()
+                        );
+                    } else {
+                        eprintln!("new CA: the webhook configurations' caBundle must hold {}", ca.display());
                     }
                     ExitCode::SUCCESS
                 }
@@ -360,7 +374,7 @@ async fn resolve_cluster(cluster: &[String]) -> Result<Cluster, String> {
     }
 }
 
-fn serve(mut options: ha_guard::server::ServeOptions, cluster: Vec<String>) -> ExitCode {
+fn serve(options: ha_guard::server::ServeOptions, cluster: Vec<String>) -> ExitCode {
     let config = match options.config.as_deref().map(Config::load).transpose() {
         Ok(c) => c.unwrap_or_default(),
         Err(e) => {
@@ -380,8 +394,6 @@ fn serve(mut options: ha_guard::server::ServeOptions, cluster: Vec<String>) -> E
             Cluster::None => std::sync::Arc::new(ha_guard::server::StaticSource(ha_guard::view::Index::new())),
             Cluster::Files(index) => std::sync::Arc::new(ha_guard::server::StaticSource(index)),
             Cluster::Live(client) => {
-                // In a cluster the certificates come from a Secret: never generate them there.
-                options.generate_dev_certs = false;
                 let live = std::sync::Arc::new(ha_guard::live::LiveSource::new());
                 live.start(client);
                 live

@@ -414,12 +414,33 @@ pub enum ServeError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("server: {0}")]
     Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Setup(String),
 }
 
-/// Generates development certificates into the directory of `cert` when neither file exists.
+/// Generates development certificates into the directory of `cert` when neither file exists
+/// (`Ok(true)`), whether or not a cluster is in use; `Ok(false)` when both exist. Only one of
+/// the two, or neither inside a pod (where a missing mounted Secret must not be papered over with
+/// a certificate the apiserver does not trust), is an error naming the fix.
 pub fn ensure_dev_certs(cert: &Path, key: &Path) -> Result<bool, ServeError> {
-    if cert.exists() || key.exists() {
-        return Ok(false);
+    let (c, k) = (cert.display(), key.display());
+    match (cert.exists(), key.exists()) {
+        (true, true) => return Ok(false),
+        (true, false) | (false, true) => {
+            let (there, missing) = if cert.exists() { (&c, &k) } else { (&k, &c) };
+            return Err(ServeError::Setup(format!(
+                "{there} exists but {missing} does not: a serving certificate needs both. Put the missing file back, \
+                 point --tls-cert and --tls-key at a matching pair, or remove {there} to have a development CA and \
+                 certificate generated"
+            )));
+        }
+        (false, false) if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+            return Err(ServeError::Setup(format!(
+                "neither {c} nor {k} exists, and inside a pod no development certificate is made (the apiserver \
+                 would not trust it): mount the TLS Secret there, or run with --tls-mode managed"
+            )));
+        }
+        (false, false) => {}
     }
     let dir = cert.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let bundle = certs::generate(
@@ -485,12 +506,15 @@ pub async fn serve_with_listeners(
         let dir = options.tls_cert.parent().map(|p| p.display().to_string()).unwrap_or_else(|| ".".into());
         tracing::info!(cert = %options.tls_cert.display(), key = %options.tls_key.display(), "generated a development CA and serving certificate");
         eprintln!(
-            "ha-guard: generated a development CA and serving certificate:\n  {dir}/ca.crt\n  {}\n  {}\n\
-             call it with:\n  curl --cacert {dir}/ca.crt -H 'Content-Type: application/json' \
-             --data @tests/fixtures/deployment-spread-no-selector.json https://localhost:{}/validate",
-            options.tls_cert.display(),
-            options.tls_key.display(),
-            listen.port()
+            "ha-guard: neither {cert} nor {key} existed, so a development CA and serving certificate (for localhost \
+             and 127.0.0.1; for development only) were generated:\n  {dir}/ca.crt\n  {dir}/ca.key\n  {cert}\n  \
+             {key}\ncall it with:\n  curl --cacert {dir}/ca.crt -H 'Content-Type: application/json' \
+             --data @tests/fixtures/deployment-spread-no-selector.json https://localhost:{port}/validate\n\
+             (a cluster's apiserver trusts it only with {dir}/ca.crt as the webhooks' caBundle; in a cluster use \
+             --tls-mode managed, cert-manager or `ha-guard certs`)",
+            cert = options.tls_cert.display(),
+            key = options.tls_key.display(),
+            port = listen.port()
         );
     }
     let material = tls::read(&options.tls_cert, &options.tls_key)?;
