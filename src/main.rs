@@ -38,6 +38,8 @@ enum LogFormat {
     Json,
 }
 
+// Parsed once; `serve`'s many flags make its variant the large one.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the admission webhook (TLS) and its probe port (plain HTTP).
@@ -62,7 +64,8 @@ enum Command {
         cluster: Vec<String>,
         #[arg(long, value_enum, default_value = "text")]
         log_format: LogFormat,
-        /// How often the TLS and config files are polled for changes, in seconds.
+        /// How often the TLS and config files (and, with --tls-mode managed, the webhook
+        /// configurations' caBundle) are polled for changes, in seconds.
         #[arg(long, default_value = "5", value_name = "SECONDS")]
         reload_interval: f64,
         /// Per-request timeout, in seconds (the apiserver's own default is 10).
@@ -95,6 +98,8 @@ enum Command {
         /// Seconds a TLS handshake may take (a client that connects and sends nothing is closed).
         #[arg(long, default_value = "10", value_name = "SECONDS")]
         tls_handshake_timeout: f64,
+        #[command(flatten)]
+        managed_tls: ha_guard::server::managed_tls::ManagedTlsArgs,
     },
     /// Write a serving certificate signed by a CA: DIR/tls.crt, DIR/tls.key (and DIR/client.crt,
     /// DIR/client.key with --client). The CA is the one in DIR/ca.crt and DIR/ca.key when both
@@ -168,6 +173,7 @@ fn main() -> ExitCode {
             max_body_memory,
             max_connections,
             tls_handshake_timeout,
+            managed_tls,
         } => {
             init_tracing(log_format);
             let seconds = |s: f64, name: &str| {
@@ -207,8 +213,9 @@ fn main() -> ExitCode {
                 max_body_memory: usize::try_from(max_body_memory << 20).unwrap_or(usize::MAX),
                 max_connections: usize::try_from(max_connections).unwrap_or(usize::MAX),
                 tls_handshake_timeout,
+                managed_tls: None,
             };
-            serve(options, cluster)
+            serve(options, cluster, managed_tls)
         }
         Command::Certs { out, dns, ip, client, new_ca } => {
             let result = ha_guard::server::certs::parse_ips(&ip)
@@ -374,7 +381,11 @@ async fn resolve_cluster(cluster: &[String]) -> Result<Cluster, String> {
     }
 }
 
-fn serve(options: ha_guard::server::ServeOptions, cluster: Vec<String>) -> ExitCode {
+fn serve(
+    mut options: ha_guard::server::ServeOptions,
+    cluster: Vec<String>,
+    managed_tls: ha_guard::server::managed_tls::ManagedTlsArgs,
+) -> ExitCode {
     let config = match options.config.as_deref().map(Config::load).transpose() {
         Ok(c) => c.unwrap_or_default(),
         Err(e) => {
@@ -390,15 +401,18 @@ fn serve(options: ha_guard::server::ServeOptions, cluster: Vec<String>) -> ExitC
         }
     };
     let result = runtime.block_on(async move {
+        let mut live_client = None;
         let source: std::sync::Arc<dyn ha_guard::server::ViewSource> = match resolve_cluster(&cluster).await? {
             Cluster::None => std::sync::Arc::new(ha_guard::server::StaticSource(ha_guard::view::Index::new())),
             Cluster::Files(index) => std::sync::Arc::new(ha_guard::server::StaticSource(index)),
             Cluster::Live(client) => {
+                live_client = Some(client.clone());
                 let live = std::sync::Arc::new(ha_guard::live::LiveSource::new());
                 live.start(client);
                 live
             }
         };
+        options.managed_tls = ha_guard::server::managed_tls::setup(&managed_tls, live_client).await?;
         let state = ha_guard::server::AppState::new(source, config);
         ha_guard::server::serve(options, state, ha_guard::server::termination_signal()).await.map_err(|e| e.to_string())
     });

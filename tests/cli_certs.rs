@@ -404,3 +404,32 @@ fn serve_refuses_half_a_pair_and_no_certificate_in_a_pod() {
     assert!(out.stderr.contains("inside a pod") && out.stderr.contains("--tls-mode managed"), "{}", out.stderr);
     assert!(!tmp.path().join("certs/tls.crt").exists(), "nothing generated in a pod");
 }
+
+#[test]
+fn managed_mode_names_what_it_lacks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = [
+        "serve",
+        "--tls-mode",
+        "managed",
+        "--cluster",
+        "none",
+        "--listen",
+        "127.0.0.1:0",
+        "--probe-listen",
+        "127.0.0.1:0",
+    ];
+    let out = run(tmp.path(), &args, &[]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("POD_NAMESPACE") && out.stderr.contains("serviceaccount/namespace"), "{}", out.stderr);
+    let out = run(tmp.path(), &args, &[("POD_NAMESPACE", "ha-guard")]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.contains("needs the Kubernetes API") && out.stderr.contains("--tls-mode files"),
+        "{}",
+        out.stderr
+    );
+    let out = run(tmp.path(), &["serve", "--tls-mode", "managed", "--tls-cert-validity", "1s"], &[]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("--tls-cert-validity") && out.stderr.contains("minimum of 10s"), "{}", out.stderr);
+}

@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod certs;
+pub mod managed_tls;
 pub mod metrics;
 pub mod tls;
 
@@ -377,6 +378,10 @@ pub struct ServeOptions {
     pub max_connections: usize,
     /// Bound on a TLS handshake (a client that connects and sends nothing is closed after it).
     pub tls_handshake_timeout: Duration,
+    /// `--tls-mode managed`: the certificate comes from a Secret kept by ha-guard
+    /// ([`managed_tls`]; `tls_cert`, `tls_key` and `generate_dev_certs` are not used). `None`: the
+    /// files.
+    pub managed_tls: Option<managed_tls::Managed>,
 }
 
 /// The defaults of `ha-guard serve`.
@@ -398,6 +403,7 @@ impl Default for ServeOptions {
             max_body_memory: DEFAULT_MAX_BODY_MEMORY,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             tls_handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT,
+            managed_tls: None,
         }
     }
 }
@@ -502,37 +508,33 @@ pub async fn serve_with_listeners(
 ) -> Result<(), ServeError> {
     let listen = listeners.webhook_addr()?;
     let probe_listen = listeners.probe_addr()?;
-    if options.generate_dev_certs && ensure_dev_certs(&options.tls_cert, &options.tls_key)? {
-        let dir = options.tls_cert.parent().map(|p| p.display().to_string()).unwrap_or_else(|| ".".into());
-        tracing::info!(cert = %options.tls_cert.display(), key = %options.tls_key.display(), "generated a development CA and serving certificate");
-        eprintln!(
-            "ha-guard: neither {cert} nor {key} existed, so a development CA and serving certificate (for localhost \
-             and 127.0.0.1; for development only) were generated:\n  {dir}/ca.crt\n  {dir}/ca.key\n  {cert}\n  \
-             {key}\ncall it with:\n  curl --cacert {dir}/ca.crt -H 'Content-Type: application/json' \
-             --data @tests/fixtures/deployment-spread-no-selector.json https://localhost:{port}/validate\n\
-             (a cluster's apiserver trusts it only with {dir}/ca.crt as the webhooks' caBundle; in a cluster use \
-             --tls-mode managed, cert-manager or `ha-guard certs`)",
-            cert = options.tls_cert.display(),
-            key = options.tls_key.display(),
-            port = listen.port()
-        );
-    }
-    let material = tls::read(&options.tls_cert, &options.tls_key)?;
-    let client_ca = options.client_ca.as_deref().map(tls::read_client_ca).transpose()?;
-    let rustls_config = tls::server_config_with(&material, client_ca.as_ref(), &options.tls_cert, &options.tls_key)?;
-    if let Some(t) = material.not_after {
-        state.metrics.tls_not_after.set(t);
-    }
-    if let Some(ca) = &client_ca {
-        tracing::info!(client_ca = %ca.path.display(), cas = ca.roots.len(), "client certificates required");
-    }
-    let tls_config = axum_server::tls_rustls::RustlsConfig::from_config(rustls_config);
-
-    // Reload loops: TLS files and config file, by content. Stopped when serving ends, so that a
-    // server run in-process (tests) leaves nothing behind.
+    // Reload loops (TLS files or certificate controller, config file) and the probe server.
+    // Stopped when serving ends, so that a server run in-process (tests) leaves nothing behind.
     let mut background = tokio::task::JoinSet::new();
-    let digest = tls_digest(&material, client_ca.as_ref());
-    background.spawn(reload_tls(options.clone(), tls_config.clone(), digest, state.clone()));
+    let tls_config = match options.managed_tls.clone() {
+        None => files_tls(&options, listen, &state, &mut background)?,
+        Some(managed) => {
+            // Not ready until the controller has a certificate whose CA the webhooks trust.
+            let client_ca = options.client_ca.as_deref().map(tls::read_client_ca).transpose()?;
+            let served = managed_tls::ServedCert::new();
+            let tls_config = axum_server::tls_rustls::RustlsConfig::from_config(managed_tls::server_config(
+                served.clone(),
+                client_ca.as_ref(),
+            )?);
+            if let (Some(path), Some(ca)) = (options.client_ca.clone(), &client_ca) {
+                tracing::info!(client_ca = %path.display(), cas = ca.roots.len(), "client certificates required");
+                background.spawn(managed_tls::reload_client_ca(
+                    path,
+                    options.reload_interval,
+                    served.clone(),
+                    tls_config.clone(),
+                    ca.digest,
+                ));
+            }
+            background.spawn(managed_tls::run(managed, served, state.clone(), options.reload_interval));
+            tls_config
+        }
+    };
     if let Some(path) = options.config.clone() {
         background.spawn(reload_config(path, options.reload_interval, state.clone()));
     }
@@ -549,7 +551,6 @@ pub async fn serve_with_listeners(
     let handle = axum_server::Handle::new();
     let listener = listeners.webhook;
     listener.set_nonblocking(true)?;
-    state.ready.store(true, Ordering::SeqCst);
     tracing::info!(listen = %listen, probe = %probe_listen, "serving");
     let shutdown_state = state.clone();
     let shutdown_handle = handle.clone();
@@ -609,6 +610,45 @@ pub async fn serve_with_listeners(
     served?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// `--tls-mode files`: the certificate from `tls_cert` and `tls_key` (development ones generated
+/// first if need be), re-read by a loop in `background` when they change. Ready at once.
+fn files_tls(
+    options: &ServeOptions,
+    listen: SocketAddr,
+    state: &Arc<AppState>,
+    background: &mut tokio::task::JoinSet<()>,
+) -> Result<axum_server::tls_rustls::RustlsConfig, ServeError> {
+    if options.generate_dev_certs && ensure_dev_certs(&options.tls_cert, &options.tls_key)? {
+        let dir = options.tls_cert.parent().map(|p| p.display().to_string()).unwrap_or_else(|| ".".into());
+        tracing::info!(cert = %options.tls_cert.display(), key = %options.tls_key.display(), "generated a development CA and serving certificate");
+        eprintln!(
+            "ha-guard: neither {cert} nor {key} existed, so a development CA and serving certificate (for localhost \
+             and 127.0.0.1; for development only) were generated:\n  {dir}/ca.crt\n  {dir}/ca.key\n  {cert}\n  \
+             {key}\ncall it with:\n  curl --cacert {dir}/ca.crt -H 'Content-Type: application/json' \
+             --data @tests/fixtures/deployment-spread-no-selector.json https://localhost:{port}/validate\n\
+             (a cluster's apiserver trusts it only with {dir}/ca.crt as the webhooks' caBundle; in a cluster use \
+             --tls-mode managed, cert-manager or `ha-guard certs`)",
+            cert = options.tls_cert.display(),
+            key = options.tls_key.display(),
+            port = listen.port()
+        );
+    }
+    let material = tls::read(&options.tls_cert, &options.tls_key)?;
+    let client_ca = options.client_ca.as_deref().map(tls::read_client_ca).transpose()?;
+    let rustls_config = tls::server_config_with(&material, client_ca.as_ref(), &options.tls_cert, &options.tls_key)?;
+    if let Some(t) = material.not_after {
+        state.metrics.tls_not_after.set(t);
+    }
+    if let Some(ca) = &client_ca {
+        tracing::info!(client_ca = %ca.path.display(), cas = ca.roots.len(), "client certificates required");
+    }
+    let tls_config = axum_server::tls_rustls::RustlsConfig::from_config(rustls_config);
+    let digest = tls_digest(&material, client_ca.as_ref());
+    background.spawn(reload_tls(options.clone(), tls_config.clone(), digest, state.clone()));
+    state.ready.store(true, Ordering::SeqCst);
+    Ok(tls_config)
 }
 
 /// Over `--max-connections`: the accepted connection is closed at once.
