@@ -406,8 +406,9 @@ fn managed_certificates_on_a_real_apiserver() {
                     CERT_VALIDITY,
                     "--tls-ca-validity",
                     CA_VALIDITY,
+                    // Long: the Secret's changes must reach the replicas through the watch.
                     "--reload-interval",
-                    "1",
+                    "30",
                 ]
                 .map(String::from)
                 .to_vec(),
@@ -434,8 +435,25 @@ fn managed_certificates_on_a_real_apiserver() {
     steps.run("the ServiceAccount can write nothing but its Secret and webhook configurations", || {
         least_privilege(&cp, &sa_kubeconfig)
     });
+    steps.run("garbage written into the Secret is named and repaired at once (the watch)", || garbage(&cp, [a, b]));
     steps.run("75 s of writes while the serving certificate and the CA rotate: none fails", || {
         rotation_under_load(&cp, [a, b], &balancer)
+    });
+    steps.run("no warning but the garbage's (the Secret watch authorized, no API call refused)", || {
+        for g in [a, b] {
+            let text = std::fs::read_to_string(g.log_path()).unwrap_or_default();
+            let warnings: Vec<&str> = text
+                .lines()
+                .filter(|l| !l.contains(r#""level":"INFO""#))
+                .filter(|l| !(l.contains(r#""topic":"contents""#) && l.contains(GARBAGE_NAMED)))
+                .collect();
+            assert!(warnings.is_empty(), "{}: {warnings:#?}", g.log_path().display());
+            assert!(
+                text.contains("managed TLS: serving the certificate from the Secret"),
+                "{}",
+                g.log_path().display()
+            );
+        }
     });
     steps.finish();
 }
@@ -480,6 +498,45 @@ fn injected(cp: &ControlPlane) {
         if all.iter().all(|(_, b)| *b == ca) { Ok(()) } else { Err(format!("{} bundles differ", all.len())) }
     })
     .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// How ha-guard names the garbage the test writes into tls.crt.
+const GARBAGE_NAMED: &str =
+    "Secret ha-guard/ha-guard-tls: tls.crt: no PEM certificate in it; replacing what is unusable";
+
+/// Writes garbage into the Secret's tls.crt: the replicas hear of it through their watch (their
+/// poll is 30 s), name it, re-issue the certificate from the same CA, and keep serving the
+/// previous one meanwhile.
+fn garbage(cp: &ControlPlane, guards: [&HaGuard; 2]) {
+    let before = secret(cp);
+    let written = Instant::now();
+    cp.kubectl(&["patch", "secret", SECRET, "-n", NS, "--type=merge", "-p", r#"{"data":{"tls.crt":"Z2FyYmFnZQ=="}}"#])
+        .success();
+    let repaired = poll("tls.crt is a certificate again", Duration::from_secs(10), Duration::from_millis(50), || {
+        let data = secret(cp);
+        match std::panic::catch_unwind(|| certs_of(&data["tls.crt"])) {
+            Ok(c) if !c.is_empty() => Ok((written.elapsed(), data)),
+            _ => Err("garbage".to_string()),
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    report(&format!("garbage in tls.crt replaced after {:.1?} (the replicas poll every 30 s)", repaired.0));
+    assert!(repaired.0 < Duration::from_secs(5), "through the watch, not the poll: {:?}", repaired.0);
+    let data = repaired.1;
+    assert_eq!(data["ca.crt"], before["ca.crt"], "the CA was usable: kept");
+    assert_eq!(data["ca.key"], before["ca.key"]);
+    assert!(certs_of(&data["tls.crt"])[0].signed_by(&certs_of(&data["ca.crt"])[0]));
+    let named = guards
+        .iter()
+        .flat_map(|g| log_events(&g.log_path(), "managed TLS"))
+        .any(|v| v["error"].as_str().is_some_and(|e| e == GARBAGE_NAMED));
+    assert!(named, "a replica named the garbage");
+    for g in guards {
+        poll("the replica serves a certificate of the CA", WAIT, Duration::from_millis(100), || {
+            served(g.webhook_port, &data["ca.crt"]).map(drop)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
 }
 
 fn writes(cp: &ControlPlane) {

@@ -1174,59 +1174,89 @@ impl Controller {
 }
 
 /// Wakes the controller whenever the Secret changes: a watch of that one Secret (field selector
-/// `metadata.name`, so RBAC `resourceNames` authorizes it; no list needed), resumed from the last
-/// resourceVersion seen, restarted after errors with backoff.
+/// `metadata.name`, so RBAC `resourceNames` authorizes it; no list needed) from the
+/// resourceVersion a get of it returned (not from "0" or from none: those ask the apiserver for
+/// its current state, which some etcd versions cannot give a watch), resumed from the last
+/// version seen, and restarted after errors with backoff. Errors are logged once each.
 async fn watch_secret(api: Api<Secret>, settings: Settings, wake: Arc<tokio::sync::Notify>) {
     use futures::StreamExt;
-    let mut version = "0".to_string();
     let mut backoff = Backoff::new();
     let mut log = StateLog::default();
     let target = Target::Secret { namespace: &settings.namespace, name: &settings.secret };
     let params = WatchParams::default().fields(&format!("metadata.name={}", settings.secret)).timeout(290);
+    let meanwhile = "ha-guard reads the Secret again every --reload-interval meanwhile";
     loop {
-        let stream = match api.watch(&params, &version).await {
-            Ok(s) => s,
+        // Where to start: the Secret's version now (a get); the controller reports a missing one.
+        let mut version = match api.get(&settings.secret).await {
+            Ok(s) => s.metadata.resource_version.unwrap_or_default(),
             Err(e) => {
-                log.set(
-                    "watch",
-                    format!(
-                        "{} (ha-guard reads it again every --reload-interval meanwhile)",
-                        explain(&e, "watch", target)
-                    ),
-                    true,
-                );
+                // A missing Secret is the controller's to report.
+                if !matches!(&e, kube::Error::Api(s) if s.code == 404) {
+                    log.set("watch", format!("{} ({meanwhile})", explain(&e, "get", target)), true);
+                }
                 tokio::time::sleep(backoff.fail()).await;
                 continue;
             }
         };
-        let mut stream = std::pin::pin!(stream);
-        let mut events = 0u64;
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(WatchEvent::Added(s) | WatchEvent::Modified(s) | WatchEvent::Deleted(s)) => {
-                    events += 1;
-                    if let Some(rv) = s.metadata.resource_version {
-                        version = rv;
-                    }
-                    wake.notify_one();
-                }
-                Ok(WatchEvent::Bookmark(b)) => version = b.metadata.resource_version,
-                Ok(WatchEvent::Error(status)) => {
-                    // 410: the version is too old; start again from the current state.
-                    if status.code == 410 {
-                        version = "0".to_string();
-                    }
+        // Whatever changed before this version, the controller has yet to see it.
+        wake.notify_one();
+        loop {
+            let stream = match api.watch(&params, &version).await {
+                Ok(s) => s,
+                Err(e) => {
+                    log.set("watch", format!("{} ({meanwhile})", explain(&e, "watch", target)), true);
+                    tokio::time::sleep(backoff.fail()).await;
                     break;
                 }
-                Err(_) => break,
+            };
+            let mut stream = std::pin::pin!(stream);
+            let watched = std::time::Instant::now();
+            let mut expired = false;
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(WatchEvent::Added(s) | WatchEvent::Modified(s) | WatchEvent::Deleted(s)) => {
+                        log.clear("watch", "watching the Secret again");
+                        if let Some(rv) = s.metadata.resource_version {
+                            version = rv;
+                        }
+                        wake.notify_one();
+                    }
+                    Ok(WatchEvent::Bookmark(b)) => {
+                        log.clear("watch", "watching the Secret again");
+                        version = b.metadata.resource_version;
+                    }
+                    // 410: the version is too old (compacted); start again from a get.
+                    Ok(WatchEvent::Error(status)) if status.code == 410 => {
+                        expired = true;
+                        break;
+                    }
+                    Ok(WatchEvent::Error(status)) => {
+                        let message = format!(
+                            "watch Secret {}/{}: {} ({}; {meanwhile})",
+                            settings.namespace, settings.secret, status.message, status.code
+                        );
+                        log.set("watch", message, true);
+                        break;
+                    }
+                    Err(e) => {
+                        log.set(
+                            "watch",
+                            format!("watch Secret {}/{}: {e} ({meanwhile})", settings.namespace, settings.secret),
+                            true,
+                        );
+                        break;
+                    }
+                }
             }
-        }
-        log.clear("watch", "watching the Secret again");
-        if events == 0 {
-            // A watch that ends at once again and again must not spin.
-            tokio::time::sleep(backoff.fail()).await;
-        } else {
-            backoff.reset();
+            if watched.elapsed() < Duration::from_secs(1) {
+                // A watch that ends at once again and again must not spin.
+                tokio::time::sleep(backoff.fail()).await;
+            } else {
+                backoff.reset();
+            }
+            if expired {
+                break;
+            }
         }
     }
 }
