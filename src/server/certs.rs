@@ -154,11 +154,9 @@ impl Ca {
     }
 }
 
-/// The name of a new CA: distinct per CA (when it was made), so that two in a caBundle are told
-/// apart, by people and by certificate path building alike.
-pub fn ca_name() -> String {
-    format!("ha-guard CA {}", humantime::format_rfc3339_millis(std::time::SystemTime::now()))
-}
+/// The name of the CAs `ha-guard certs` and the development certificates make. (Managed mode
+/// names each of its CAs by when it was made, since two of them share a caBundle for a while.)
+pub const CA_NAME: &str = "ha-guard CA";
 
 /// PEM of one DER object (64-column base64, as openssl and rcgen write it).
 pub fn pem_of(label: &str, der: &[u8]) -> String {
@@ -182,7 +180,7 @@ pub fn generate(dns: &[String], ips: &[IpAddr]) -> Result<Bundle, CertError> {
 /// the same CA.
 pub fn generate_with_client(dns: &[String], ips: &[IpAddr], client: Option<&str>) -> Result<Bundle, CertError> {
     let now = OffsetDateTime::now_utc();
-    let ca = Ca::generate(&ca_name(), now - Duration::hours(1), now + Duration::days(CA_DAYS))?;
+    let ca = Ca::generate(CA_NAME, now - Duration::hours(1), now + Duration::days(CA_DAYS))?;
     issue_bundle(&ca, dns, ips, client)
 }
 
@@ -279,7 +277,7 @@ pub fn issue_into(
         Some(ca) => ca,
         None => {
             let now = OffsetDateTime::now_utc();
-            Ca::generate(&ca_name(), now - Duration::hours(1), now + Duration::days(CA_DAYS))?
+            Ca::generate(CA_NAME, now - Duration::hours(1), now + Duration::days(CA_DAYS))?
         }
     };
     let bundle = issue_bundle(&ca, dns, ips, client)?;
