@@ -158,17 +158,10 @@ impl Ca {
 /// names each of its CAs by when it was made, since two of them share a caBundle for a while.)
 pub const CA_NAME: &str = "ha-guard CA";
 
-/// PEM of one DER object (64-column base64, as openssl and rcgen write it).
+/// PEM of one DER object (64 columns, `\n` line ends, as rcgen writes it).
 pub fn pem_of(label: &str, der: &[u8]) -> String {
-    use base64::Engine;
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).unwrap_or_default());
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
+    let config = pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF);
+    pem::encode_config(&pem::Pem::new(label, der), config)
 }
 
 /// A CA (10 years) and a serving certificate (1 year) for `dns` names and `ips`.

@@ -411,7 +411,8 @@ fn in_every_bundle(ca: &Cert, configs: &[ConfigBundles]) -> bool {
     })
 }
 
-/// The certificate of every caBundle that signed `leaf`, if each has one (all found).
+/// Whether every webhook's caBundle, in every configuration (all found), holds a CA that signed
+/// `leaf`.
 fn trusted_by_every_bundle(leaf: &Cert, configs: &[ConfigBundles]) -> bool {
     configs.iter().all(|c| {
         c.webhooks.as_ref().is_some_and(|hooks| {

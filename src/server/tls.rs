@@ -159,6 +159,20 @@ mod tests {
     }
 
     #[test]
+    fn not_after_is_the_certificates_to_the_second() {
+        let at = |t: i64| time::OffsetDateTime::from_unix_timestamp(t).unwrap();
+        let ca = crate::server::certs::Ca::generate("test CA", at(1_700_000_000), at(2_000_000_000)).unwrap();
+        let (cert, _) = ca.issue_serving(&["localhost".into()], &[], at(1_800_000_000), at(1_900_000_123)).unwrap();
+        let der = CertificateDer::pem_slice_iter(cert.as_bytes()).next().unwrap().unwrap();
+        assert_eq!(not_after(&der), Some(1_900_000_123));
+        // Capped at the CA's notAfter.
+        let (cert, _) = ca.issue_serving(&["localhost".into()], &[], at(1_800_000_000), at(2_100_000_000)).unwrap();
+        let der = CertificateDer::pem_slice_iter(cert.as_bytes()).next().unwrap().unwrap();
+        assert_eq!(not_after(&der), Some(2_000_000_000));
+        assert_eq!(not_after(&CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x00])), None, "not a certificate");
+    }
+
+    #[test]
     fn bad_files_name_the_path() {
         let dir = tempfile::tempdir().unwrap();
         let c = dir.path().join("tls.crt");
