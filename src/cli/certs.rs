@@ -1,5 +1,5 @@
-//! `ha-guard certs`: a CA and a serving certificate signed by it, as a Kubernetes TLS Secret names
-//! its files.
+//! `ha-guard certs`: a serving certificate signed by a CA (kept in the same folder, so a rotation
+//! keeps the caBundle valid), as a Kubernetes TLS Secret names its files.
 
 use std::process::ExitCode;
 
@@ -23,13 +23,23 @@ pub struct CertsArgs {
     /// run with `serve --client-ca DIR/ca.crt`.
     #[arg(long, value_name = "NAME")]
     pub client: Option<String>,
+    /// Make a new CA even if DIR/ca.crt and DIR/ca.key exist (the webhook configurations'
+    /// caBundle must then be given the new DIR/ca.crt).
+    #[arg(long)]
+    pub new_ca: bool,
 }
 
 pub fn run(args: CertsArgs) -> Result<ExitCode, Error> {
     let ips = certs::parse_ips(&args.ip)?;
-    let bundle = certs::generate_with_client(&args.dns, &ips, args.client.as_deref())?;
-    for f in certs::write(&args.out, &bundle)? {
+    let issued = certs::issue_into(&args.out, &args.dns, &ips, args.client.as_deref(), args.new_ca)?;
+    for f in &issued.files {
         println!("{}", f.display());
+    }
+    let ca = args.out.join(certs::CA_FILE);
+    if issued.kept_ca {
+        eprintln!("issued from the CA in {} (kept): a caBundle holding it trusts the new certificate", ca.display());
+    } else {
+        eprintln!("new CA: the webhook configurations' caBundle must hold {}", ca.display());
     }
     Ok(ExitCode::SUCCESS)
 }

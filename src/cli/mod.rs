@@ -25,12 +25,16 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once; `serve`'s many flags make its variant the large one.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Command {
     /// Run the admission webhook (TLS) and its probe port (plain HTTP).
     Serve(serve::ServeArgs),
-    /// Write a CA and a serving certificate signed by it: DIR/ca.crt, DIR/tls.crt, DIR/tls.key
-    /// (and DIR/client.crt, DIR/client.key with --client).
+    /// Write a serving certificate signed by a CA: DIR/tls.crt, DIR/tls.key (and DIR/client.crt,
+    /// DIR/client.key with --client). The CA is the one in DIR/ca.crt and DIR/ca.key when both
+    /// exist (so the caBundle that holds DIR/ca.crt keeps trusting the new certificate), else a new
+    /// one written there.
     Certs(certs::CertsArgs),
     /// Lint manifests: files, directories (recursively), `-` for stdin.
     Check(check::CheckArgs),

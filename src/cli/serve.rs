@@ -23,6 +23,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
+    pub managed_tls: crate::server::managed_tls::ManagedTlsArgs,
+    #[command(flatten)]
     pub view: ClusterArgs,
     /// Configuration file; re-read when its content changes.
     #[arg(long, value_name = "FILE")]
@@ -60,10 +62,10 @@ pub struct ListenArgs {
 /// The serving certificate, and who may call.
 #[derive(Args)]
 pub struct TlsArgs {
-    /// Serving certificate (PEM); re-read when its content changes.
+    /// Serving certificate (PEM; --tls-mode files); re-read when its content changes.
     #[arg(long, default_value = "certs/tls.crt", value_name = "FILE")]
     pub tls_cert: PathBuf,
-    /// Serving key (PEM); re-read when its content changes.
+    /// Serving key (PEM; --tls-mode files); re-read when its content changes.
     #[arg(long, default_value = "certs/tls.key", value_name = "FILE")]
     pub tls_key: PathBuf,
     /// Require callers to present a certificate signed by a CA in this PEM file (the TLS
@@ -71,7 +73,8 @@ pub struct TlsArgs {
     /// certificate is asked for.
     #[arg(long, value_name = "FILE")]
     pub client_ca: Option<PathBuf>,
-    /// How often the TLS and config files are polled for changes, in seconds.
+    /// How often the TLS and config files (and, with --tls-mode managed, the webhook
+    /// configurations' caBundle) are polled for changes, in seconds.
     #[arg(long, default_value = "5", value_name = "SECONDS", value_parser = seconds)]
     pub reload_interval: Duration,
     /// Seconds a TLS handshake may take (a client that connects and sends nothing is closed).
@@ -132,6 +135,7 @@ impl ServeArgs {
             max_body_memory: usize_of(self.limits.max_body_memory << 20),
             max_connections: usize_of(self.limits.max_connections),
             tls_handshake_timeout: self.tls.tls_handshake_timeout,
+            managed_tls: None,
         }
     }
 }
@@ -142,17 +146,18 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
     let mut options = args.options();
     let runtime = tokio::runtime::Runtime::new().map_err(|e| Error(format!("cannot start the runtime: {e}")))?;
     runtime.block_on(async move {
+        let mut live_client = None;
         let source: Arc<dyn ViewSource> = match resolve_cluster(&args.view.cluster).await? {
             Cluster::None => Arc::new(StaticSource(Index::new())),
             Cluster::Files(index) => Arc::new(StaticSource(index)),
             Cluster::Live(client) => {
-                // In a cluster the certificates come from a Secret: never generate them there.
-                options.generate_dev_certs = false;
+                live_client = Some(client.clone());
                 let live = Arc::new(crate::live::LiveSource::new());
                 live.start(client);
                 live
             }
         };
+        options.managed_tls = crate::server::managed_tls::setup(&args.managed_tls, live_client).await?;
         let state = server::AppState::new(source, config);
         server::serve(options, state, server::termination_signal()).await?;
         Ok(ExitCode::SUCCESS)

@@ -42,6 +42,16 @@ pub struct ReasonLabels {
     pub reason: &'static str,
 }
 
+/// No labels, for a metric that has no sample until it is known (a plain gauge would say 0).
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct NoLabels;
+
+impl EncodeLabelSet for NoLabels {
+    fn encode(&self, _: &mut prometheus_client::encoding::LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        Ok(())
+    }
+}
+
 fn duration_histogram() -> Histogram {
     // 50 µs .. ~6.5 s: admission answers in microseconds, the apiserver gives up at 10 s.
     Histogram::new(exponential_buckets(0.00005, 2.0, 18))
@@ -56,6 +66,9 @@ pub struct Metrics {
     pub cache_synced: Family<KindLabels, Gauge>,
     pub config_reloads: Family<ResultLabels, Counter>,
     pub tls_not_after: Gauge,
+    /// notAfter of the CA that signed the serving certificate (`--tls-mode managed`; no sample
+    /// in files mode, where the CA is not known).
+    pub tls_ca_not_after: Family<NoLabels, Gauge>,
     /// Requests being answered (each holds one of `--max-concurrent-requests`).
     pub in_flight: Gauge,
     /// Requests and connections refused for overload: `max-concurrent-requests` (503),
@@ -101,6 +114,13 @@ impl Metrics {
             Unit::Seconds,
             tls_not_after.clone(),
         );
+        let tls_ca_not_after = Family::<NoLabels, Gauge>::default();
+        registry.register_with_unit(
+            "ha_guard_tls_ca_not_after",
+            "notAfter of the CA that signed the serving certificate, as a Unix time (--tls-mode managed)",
+            Unit::Seconds,
+            tls_ca_not_after.clone(),
+        );
         let in_flight = Gauge::default();
         let rejected = Family::<ReasonLabels, Counter>::default();
         let tls_handshake_failures = Counter::default();
@@ -124,6 +144,7 @@ impl Metrics {
             cache_synced,
             config_reloads,
             tls_not_after,
+            tls_ca_not_after,
             in_flight,
             rejected,
             tls_handshake_failures,

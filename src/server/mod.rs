@@ -2,14 +2,16 @@
 //! limits, timeouts, probes, metrics, graceful shutdown. The answers come from [`admission`].
 
 pub mod certs;
+pub mod managed_tls;
 pub mod metrics;
 pub mod review;
+pub mod state;
 pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -22,58 +24,13 @@ use axum::routing::{get, post};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use crate::core::config::Config;
-use crate::core::view::ViewSource;
-use metrics::{FindingLabels, Metrics, ReasonLabels, RequestLabels, ResultLabels, WebhookLabels};
+use metrics::{FindingLabels, ReasonLabels, RequestLabels, ResultLabels, WebhookLabels};
 use review::Webhook;
+pub use state::{AppState, DECODE_BUDGET};
 
 /// The largest request body accepted. The apiserver sends objects of up to ~3 MiB, twice on
 /// UPDATE (object and oldObject) plus the review's own fields: 8 MiB covers that with room.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
-
-/// Shared by the handlers.
-pub struct AppState {
-    pub view: Arc<dyn ViewSource>,
-    pub config: RwLock<Arc<Config>>,
-    pub metrics: Metrics,
-    /// TLS material loaded and config valid; false again once shutdown starts.
-    pub ready: AtomicBool,
-    pub shutting_down: AtomicBool,
-    /// Decoding budget, in JSON values: a request takes as many as its body holds while it is
-    /// decoded and answered, waiting for them if need be (see [`DECODE_BUDGET`]).
-    pub decoding: tokio::sync::Semaphore,
-}
-
-/// JSON values decoded at once, across requests: one body at [`review::MAX_JSON_VALUES`], or
-/// hundreds of ordinary ones (a few hundred to a few thousand values each). Decoding is CPU
-/// work of milliseconds, so a request waits for its share rather than being refused; what the
-/// budget bounds is the memory of decoded trees (about 250 bytes a value) whatever the number of
-/// cores.
-pub const DECODE_BUDGET: usize = review::MAX_JSON_VALUES;
-
-impl AppState {
-    pub fn new(view: Arc<dyn ViewSource>, config: Config) -> Arc<Self> {
-        Arc::new(AppState {
-            view,
-            config: RwLock::new(Arc::new(config)),
-            metrics: Metrics::new(),
-            ready: AtomicBool::new(false),
-            shutting_down: AtomicBool::new(false),
-            decoding: tokio::sync::Semaphore::new(DECODE_BUDGET),
-        })
-    }
-
-    pub fn config(&self) -> Arc<Config> {
-        self.config.read().map(|c| c.clone()).unwrap_or_else(|p| p.into_inner().clone())
-    }
-
-    pub fn set_config(&self, config: Config) {
-        match self.config.write() {
-            Ok(mut c) => *c = Arc::new(config),
-            Err(p) => *p.into_inner() = Arc::new(config),
-        }
-    }
-}
 
 /// Default of `--max-concurrent-requests`: a bound on tasks, not on memory (a request with a
 /// small body costs little; [`DEFAULT_MAX_BODY_MEMORY`] bounds the bodies).
@@ -350,6 +307,10 @@ pub struct ServeOptions {
     pub max_connections: usize,
     /// Bound on a TLS handshake (a client that connects and sends nothing is closed after it).
     pub tls_handshake_timeout: Duration,
+    /// `--tls-mode managed`: the certificate comes from a Secret kept by ha-guard
+    /// ([`managed_tls`]; `tls_cert`, `tls_key` and `generate_dev_certs` are not used). `None`: the
+    /// files.
+    pub managed_tls: Option<managed_tls::Managed>,
 }
 
 /// The defaults of `ha-guard serve`.
@@ -371,6 +332,7 @@ impl Default for ServeOptions {
             max_body_memory: DEFAULT_MAX_BODY_MEMORY,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             tls_handshake_timeout: DEFAULT_TLS_HANDSHAKE_TIMEOUT,
+            managed_tls: None,
         }
     }
 }
@@ -387,12 +349,33 @@ pub enum ServeError {
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("server: {0}")]
     Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Setup(String),
 }
 
-/// Generates development certificates into the directory of `cert` when neither file exists.
+/// Generates development certificates into the directory of `cert` when neither file exists
+/// (`Ok(true)`), whether or not a cluster is in use; `Ok(false)` when both exist. Only one of
+/// the two, or neither inside a pod (where a missing mounted Secret must not be papered over with
+/// a certificate the apiserver does not trust), is an error naming the fix.
 pub fn ensure_dev_certs(cert: &Path, key: &Path) -> Result<bool, ServeError> {
-    if cert.exists() || key.exists() {
-        return Ok(false);
+    let (c, k) = (cert.display(), key.display());
+    match (cert.exists(), key.exists()) {
+        (true, true) => return Ok(false),
+        (true, false) | (false, true) => {
+            let (there, missing) = if cert.exists() { (&c, &k) } else { (&k, &c) };
+            return Err(ServeError::Setup(format!(
+                "{there} exists but {missing} does not: a serving certificate needs both. Put the missing file back, \
+                 point --tls-cert and --tls-key at a matching pair, or remove {there} to have a development CA and \
+                 certificate generated"
+            )));
+        }
+        (false, false) if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+            return Err(ServeError::Setup(format!(
+                "neither {c} nor {k} exists, and inside a pod no development certificate is made (the apiserver \
+                 would not trust it): mount the TLS Secret there, or run with --tls-mode managed"
+            )));
+        }
+        (false, false) => {}
     }
     let dir = cert.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let bundle = certs::generate(
@@ -454,34 +437,33 @@ pub async fn serve_with_listeners(
 ) -> Result<(), ServeError> {
     let listen = listeners.webhook_addr()?;
     let probe_listen = listeners.probe_addr()?;
-    if options.generate_dev_certs && ensure_dev_certs(&options.tls_cert, &options.tls_key)? {
-        let dir = options.tls_cert.parent().map(|p| p.display().to_string()).unwrap_or_else(|| ".".into());
-        tracing::info!(cert = %options.tls_cert.display(), key = %options.tls_key.display(), "generated a development CA and serving certificate");
-        eprintln!(
-            "ha-guard: generated a development CA and serving certificate:\n  {dir}/ca.crt\n  {}\n  {}\n\
-             call it with:\n  curl --cacert {dir}/ca.crt -H 'Content-Type: application/json' \
-             --data @tests/fixtures/deployment-spread-no-selector.json https://localhost:{}/validate",
-            options.tls_cert.display(),
-            options.tls_key.display(),
-            listen.port()
-        );
-    }
-    let material = tls::read(&options.tls_cert, &options.tls_key)?;
-    let client_ca = options.client_ca.as_deref().map(tls::read_client_ca).transpose()?;
-    let rustls_config = tls::server_config_with(&material, client_ca.as_ref(), &options.tls_cert, &options.tls_key)?;
-    if let Some(t) = material.not_after {
-        state.metrics.tls_not_after.set(t);
-    }
-    if let Some(ca) = &client_ca {
-        tracing::info!(client_ca = %ca.path.display(), cas = ca.roots.len(), "client certificates required");
-    }
-    let tls_config = axum_server::tls_rustls::RustlsConfig::from_config(rustls_config);
-
-    // Reload loops: TLS files and config file, by content. Stopped when serving ends, so that a
-    // server run in-process (tests) leaves nothing behind.
+    // Reload loops (TLS files or certificate controller, config file) and the probe server.
+    // Stopped when serving ends, so that a server run in-process (tests) leaves nothing behind.
     let mut background = tokio::task::JoinSet::new();
-    let digest = tls_digest(&material, client_ca.as_ref());
-    background.spawn(reload_tls(options.clone(), tls_config.clone(), digest, state.clone()));
+    let tls_config = match options.managed_tls.clone() {
+        None => files_tls(&options, listen, &state, &mut background)?,
+        Some(managed) => {
+            // Not ready until the controller has a certificate whose CA the webhooks trust.
+            let client_ca = options.client_ca.as_deref().map(tls::read_client_ca).transpose()?;
+            let served = managed_tls::ServedCert::new();
+            let tls_config = axum_server::tls_rustls::RustlsConfig::from_config(managed_tls::server_config(
+                served.clone(),
+                client_ca.as_ref(),
+            )?);
+            if let (Some(path), Some(ca)) = (options.client_ca.clone(), &client_ca) {
+                tracing::info!(client_ca = %path.display(), cas = ca.roots.len(), "client certificates required");
+                background.spawn(managed_tls::reload_client_ca(
+                    path,
+                    options.reload_interval,
+                    served.clone(),
+                    tls_config.clone(),
+                    ca.digest,
+                ));
+            }
+            background.spawn(managed_tls::run(managed, served, state.clone(), options.reload_interval));
+            tls_config
+        }
+    };
     if let Some(path) = options.config.clone() {
         background.spawn(reload_config(path, options.reload_interval, state.clone()));
     }
@@ -498,7 +480,6 @@ pub async fn serve_with_listeners(
     let handle = axum_server::Handle::new();
     let listener = listeners.webhook;
     listener.set_nonblocking(true)?;
-    state.ready.store(true, Ordering::SeqCst);
     tracing::info!(listen = %listen, probe = %probe_listen, "serving");
     let shutdown_state = state.clone();
     let shutdown_handle = handle.clone();
@@ -558,6 +539,45 @@ pub async fn serve_with_listeners(
     served?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// `--tls-mode files`: the certificate from `tls_cert` and `tls_key` (development ones generated
+/// first if need be), re-read by a loop in `background` when they change. Ready at once.
+fn files_tls(
+    options: &ServeOptions,
+    listen: SocketAddr,
+    state: &Arc<AppState>,
+    background: &mut tokio::task::JoinSet<()>,
+) -> Result<axum_server::tls_rustls::RustlsConfig, ServeError> {
+    if options.generate_dev_certs && ensure_dev_certs(&options.tls_cert, &options.tls_key)? {
+        let dir = options.tls_cert.parent().map(|p| p.display().to_string()).unwrap_or_else(|| ".".into());
+        tracing::info!(cert = %options.tls_cert.display(), key = %options.tls_key.display(), "generated a development CA and serving certificate");
+        eprintln!(
+            "ha-guard: neither {cert} nor {key} existed, so a development CA and serving certificate (for localhost \
+             and 127.0.0.1; for development only) were generated:\n  {dir}/ca.crt\n  {dir}/ca.key\n  {cert}\n  \
+             {key}\ncall it with:\n  curl --cacert {dir}/ca.crt -H 'Content-Type: application/json' \
+             --data @tests/fixtures/deployment-spread-no-selector.json https://localhost:{port}/validate\n\
+             (a cluster's apiserver trusts it only with {dir}/ca.crt as the webhooks' caBundle; in a cluster use \
+             --tls-mode managed, cert-manager or `ha-guard certs`)",
+            cert = options.tls_cert.display(),
+            key = options.tls_key.display(),
+            port = listen.port()
+        );
+    }
+    let material = tls::read(&options.tls_cert, &options.tls_key)?;
+    let client_ca = options.client_ca.as_deref().map(tls::read_client_ca).transpose()?;
+    let rustls_config = tls::server_config_with(&material, client_ca.as_ref(), &options.tls_cert, &options.tls_key)?;
+    if let Some(t) = material.not_after {
+        state.metrics.tls_not_after.set(t);
+    }
+    if let Some(ca) = &client_ca {
+        tracing::info!(client_ca = %ca.path.display(), cas = ca.roots.len(), "client certificates required");
+    }
+    let tls_config = axum_server::tls_rustls::RustlsConfig::from_config(rustls_config);
+    let digest = tls_digest(&material, client_ca.as_ref());
+    background.spawn(reload_tls(options.clone(), tls_config.clone(), digest, state.clone()));
+    state.ready.store(true, Ordering::SeqCst);
+    Ok(tls_config)
 }
 
 /// Over `--max-connections`: the accepted connection is closed at once.

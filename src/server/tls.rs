@@ -132,40 +132,10 @@ pub fn server_config_with(
     Ok(Arc::new(config))
 }
 
-/// notAfter of a DER certificate, read from its validity field (enough for the metric; no full
-/// X.509 parser needed: the TBSCertificate's validity is two UTCTime/GeneralizedTime values).
-fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
-    let der = cert.as_ref();
-    // Scan for the second time value of the first validity sequence (tag 0x17 UTCTime, 0x18 GeneralizedTime).
-    let mut times = Vec::new();
-    let mut i = 0;
-    while i + 2 < der.len() && times.len() < 2 {
-        let tag = der[i];
-        let len = der[i + 1] as usize;
-        if ((tag == 0x17 && len == 13) || (tag == 0x18 && len == 15))
-            && let Some(bytes) = der.get(i + 2..i + 2 + len)
-            && let Ok(s) = std::str::from_utf8(bytes)
-            && s.ends_with('Z')
-            && s[..len - 1].bytes().all(|b| b.is_ascii_digit())
-        {
-            times.push(s.to_string());
-            i += 2 + len;
-            continue;
-        }
-        i += 1;
-    }
-    let t = times.get(1)?;
-    let (year, rest) = if t.len() == 13 {
-        let yy: i32 = t[0..2].parse().ok()?;
-        (if yy >= 50 { 1900 + yy } else { 2000 + yy }, &t[2..])
-    } else {
-        (t[0..4].parse().ok()?, &t[4..])
-    };
-    let num = |r: std::ops::Range<usize>| rest.get(r).and_then(|s| s.parse::<u8>().ok());
-    let month = time::Month::try_from(num(0..2)?).ok()?;
-    let date = time::Date::from_calendar_date(year, month, num(2..4)?).ok()?;
-    let time = time::Time::from_hms(num(4..6)?, num(6..8)?, num(8..10)?).ok()?;
-    Some(time::PrimitiveDateTime::new(date, time).assume_utc().unix_timestamp())
+/// notAfter of a DER certificate, seconds since the epoch.
+pub fn not_after(cert: &CertificateDer<'_>) -> Option<i64> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
+    Some(parsed.validity().not_after.timestamp())
 }
 
 /// How often the files are polled.
@@ -186,6 +156,20 @@ mod tests {
         let in_a_year = time::OffsetDateTime::now_utc().unix_timestamp() + 365 * 86400;
         let not_after = m.not_after.expect("notAfter parsed");
         assert!((not_after - in_a_year).abs() < 2 * 3600, "{not_after} vs {in_a_year}");
+    }
+
+    #[test]
+    fn not_after_is_the_certificates_to_the_second() {
+        let at = |t: i64| time::OffsetDateTime::from_unix_timestamp(t).unwrap();
+        let ca = crate::server::certs::Ca::generate("test CA", at(1_700_000_000), at(2_000_000_000)).unwrap();
+        let (cert, _) = ca.issue_serving(&["localhost".into()], &[], at(1_800_000_000), at(1_900_000_123)).unwrap();
+        let der = CertificateDer::pem_slice_iter(cert.as_bytes()).next().unwrap().unwrap();
+        assert_eq!(not_after(&der), Some(1_900_000_123));
+        // Capped at the CA's notAfter.
+        let (cert, _) = ca.issue_serving(&["localhost".into()], &[], at(1_800_000_000), at(2_100_000_000)).unwrap();
+        let der = CertificateDer::pem_slice_iter(cert.as_bytes()).next().unwrap().unwrap();
+        assert_eq!(not_after(&der), Some(2_000_000_000));
+        assert_eq!(not_after(&CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01, 0x00])), None, "not a certificate");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 mod architecture;
 mod chart;
+mod cli_certs;
 mod cli_check;
 mod cli_version;
 mod corpus;

@@ -346,9 +346,9 @@ async fn rotating_the_client_ca_takes_effect_without_restart() {
     assert_eq!(call(&server, Some(&client_id(&b))).await.expect("B is answered"), 200);
 }
 
-/// `ha-guard certs --client NAME` writes client.crt / client.key beside the usual three files,
+/// `ha-guard certs --client NAME` writes client.crt / client.key beside the usual four files,
 /// signed by the same CA: a webhook run with `--client-ca ca.crt` answers the caller presenting
-/// them. Without `--client`, the output is the three files as before.
+/// them. Without `--client`, the output is the four files (the CA's key kept as ca.key).
 #[tokio::test]
 async fn certs_client_writes_a_client_certificate_the_webhook_accepts() {
     let run = |dir: &Path, extra: &[&str]| {
@@ -365,12 +365,12 @@ async fn certs_client_writes_a_client_certificate_the_webhook_accepts() {
     let plain = tempfile::tempdir().unwrap();
     let names =
         |dir: &Path, files: &[&str]| files.iter().map(|f| format!("{}\n", dir.join(f).display())).collect::<String>();
-    assert_eq!(run(plain.path(), &[]), names(plain.path(), &["ca.crt", "tls.crt", "tls.key"]));
+    assert_eq!(run(plain.path(), &[]), names(plain.path(), &["ca.crt", "ca.key", "tls.crt", "tls.key"]));
     assert!(!plain.path().join("client.crt").exists());
 
     let dir = tempfile::tempdir().unwrap();
     let stdout = run(dir.path(), &["--client", "kube-apiserver"]);
-    assert_eq!(stdout, names(dir.path(), &["ca.crt", "tls.crt", "tls.key", "client.crt", "client.key"]));
+    assert_eq!(stdout, names(dir.path(), &["ca.crt", "ca.key", "tls.crt", "tls.key", "client.crt", "client.key"]));
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

@@ -551,6 +551,8 @@ pub struct Spec {
     pub webhook_port: Option<u16>,
     /// More `serve` flags, e.g. `--config FILE`, `--client-ca FILE`, `--reload-interval 0.5`.
     pub args: Vec<String>,
+    /// More environment variables, e.g. `POD_NAMESPACE`.
+    pub env: Vec<(String, String)>,
 }
 
 impl Spec {
@@ -562,6 +564,7 @@ impl Spec {
             generate_certs: true,
             webhook_port: None,
             args: Vec::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -577,6 +580,8 @@ pub struct HaGuard {
     cluster: String,
     /// More `serve` flags ([`Spec::args`]).
     args: Vec<String>,
+    /// More environment variables ([`Spec::env`]).
+    env: Vec<(String, String)>,
     pub webhook_port: u16,
     pub probe_port: u16,
     child: Option<Child>,
@@ -663,6 +668,7 @@ impl HaGuard {
             kubeconfig: spec.kubeconfig.clone(),
             cluster: spec.cluster.clone(),
             args: spec.args.clone(),
+            env: spec.env.clone(),
             webhook_port,
             probe_port,
             child: None,
@@ -696,6 +702,7 @@ impl HaGuard {
             .args(["--shutdown-delay", "0.2"])
             .args(&self.args)
             .env_remove("KUBERNETES_SERVICE_HOST")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2)
