@@ -47,12 +47,12 @@ fuzz_target!(|data: &[u8]| {
         for complete in [false, true] {
             let options = Options { complete, namespace: NAMESPACE.into(), config: config.clone() };
             let report = check::check(&loaded, &options);
-            let _ = output::text(&report);
+            let _ = output::text(&report, Default::default());
             // Built, not serialized: a `Value` always serializes, and serializing SARIF's
             // embedded rule documentation would take most of each run.
             let _ = output::json(&report);
             let _ = output::sarif(&report);
-            let _ = report.exit_code();
+            let _ = report.exit_code(ha_guard::check::FailOn::Deny);
             for l in &report.findings {
                 let f = &l.finding;
                 for r in f.related.iter().chain(std::iter::once(&f.anchor)) {

@@ -3,18 +3,24 @@
 
 use std::fmt::Write;
 
+use annotate_snippets::{AnnotationKind, Element, Level, Origin as AnnotationOrigin, Renderer, Snippet};
 use serde_json::{Value, json};
 
-use super::report::{Located, Report};
+use super::report::{FailOn, Located, Report};
 use crate::core::catalogue::Action;
 use crate::core::finding::{Decision, Note};
 use crate::core::registry;
+use crate::manifest::Origin;
 use crate::manifest::skeleton::segments;
 
-fn location(origin: &crate::manifest::Origin) -> String {
+fn location(origin: &Origin) -> String {
     let item = origin.item.map(|i| format!(", items[{i}]")).unwrap_or_default();
     let column = origin.column.map(|c| format!(":{c}")).unwrap_or_default();
-    format!("{}:{}{column} (document {}{item})", origin.file, origin.line, origin.document)
+    let stream = match &origin.template {
+        Some(_) => format!(" of {}", origin.file),
+        None => String::new(),
+    };
+    format!("{}:{}{column} (document {}{item}{stream})", origin.shown_file(), origin.shown_line(), origin.document)
 }
 
 /// A JSON pointer as a field path: `/spec/volumes/0/name` → `spec.volumes[0].name`.
@@ -34,37 +40,23 @@ pub fn pointer_to_path(pointer: &str) -> String {
     out
 }
 
-/// The source line with a gutter and a caret under the column, like a compiler's diagnostic.
-fn snippet(out: &mut String, located: &Located) {
-    let (Some(line), Some(column)) = (&located.snippet, located.origin.column) else { return };
-    // At least two columns wide, so that the gutter lines up with `  -->` and `   =`.
-    let number = format!("{:>2}", located.origin.line);
-    let pad = " ".repeat(number.len());
-    // The caret goes under the same character: keep tabs as tabs.
-    let lead: String =
-        line.chars().take(column.saturating_sub(1)).map(|c| if c == '\t' { '\t' } else { ' ' }).collect();
-    let label = match located.missing.as_deref() {
-        Some(segment) if segment.parse::<usize>().is_ok() => {
-            format!(" item [{segment}] is not in the file: the nearest field present")
-        }
-        Some(segment) => format!(" `{segment}` is not set here"),
-        None => String::new(),
-    };
-    let _ = writeln!(out, "{pad} |");
-    let _ = writeln!(out, "{number} | {line}");
-    let _ = writeln!(out, "{pad} | {lead}^{label}");
-    let _ = writeln!(out, "{pad} |");
-}
-
 fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// Human-readable diagnostics, one block per finding:
+/// How text output looks: styled for a terminal (colour), plain for pipes, files and `NO_COLOR`;
+/// `quiet` prints the findings alone.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TextStyle {
+    pub color: bool,
+    pub quiet: bool,
+}
+
+/// One finding as a compiler's diagnostic (rendered by annotate-snippets):
 ///
 /// ```text
 /// deny[spread-selector-missing]: Deployment shop/api at spec.template.spec.topologySpreadConstraints[0].labelSelector
-///   --> examples/spread-without-selector.yaml:19:11 (document 0)
+///   --> examples/spread-without-selector.yaml:19:11
 ///    |
 /// 19 |         - maxSkew: 1
 ///    |           ^ `labelSelector` is not set here
@@ -72,28 +64,67 @@ fn plural(n: usize, one: &str, many: &str) -> String {
 ///    = topologySpreadConstraints[0] (topologyKey kubernetes.io/hostname, DoNotSchedule) has no labelSelector: ...
 ///    = fix: set labelSelector to the workload's own selector (app=api), ...
 /// ```
-///
-/// then notices, what could not be checked, the available fixes and a summary line.
-pub fn text(report: &Report) -> String {
-    let mut out = String::new();
-    for e in &report.errors {
-        let _ = writeln!(out, "error: {e}\n");
+fn finding_text(located: &Located, renderer: &Renderer) -> String {
+    let Located { finding: f, origin, .. } = located;
+    let level = match f.action {
+        Decision::Deny => Level::ERROR.with_name("deny"),
+        Decision::Warn => Level::WARNING.with_name("warn"),
+        Decision::Allowed => Level::NOTE.with_name("allowed"),
+    };
+    // The file:line:col stays clickable; which document of a multi-document file (or of a
+    // rendered stream) goes into the title.
+    let mut title = format!("{} at {}", f.object, f.path);
+    match (&origin.template, origin.item) {
+        (Some(_), _) => title.push_str(&format!(" (document {} of {})", origin.document, origin.file)),
+        (None, Some(i)) => title.push_str(&format!(" (document {}, items[{i}])", origin.document)),
+        (None, None) if origin.document > 0 => title.push_str(&format!(" (document {})", origin.document)),
+        (None, None) => {}
     }
+    let path = origin.shown_file().to_string();
+    let place: Element = match (&located.snippet, origin.column) {
+        (Some(line), Some(column)) => {
+            // The caret goes under the column's character (columns count characters).
+            let start = line.char_indices().nth(column.saturating_sub(1)).map_or(line.len(), |(i, _)| i);
+            let end = line[start..].chars().next().map_or(start, |c| start + c.len_utf8());
+            let label = match located.missing.as_deref() {
+                Some(segment) if segment.parse::<usize>().is_ok() => {
+                    format!("item [{segment}] is not in the file: the nearest field present")
+                }
+                Some(segment) => format!("`{segment}` is not set here"),
+                None => String::new(),
+            };
+            Snippet::source(line.as_str())
+                .line_start(origin.shown_line())
+                .path(path)
+                .annotation(AnnotationKind::Primary.span(start..end).label(label))
+                .into()
+        }
+        _ => AnnotationOrigin::path(path).line(origin.shown_line()).into(),
+    };
+    let mut elements: Vec<Element> = vec![place, Level::NOTE.no_name().message(f.what.as_str()).into()];
+    elements.push(Level::HELP.with_name("fix").message(f.fix.as_str()).into());
+    if !f.related.is_empty() {
+        let related: Vec<_> = f.related.iter().map(ToString::to_string).collect();
+        elements.push(Level::NOTE.with_name("related").message(related.join(", ")).into());
+    }
+    for n in &f.notes {
+        elements.push(Level::NOTE.message(n.to_string()).into());
+    }
+    renderer.render(&[level.primary_title(title).id(f.rule.id).elements(elements)])
+}
+
+/// Human-readable diagnostics: one block per finding, then (unless quiet) the notices, what could
+/// not be checked, the available fixes and a summary line. Errors are not here: `check` prints
+/// them once, to stderr.
+pub fn text(report: &Report, style: TextStyle) -> String {
+    let renderer = if style.color { Renderer::styled() } else { Renderer::plain() };
+    let mut out = String::new();
     for located in &report.findings {
-        let Located { finding: f, origin, .. } = located;
-        let _ = writeln!(out, "{}[{}]: {} at {}", f.action.as_str(), f.rule, f.object, f.path);
-        let _ = writeln!(out, "  --> {}", location(origin));
-        snippet(&mut out, located);
-        let _ = writeln!(out, "   = {}", f.what);
-        let _ = writeln!(out, "   = fix: {}", f.fix);
-        if !f.related.is_empty() {
-            let related: Vec<_> = f.related.iter().map(ToString::to_string).collect();
-            let _ = writeln!(out, "   = related: {}", related.join(", "));
-        }
-        for n in &f.notes {
-            let _ = writeln!(out, "   = note: {n}");
-        }
-        out.push('\n');
+        out.push_str(&finding_text(located, &renderer));
+        out.push_str("\n\n");
+    }
+    if style.quiet {
+        return out;
     }
     for (origin, n) in &report.notices {
         let _ = writeln!(out, "warning: {n}\n  --> {}\n", location(origin));
@@ -134,14 +165,63 @@ pub fn text(report: &Report) -> String {
         if report.errors.is_empty() {
             String::new()
         } else {
-            format!("; {}", plural(report.errors.len(), "error", "errors"))
+            format!("; {} (on stderr)", plural(report.errors.len(), "error", "errors"))
         },
     );
     out
 }
 
+/// What `check` says besides its findings: errors (unusable input), warnings (a document defined
+/// twice, an exemption without a reason) and notes (what was not checked, and why), each with
+/// where, in every format.
+pub fn diagnostics(report: &Report) -> Vec<Diagnostic<'_>> {
+    let errors = report.errors.iter().map(|e| Diagnostic {
+        level: "error",
+        message: &e.message,
+        file: &e.file,
+        document: e.document,
+        line: None,
+    });
+    let warnings = report.notices.iter().map(|(o, m)| Diagnostic::at("warning", m, o));
+    let notes = report.unchecked.iter().map(|(o, m)| Diagnostic::at("note", m, o));
+    errors.chain(warnings).chain(notes).collect()
+}
+
+/// One diagnostic of [`diagnostics`].
+pub struct Diagnostic<'a> {
+    /// `error`, `warning` or `note` (SARIF's levels).
+    pub level: &'static str,
+    pub message: &'a str,
+    pub file: &'a str,
+    pub document: Option<usize>,
+    pub line: Option<usize>,
+}
+
+impl<'a> Diagnostic<'a> {
+    fn at(level: &'static str, message: &'a str, origin: &'a Origin) -> Self {
+        Diagnostic {
+            level,
+            message,
+            file: origin.shown_file(),
+            document: Some(origin.document),
+            line: Some(origin.shown_line()),
+        }
+    }
+
+    fn json(&self) -> Value {
+        let mut v = json!({"level": self.level, "message": self.message, "file": self.file});
+        if let Some(d) = self.document {
+            v["document"] = json!(d);
+        }
+        if let Some(l) = self.line {
+            v["line"] = json!(l);
+        }
+        v
+    }
+}
+
 /// `{"findings": [...], "summary": {...}}` as DESIGN.md §5 specifies, plus `mutations`,
-/// `unchecked` and `errors`.
+/// `unchecked`, `errors` and every `diagnostics` (errors, warnings, notes, with where).
 pub fn json(report: &Report) -> Value {
     let findings: Vec<Value> = report
         .findings
@@ -156,10 +236,13 @@ pub fn json(report: &Report) -> Value {
                 "path": f.path,
                 "message": f.message(),
                 "related": f.related.iter().map(|r| json!({"kind": r.kind.as_str(), "namespace": r.namespace, "name": r.name})).collect::<Vec<_>>(),
-                "file": origin.file,
+                "file": origin.shown_file(),
                 "document": origin.document,
-                "line": origin.line,
+                "line": origin.shown_line(),
             });
+            if origin.template.is_some() {
+                v["stream"] = json!(origin.file);
+            }
             if let Some(c) = origin.column {
                 v["column"] = json!(c);
             }
@@ -183,9 +266,9 @@ pub fn json(report: &Report) -> Value {
                     "namespace": fix.object.namespace,
                     "name": fix.object.name,
                     "patch": c.operation,
-                    "file": fix.origin.file,
+                    "file": fix.origin.shown_file(),
                     "document": fix.origin.document,
-                    "line": fix.at.get(i).unwrap_or(&fix.origin).line,
+                    "line": fix.at.get(i).unwrap_or(&fix.origin).shown_line(),
                 })
             })
         })
@@ -198,8 +281,9 @@ pub fn json(report: &Report) -> Value {
             "allowed": report.count(Decision::Allowed),
         },
         "mutations": mutations,
-        "unchecked": report.unchecked.iter().map(|(o, m)| json!({"file": o.file, "document": o.document, "line": o.line, "message": m})).collect::<Vec<_>>(),
+        "unchecked": report.unchecked.iter().map(|(o, m)| json!({"file": o.shown_file(), "document": o.document, "line": o.shown_line(), "message": m})).collect::<Vec<_>>(),
         "errors": report.errors.iter().map(|e| json!({"file": e.file, "document": e.document, "message": e.message})).collect::<Vec<_>>(),
+        "diagnostics": diagnostics(report).iter().map(Diagnostic::json).collect::<Vec<_>>(),
     })
 }
 
@@ -229,7 +313,7 @@ pub fn sarif(report: &Report) -> Value {
         .findings
         .iter()
         .map(|Located { finding: f, origin, .. }| {
-            let mut region = json!({"startLine": origin.line.max(1)});
+            let mut region = json!({"startLine": origin.shown_line().max(1)});
             if let Some(c) = origin.column {
                 region["startColumn"] = json!(c.max(1));
             }
@@ -239,7 +323,7 @@ pub fn sarif(report: &Report) -> Value {
                 "message": {"text": format!("{} at {}: {}", f.object, f.path, f.message())},
                 "locations": [{
                     "physicalLocation": {
-                        "artifactLocation": {"uri": uri(&origin.file)},
+                        "artifactLocation": {"uri": uri(origin.shown_file())},
                         "region": region,
                     },
                     "logicalLocations": [{
@@ -277,15 +361,18 @@ pub fn sarif(report: &Report) -> Value {
             result
         })
         .collect();
-    let notifications: Vec<Value> = report
-        .errors
+    let notifications: Vec<Value> = diagnostics(report)
         .iter()
-        .map(|e| {
-            json!({
-                "level": "error",
-                "message": {"text": e.to_string()},
-                "locations": [{"physicalLocation": {"artifactLocation": {"uri": uri(&e.file)}}}],
-            })
+        .map(|d| {
+            let mut location = json!({"physicalLocation": {"artifactLocation": {"uri": uri(d.file)}}});
+            if let Some(line) = d.line {
+                location["physicalLocation"]["region"] = json!({"startLine": line.max(1)});
+            }
+            let text = match d.document {
+                Some(doc) => format!("{} (document {doc}): {}", d.file, d.message),
+                None => format!("{}: {}", d.file, d.message),
+            };
+            json!({"level": d.level, "message": {"text": text}, "locations": [location]})
         })
         .collect();
     json!({
@@ -307,6 +394,136 @@ pub fn sarif(report: &Report) -> Value {
             "columnKind": "unicodeCodePoints",
         }],
     })
+}
+
+/// JUnit XML, which GitLab, Jenkins and most CI systems show as test results: one test suite per
+/// file, one test case per checked object and rule that found something (a `failure` when
+/// `fail_on` makes it fail the run, else a passing case whose output carries the finding), a
+/// passing case for each object with no finding, `skipped` for exempted findings, and an `error`
+/// case per unusable input.
+pub fn junit(report: &Report, fail_on: FailOn) -> String {
+    use std::collections::BTreeMap;
+
+    use quick_xml::Writer;
+    use quick_xml::events::{BytesDecl, BytesText, Event};
+
+    struct Case {
+        name: String,
+        failure: Option<(String, String)>,
+        skipped: Option<String>,
+        output: Option<String>,
+        error: Option<String>,
+    }
+    let mut suites: BTreeMap<String, Vec<Case>> = BTreeMap::new();
+    for l in &report.findings {
+        let f = &l.finding;
+        let text = format!("{} at {}: {}\n  --> {}", f.object, f.path, f.message(), location(&l.origin));
+        let fails = match fail_on {
+            FailOn::Deny => f.action == Decision::Deny,
+            FailOn::Warn => matches!(f.action, Decision::Deny | Decision::Warn),
+            FailOn::Never => false,
+        };
+        let mut case = Case {
+            name: format!("{} [{}]", f.object, f.rule.id),
+            failure: None,
+            skipped: None,
+            output: None,
+            error: None,
+        };
+        match f.action {
+            Decision::Allowed => {
+                case.skipped = Some(f.notes.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+            }
+            _ if fails => case.failure = Some((format!("[{}] {} at {}", f.rule.id, f.object, f.path), text)),
+            _ => case.output = Some(format!("{}: {text}", f.action.as_str())),
+        }
+        suites.entry(l.origin.shown_file().to_string()).or_default().push(case);
+    }
+    for (file, object) in &report.checked {
+        let reported = report.findings.iter().any(|l| l.origin.shown_file() == file && l.finding.object == *object);
+        if !reported {
+            let case = Case { name: object.to_string(), failure: None, skipped: None, output: None, error: None };
+            suites.entry(file.clone()).or_default().push(case);
+        }
+    }
+    for e in &report.errors {
+        let name = match e.document {
+            Some(d) => format!("document {d}"),
+            None => "read".to_string(),
+        };
+        let case = Case { name, failure: None, skipped: None, output: None, error: Some(e.message.clone()) };
+        suites.entry(e.file.clone()).or_default().push(case);
+    }
+    let count = |cases: &[Case], f: fn(&Case) -> bool| cases.iter().filter(|c| f(c)).count().to_string();
+    let all: Vec<&Case> = suites.values().flatten().collect();
+    let total = |f: fn(&Case) -> bool| all.iter().filter(|c| f(c)).count().to_string();
+    let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
+    let write = |w: &mut Writer<Vec<u8>>| -> std::io::Result<()> {
+        w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)))?;
+        w.create_element("testsuites")
+            .with_attributes([
+                ("name", "ha-guard"),
+                ("tests", all.len().to_string().as_str()),
+                ("failures", total(|c| c.failure.is_some()).as_str()),
+                ("errors", total(|c| c.error.is_some()).as_str()),
+                ("skipped", total(|c| c.skipped.is_some()).as_str()),
+            ])
+            .write_inner_content(|w| {
+                for (file, cases) in &suites {
+                    w.create_element("testsuite")
+                        .with_attributes([
+                            ("name", file.as_str()),
+                            ("tests", cases.len().to_string().as_str()),
+                            ("failures", count(cases, |c| c.failure.is_some()).as_str()),
+                            ("errors", count(cases, |c| c.error.is_some()).as_str()),
+                            ("skipped", count(cases, |c| c.skipped.is_some()).as_str()),
+                        ])
+                        .write_inner_content(|w| {
+                            for c in cases {
+                                let case = w.create_element("testcase").with_attributes([
+                                    ("name", c.name.as_str()),
+                                    ("classname", file.as_str()),
+                                    ("file", file.as_str()),
+                                ]);
+                                if c.failure.is_none() && c.skipped.is_none() && c.output.is_none() && c.error.is_none()
+                                {
+                                    case.write_empty()?;
+                                    continue;
+                                }
+                                case.write_inner_content(|w| {
+                                    if let Some((message, text)) = &c.failure {
+                                        w.create_element("failure")
+                                            .with_attributes([("message", message.as_str()), ("type", "ha-guard")])
+                                            .write_text_content(BytesText::new(text))?;
+                                    }
+                                    if let Some(reason) = &c.skipped {
+                                        w.create_element("skipped")
+                                            .with_attribute(("message", reason.as_str()))
+                                            .write_empty()?;
+                                    }
+                                    if let Some(message) = &c.error {
+                                        w.create_element("error")
+                                            .with_attributes([("message", "unusable input"), ("type", "ha-guard")])
+                                            .write_text_content(BytesText::new(message))?;
+                                    }
+                                    if let Some(out) = &c.output {
+                                        w.create_element("system-out").write_text_content(BytesText::new(out))?;
+                                    }
+                                    Ok(())
+                                })?;
+                            }
+                            Ok(())
+                        })?;
+                }
+                Ok(())
+            })?;
+        Ok(())
+    };
+    // Writing into a Vec cannot fail.
+    let _ = write(&mut w);
+    let mut xml = String::from_utf8(w.into_inner()).unwrap_or_default();
+    xml.push('\n');
+    xml
 }
 
 fn level(a: Action) -> &'static str {

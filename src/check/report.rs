@@ -42,6 +42,17 @@ pub struct Report {
     pub errors: Vec<LoadError>,
     pub objects: usize,
     pub files: usize,
+    /// Every object checked, with the file it is shown in (for reports that list passes, JUnit).
+    pub checked: Vec<(String, ObjectRef)>,
+}
+
+/// Which findings make `check` fail (exit 1): deny ones (the default), warn ones too, or none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailOn {
+    #[default]
+    Deny,
+    Warn,
+    Never,
 }
 
 impl Report {
@@ -49,11 +60,16 @@ impl Report {
         self.findings.iter().filter(|l| l.finding.action == action).count()
     }
 
-    /// 0: no deny finding; 1: a deny finding; 2: unusable input.
-    pub fn exit_code(&self) -> i32 {
+    /// 2: unusable input; 1: a finding that `fail_on` fails on; 0 otherwise.
+    pub fn exit_code(&self, fail_on: FailOn) -> i32 {
+        let failing = match fail_on {
+            FailOn::Deny => self.count(Decision::Deny),
+            FailOn::Warn => self.count(Decision::Deny) + self.count(Decision::Warn),
+            FailOn::Never => 0,
+        };
         if !self.errors.is_empty() {
             2
-        } else if self.count(Decision::Deny) > 0 {
+        } else if failing > 0 {
             1
         } else {
             0

@@ -1,29 +1,75 @@
-//! `ha-guard check`: lint manifests offline.
+//! `ha-guard check`: lint manifests offline, as CI pipelines, pre-commit and code scanning run it.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::process::ExitCode;
+use std::process::{Command, ExitCode, Stdio};
 
 use clap::{Args, ValueEnum};
 
 use super::error::Error;
-use crate::check::{self, Options, output};
+use crate::check::{self, FailOn, Options, output};
+use crate::core::catalogue::Action;
+use crate::core::config::Config;
+use crate::core::registry;
+use crate::manifest::{self, LoadOptions, Loaded};
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Format {
     Text,
     Json,
     Sarif,
+    Junit,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Color {
+    /// On a terminal, unless NO_COLOR is set.
+    Auto,
+    Always,
+    Never,
 }
 
 #[derive(Args)]
 pub struct CheckArgs {
-    /// Files, directories or `-` (stdin) to check.
-    #[arg(short = 'f', long = "filename", required = true, num_args = 1.., value_name = "PATH")]
+    /// Files, directories (walked recursively; .gitignore respected) or `-` for stdin.
+    #[arg(value_name = "PATH")]
+    pub inputs: Vec<String>,
+    /// Files, directories or `-` (stdin) to check, as with the positional PATHs.
+    #[arg(short = 'f', long = "filename", num_args = 1.., value_name = "PATH")]
     pub paths: Vec<String>,
+    /// Render a Helm chart with the `helm` on PATH (`helm template`) and check what it renders.
+    #[arg(long, value_name = "CHART")]
+    pub helm: Option<String>,
+    /// Values files for --helm (repeatable).
+    #[arg(long = "values", value_name = "FILE", requires = "helm")]
+    pub values: Vec<PathBuf>,
+    /// Render a kustomization with the `kubectl` on PATH (`kubectl kustomize`) and check it.
+    #[arg(long, value_name = "DIR")]
+    pub kustomize: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
-    /// Configuration file (DESIGN.md §5).
+    /// Which findings make the exit code 1: deny ones, warn ones too, or none.
+    #[arg(long, value_enum, default_value = "deny")]
+    pub fail_on: FailOn,
+    /// Turn a rule (or mutation) off, as `rules: {ID: off}` in the configuration would.
+    #[arg(long, value_name = "ID", value_delimiter = ',')]
+    pub disable: Vec<String>,
+    /// Turn a rule on at its default action (over an `off` in the configuration), or a mutation on.
+    #[arg(long, value_name = "ID", value_delimiter = ',')]
+    pub enable: Vec<String>,
+    /// Print the findings only (no notes, fixes or summary).
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Write the report to FILE instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Also read what .gitignore, .ignore and git's excludes leave out when walking directories.
+    #[arg(long)]
+    pub no_ignore: bool,
+    /// Colour in text output.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub color: Color,
+    /// Configuration file (the same file `serve --config` reads).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The files are the whole namespace: run the rules that assert absence.
@@ -38,27 +84,175 @@ pub struct CheckArgs {
 }
 
 pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
-    let config = args.config.as_deref().map(crate::config_file::load).transpose()?.unwrap_or_default();
-    let options = Options { complete: args.complete, namespace: args.namespace, config };
-    let run = check::run(&args.paths, &options, args.fix)?;
+    let mut config = args.config.as_deref().map(crate::config_file::load).transpose()?.unwrap_or_default();
+    toggle(&mut config, &args.disable, &args.enable)?;
+    let options = Options { complete: args.complete, namespace: args.namespace.clone(), config };
+    let paths: Vec<String> = args.inputs.iter().chain(&args.paths).cloned().collect();
+    if paths.is_empty() && args.helm.is_none() && args.kustomize.is_none() {
+        return Err(Error(
+            "nothing to check: give files or directories, `-` for stdin, --helm CHART or --kustomize DIR".into(),
+        ));
+    }
+    let load = LoadOptions { respect_ignore_files: !args.no_ignore, chart_dir: None };
+    let rendered = render(&args)?;
+    let run = if rendered.is_empty() {
+        check::run_with(&paths, &load, &options, args.fix)?
+    } else {
+        if args.fix {
+            return Err(Error(
+                "--fix writes files back: it cannot with --helm or --kustomize, whose input is rendered".into(),
+            ));
+        }
+        let mut loaded = manifest::load_with(&paths, &load);
+        for (name, text, chart) in rendered {
+            add_rendered(&mut loaded, name, text, chart);
+        }
+        let report = check::check(&loaded, &options);
+        check::Run { loaded, report, fixed: Vec::new() }
+    };
     for f in &run.fixed {
         eprintln!("fixed: {f}");
     }
     let report = &run.report;
-    match args.format {
-        Format::Text => print!("{}", output::text(report)),
-        Format::Json => println!("{}", serde_json::to_string_pretty(&output::json(report)).unwrap_or_default()),
-        Format::Sarif => println!("{}", serde_json::to_string_pretty(&output::sarif(report)).unwrap_or_default()),
-    }
-    // Errors also go to stderr, so they are seen when the report is redirected to a file.
-    if !matches!(args.format, Format::Text) || !std::io::stdout().is_terminal() {
-        for e in &report.errors {
-            eprintln!("error: {e}");
+    let text = match args.format {
+        Format::Text => {
+            let color = match args.color {
+                Color::Always => true,
+                Color::Never => false,
+                Color::Auto => {
+                    args.output.is_none() && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+                }
+            };
+            output::text(report, output::TextStyle { color, quiet: args.quiet })
+        }
+        Format::Json => serde_json::to_string_pretty(&output::json(report)).unwrap_or_default() + "\n",
+        Format::Sarif => serde_json::to_string_pretty(&output::sarif(report)).unwrap_or_default() + "\n",
+        Format::Junit => output::junit(report, args.fail_on),
+    };
+    match &args.output {
+        Some(path) => std::fs::write(path, text).map_err(|e| Error(format!("--output {}: {e}", path.display())))?,
+        None => {
+            let _ = std::io::stdout().write_all(text.as_bytes());
         }
     }
-    let code = ExitCode::from(report.exit_code() as u8);
+    // Errors go to stderr, once, whatever the format: seen in CI logs, and apart from a report
+    // that is piped or written to a file.
+    for e in &report.errors {
+        eprintln!("error: {e}");
+    }
+    let code = ExitCode::from(report.exit_code(args.fail_on) as u8);
     // The process ends here: freeing every document's JSON tree and skeleton one by one would
     // take a tenth of a large run (perf, 10,000 objects), for memory the exit returns anyway.
     std::mem::forget(run);
     Ok(code)
+}
+
+/// `--disable` and `--enable`, applied over the configuration.
+fn toggle(config: &mut Config, disable: &[String], enable: &[String]) -> Result<(), Error> {
+    for id in disable.iter().chain(enable) {
+        if registry::rule(id).is_none() && registry::mutation(id).is_none() {
+            let nearest = registry::rules()
+                .map(|r| r.id)
+                .chain(registry::mutations().iter().map(|m| m.id))
+                .min_by_key(|known| strsim::levenshtein(id, known))
+                .unwrap_or_default();
+            return Err(Error(format!(
+                "{id:?} is no rule or mutation ID: did you mean {nearest}? (`ha-guard rules` lists them)"
+            )));
+        }
+    }
+    if let Some(both) = disable.iter().find(|id| enable.contains(id)) {
+        return Err(Error(format!("{both} is both --disable'd and --enable'd")));
+    }
+    for id in disable {
+        if registry::rule(id).is_some() {
+            config.rules.insert(id.clone(), Action::Off);
+        } else {
+            config.mutations.insert(id.clone(), false);
+        }
+    }
+    for id in enable {
+        if registry::rule(id).is_some() {
+            if config.rules.get(id) == Some(&Action::Off) {
+                config.rules.remove(id);
+            }
+        } else {
+            config.mutations.insert(id.clone(), true);
+        }
+    }
+    Ok(())
+}
+
+/// A rendered stream: a name for it, its text, and for a local chart its name and folder (for
+/// the `# Source:` paths).
+type Rendered = (String, String, Option<(String, String)>);
+
+/// What `--helm` and `--kustomize` render.
+fn render(args: &CheckArgs) -> Result<Vec<Rendered>, Error> {
+    let mut out = Vec::new();
+    if let Some(chart) = &args.helm {
+        let mut cmd = Command::new("helm");
+        cmd.args(["template", "ha-guard-check", chart]);
+        for v in &args.values {
+            cmd.arg("--values").arg(v);
+        }
+        let text = run_renderer(cmd, "helm", "helm template RELEASE CHART | ha-guard check -f -")?;
+        // A local chart's `# Source: NAME/templates/x.yaml` is NAME's folder on disk.
+        let path = std::path::Path::new(chart);
+        let local = path.join("Chart.yaml").is_file().then(|| {
+            let name = std::fs::read_to_string(path.join("Chart.yaml"))
+                .ok()
+                .and_then(|t| {
+                    t.lines().find_map(|l| l.strip_prefix("name:").map(|n| n.trim().trim_matches('"').to_string()))
+                })
+                .unwrap_or_default();
+            (name, chart.trim_end_matches('/').to_string())
+        });
+        out.push((format!("helm template {chart}"), text, local));
+    }
+    if let Some(dir) = &args.kustomize {
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("kustomize").arg(dir);
+        let text = run_renderer(cmd, "kubectl", "kubectl kustomize DIR | ha-guard check -f -")?;
+        out.push((format!("kubectl kustomize {}", dir.display()), text, None));
+    }
+    Ok(out)
+}
+
+fn run_renderer(mut cmd: Command, program: &str, instead: &str) -> Result<String, Error> {
+    let output = cmd.stdin(Stdio::null()).output().map_err(|e| {
+        Error(if e.kind() == std::io::ErrorKind::NotFound {
+            format!("`{program}` is not on PATH: install it, or render yourself: {instead}")
+        } else {
+            format!("cannot run `{program}`: {e}")
+        })
+    })?;
+    if !output.status.success() {
+        return Err(Error(format!(
+            "`{}` failed ({}):\n{}",
+            [cmd.get_program()]
+                .into_iter()
+                .chain(cmd.get_args())
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim_end()
+        )));
+    }
+    String::from_utf8(output.stdout).map_err(|_| Error(format!("`{program}` wrote text that is not UTF-8")))
+}
+
+/// Adds a rendered stream; a local chart's template paths are put under its folder.
+fn add_rendered(loaded: &mut Loaded, name: String, text: String, chart: Option<(String, String)>) {
+    let first = loaded.documents.len();
+    manifest::add_text(loaded, name, None, text, false);
+    let Some((chart_name, dir)) = chart else { return };
+    for d in &mut loaded.documents[first..] {
+        if let Some(t) = d.origin.template.as_mut()
+            && let Some(rest) = t.path.strip_prefix(&format!("{chart_name}/"))
+        {
+            t.path = format!("{dir}/{rest}");
+        }
+    }
 }

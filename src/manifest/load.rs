@@ -8,11 +8,17 @@ use serde_json::Value;
 
 use super::cores::map_on_cores;
 use super::skeleton::Node;
-use super::source::{Document, LoadError, Loaded, Origin, Source};
+use super::source::{Document, LoadError, LoadOptions, Loaded, Origin, Source, Template};
 use super::yaml;
 
-/// Loads every path: a directory is walked recursively in name order.
+/// Loads every path: a directory is walked recursively in name order, leaving out what ignore
+/// files leave out.
 pub fn load(paths: &[String]) -> Loaded {
+    load_with(paths, &LoadOptions::default())
+}
+
+/// [`load`] with options.
+pub fn load_with(paths: &[String], options: &LoadOptions) -> Loaded {
     let mut loaded = Loaded::default();
     for p in paths {
         if p == "-" {
@@ -26,7 +32,7 @@ pub fn load(paths: &[String]) -> Loaded {
         let path = Path::new(p);
         if path.is_dir() {
             let mut files = Vec::new();
-            walk(path, &mut files, &mut loaded.errors);
+            walk(path, options.respect_ignore_files, &mut files, &mut loaded.errors);
             files.sort();
             for f in files {
                 load_file(&mut loaded, &f);
@@ -40,10 +46,14 @@ pub fn load(paths: &[String]) -> Loaded {
 
 /// The manifests under `dir` (`.yaml`, `.yml`, `.json`), with their errors. Symbolic links are
 /// followed, a link that loops back is not (`ignore` detects it: ripgrep's walker), and a file
-/// reached twice (through a link) is read once.
-fn walk(dir: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<LoadError>) {
+/// reached twice (through a link) is read once. With `respect_ignore_files`, what `.gitignore`
+/// (inside a git repository), `.ignore` and git's excludes leave out is left out, as ripgrep
+/// does; hidden files are read all the same (a `.deploy/` folder of manifests is common).
+fn walk(dir: &Path, respect_ignore_files: bool, files: &mut Vec<PathBuf>, errors: &mut Vec<LoadError>) {
     let mut seen = std::collections::HashSet::new();
-    for entry in ignore::WalkBuilder::new(dir).standard_filters(false).follow_links(true).build() {
+    let mut walker = ignore::WalkBuilder::new(dir);
+    walker.standard_filters(respect_ignore_files).hidden(false).follow_links(true);
+    for entry in walker.build() {
         match entry {
             Ok(entry) => {
                 let path = entry.path();
@@ -94,7 +104,7 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
     let looks_json = json_hint || text.trim_start().starts_with('{');
     if looks_json {
         if let Ok(value) = serde_json::from_str::<Value>(&text) {
-            let origin = Origin { file: file.clone(), document: 0, item: None, line: 1, column: None };
+            let origin = Origin { file: file.clone(), document: 0, item: None, line: 1, column: None, template: None };
             push_document(loaded, origin, value);
             let spans = std::iter::once(0..text.len()).collect();
             loaded.sources.push(Source { file, path, json: true, text, spans, skeletons: Vec::new() });
@@ -130,19 +140,34 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
             Ok((value, skeleton)) => {
                 skeletons.push(skeleton);
                 if !value.is_null() {
+                    let template = template_of(doc, breaks);
                     push_document(
                         loaded,
-                        Origin { file: file.clone(), document: index, item: None, line, column: None },
+                        Origin { file: file.clone(), document: index, item: None, line, column: None, template },
                         value,
                     );
                 }
             }
             Err(e) => {
                 skeletons.push(None);
+                let shown = match template_of(doc, breaks) {
+                    Some(t) => format!("{} (rendered into {file})", t.path),
+                    None => file.clone(),
+                };
+                let rendered = e.render_with_options(serde_saphyr::render_options! {
+                    line_offset: breaks as u64,
+                    source_name: Some(&shown),
+                });
+                let hint = unrendered_template(doc, breaks).map(|line| {
+                    format!(
+                        "\nline {line} holds `{{{{ ... }}}}`: this looks like a Helm template that was not rendered; \
+                         render it first: helm template RELEASE CHART | ha-guard check -f - (or ha-guard check --helm CHART)"
+                    )
+                });
                 loaded.errors.push(LoadError {
                     file: file.clone(),
                     document: Some(index),
-                    message: format!("not valid YAML (document starts at line {line}): {}", one_line(&e)),
+                    message: format!("not valid YAML:\n{}{}", rendered.trim_end(), hint.unwrap_or_default()),
                 });
             }
         }
@@ -150,7 +175,7 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
     loaded.sources.push(Source { file, path, json: false, text, spans, skeletons });
 }
 
-type ParsedDocument = Result<(Value, Option<Node>), String>;
+type ParsedDocument = Result<(Value, Option<Node>), serde_saphyr::Error>;
 
 /// Parses each document of `text` (`None` for a blank one), in order, in contiguous chunks on
 /// every core; `breaks_before[i]` is the number of line breaks before document `i`.
@@ -163,8 +188,25 @@ fn parse_documents(
     map_on_cores(&jobs, |&(doc, breaks)| (!is_blank(doc)).then(|| yaml::parse(doc, breaks)))
 }
 
-fn one_line(s: &str) -> String {
-    s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+/// The template a rendered document names in its leading comments (`# Source: PATH`, as
+/// `helm template` writes), with the line its text starts at; `breaks` line breaks precede `doc`.
+fn template_of(doc: &str, breaks: usize) -> Option<Template> {
+    for (i, line) in doc.lines().enumerate() {
+        let t = line.trim();
+        if let Some(path) = t.strip_prefix("# Source:") {
+            let path = path.trim();
+            return (!path.is_empty()).then(|| Template { path: path.to_string(), first_line: breaks + i + 2 });
+        }
+        if !is_blank(line) {
+            return None;
+        }
+    }
+    None
+}
+
+/// The first line (in the file) of `doc` that holds Go template actions, if any.
+fn unrendered_template(doc: &str, breaks: usize) -> Option<usize> {
+    doc.lines().position(|l| l.contains("{{") && l.contains("}}")).map(|i| breaks + i + 1)
 }
 
 fn is_blank(doc: &str) -> bool {
@@ -272,7 +314,7 @@ mod tests {
         }
         assert_eq!(loaded.errors.len(), 1, "{:?}", loaded.errors);
         assert_eq!(loaded.errors[0].document, Some(200));
-        assert!(loaded.errors[0].message.contains("document starts at line 802"), "{}", loaded.errors[0].message);
+        assert!(loaded.errors[0].message.contains("t.yaml:802:"), "the line in the file: {}", loaded.errors[0].message);
     }
 
     #[test]

@@ -20,6 +20,34 @@ pub struct Origin {
     pub line: usize,
     /// 1-based column of the field, when located.
     pub column: Option<usize>,
+    /// The template a rendered document came from (`helm template` writes `# Source: PATH`
+    /// before each document): findings name it rather than the stream.
+    pub template: Option<Template>,
+}
+
+/// Where a rendered document's text came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Template {
+    /// The template's path as the renderer wrote it (`chart/templates/deployment.yaml`), or with
+    /// the chart's folder put in front when `check --helm` rendered a local chart.
+    pub path: String,
+    /// The line of the stream where the rendered document's text starts (after its `# Source:`).
+    pub first_line: usize,
+}
+
+impl Origin {
+    /// The file a finding is reported in: the template for rendered input, else the file.
+    pub fn shown_file(&self) -> &str {
+        self.template.as_ref().map_or(&self.file, |t| &t.path)
+    }
+
+    /// The line shown with [`Origin::shown_file`]: within the rendered document for a template.
+    pub fn shown_line(&self) -> usize {
+        match &self.template {
+            Some(t) => (self.line + 1).saturating_sub(t.first_line).max(1),
+            None => self.line,
+        }
+    }
 }
 
 /// One parsed document.
@@ -50,6 +78,23 @@ pub struct LoadError {
     pub file: String,
     pub document: Option<usize>,
     pub message: String,
+}
+
+/// How paths are read.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Leave out what `.gitignore`, `.ignore` and git's excludes leave out when walking a folder
+    /// (as ripgrep does); files named on the command line are always read.
+    pub respect_ignore_files: bool,
+    /// For `# Source: CHART/...` comments of a local chart: the chart's folder, put in front of
+    /// the paths in place of its name.
+    pub chart_dir: Option<(String, String)>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { respect_ignore_files: true, chart_dir: None }
+    }
 }
 
 #[derive(Debug, Default)]

@@ -222,9 +222,17 @@ fn exit_2_when_a_known_kind_does_not_decode() {
     let f = write(dir.path(), "undecodable.yaml", text);
     let r = run(&["check", "-f", s(&f)]);
     assert_eq!(r.code, 2, "{}", r.all());
-    let line = r.stdout.lines().find(|l| l.starts_with("error:")).expect("an error line");
-    assert!(line.starts_with(&format!("error: {} (document 1): Deployment", s(&f))), "{line}");
-    assert!(line.contains("three"), "says what did not decode: {line}");
+    let line = r.stderr.lines().find(|l| l.starts_with("error:")).expect("an error line on stderr");
+    assert_eq!(
+        line,
+        format!(
+            "error: {} (document 1): Deployment does not decode: spec.replicas: expected an integer, got the string \"three\"",
+            s(&f)
+        ),
+        "names the file, the document, the field and what is wrong"
+    );
+    assert_eq!(r.stderr.matches("error:").count(), 1, "printed once: {}", r.stderr);
+    assert!(!r.stdout.contains("error:"), "not in the report too: {}", r.stdout);
 }
 
 #[test]
@@ -364,7 +372,7 @@ fn json_files_are_checked() {
     let bad = write(dir.path(), "bad.json", "{\"kind\": \"Deployment\",\n");
     let r = run(&["check", "-f", s(&bad)]);
     assert_eq!(r.code, 2);
-    assert!(r.stdout.contains(&format!("{} (document 0): not valid JSON", s(&bad))), "{}", r.stdout);
+    assert!(r.stderr.contains(&format!("{} (document 0): not valid JSON", s(&bad))), "{}", r.stderr);
 }
 
 #[test]
@@ -930,7 +938,7 @@ spec:
         block[..6],
         [
             "deny[spread-selector-missing]: Deployment shop/api at spec.template.spec.topologySpreadConstraints[0].labelSelector",
-            "  --> api.yaml:15:11 (document 0)",
+            "  --> api.yaml:15:11",
             "   |",
             "15 |         - maxSkew: 1",
             "   |           ^ `labelSelector` is not set here",
@@ -973,9 +981,8 @@ fn text_output_of_the_examples() {
         "deny[host-network-colocation]: Deployment infra/agent at spec.template.spec.hostNetwork",
         "deny[rwo-volume-multi-replica]: Deployment infra/db at spec.template.spec.volumes[0].persistentVolumeClaim.claimName",
         "deny[hpa-replica-bounds]: HorizontalPodAutoscaler jobs/worker at spec.minReplicas",
-        "allowed[pdb-blocks-eviction]: PodDisruptionBudget tools/license-server at spec.minAvailable",
-        "  --> examples/exempted-list.yaml:31:7 (document 0, items[1])",
-        "  --> examples/hpa-bounds.json:13:5 (document 0)",
+        "allowed[pdb-blocks-eviction]: PodDisruptionBudget tools/license-server at spec.minAvailable (document 0, items[1])\n  --> examples/exempted-list.yaml:31:7",
+        "  --> examples/hpa-bounds.json:13:5",
     ] {
         assert!(r.stdout.contains(expected), "missing {expected:?} in\n{}", r.stdout);
     }

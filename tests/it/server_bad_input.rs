@@ -51,7 +51,7 @@ fn deep_nesting(depth: usize) -> Vec<u8> {
 #[case::deployment_replicas_not_a_number(
     serde_json::to_vec(&fixture("deployment-replicas-not-a-number.json")).unwrap(),
     400,
-    r#"request.object: Deployment does not decode: invalid type: string "three""#
+    r#"request.object: Deployment does not decode: spec.replicas: expected an integer, got the string "three""#
 )]
 #[case::scale_replicas_not_a_number(
     { let mut v = fixture("scale-deployment-to-one.json"); v["request"]["object"]["spec"]["replicas"] = json!("one"); serde_json::to_vec(&v).unwrap() },

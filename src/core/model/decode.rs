@@ -29,11 +29,61 @@ pub fn type_of(value: &Value) -> Option<(&str, &str)> {
 pub fn decode(value: &Value, default_namespace: &str) -> Result<Option<Object>, DecodeError> {
     let Some((api_version, kind_name)) = type_of(value) else { return Ok(None) };
     let Some(kind) = Kind::from_type(api_version, kind_name) else { return Ok(None) };
-    if decodes_as_written(value, kind, api_version) {
-        decode_as_written(value, kind, kind_name, default_namespace).map(Some)
+    let decoded = if decodes_as_written(value, kind, api_version) {
+        decode_as_written(value, kind, kind_name, default_namespace)
     } else {
-        decode_rewriting(value, kind, api_version, kind_name, default_namespace).map(Some)
+        decode_rewriting(value, kind, api_version, kind_name, default_namespace)
+    };
+    decoded.map(Some).map_err(|e| DecodeError { reason: at_path(value, kind, &e.reason), ..e })
+}
+
+/// serde's "invalid type: string \"3\", expected i32" as a user reads it, with the field it is
+/// about: `spec.replicas: expected an integer, got the string "3"`. The path is found by decoding
+/// once more with `serde_path_to_error`, only on this error path (it slows every decode otherwise).
+fn at_path(value: &Value, kind: Kind, reason: &str) -> String {
+    fn path_of<T: serde::de::DeserializeOwned>(value: &Value) -> Option<String> {
+        match serde_path_to_error::deserialize::<_, T>(value) {
+            Err(e) => Some(e.path().to_string()).filter(|p| p != "."),
+            Ok(_) => None,
+        }
     }
+    let path = match kind {
+        Kind::Deployment => path_of::<Deployment>(value),
+        Kind::StatefulSet => path_of::<StatefulSet>(value),
+        Kind::PodDisruptionBudget => path_of::<PodDisruptionBudget>(value),
+        Kind::HorizontalPodAutoscaler => path_of::<HorizontalPodAutoscaler>(value),
+        Kind::PersistentVolumeClaim => path_of::<PersistentVolumeClaim>(value),
+        Kind::Node => path_of::<Node>(value),
+        Kind::Namespace => path_of::<Namespace>(value),
+    };
+    let reason = readable(reason);
+    match path {
+        Some(path) => format!("{path}: {reason}"),
+        None => reason,
+    }
+}
+
+/// `invalid type: string "3", expected i32` → `expected an integer, got the string "3"`.
+fn readable(reason: &str) -> String {
+    let Some(rest) = reason.strip_prefix("invalid type: ") else { return reason.to_string() };
+    let Some((got, expected)) = rest.rsplit_once(", expected ") else { return reason.to_string() };
+    let expected = match expected {
+        "i32" | "i64" | "u32" | "u64" | "u16" | "i16" | "u8" | "i8" => "an integer",
+        "a string" | "string" => "a string",
+        "a boolean" | "bool" => "a boolean",
+        "f64" | "f32" => "a number",
+        e if e.starts_with("a sequence") || e.starts_with("a Vec") => "a list",
+        e if e.starts_with("a map") || e.starts_with("struct ") => "a map",
+        e => e,
+    };
+    let got = got.replace('`', "");
+    let got = match got.split_once(' ') {
+        Some(("string", s)) => format!("the string {s}"),
+        Some(("integer", n)) => format!("the integer {n}"),
+        Some(("floating", rest)) => format!("the number {}", rest.trim_start_matches("point ")),
+        _ => got.clone(),
+    };
+    format!("expected {expected}, got {got}")
 }
 
 /// Most manifests: decoded straight from the tree (no copy of it), the namespace defaulted on the
@@ -289,6 +339,22 @@ mod tests {
             let want = if namespace == "team-a" { "team-a" } else { "fallback" };
             assert_eq!(subject.id().namespace, want, "{value}");
         }
+    }
+
+    #[test]
+    fn a_bad_field_is_named_with_its_path_and_said_plainly() {
+        let value = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
+            "spec": {"replicas": "3", "selector": {}, "template": {"spec": {"containers": []}}}});
+        let e = decode(&value, "default").unwrap_err().to_string();
+        assert_eq!(e, "Deployment does not decode: spec.replicas: expected an integer, got the string \"3\"");
+        let value = serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "x"},
+            "spec": {"selector": {"matchLabels": {"app": 7}}}});
+        let e = decode(&value, "default").unwrap_err().to_string();
+        assert!(e.contains("spec.selector.matchLabels.app: expected a string, got the integer 7"), "{e}");
+        let value = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"},
+            "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "c", "ports": {"a": 1}}]}}}});
+        let e = decode(&value, "default").unwrap_err().to_string();
+        assert!(e.contains("spec.template.spec.containers[0].ports: expected a list"), "{e}");
     }
 
     #[test]
