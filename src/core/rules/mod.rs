@@ -3,6 +3,7 @@
 
 pub mod colocation;
 pub mod context;
+pub mod exemptions;
 pub mod hpa;
 pub mod pdb;
 pub mod spread;
@@ -28,6 +29,7 @@ pub static FAMILIES: &[&[&Rule]] = &[
     hpa::RULES,
     termination::RULES,
     tolerations::RULES,
+    exemptions::RULES,
 ];
 
 /// Every rule, in catalogue order.
@@ -58,6 +60,7 @@ pub fn evaluate(subject: &Subject, view: &dyn View, config: &Config) -> Evaluati
     hpa::evaluate(&ctx, &mut out);
     termination::evaluate(&ctx, &mut out);
     tolerations::evaluate(&ctx, &mut out);
+    exemptions::evaluate(&ctx, &mut out, FAMILIES);
     findings.retain(|f| !config.is_off(f.rule));
     Evaluation { findings, unchecked: unchecked(subject, &overlay) }
 }
