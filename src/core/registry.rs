@@ -80,7 +80,7 @@ mod tests {
     use crate::core::catalogue::Action;
 
     /// Rule IDs and their order are contract (DESIGN.md §2).
-    const CONTRACT_RULES: [&str; 22] = [
+    const CONTRACT_RULES: [&str; 23] = [
         "spread-selector-missing",
         "spread-selector-mismatch",
         "spread-selector-overlap",
@@ -99,6 +99,7 @@ mod tests {
         "pdb-unhealthy-eviction-policy",
         "hpa-replica-bounds",
         "hpa-target-missing",
+        "hpa-replicas-conflict",
         "termination-grace-zero",
         "prestop-exceeds-grace",
         "toleration-wildcard",
@@ -136,6 +137,7 @@ mod tests {
             "pdb-missing",
             "pdb-unhealthy-eviction-policy",
             "hpa-target-missing",
+            "hpa-replicas-conflict",
             "termination-grace-zero",
             "toleration-wildcard",
             "exemption-unknown-rule",

@@ -467,7 +467,8 @@ static GROUPS: &[Group] = &[
         objects: 2,
         findings: &[],
         none_because: "floor 1 (replicas unset, minReplicas 1) and ceiling 10, but no hostNetwork, RWO \
-                       claim or Recreate for the ceiling to matter; bounds 1..10 are in order",
+                       claim or Recreate for the ceiling to matter; bounds 1..10 are in order; the Deployment \
+                       leaves replicas to the HPA, so no hpa-replicas-conflict",
         complete: Complete::Same(
             "the walkthrough's namespace holds just these two: the HPA's target is present and floor 1 \
              needs no PDB",
