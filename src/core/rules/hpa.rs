@@ -66,21 +66,22 @@ fn replicas_conflict(ctx: &Ctx, out: &mut Emitter) {
             if hpas.is_empty() {
                 return;
             }
-            let by = describe_hpas(&hpas);
+            let by = format!("{} {}", describe_hpas(&hpas), if hpas.len() == 1 { "scales" } else { "scale" });
             let what = match w.replicas_source {
                 ReplicasSource::Changed { from } => format!(
-                    "this write sets spec.replicas of {id} to {} (it was {from}) while {by} scales it: applying a \
+                    "this write sets spec.replicas of {id} to {} (it was {from}) while {by} it: applying a \
                      manifest that sets replicas resets the count the HPA chose, scaling the workload down in the \
                      middle of a peak (or up past what the load needs) until the HPA corrects it.",
                     w.replicas
                 ),
-                _ => format!(
-                    "{id} sets spec.replicas: {} while {by} scales it: every kubectl apply of this manifest resets \
-                     the count the HPA chose to {}, scaling a workload the HPA had grown back down in the middle \
-                     of a peak.",
-                    manifest_count(w.replicas_source, w.replicas),
-                    manifest_count(w.replicas_source, w.replicas)
-                ),
+                source => {
+                    let n = manifest_count(source, w.replicas);
+                    format!(
+                        "{id} sets spec.replicas: {n} while {by} it: every kubectl apply of this manifest resets \
+                         the count the HPA chose to {n}, scaling a workload the HPA had grown back down in the \
+                         middle of a peak."
+                    )
+                }
             };
             out.emit(&HPA_REPLICAS_CONFLICT, "spec.replicas", what, CONFLICT_FIX)
                 .related(hpas.iter().map(|h| h.id.clone()).collect());

@@ -290,7 +290,7 @@ mod replicas_conflict {
         let second = hpa(Some(1), 4).replace("name: web\nspec", "name: web-2\nspec");
         let fs = findings(&web_with("replicas: 3"), &format!("{}\n---\n{second}", hpa(Some(2), 10)), false);
         let f = one(&fs, RULE);
-        assert_mentions(&f.what, &["while HPA web (min 2, max 10) and HPA web-2 (min 1, max 4) scales it"]);
+        assert_mentions(&f.what, &["while HPA web (min 2, max 10) and HPA web-2 (min 1, max 4) scale it"]);
         assert_eq!(f.related.len(), 2);
     }
 
