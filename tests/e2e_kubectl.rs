@@ -66,6 +66,7 @@ fn kubectl_against_a_real_apiserver() {
     steps.run("2 mutation and server-side apply", || mutation(&cp, &hg));
     steps.run("3 server-side dry-run", || dry_run(&cp, &hg));
     steps.run("4 cross-object from both sides", || cross_object(&cp, &hg));
+    steps.run("4 hpa-replicas-conflict from both sides, never on scale writes", || replicas_conflict(&cp, &hg));
     steps.run("5 ratcheting", || ratcheting(&cp));
     steps.run("6 exemptions and namespace modes", || exemptions(&cp, &hg));
     steps.run("7 failure policy", || failure_policy(&cp, &mut hg));
@@ -303,6 +304,21 @@ fn warn_cases(cp: &ControlPlane, hg: &HaGuard) {
     );
     warned(hpa(ns, "ghost", "ghost", 1, 3), "hpa-target-missing");
     warned(pod(deployment(ns, "sigkill", 1), json!({"terminationGracePeriodSeconds": 0})), "termination-grace-zero");
+    warned(pod(deployment(ns, "tolerant", 1), json!({"tolerations": [{"operator": "Exists"}]})), "toleration-wildcard")
+        .shows(&[
+            "[toleration-wildcard] spec.template.spec.tolerations[0].operator: ",
+            "(operator: Exists, no key, no effect) tolerates every taint",
+            "Fix: tolerate only the specific taints",
+        ]);
+    // A misspelt exemption exempts nothing: the warning it meant to silence is still there.
+    let typo = merge(
+        pod(deployment(ns, "typo", 1), json!({"terminationGracePeriodSeconds": 0})),
+        json!({"metadata": {"annotations": {"ha-guard.io/allow-termination-grace-zreo": "a batch worker; work is re-queued"}}}),
+    );
+    warned(typo, "exemption-unknown-rule").warns(&["termination-grace-zero"]).shows(&[
+        "[exemption-unknown-rule] metadata.annotations[ha-guard.io/allow-termination-grace-zreo]: ",
+        "did you mean ha-guard.io/allow-termination-grace-zero?",
+    ]);
 
     // An empty PDB selector covers the whole namespace: in a namespace of its own.
     let ns = "warn-empty";
@@ -455,6 +471,39 @@ fn cross_object(cp: &ControlPlane, hg: &HaGuard) {
         .warns(&["pdb-blocks-eviction"])
         .shows(&["scaled"]);
     assert_eq!(get(cp, ns, "deployment", "d")["spec"]["replicas"], 1);
+}
+
+/// (4) A manifest that sets `replicas` under an HPA: warned on the HPA's write (kubectl apply's
+/// last-applied manifest says the Deployment sets it) and on the apply that resets the count, not
+/// on `kubectl scale` (the scale subresource, as the HPA controller writes), and not on a manifest
+/// that leaves the count to the HPA (whose replicas the apiserver defaults to 1 on CREATE).
+fn replicas_conflict(cp: &ControlPlane, hg: &HaGuard) {
+    const RULE: &str = "[hpa-replicas-conflict]";
+    let ns = "replicas";
+    namespace(cp, hg, ns, &[]);
+    let web = spread_out(deployment(ns, "web", 2));
+    create(cp, hg, &web).hides(&[RULE]);
+    hg.created("HorizontalPodAutoscaler", 1, || cp.apply(hpa(ns, "web", "web", 2, 5)).success())
+        .warns(&["hpa-replicas-conflict"])
+        .shows(&[
+            "[hpa-replicas-conflict] spec.scaleTargetRef: HorizontalPodAutoscaler replicas/web (min 2, max 5) scales \
+             Deployment replicas/web, whose manifest sets spec.replicas: 2",
+            "Fix: remove spec.replicas",
+        ]);
+    cp.kubectl(&["scale", "deployment", "web", "-n", ns, "--replicas=4"]).success().hides(&[RULE]);
+    cp.apply(&web).success().warns(&["hpa-replicas-conflict"]).shows(&[
+        "[hpa-replicas-conflict] spec.replicas: this write sets spec.replicas of Deployment replicas/web to 2 (it was 4)",
+        "HPA web (min 2, max 5) scales it",
+    ]);
+    assert_eq!(get(cp, ns, "deployment", "web")["spec"]["replicas"], 2, "warned, not refused");
+
+    create(cp, hg, &hpa(ns, "lean", "lean", 2, 5));
+    let mut lean = spread_out(deployment(ns, "lean", 1));
+    lean["spec"].as_object_mut().expect("spec").remove("replicas");
+    create(cp, hg, &lean).hides(&[RULE]);
+    assert_eq!(get(cp, ns, "deployment", "lean")["spec"]["replicas"], 1, "the apiserver defaulted it");
+    let annotated = merge(lean, json!({"metadata": {"annotations": {"e2e.ha-guard.io/touched": "yes"}}}));
+    cp.apply(&annotated).success().hides(&[RULE]);
 }
 
 /// (5) An object that was out of policy before ha-guard was installed can still get its urgent

@@ -314,6 +314,29 @@ fn nodes(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
     k.patch("Node", None, "node-b", json!({"spec": {"unschedulable": null}}));
     poll("the uncordoned node counts", WAIT, Duration::from_millis(100), || warned(cp).map_or(Ok(()), Err))
         .unwrap_or_else(|e| panic!("{e}"));
+
+    // No schedulable node at all: nothing to count against, so nothing is claimed (an empty or
+    // scaled-to-zero cluster is no bound). One node first, so that the silence is the view's.
+    let cordon = |names: &[&str], on: bool| {
+        for n in names {
+            k.patch("Node", None, n, json!({"spec": {"unschedulable": if on { json!(true) } else { Value::Null }}}));
+        }
+    };
+    let says = |what: &'static str| {
+        move || warned(cp).filter(|w| w.contains(what)).map(|_| ()).ok_or_else(|| format!("no warning with {what:?}"))
+    };
+    cordon(&["node-a", "node-b"], true);
+    poll("one schedulable node", WAIT, Duration::from_millis(100), says("1 schedulable nodes"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    cordon(&["node-c"], true);
+    poll("no schedulable node: no finding", WAIT, Duration::from_millis(100), || warned(cp).map_or(Ok(()), Err))
+        .unwrap_or_else(|e| panic!("{e}"));
+    cordon(&["node-a", "node-b"], false);
+    poll("two schedulable nodes", WAIT, Duration::from_millis(100), says("2 schedulable nodes"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    cordon(&["node-c"], false);
+    poll("three again", WAIT, Duration::from_millis(100), || warned(cp).map_or(Ok(()), Err))
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Namespace labels decide the mode; a deleted namespace leaves the view.

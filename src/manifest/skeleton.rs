@@ -150,20 +150,26 @@ pub fn segments(path: &str) -> Vec<String> {
     if path.is_empty() {
         return Vec::new();
     }
+    // A bracketed segment is taken whole: an index, or a key with dots in it
+    // (`metadata.labels[app.kubernetes.io/name]`, as `check` writes such paths).
     let mut out = Vec::new();
-    for part in path.split('.') {
-        let (name, mut rest) = match part.find('[') {
-            Some(i) => (&part[..i], &part[i..]),
-            None => (part, ""),
-        };
-        if !name.is_empty() {
-            out.push(name.to_string());
+    let mut name = String::new();
+    let mut chars = path.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '.' | '[' => {
+                if !name.is_empty() {
+                    out.push(std::mem::take(&mut name));
+                }
+                if c == '[' {
+                    out.push(chars.by_ref().take_while(|&c| c != ']').collect());
+                }
+            }
+            c => name.push(c),
         }
-        while let Some(open) = rest.strip_prefix('[') {
-            let Some(close) = open.find(']') else { break };
-            out.push(open[..close].to_string());
-            rest = &open[close + 1..];
-        }
+    }
+    if !name.is_empty() {
+        out.push(name);
     }
     out
 }
@@ -218,6 +224,14 @@ spec:
             ["spec", "template", "spec", "volumes", "0", "name"]
         );
         assert_eq!(segments("a[1][2].b"), ["a", "1", "2", "b"]);
+        assert_eq!(
+            segments("metadata.annotations[ha-guard.io/allow-replica-colocated]"),
+            ["metadata", "annotations", "ha-guard.io/allow-replica-colocated"]
+        );
+        assert_eq!(
+            segments("metadata.labels[app.kubernetes.io/name].x"),
+            ["metadata", "labels", "app.kubernetes.io/name", "x"]
+        );
         assert_eq!(
             segments("/metadata/labels/app.kubernetes.io~1name"),
             ["metadata", "labels", "app.kubernetes.io/name"]

@@ -467,7 +467,8 @@ static GROUPS: &[Group] = &[
         objects: 2,
         findings: &[],
         none_because: "floor 1 (replicas unset, minReplicas 1) and ceiling 10, but no hostNetwork, RWO \
-                       claim or Recreate for the ceiling to matter; bounds 1..10 are in order",
+                       claim or Recreate for the ceiling to matter; bounds 1..10 are in order; the Deployment \
+                       leaves replicas to the HPA, so no hpa-replicas-conflict",
         complete: Complete::Same(
             "the walkthrough's namespace holds just these two: the HPA's target is present and floor 1 \
              needs no PDB",
@@ -730,31 +731,46 @@ static GROUPS: &[Group] = &[
         files: &["calico/tigera-operator.yaml"],
         why: "one install file: Namespace, RBAC and the operator Deployment",
         objects: 2,
-        findings: &[],
-        none_because: "replicas 1: hostNetwork cannot collide with itself (ceiling 1); default RollingUpdate, a \
-                       hostPath volume only, grace 60 s and no preStop",
+        findings: &[Expect {
+            rule: "toleration-wildcard",
+            action: Decision::Warn,
+            object: "Deployment tigera-operator/tigera-operator",
+            path: "spec.template.spec.tolerations[1].operator",
+            at: "calico/tigera-operator.yaml#6",
+            why: "the keyless {effect: NoSchedule, operator: Exists} tolerates every NoSchedule taint, the cordon's \
+                  node.kubernetes.io/unschedulable included, so a drained operator lands back on the cordoned node \
+                  (projectcalico/calico#6136, tigera/operator#2537); tolerations[0], {effect: NoExecute, operator: \
+                  Exists}, covers no NoSchedule taint and is not reported",
+        }],
+        none_because: "",
         complete: Complete::Same(
-            "the file creates namespace tigera-operator and is the whole of it: floor 1 needs no PDB",
+            "the file creates namespace tigera-operator and is the whole of it: floor 1 needs no PDB; the \
+             toleration finding does not depend on the view",
         ),
         fixes: &[],
         unchecked: &[],
-        // round 2: expected toleration-wildcard on Deployment tigera-operator/tigera-operator: the
-        // keyless {effect: NoSchedule, operator: Exists} tolerates every NoSchedule taint, including
-        // node.kubernetes.io/unschedulable (and {effect: NoExecute, operator: Exists} every
-        // NoExecute one), so a drained operator lands back on the cordoned node
-        // (projectcalico/calico#6136, tigera/operator#2537).
+        // Otherwise clean: replicas 1, so hostNetwork cannot collide with itself (ceiling 1); default
+        // RollingUpdate, a hostPath volume only, grace 60 s and no preStop.
     },
     Group {
         name: "cilium kops addon",
         files: &[CILIUM_KOPS],
         why: "one rendered kops addon: the agent DaemonSet, the operator Deployment and its PDB",
         objects: 2,
-        findings: &[],
-        none_because: "cilium-operator runs replicas 1 with hostNetwork (ceiling 1, and a DoNotSchedule hostname \
-                       spread anyway); both its spreads select its own pods; the PDB's maxUnavailable 1 over \
-                       floor 1 leaves 1 eviction; the cilium DaemonSet is not a kind the rules read",
+        findings: &[Expect {
+            rule: "toleration-wildcard",
+            action: Decision::Warn,
+            object: "Deployment kube-system/cilium-operator",
+            path: "spec.template.spec.tolerations[0].operator",
+            at: "cilium-kops/privatecilium-addons-networking.cilium.io-k8s-1.16.yaml#10",
+            why: "tolerations [{operator: Exists}] (no key, no effect) tolerate every taint, the cordon included, so \
+                  a drained operator returns to its node (cilium/cilium#28549); the DaemonSet cilium has the same \
+                  toleration and is out of scope by design (not a kind the rules read)",
+        }],
+        none_because: "",
         complete: Complete::Same(
-            "kube-system is not whole here, and nothing absent matters: the PDB covers the operator, floor 1",
+            "kube-system is not whole here, and nothing absent matters: the PDB covers the operator, floor 1; the \
+             toleration finding does not depend on the view",
         ),
         fixes: &[Fix {
             object: "PodDisruptionBudget kube-system/cilium-operator",
@@ -763,10 +779,10 @@ static GROUPS: &[Group] = &[
             at: "cilium-kops/privatecilium-addons-networking.cilium.io-k8s-1.16.yaml#11",
         }],
         unchecked: &[],
-        // round 2: expected toleration-wildcard on Deployment kube-system/cilium-operator:
-        // tolerations [{operator: Exists}] (no key, no effect) tolerate every taint, cordon included
-        // (cilium/cilium#28549). Not on DaemonSet cilium (same toleration, out of scope by design);
-        // no spread-zone-missing: floor 1, and it has a zone spread on its own pods anyway.
+        // Otherwise clean: cilium-operator runs replicas 1 with hostNetwork (ceiling 1, and a
+        // DoNotSchedule hostname spread anyway); both its spreads select its own pods; the PDB's
+        // maxUnavailable 1 over floor 1 leaves 1 eviction.
+        // round 2: no spread-zone-missing: floor 1, and it has a zone spread on its own pods anyway.
     },
 ];
 

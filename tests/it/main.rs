@@ -15,6 +15,7 @@ mod server_bad_input;
 mod server_client_auth;
 mod server_http;
 mod server_overload;
+mod server_replicas;
 mod server_sigterm;
 mod server_support;
 mod server_tls_rotation;

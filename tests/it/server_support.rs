@@ -79,7 +79,12 @@ spec:
 ---
 apiVersion: apps/v1
 kind: Deployment
-metadata: {name: api, namespace: shop}
+metadata:
+  name: api
+  namespace: shop
+  # As the cluster holds it (an HPA targets it): the apiserver's uid and defaulted replicas, and no
+  # last-applied manifest saying the count is set.
+  uid: 6b1e4d2a-0c3f-4a5b-9e8d-7f6a5b4c3d2e
 spec:
   replicas: 3
   selector: {matchLabels: {app.kubernetes.io/name: api}}

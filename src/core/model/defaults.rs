@@ -5,7 +5,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::object::{Kind, Strategy, Workload};
+use super::object::{Kind, ReplicasSource, Strategy, Workload};
 
 /// `spec.replicas` when unset.
 pub const REPLICAS: i32 = 1;
@@ -34,6 +34,7 @@ pub fn deployment(d: Deployment) -> Workload {
     };
     Workload {
         kind: Kind::Deployment,
+        replicas_source: ReplicasSource::of(&d.metadata, spec.replicas),
         meta: d.metadata,
         selector: Some(spec.selector),
         replicas: spec.replicas.unwrap_or(REPLICAS),
@@ -51,6 +52,7 @@ pub fn stateful_set(s: StatefulSet) -> Workload {
     };
     Workload {
         kind: Kind::StatefulSet,
+        replicas_source: ReplicasSource::of(&s.metadata, spec.replicas),
         meta: s.metadata,
         selector: Some(spec.selector),
         replicas: spec.replicas.unwrap_or(REPLICAS),

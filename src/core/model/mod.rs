@@ -13,6 +13,6 @@ pub mod selector;
 
 pub use decode::{DecodeError, decode, type_of};
 pub use object::{
-    EXEMPT_PREFIX, Exemptions, Kind, MODE_LABEL, Object, ObjectRef, Strategy, Subject, Workload, exemptions_of,
-    name_of, ns_of,
+    EXEMPT_PREFIX, Exemptions, Kind, LAST_APPLIED, MODE_LABEL, Object, ObjectRef, ReplicasSource, Strategy, Subject,
+    Workload, exemptions_of, name_of, ns_of,
 };

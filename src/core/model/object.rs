@@ -130,6 +130,60 @@ pub enum Strategy {
     Other(String),
 }
 
+/// Where a workload's `spec.replicas` comes from: whether applying its manifest sets the count an
+/// autoscaler also sets (`hpa-replicas-conflict`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReplicasSource {
+    /// Not set by the manifest (the apiserver defaults it to 1), or not known to be.
+    #[default]
+    Unset,
+    /// The manifest sets this count: a file's `spec.replicas`; for an object read from the
+    /// apiserver, the one in the manifest `kubectl apply` last applied (its annotation).
+    Manifest(i32),
+    /// This write, an UPDATE of the object itself (not of its scale subresource), changes the
+    /// count from `from`: at admission, the apply of a manifest that sets it.
+    Changed { from: i32 },
+}
+
+/// The annotation where client-side `kubectl apply` keeps the manifest it applied.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+impl ReplicasSource {
+    /// For a decoded object: `replicas` is its `spec.replicas` as written, before defaulting. An
+    /// object read from the apiserver (it has a uid, a resourceVersion or a creation time: the
+    /// webhook's and the live view's objects, a `kubectl get -o yaml` dump) always has the field,
+    /// defaulted or not, so there only the last-applied manifest says whether it is set.
+    pub fn of(meta: &ObjectMeta, replicas: Option<i32>) -> ReplicasSource {
+        let from_apiserver = meta.uid.as_deref().is_some_and(|u| !u.is_empty())
+            || meta.resource_version.as_deref().is_some_and(|v| !v.is_empty())
+            || meta.creation_timestamp.is_some();
+        let set = if from_apiserver { applied_replicas(meta) } else { replicas };
+        set.map_or(ReplicasSource::Unset, ReplicasSource::Manifest)
+    }
+
+    pub fn is_set(self) -> bool {
+        self != ReplicasSource::Unset
+    }
+}
+
+/// `spec.replicas` of the manifest `kubectl apply` last applied, if it sets one.
+fn applied_replicas(meta: &ObjectMeta) -> Option<i32> {
+    #[derive(serde::Deserialize)]
+    struct Applied {
+        spec: Option<AppliedSpec>,
+    }
+    #[derive(serde::Deserialize)]
+    struct AppliedSpec {
+        replicas: Option<i32>,
+    }
+    let text = meta.annotations.as_ref()?.get(LAST_APPLIED)?;
+    // Most applied manifests are passed over without parsing them.
+    if !text.contains("\"replicas\"") {
+        return None;
+    }
+    serde_json::from_str::<Applied>(text).ok()?.spec?.replicas
+}
+
 /// A Deployment or StatefulSet, after the apiserver's defaults, in the shape the rules read.
 #[derive(Clone, Debug)]
 pub struct Workload {
@@ -138,6 +192,8 @@ pub struct Workload {
     /// `None` when the manifest has no `spec.selector` (a kustomize base may omit it).
     pub selector: Option<LabelSelector>,
     pub replicas: i32,
+    /// Whether the manifest (or this write) sets `replicas`; see [`ReplicasSource`].
+    pub replicas_source: ReplicasSource,
     pub strategy: Strategy,
     pub template: PodTemplateSpec,
     /// Required fields the manifest lacks, and so could not be checked (e.g. `spec.selector`).
@@ -160,6 +216,16 @@ impl Workload {
 
     pub fn pod_spec(&self) -> Option<&k8s_openapi::api::core::v1::PodSpec> {
         self.template.spec.as_ref()
+    }
+
+    /// At admission: `before` is the old object's count on an UPDATE of the object itself. A write
+    /// that changes it while an autoscaler owns the count is what resets it; otherwise the
+    /// last-applied manifest says whether the count is set (the object has been defaulted).
+    pub fn admitted_replicas(&mut self, before: Option<i32>) {
+        self.replicas_source = match before {
+            Some(from) if from != self.replicas => ReplicasSource::Changed { from },
+            _ => applied_replicas(&self.meta).map_or(ReplicasSource::Unset, ReplicasSource::Manifest),
+        };
     }
 
     /// Names of the PVCs the pod template mounts through `volumes` (not volumeClaimTemplates).

@@ -84,13 +84,17 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     let Some(spec) = full.pod_spec() else { return };
     let tolerations = spec.tolerations.as_deref().unwrap_or_default();
     let node_selector = spec.node_selector.clone().unwrap_or_default();
-    let nodes = ctx
-        .view
-        .nodes()
-        .into_iter()
+    let known = ctx.view.nodes();
+    let nodes = known
+        .iter()
         .filter(|n| !n.unschedulable && tolerates(tolerations, n))
         .filter(|n| node_selector.iter().all(|(k, v)| n.labels.get(k) == Some(v)))
         .count() as i32;
+    // No node these pods may use is known (an empty cluster, a pool that scales from zero): there
+    // is nothing to count against, and "at most 0" would be noise, not a bound.
+    if nodes == 0 {
+        return;
+    }
     let mut capacity: Option<(i32, String, String)> = None;
     if one_per_node_affinity(full) {
         capacity = Some((
@@ -100,7 +104,9 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         ));
     }
     for (i, c) in spread_constraints(full).iter().enumerate() {
-        let min_domains = c.min_domains.unwrap_or(1);
+        // Only a minDomains the constraint sets bounds the count: unset, the scheduler counts the
+        // nodes there are, and a hostname spread places any number of replicas.
+        let Some(min_domains) = c.min_domains else { continue };
         if c.topology_key == HOSTNAME && c.when_unsatisfiable == "DoNotSchedule" && min_domains > nodes {
             let cap = c.max_skew.saturating_mul(nodes);
             if capacity.as_ref().is_none_or(|(c0, _, _)| cap < *c0) {
@@ -116,21 +122,65 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
             }
         }
     }
-    if let Some((cap, path, why)) = capacity
-        && ceiling > cap
-    {
-        out.emit(
+    let Some((cap, path, why)) = capacity else { return };
+    if ceiling <= cap {
+        return;
+    }
+    match node_autoscaler(ctx.view, &known) {
+        None => out.emit(
             &SPREAD_UNSATISFIABLE,
             path,
             format!(
                 "{scale} can run {ceiling} replicas but the cluster has {nodes} schedulable nodes and {why}: \
-                     at most {cap} can be placed, the rest stay Pending."
+                 at most {cap} can be placed, the rest stay Pending."
             ),
             "lower replicas (or the HPA's maxReplicas) to what the nodes can hold, relax the constraint to \
-                 ScheduleAnyway or a preferred anti-affinity, or add nodes."
+             ScheduleAnyway or a preferred anti-affinity, or add nodes."
                 .to_string(),
-        );
+        ),
+        Some(autoscaler) => out.emit(
+            &SPREAD_UNSATISFIABLE,
+            path,
+            format!(
+                "{scale} can run {ceiling} replicas but the cluster has {nodes} schedulable nodes today and {why}: \
+                 at most {cap} can be placed on today's nodes. A node autoscaler is present ({autoscaler}), so the \
+                 bound is today's nodes: the rest stay Pending until it adds nodes these pods may use, if its \
+                 limits and the pods' nodeSelector and tolerations let it."
+            ),
+            "make sure the autoscaler may add nodes these pods can use (its limits, the node pools the \
+             nodeSelector allows), or lower replicas (or the HPA's maxReplicas), or relax the constraint to \
+             ScheduleAnyway or a preferred anti-affinity."
+                .to_string(),
+        ),
+    };
+}
+
+/// Namespaces where a node autoscaler's Deployment is looked for: the view is asked by namespace,
+/// never scanned.
+const AUTOSCALER_NAMESPACES: [&str; 3] = ["kube-system", "karpenter", "cluster-autoscaler"];
+
+/// The node autoscaler the view shows, described, if any: nodes Karpenter labelled with their
+/// NodePool (also EKS Auto Mode), or a Karpenter or cluster-autoscaler Deployment (by its name or
+/// its pods' `app.kubernetes.io/name` / `app` label) in one of [`AUTOSCALER_NAMESPACES`].
+fn node_autoscaler(view: &dyn View, nodes: &[std::sync::Arc<NodeInfo>]) -> Option<String> {
+    for label in ["karpenter.sh/nodepool", "karpenter.sh/provisioner-name"] {
+        if let Some(n) = nodes.iter().find(|n| n.labels.contains_key(label)) {
+            return Some(format!("Karpenter: node {} is labelled {label}", n.name));
+        }
     }
+    let which = |s: &str| {
+        if s.contains("karpenter") {
+            Some("Karpenter")
+        } else if s.contains("cluster-autoscaler") {
+            Some("cluster-autoscaler")
+        } else {
+            None
+        }
+    };
+    AUTOSCALER_NAMESPACES.iter().flat_map(|ns| view.workloads_in(ns)).find_map(|w| {
+        let labels = ["app.kubernetes.io/name", "app"].into_iter().filter_map(|k| w.template_labels.get(k));
+        std::iter::once(&w.id.name).chain(labels).find_map(|s| which(s)).map(|name| format!("{name}: {}", w.id))
+    })
 }
 
 #[cfg(test)]

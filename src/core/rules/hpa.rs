@@ -1,18 +1,22 @@
-//! HorizontalPodAutoscalers the apiserver or the cluster cannot honour: `hpa-replica-bounds`,
-//! `hpa-target-missing`.
+//! HorizontalPodAutoscalers the apiserver or the cluster cannot honour, or that fight the
+//! manifest: `hpa-replica-bounds`, `hpa-target-missing`, `hpa-replicas-conflict`.
+
+use std::sync::Arc;
 
 use super::context::{Ctx, Emitter};
 use crate::core::catalogue::Rule;
-use crate::core::model::Subject;
-use crate::core::view::{HpaInfo, View};
+use crate::core::model::{ReplicasSource, Subject};
+use crate::core::view::{HpaInfo, View, WorkloadInfo};
 use crate::declare_rule;
 
 declare_rule!(pub HPA_REPLICA_BOUNDS, "hpa-replica-bounds", Deny, "an HPA's minReplicas is above maxReplicas, or below 1");
 declare_rule!(pub HPA_TARGET_MISSING, "hpa-target-missing", Warn, "an HPA's scaleTargetRef names no workload (complete view)");
+declare_rule!(pub HPA_REPLICAS_CONFLICT, "hpa-replicas-conflict", Warn, "a workload sets spec.replicas while an HPA scales it: every apply resets the count");
 
-pub static RULES: &[&Rule] = &[&HPA_REPLICA_BOUNDS, &HPA_TARGET_MISSING];
+pub static RULES: &[&Rule] = &[&HPA_REPLICA_BOUNDS, &HPA_TARGET_MISSING, &HPA_REPLICAS_CONFLICT];
 
 pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
+    replicas_conflict(ctx, out);
     let Subject::Hpa(_) = ctx.subject else { return };
     let id = ctx.subject.id();
     let Some(hpa) = ctx.view.hpa(&id.namespace, &id.name) else { return };
@@ -35,6 +39,89 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         )
         .related(vec![target.clone()]);
     }
+}
+
+/// How messages name the HPAs of a workload: "HPA web (min 2, max 10)".
+fn describe_hpas(hpas: &[Arc<HpaInfo>]) -> String {
+    let each: Vec<String> =
+        hpas.iter().map(|h| format!("HPA {} (min {}, max {})", h.id.name, h.min_replicas, h.max_replicas)).collect();
+    each.join(" and ")
+}
+
+const CONFLICT_FIX: &str = "remove spec.replicas from the workload's manifest (and from the chart's values) and let \
+    the HPA own the count. With client-side kubectl apply, first drop it from the last-applied configuration \
+    (kubectl apply edit-last-applied), or the apply that removes the field resets the workload to 1 replica.";
+
+/// `hpa-replicas-conflict`: on the workload's write (its manifest, or at admission this write,
+/// sets the count) and on the HPA's (the workload in the view has a manifest that sets it). Scale
+/// writes (the HPA controller's own) are not judged.
+fn replicas_conflict(ctx: &Ctx, out: &mut Emitter) {
+    match ctx.subject {
+        Subject::Workload(w) => {
+            if !w.replicas_source.is_set() {
+                return;
+            }
+            let id = w.id();
+            let hpas = ctx.view.hpas_targeting(&id);
+            if hpas.is_empty() {
+                return;
+            }
+            let by = format!("{} {}", describe_hpas(&hpas), if hpas.len() == 1 { "scales" } else { "scale" });
+            let what = match w.replicas_source {
+                ReplicasSource::Changed { from } => format!(
+                    "this write sets spec.replicas of {id} to {} (it was {from}) while {by} it: applying a \
+                     manifest that sets replicas resets the count the HPA chose, scaling the workload down in the \
+                     middle of a peak (or up past what the load needs) until the HPA corrects it.",
+                    w.replicas
+                ),
+                source => {
+                    let n = manifest_count(source, w.replicas);
+                    format!(
+                        "{id} sets spec.replicas: {n} while {by} it: every kubectl apply of this manifest resets \
+                         the count the HPA chose to {n}, scaling a workload the HPA had grown back down in the \
+                         middle of a peak."
+                    )
+                }
+            };
+            out.emit(&HPA_REPLICAS_CONFLICT, "spec.replicas", what, CONFLICT_FIX)
+                .related(hpas.iter().map(|h| h.id.clone()).collect());
+        }
+        Subject::Hpa(_) => {
+            let id = ctx.subject.id();
+            let Some(hpa) = ctx.view.hpa(&id.namespace, &id.name) else { return };
+            let Some(target) = &hpa.target else { return };
+            let Some(workload) = ctx.view.workload(target.kind, &target.namespace, &target.name) else { return };
+            if !workload.replicas_source.is_set() {
+                return;
+            }
+            out.emit(
+                &HPA_REPLICAS_CONFLICT,
+                "spec.scaleTargetRef",
+                conflict_from_the_hpa(&hpa, &workload),
+                CONFLICT_FIX,
+            )
+            .related(vec![workload.id.clone()])
+            .anchored_at(Some(workload.id.clone()));
+        }
+        _ => {}
+    }
+}
+
+fn manifest_count(source: ReplicasSource, replicas: i32) -> i32 {
+    match source {
+        ReplicasSource::Manifest(n) => n,
+        _ => replicas,
+    }
+}
+
+fn conflict_from_the_hpa(hpa: &HpaInfo, w: &WorkloadInfo) -> String {
+    let n = manifest_count(w.replicas_source, w.replicas);
+    format!(
+        "{} (min {}, max {}) scales {}, whose manifest sets spec.replicas: {n}: every kubectl apply of that \
+         manifest resets the count this HPA chose to {n}, scaling a workload the HPA had grown back down in the \
+         middle of a peak.",
+        hpa.id, hpa.min_replicas, hpa.max_replicas, w.id
+    )
 }
 
 fn bounds(hpa: &HpaInfo, out: &mut Emitter) {

@@ -3,11 +3,13 @@
 
 pub mod colocation;
 pub mod context;
+pub mod exemptions;
 pub mod hpa;
 pub mod pdb;
 pub mod spread;
 pub mod strategy;
 pub mod termination;
+pub mod tolerations;
 pub mod volumes;
 
 use crate::core::catalogue::Rule;
@@ -18,8 +20,17 @@ use crate::core::view::{Overlay, View};
 use context::{Ctx, Emitter};
 
 /// The families in catalogue order (DESIGN.md §2).
-pub static FAMILIES: &[&[&Rule]] =
-    &[spread::RULES, colocation::RULES, strategy::RULES, volumes::RULES, pdb::RULES, hpa::RULES, termination::RULES];
+pub static FAMILIES: &[&[&Rule]] = &[
+    spread::RULES,
+    colocation::RULES,
+    strategy::RULES,
+    volumes::RULES,
+    pdb::RULES,
+    hpa::RULES,
+    termination::RULES,
+    tolerations::RULES,
+    exemptions::RULES,
+];
 
 /// Every rule, in catalogue order.
 pub fn all() -> impl Iterator<Item = &'static Rule> {
@@ -48,6 +59,8 @@ pub fn evaluate(subject: &Subject, view: &dyn View, config: &Config) -> Evaluati
     pdb::evaluate(&ctx, &mut out);
     hpa::evaluate(&ctx, &mut out);
     termination::evaluate(&ctx, &mut out);
+    tolerations::evaluate(&ctx, &mut out);
+    exemptions::evaluate(&ctx, &mut out, FAMILIES);
     findings.retain(|f| !config.is_off(f.rule));
     Evaluation { findings, unchecked: unchecked(subject, &overlay) }
 }

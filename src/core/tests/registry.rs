@@ -6,7 +6,7 @@ use crate::core::catalogue::Action;
 use crate::core::registry::*;
 
 /// Rule IDs and their order are contract (DESIGN.md §2).
-const CONTRACT_RULES: [&str; 20] = [
+const CONTRACT_RULES: [&str; 23] = [
     "spread-selector-missing",
     "spread-selector-mismatch",
     "spread-selector-overlap",
@@ -25,8 +25,11 @@ const CONTRACT_RULES: [&str; 20] = [
     "pdb-unhealthy-eviction-policy",
     "hpa-replica-bounds",
     "hpa-target-missing",
+    "hpa-replicas-conflict",
     "termination-grace-zero",
     "prestop-exceeds-grace",
+    "toleration-wildcard",
+    "exemption-unknown-rule",
 ];
 
 #[test]
@@ -60,7 +63,10 @@ fn the_defaults_are_the_contract() {
         "pdb-missing",
         "pdb-unhealthy-eviction-policy",
         "hpa-target-missing",
+        "hpa-replicas-conflict",
         "termination-grace-zero",
+        "toleration-wildcard",
+        "exemption-unknown-rule",
     ];
     for r in rules() {
         let expected = if warn.contains(&r.id) { Action::Warn } else { Action::Deny };

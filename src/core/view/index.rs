@@ -426,6 +426,7 @@ mod tests {
             selector: None,
             template_labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             replicas: 2,
+            replicas_source: Default::default(),
             claim_names: Vec::new(),
             exemptions: Exemptions::new(),
             spread_selectors: Vec::new(),

@@ -11,7 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::core::model::arith::Budget;
-use crate::core::model::{Exemptions, Kind, ObjectRef, Workload, exemptions_of, name_of, ns_of, pod, selector};
+use crate::core::model::{
+    Exemptions, Kind, ObjectRef, ReplicasSource, Workload, exemptions_of, name_of, ns_of, pod, selector,
+};
 
 /// A workload as other objects' rules see it.
 #[derive(Clone, Debug, PartialEq)]
@@ -20,6 +22,8 @@ pub struct WorkloadInfo {
     pub selector: Option<Arc<LabelSelector>>,
     pub template_labels: BTreeMap<String, String>,
     pub replicas: i32,
+    /// Whether its manifest sets `replicas` (for `hpa-replicas-conflict` from the HPA's side).
+    pub replicas_source: ReplicasSource,
     pub claim_names: Vec<String>,
     pub exemptions: Exemptions,
     /// Non-empty `labelSelector`s of its topology spread constraints (for overlap from the other side).
@@ -48,6 +52,7 @@ impl WorkloadInfo {
             selector,
             template_labels: w.template_labels().clone(),
             replicas: w.replicas,
+            replicas_source: w.replicas_source,
             claim_names: w.claim_names(),
             exemptions: exemptions_of(&w.meta),
             spread_selectors,

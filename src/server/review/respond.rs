@@ -5,13 +5,14 @@ use std::collections::HashMap;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
 
-use super::subject::{subject, subject_of};
+use super::subject::{old_replicas, subject, subject_of};
 use super::wire::{BadRequest, Request};
 use crate::core::catalogue::{Mutation, Rule};
 use crate::core::config::Config;
 use crate::core::decide::Decided;
 use crate::core::finding::{Decision, Finding};
 use crate::core::judge::{Asks, Review, judge};
+use crate::core::model::Subject;
 use crate::core::view::View;
 
 /// Which endpoint answers.
@@ -97,7 +98,15 @@ pub fn review(
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Ok((response, outcome));
     }
-    let Some(subject) = subject(request)? else { return Ok((response, outcome)) };
+    let Some(mut subject) = subject(request)? else { return Ok((response, outcome)) };
+    // The apiserver has defaulted spec.replicas, so its presence says nothing: what this write
+    // does to the count does (hpa-replicas-conflict). Only read where an autoscaler owns the count.
+    if let Subject::Workload(w) = &mut subject
+        && !view.hpas_targeting(&w.id()).is_empty()
+    {
+        let before = if matches!(req.operation, Operation::Update) { old_replicas(request) } else { None };
+        w.admitted_replicas(before);
+    }
     if outcome.name.is_empty() {
         outcome.name = subject.id().name;
     }

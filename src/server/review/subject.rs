@@ -53,6 +53,19 @@ pub fn subject_of(
     subject_via_tree(req, object, &namespace)
 }
 
+/// `spec.replicas` of an UPDATE's `oldObject`, read without decoding the rest of it.
+pub fn old_replicas(request: &Request) -> Option<i32> {
+    #[derive(Deserialize)]
+    struct Old {
+        spec: Option<OldSpec>,
+    }
+    #[derive(Deserialize)]
+    struct OldSpec {
+        replicas: Option<i32>,
+    }
+    serde_json::from_str::<Old>(request.old_object.as_deref()?.get()).ok()?.spec?.replicas
+}
+
 /// The subject by way of a JSON tree of the object and [`model::decode`]: any kind and shape.
 fn subject_via_tree(
     req: &AdmissionRequest<DynamicObject>,

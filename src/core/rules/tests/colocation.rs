@@ -263,7 +263,9 @@ fn required_anti_affinity_over_too_few_nodes_warns() {
 #[case::ceiling_equals_capacity(3, 3, false)]
 #[case::ceiling_below_capacity(2, 3, false)]
 #[case::one_above(4, 3, true)]
-#[case::no_nodes_at_all(1, 0, true)]
+#[case::no_nodes_at_all(1, 0, false)]
+#[case::no_nodes_at_all_many_replicas(5, 0, false)]
+#[case::one_node(2, 1, true)]
 fn required_anti_affinity_boundary(#[case] replicas: i32, #[case] n: usize, #[case] fires: bool) {
     let f = findings_in(&one_per_node(replicas, ""), &live_view(&cluster(&nodes(n))));
     assert_eq!(of_rule(&f, "spread-unsatisfiable").len(), usize::from(fires), "{f:#?}");
@@ -381,4 +383,143 @@ fn without_knowledge_of_nodes_it_never_fires() {
         let f = findings_in(&subject, &live_view(&view_yaml));
         assert_eq!(of_rule(&f, "spread-unsatisfiable").len(), 1, "{f:#?}");
     }
+}
+
+// ---- spread-unsatisfiable on empty and elastic clusters (issue 14, item 7) ----
+
+/// What the issue saw on a fresh apiserver: 3 replicas, an ordinary DoNotSchedule hostname spread
+/// (no minDomains), no Node yet. Nothing can be reasoned: no finding, and none names minDomains.
+#[test]
+fn an_ordinary_hard_hostname_spread_on_a_cluster_without_nodes_is_silent() {
+    let spread = deployment("web", "replicas: 3", &hostname_spread("DoNotSchedule"));
+    for view_yaml in [String::new(), cluster(&nodes(1)), cluster(&nodes(3))] {
+        let f = findings_in(&spread, &live_view(&view_yaml));
+        assert!(of_rule(&f, "spread-unsatisfiable").is_empty(), "{view_yaml}: {f:#?}");
+    }
+}
+
+#[test]
+fn an_unset_min_domains_is_no_bound_and_never_named() {
+    // 10 replicas, maxSkew 1, no minDomains, on 1 or 3 nodes: the skew is counted over the nodes
+    // there are, so every replica can be placed.
+    let spread = deployment(
+        "web",
+        "replicas: 10",
+        "topologySpreadConstraints:\n- {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: \
+         DoNotSchedule, labelSelector: {matchLabels: {app: web}}}\n",
+    );
+    for n in [1, 3] {
+        let f = findings_in(&spread, &live_view(&cluster(&nodes(n))));
+        assert!(of_rule(&f, "spread-unsatisfiable").is_empty(), "{n} nodes: {f:#?}");
+    }
+    // With anti-affinity as well, the finding is the anti-affinity's: minDomains is not named.
+    let both = deployment(
+        "web",
+        "replicas: 4",
+        &format!(
+            "{}topologySpreadConstraints:\n- {{maxSkew: 1, topologyKey: kubernetes.io/hostname, \
+             whenUnsatisfiable: DoNotSchedule, labelSelector: {{matchLabels: {{app: web}}}}}}\n",
+            anti_affinity(true, "kubernetes.io/hostname", "web")
+        ),
+    );
+    let f = findings_in(&both, &live_view(&cluster(&nodes(3))));
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.len(), 1, "{f:#?}");
+    assert_eq!(u[0].path, AFFINITY_PATH);
+    assert!(!u[0].message().contains("minDomains"), "names a field the object does not set: {}", u[0].message());
+}
+
+#[test]
+fn no_node_the_pods_may_use_is_silent() {
+    // Nodes exist, but none in pool c (a pool that scales from zero, say): nothing to count against.
+    let f = findings_in(&one_per_node(3, "\nnodeSelector:\n  pool: c\n"), &live_view(&cluster(&nodes(3))));
+    assert!(of_rule(&f, "spread-unsatisfiable").is_empty(), "{f:#?}");
+    // Every node cordoned: the same.
+    let cordoned: Vec<_> = (1..=3).map(|i| node(&format!("c{i}a"), "unschedulable: true")).collect();
+    let f = findings_in(&one_per_node(3, ""), &live_view(&cluster(&cordoned)));
+    assert!(of_rule(&f, "spread-unsatisfiable").is_empty(), "{f:#?}");
+}
+
+#[test]
+fn without_a_node_autoscaler_the_message_does_not_mention_one() {
+    let f = findings_in(&one_per_node(4, ""), &live_view(&cluster(&nodes(3))));
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.len(), 1, "{f:#?}");
+    assert!(!u[0].message().contains("autoscaler is present"), "{}", u[0].message());
+    assert!(!u[0].message().contains("today"), "{}", u[0].message());
+}
+
+/// A Deployment `name` in `namespace` with pods labelled `labels` (a YAML flow mapping).
+fn system_deployment(namespace: &str, name: &str, labels: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: {namespace}}}\nspec:\n  \
+         replicas: 1\n  selector: {{matchLabels: {labels}}}\n  template:\n    metadata: {{labels: {labels}}}\n    \
+         spec: {{containers: [{{name: c, image: registry.example/c:1}}]}}\n"
+    )
+}
+
+#[rstest]
+#[case::karpenter_node(node("k1a", "").replace("pool: a", "pool: a\n    karpenter.sh/nodepool: default"), "Karpenter: node k1a is labelled karpenter.sh/nodepool")]
+#[case::karpenter_alpha_node(node("k1a", "").replace("pool: a", "pool: a\n    karpenter.sh/provisioner-name: default"), "Karpenter: node k1a is labelled karpenter.sh/provisioner-name")]
+#[case::karpenter_deployment(
+    system_deployment("kube-system", "karpenter", "{app.kubernetes.io/name: karpenter}"),
+    "Karpenter: Deployment kube-system/karpenter"
+)]
+#[case::karpenter_namespace(
+    system_deployment("karpenter", "karpenter", "{app: karpenter}"),
+    "Karpenter: Deployment karpenter/karpenter"
+)]
+#[case::cluster_autoscaler_by_name(
+    system_deployment("kube-system", "cluster-autoscaler", "{k8s-app: ca}"),
+    "cluster-autoscaler: Deployment kube-system/cluster-autoscaler"
+)]
+#[case::cluster_autoscaler_by_label(
+    system_deployment("kube-system", "ca", "{app.kubernetes.io/name: aws-cluster-autoscaler}"),
+    "cluster-autoscaler: Deployment kube-system/ca"
+)]
+fn with_a_node_autoscaler_the_bound_is_todays_nodes(#[case] autoscaler: String, #[case] named: &str) {
+    let view_yaml = format!("{}\n---\n{autoscaler}", cluster(&nodes(3)));
+    // A Karpenter node is a fourth schedulable node.
+    let today = if autoscaler.contains("kind: Node") { 4 } else { 3 };
+    let f = findings_in(&one_per_node(5, ""), &live_view(&view_yaml));
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.len(), 1, "{f:#?}");
+    let u = u[0];
+    assert_eq!(u.action, Decision::Warn);
+    assert_eq!(u.path, AFFINITY_PATH);
+    let msg = u.message();
+    for part in [
+        "can run 5 replicas",
+        &format!("{today} schedulable nodes today"),
+        &format!("at most {today} can be placed on today's nodes"),
+        &format!("A node autoscaler is present ({named})"),
+        "the bound is today's nodes",
+        "Fix: make sure the autoscaler may add nodes these pods can use",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
+}
+
+#[test]
+fn an_autoscaler_elsewhere_or_by_another_name_is_not_recognised() {
+    // A Deployment called cluster-autoscaler in an application namespace is not looked for, and
+    // one in kube-system named otherwise is not one.
+    for other in [
+        system_deployment("default", "cluster-autoscaler", "{app: cluster-autoscaler}"),
+        system_deployment("kube-system", "coredns", "{k8s-app: kube-dns}"),
+    ] {
+        let view_yaml = format!("{}\n---\n{other}", cluster(&nodes(3)));
+        let f = findings_in(&one_per_node(4, ""), &live_view(&view_yaml));
+        let u = of_rule(&f, "spread-unsatisfiable");
+        assert_eq!(u.len(), 1, "{f:#?}");
+        assert!(!u[0].what.contains("autoscaler is present"), "{}", u[0].what);
+    }
+}
+
+#[test]
+fn with_a_node_autoscaler_within_todays_nodes_is_still_silent() {
+    let view_yaml =
+        format!("{}\n---\n{}", cluster(&nodes(3)), system_deployment("kube-system", "karpenter", "{app: karpenter}"));
+    let f = findings_in(&one_per_node(3, ""), &live_view(&view_yaml));
+    assert!(of_rule(&f, "spread-unsatisfiable").is_empty(), "{f:#?}");
 }

@@ -194,3 +194,213 @@ fn a_workload_that_is_not_the_target_does_not_count(#[case] view_yaml: String, #
 fn targets_other_than_workloads_are_not_checked(#[case] api: &str, #[case] kind: &str) {
     none(&findings(&hpa_over(api, kind, "web", Some(2), 5), "", true), "hpa-target-missing");
 }
+
+// ---------------------------------------------------------------------------------------------
+// hpa-replicas-conflict
+
+mod replicas_conflict {
+    use super::*;
+    use crate::core::config::Config;
+    use crate::core::model::{ReplicasSource, Subject};
+    use crate::core::rules;
+    use crate::core::testing::{edit, subject, view, workload as pod_workload};
+
+    const RULE: &str = "hpa-replicas-conflict";
+
+    fn dep() -> ObjectRef {
+        ObjectRef::new(Kind::Deployment, "default", "web")
+    }
+
+    fn the_hpa() -> ObjectRef {
+        ObjectRef::new(Kind::HorizontalPodAutoscaler, "default", "web")
+    }
+
+    /// Deployment web with `replicas` (a `spec` line, or "" for none).
+    fn web_with(replicas: &str) -> String {
+        pod_workload("Deployment", "web", replicas, "")
+    }
+
+    fn evaluate(s: &Subject, view_yaml: &str) -> Vec<Finding> {
+        rules::evaluate(s, &view(view_yaml, false), &Config::default()).findings
+    }
+
+    /// `yaml` as the apiserver has it: a uid and resourceVersion, and `annotations` (a flow mapping).
+    fn stored(yaml: &str, annotations: &str) -> String {
+        edit(
+            yaml,
+            "  name: web\n",
+            &format!(
+                "  name: web\n  uid: 0f1e2d3c-aaaa-bbbb-cccc-000000000001\n  resourceVersion: '4711'\n  annotations: {annotations}\n"
+            ),
+        )
+    }
+
+    fn last_applied(spec: &str) -> String {
+        let manifest = format!(
+            r#"{{"apiVersion":"apps/v1","kind":"Deployment","metadata":{{"name":"web","namespace":"default"}},"spec":{{{spec}"selector":{{"matchLabels":{{"app":"web"}}}}}}}}"#
+        );
+        format!("{{kubectl.kubernetes.io/last-applied-configuration: '{manifest}'}}")
+    }
+
+    #[test]
+    fn a_manifest_that_sets_replicas_under_an_hpa_warns_on_the_workload() {
+        let fs = findings(&web_with("replicas: 3"), &hpa(Some(2), 10), false);
+        let f = one(&fs, RULE);
+        assert_eq!(f.action, Decision::Warn);
+        assert_eq!(f.path, "spec.replicas");
+        assert_eq!(f.object, dep());
+        assert_eq!(f.anchor, dep());
+        assert_eq!(f.related, vec![the_hpa()]);
+        assert_mentions(
+            &f.message(),
+            &[
+                "Deployment default/web sets spec.replicas: 3 while HPA web (min 2, max 10) scales it",
+                "every kubectl apply of this manifest resets the count the HPA chose to 3",
+                "Fix: remove spec.replicas from the workload's manifest",
+                "kubectl apply edit-last-applied",
+            ],
+        );
+    }
+
+    #[test]
+    fn a_statefulset_too() {
+        let sts = pod_workload("StatefulSet", "db", "replicas: 2", "");
+        let fs = findings(&sts, &hpa_over("apps/v1", "StatefulSet", "db", Some(2), 4), false);
+        let f = one(&fs, RULE);
+        assert_eq!(f.object, ObjectRef::new(Kind::StatefulSet, "default", "db"));
+        assert_mentions(&f.what, &["StatefulSet default/db sets spec.replicas: 2"]);
+    }
+
+    #[test]
+    fn a_manifest_without_replicas_is_silent_from_both_sides() {
+        none(&findings(&web_with(""), &hpa(Some(2), 10), false), RULE);
+        none(&findings(&hpa(Some(2), 10), &web_with(""), false), RULE);
+    }
+
+    #[rstest]
+    #[case::no_hpa("")]
+    #[case::an_hpa_of_another_deployment(hpa_over("apps/v1", "Deployment", "api", Some(2), 5))]
+    #[case::an_hpa_of_a_statefulset_of_that_name(hpa_over("apps/v1", "StatefulSet", "web", Some(2), 5))]
+    fn replicas_without_an_hpa_targeting_it_are_silent(#[case] view_yaml: String) {
+        none(&findings(&web_with("replicas: 3"), &view_yaml, false), RULE);
+    }
+
+    #[test]
+    fn every_hpa_targeting_it_is_named() {
+        let second = hpa(Some(1), 4).replace("name: web\nspec", "name: web-2\nspec");
+        let fs = findings(&web_with("replicas: 3"), &format!("{}\n---\n{second}", hpa(Some(2), 10)), false);
+        let f = one(&fs, RULE);
+        assert_mentions(&f.what, &["while HPA web (min 2, max 10) and HPA web-2 (min 1, max 4) scale it"]);
+        assert_eq!(f.related.len(), 2);
+    }
+
+    #[test]
+    fn found_from_the_hpa_side_anchored_at_the_workload() {
+        let fs = findings(&hpa(Some(2), 10), &web_with("replicas: 3"), false);
+        let f = one(&fs, RULE);
+        assert_eq!(f.action, Decision::Warn);
+        assert_eq!(f.object, the_hpa());
+        assert_eq!(f.path, "spec.scaleTargetRef");
+        assert_eq!(f.related, vec![dep()]);
+        assert_eq!(f.anchor, dep(), "the fix is in the workload's manifest");
+        assert_mentions(
+            &f.message(),
+            &[
+                "HorizontalPodAutoscaler default/web (min 2, max 10) scales Deployment default/web, whose manifest sets \
+                 spec.replicas: 3",
+                "resets the count this HPA chose to 3",
+                "Fix: remove spec.replicas",
+            ],
+        );
+    }
+
+    #[test]
+    fn hpa_side_silent_without_the_target_in_view() {
+        none(&findings(&hpa(Some(2), 10), "", false), RULE);
+        none(&findings(&hpa(Some(2), 10), "", true), RULE);
+    }
+
+    // ---- what the webhook sees: defaulted objects ----
+
+    #[test]
+    fn an_object_from_the_apiserver_has_replicas_whether_set_or_not() {
+        // spec.replicas present (defaulted), no last-applied configuration: not known to be set.
+        let s = subject(&stored(&web_with("replicas: 1"), "{}"));
+        let Subject::Workload(w) = &s else { panic!() };
+        assert_eq!(w.replicas_source, ReplicasSource::Unset);
+        none(&evaluate(&s, &hpa(Some(2), 10)), RULE);
+        // kubectl apply's annotation says the manifest sets 3 (the HPA has since made it 9).
+        let s = subject(&stored(&web_with("replicas: 9"), &last_applied(r#""replicas":3,"#)));
+        let Subject::Workload(w) = &s else { panic!() };
+        assert_eq!(w.replicas_source, ReplicasSource::Manifest(3));
+        let fs = evaluate(&s, &hpa(Some(2), 10));
+        assert_mentions(&one(&fs, RULE).what, &["sets spec.replicas: 3", "resets the count the HPA chose to 3"]);
+        // The annotation's manifest leaves replicas out, or sets null, or is not JSON.
+        for annotations in [
+            last_applied(""),
+            last_applied(r#""replicas":null,"#),
+            "{kubectl.kubernetes.io/last-applied-configuration: '{\"replicas\": 3'}".to_string(),
+        ] {
+            let s = subject(&stored(&web_with("replicas: 9"), &annotations));
+            let Subject::Workload(w) = &s else { panic!() };
+            assert_eq!(w.replicas_source, ReplicasSource::Unset, "{annotations}");
+        }
+    }
+
+    #[test]
+    fn from_the_hpa_side_the_live_workload_is_judged_by_its_last_applied_manifest() {
+        let live = stored(&web_with("replicas: 9"), &last_applied(r#""replicas":3,"#));
+        let fs = findings(&hpa(Some(2), 10), &live, true);
+        assert_mentions(&one(&fs, RULE).what, &["whose manifest sets spec.replicas: 3", "chose to 3"]);
+        let live = stored(&web_with("replicas: 9"), &last_applied(""));
+        none(&findings(&hpa(Some(2), 10), &live, true), RULE);
+    }
+
+    /// The webhook's subject: defaulted, then what the UPDATE did to the count.
+    fn admitted(yaml: &str, before: Option<i32>) -> Subject {
+        let mut s = subject(yaml);
+        let Subject::Workload(w) = &mut s else { panic!() };
+        w.admitted_replicas(before);
+        s
+    }
+
+    #[test]
+    fn at_admission_an_update_that_changes_the_count_under_an_hpa_warns() {
+        let s = admitted(&stored(&web_with("replicas: 3"), "{}"), Some(9));
+        let fs = evaluate(&s, &hpa(Some(2), 10));
+        let f = one(&fs, RULE);
+        assert_eq!(f.path, "spec.replicas");
+        assert_mentions(
+            &f.message(),
+            &[
+                "this write sets spec.replicas of Deployment default/web to 3 (it was 9) while HPA web (min 2, max 10) scales it",
+                "resets the count the HPA chose",
+                "Fix: remove spec.replicas",
+            ],
+        );
+    }
+
+    #[test]
+    fn at_admission_boundaries() {
+        // The same count as before and no last-applied replicas: nothing says the manifest sets it.
+        none(&evaluate(&admitted(&stored(&web_with("replicas: 9"), "{}"), Some(9)), &hpa(Some(2), 10)), RULE);
+        // A CREATE (no old count), defaulted to 1: the same.
+        none(&evaluate(&admitted(&stored(&web_with("replicas: 1"), "{}"), None), &hpa(Some(2), 10)), RULE);
+        // A CREATE by kubectl apply of a manifest that sets it: the annotation says so.
+        let s = admitted(&stored(&web_with("replicas: 3"), &last_applied(r#""replicas":3,"#)), None);
+        one(&evaluate(&s, &hpa(Some(2), 10)), RULE);
+        // An unchanged count whose last-applied manifest sets it: the next apply will reset it.
+        let s = admitted(&stored(&web_with("replicas: 9"), &last_applied(r#""replicas":3,"#)), Some(9));
+        assert_mentions(&one(&evaluate(&s, &hpa(Some(2), 10)), RULE).what, &["sets spec.replicas: 3"]);
+        // A changed count with no HPA: silent.
+        none(&evaluate(&admitted(&stored(&web_with("replicas: 3"), "{}"), Some(9)), ""), RULE);
+    }
+
+    #[test]
+    fn never_on_a_scale_write() {
+        // The HPA controller's own writes go through deployments/scale.
+        let view_yaml = format!("{}\n---\n{}", web_with("replicas: 3"), hpa(Some(2), 10));
+        let s = Subject::Scale { target: dep(), replicas: 7 };
+        none(&evaluate(&s, &view_yaml), RULE);
+    }
+}

@@ -1,0 +1,164 @@
+//! exemption-unknown-rule.
+
+use crate::core::config::Config;
+use crate::core::finding::{Decision, Finding, Note};
+use crate::core::model::{Kind, ObjectRef};
+use crate::core::testing::*;
+use rstest::rstest;
+
+const RULE: &str = "exemption-unknown-rule";
+
+/// `yaml` with `metadata.annotations` set to `annotations` (a YAML flow mapping), after its name line.
+fn annotated(yaml: &str, name: &str, annotations: &str) -> String {
+    edit(yaml, &format!("  name: {name}\n"), &format!("  name: {name}\n  annotations: {annotations}\n"))
+}
+
+fn web(annotations: &str) -> String {
+    annotated(&deployment("web", "replicas: 2", ""), "web", annotations)
+}
+
+fn unknown(f: &[Finding]) -> Vec<&Finding> {
+    of_rule(f, RULE)
+}
+
+#[test]
+fn a_misspelt_rule_id_warns_and_suggests_the_nearest() {
+    let f = findings(&web("{ha-guard.io/allow-replica-colocated: one node pool}"), "", false);
+    let u = unknown(&f);
+    assert_eq!(u.len(), 1, "{f:#?}");
+    let u = u[0];
+    assert_eq!(u.action, Decision::Warn);
+    assert_eq!(u.path, "metadata.annotations[ha-guard.io/allow-replica-colocated]");
+    assert_eq!(u.object, ObjectRef::new(Kind::Deployment, "default", "web"));
+    assert!(u.related.is_empty());
+    let msg = u.message();
+    for part in [
+        "Deployment default/web: the annotation ha-guard.io/allow-replica-colocated names no rule",
+        "replica-colocated is not a rule ID",
+        "exempts nothing",
+        "Fix: did you mean ha-guard.io/allow-replicas-colocated?",
+        "keeping the reason",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
+    // And it exempts nothing: the finding it was meant for is still there.
+    assert_eq!(of_rule(&f, "replicas-colocated").len(), 1, "{f:#?}");
+}
+
+#[rstest]
+#[case::one_letter_missing("pdb-blocks-evictio", "pdb-blocks-eviction")]
+#[case::plural("pdb-blocks-evictions", "pdb-blocks-eviction")]
+#[case::transposed("termination-grace-zreo", "termination-grace-zero")]
+#[case::other_ending("spread-unsatisfied", "spread-unsatisfiable")]
+#[case::hyphen_missing("hostnetwork-colocation", "host-network-colocation")]
+#[case::case_and_underscores("Replicas_Colocated", "replicas-colocated")]
+#[case::a_part_of_one_id("colocated", "replicas-colocated")]
+#[case::new_rule("toleration-wildcards", "toleration-wildcard")]
+fn the_suggestion(#[case] x: &str, #[case] suggested: &str) {
+    let f = findings(&web(&format!("{{ha-guard.io/allow-{x}: why}}")), "", false);
+    let u = unknown(&f);
+    assert_eq!(u.len(), 1, "{f:#?}");
+    assert!(u[0].fix.starts_with(&format!("did you mean ha-guard.io/allow-{suggested}?")), "{x}: {}", u[0].fix);
+}
+
+#[rstest]
+#[case::far_from_everything("everything-is-fine")]
+#[case::part_of_several_ids("pdb")]
+#[case::part_of_several_longer("spread-selector")]
+fn no_suggestion_when_nothing_is_close_or_several_are(#[case] x: &str) {
+    let f = findings(&web(&format!("{{ha-guard.io/allow-{x}: why}}")), "", false);
+    let u = unknown(&f);
+    assert_eq!(u.len(), 1, "{f:#?}");
+    assert!(u[0].fix.starts_with("no rule ID is close: `ha-guard rules` lists them"), "{x}: {}", u[0].fix);
+}
+
+#[test]
+fn a_mutation_is_not_exempted_by_annotation() {
+    let f = findings(&web("{ha-guard.io/allow-inject-default-spread: no thanks}"), "", false);
+    let u = unknown(&f);
+    assert_eq!(u.len(), 1, "{f:#?}");
+    assert!(u[0].what.contains("inject-default-spread is not a rule ID"), "{}", u[0].what);
+    assert!(u[0].fix.contains("mutations: {inject-default-spread: false}"), "{}", u[0].fix);
+}
+
+#[test]
+fn nothing_after_the_prefix() {
+    let f = findings(&web("{ha-guard.io/allow-: why}"), "", false);
+    let u = unknown(&f);
+    assert_eq!(u.len(), 1, "{f:#?}");
+    assert_eq!(u[0].path, "metadata.annotations[ha-guard.io/allow-]");
+    assert!(u[0].what.contains("names no rule (nothing follows allow-)"), "{}", u[0].what);
+}
+
+#[rstest]
+#[case::a_rule_id("{ha-guard.io/allow-replicas-colocated: one node pool}")]
+#[case::its_own_id("{ha-guard.io/allow-exemption-unknown-rule: annotations for a newer ha-guard}")]
+#[case::the_mode_label_as_annotation("{ha-guard.io/mode: warn}")]
+#[case::another_domain("{example.com/allow-replica-colocated: x}")]
+#[case::no_prefix("{allow-replica-colocated: x}")]
+#[case::empty_reason_of_a_known_rule("{ha-guard.io/allow-pdb-missing: ''}")]
+fn does_not_fire(#[case] annotations: &str) {
+    let f = findings(&web(annotations), "", false);
+    assert!(unknown(&f).is_empty(), "{annotations}: {f:#?}");
+}
+
+#[test]
+fn one_finding_per_unknown_annotation() {
+    let f = findings(
+        &web(
+            "{ha-guard.io/allow-replica-colocated: a, ha-guard.io/allow-pdb-missing: b, ha-guard.io/allow-pdb-mising: c}",
+        ),
+        "",
+        false,
+    );
+    let paths: Vec<_> = unknown(&f).iter().map(|u| u.path.clone()).collect();
+    assert_eq!(
+        paths,
+        [
+            "metadata.annotations[ha-guard.io/allow-pdb-mising]",
+            "metadata.annotations[ha-guard.io/allow-replica-colocated]"
+        ]
+    );
+}
+
+#[test]
+fn on_every_kind_ha_guard_judges() {
+    let sts = annotated(&workload("StatefulSet", "db", "replicas: 1", ""), "db", "{ha-guard.io/allow-pdb-mising: x}");
+    let pdb = "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: web\n  annotations: \
+               {ha-guard.io/allow-pdb-blocks-evictions: x}\nspec:\n  maxUnavailable: 1\n  selector: {matchLabels: {app: web}}\n";
+    let hpa_yaml = annotated(&hpa("web", "web", Some(2), 4), "web", "{ha-guard.io/allow-hpa-replicas-bound: x}");
+    for (yaml, kind, suggested) in [
+        (sts, Kind::StatefulSet, "pdb-missing"),
+        (pdb.to_string(), Kind::PodDisruptionBudget, "pdb-blocks-eviction"),
+        (hpa_yaml, Kind::HorizontalPodAutoscaler, "hpa-replica-bounds"),
+    ] {
+        let f = findings(&yaml, "", false);
+        let u = unknown(&f);
+        assert_eq!(u.len(), 1, "{kind}: {f:#?}");
+        assert_eq!(u[0].object.kind, kind);
+        assert!(u[0].fix.contains(&format!("ha-guard.io/allow-{suggested}?")), "{kind}: {}", u[0].fix);
+    }
+}
+
+#[test]
+fn only_the_subjects_own_annotations() {
+    // The Deployment in the view has the typo; the HPA written now does not: reported on the
+    // Deployment's own write, not on every object that names it.
+    let f = findings(&hpa("web", "web", Some(2), 4), &web("{ha-guard.io/allow-replica-colocated: x}"), true);
+    assert!(unknown(&f).is_empty(), "{f:#?}");
+}
+
+#[test]
+fn it_is_exempted_like_any_rule() {
+    // An annotation for a rule of a newer ha-guard, kept on purpose while versions differ.
+    let yaml = web("{ha-guard.io/allow-some-future-rule: rolled out before ha-guard 2.0, \
+          ha-guard.io/allow-exemption-unknown-rule: 'ha-guard 2.0 rolls out next week'}");
+    let d = decided(&yaml, "", false, &Config::default());
+    let u: Vec<_> = d.findings.iter().filter(|f| f.rule == RULE).collect();
+    assert_eq!(u.len(), 1, "{:#?}", d.findings);
+    assert_eq!(u[0].action, Decision::Allowed);
+    assert!(matches!(&u[0].notes[..], [Note::Exempted { reason, .. }] if reason == "ha-guard 2.0 rolls out next week"));
+    // Without that annotation, a warning.
+    let d = decided(&web("{ha-guard.io/allow-some-future-rule: x}"), "", false, &Config::default());
+    assert_eq!(d.findings.iter().find(|f| f.rule == RULE).map(|f| f.action), Some(Decision::Warn));
+}
