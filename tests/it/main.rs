@@ -7,6 +7,7 @@ mod architecture;
 mod chart;
 mod cli_certs;
 mod cli_check;
+mod cli_ci;
 mod cli_version;
 mod corpus;
 mod fuzz_regressions;
