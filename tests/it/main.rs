@@ -12,6 +12,7 @@ mod cli_version;
 mod corpus;
 mod fuzz_regressions;
 mod manifests;
+mod precommit;
 mod server_bad_input;
 mod server_client_auth;
 mod server_http;
