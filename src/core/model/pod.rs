@@ -75,6 +75,79 @@ pub fn kept_apart(w: &Workload) -> bool {
         })
 }
 
+/// Why a workload's replicas are not kept apart when it looks as if they might be: the nearest
+/// thing it has, so that the message names it (and the finding points at it).
+#[derive(Clone, Debug, PartialEq)]
+pub enum NotApart {
+    /// Neither a hostname spread nor any pod anti-affinity.
+    Nothing,
+    /// `topologySpreadConstraints[i]` on the hostname has no labelSelector: it counts no pods.
+    SpreadWithoutSelector(usize),
+    /// `topologySpreadConstraints[i]` on the hostname selects other pods than the workload's.
+    SpreadOtherPods(usize),
+    /// A pod anti-affinity term whose labelSelector misses the workload's own pods (`required`:
+    /// `requiredDuringScheduling...`, else `preferred...`; its index in that list).
+    AntiAffinityOtherPods { required: bool, index: usize },
+}
+
+impl NotApart {
+    /// The field the finding points at (under `spec.template.spec`).
+    pub fn field(&self) -> String {
+        match self {
+            NotApart::Nothing => "topologySpreadConstraints".into(),
+            NotApart::SpreadWithoutSelector(i) | NotApart::SpreadOtherPods(i) => {
+                format!("topologySpreadConstraints[{i}]")
+            }
+            NotApart::AntiAffinityOtherPods { required: true, index } => {
+                format!(
+                    "affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[{index}].labelSelector"
+                )
+            }
+            NotApart::AntiAffinityOtherPods { required: false, index } => format!(
+                "affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[{index}].podAffinityTerm.labelSelector"
+            ),
+        }
+    }
+}
+
+/// For a workload whose replicas are not [`kept_apart`]: what it has instead.
+pub fn not_apart(w: &Workload) -> NotApart {
+    for (i, c) in spread_constraints(w).iter().enumerate() {
+        if c.topology_key == HOSTNAME {
+            return match &c.label_selector {
+                None => NotApart::SpreadWithoutSelector(i),
+                Some(_) => NotApart::SpreadOtherPods(i),
+            };
+        }
+    }
+    if let Some(spec) = w.pod_spec() {
+        if let Some(index) = required_anti_affinity(spec).iter().position(|t| !against_own(t, w)) {
+            return NotApart::AntiAffinityOtherPods { required: true, index };
+        }
+        if let Some(index) = preferred_anti_affinity(spec).position(|t| !against_own(t, w)) {
+            return NotApart::AntiAffinityOtherPods { required: false, index };
+        }
+    }
+    NotApart::Nothing
+}
+
+/// The host ports a pod template declares (`hostPort`, or with `hostNetwork: true` every
+/// `containerPort`, which the API makes the host port): the scheduler will not place two such
+/// pods on one node, so a second replica stays Pending rather than failing to bind.
+pub fn declared_host_ports(w: &Workload) -> Vec<i32> {
+    let Some(spec) = w.pod_spec() else { return Vec::new() };
+    let host_network = spec.host_network == Some(true);
+    let mut ports: Vec<i32> = spec
+        .containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| p.host_port.filter(|&h| h > 0).or(host_network.then_some(p.container_port)))
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
 /// `hostNetwork: true` without a hard one-per-node rule.
 pub fn host_network_unprotected(w: &Workload) -> bool {
     w.pod_spec().is_some_and(|s| s.host_network == Some(true)) && !one_per_node_affinity(w) && !hostname_spread(w, true)

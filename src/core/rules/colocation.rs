@@ -6,7 +6,9 @@ use k8s_openapi::api::core::v1::Toleration;
 use super::context::{Ctx, Emitter, pod_path, scaled_workload};
 use crate::core::catalogue::Rule;
 use crate::core::model::Subject;
-use crate::core::model::pod::{HOSTNAME, one_per_node_affinity, spread_constraints};
+use crate::core::model::pod::{
+    HOSTNAME, NotApart, declared_host_ports, not_apart, one_per_node_affinity, spread_constraints,
+};
 use crate::core::model::selector;
 use crate::core::view::{NodeInfo, View};
 use crate::declare_rule;
@@ -40,32 +42,84 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     let scale = scaled.bounds.describe(w);
 
     if floor > 1 && !w.kept_apart {
+        // On the workload's own write, name what it has that does not keep replicas apart (and
+        // point at it); from an HPA or a scale write only the projection is known.
+        let gap = match ctx.subject {
+            Subject::Workload(full) => not_apart(full),
+            _ => NotApart::Nothing,
+        };
+        let selector =
+            w.selector.as_deref().map(selector::render).unwrap_or_else(|| selector::render_labels(&w.template_labels));
+        let why = match &gap {
+            NotApart::Nothing => {
+                format!("no topologySpreadConstraint on {HOSTNAME} and no pod anti-affinity against its own pods")
+            }
+            NotApart::SpreadWithoutSelector(i) => format!(
+                "topologySpreadConstraints[{i}] on {HOSTNAME} has no labelSelector, so it counts no pods and keeps \
+                 none apart"
+            ),
+            NotApart::SpreadOtherPods(i) => format!(
+                "topologySpreadConstraints[{i}] on {HOSTNAME} selects other pods than its own ({selector}), so it \
+                 does not count its replicas"
+            ),
+            NotApart::AntiAffinityOtherPods { required, index } => format!(
+                "its {} pod anti-affinity [{index}] selects other pods than its own ({selector}), so it does not keep \
+                 its replicas apart",
+                if *required { "required" } else { "preferred" }
+            ),
+        };
+        let fix = match &gap {
+            NotApart::SpreadWithoutSelector(i) | NotApart::SpreadOtherPods(i) => format!(
+                "set topologySpreadConstraints[{i}].labelSelector to the workload's own selector ({selector}) (the \
+                 inject-spread-selector mutation fills a missing one)."
+            ),
+            NotApart::AntiAffinityOtherPods { .. } => {
+                format!("make the anti-affinity's labelSelector select the workload's own pods ({selector}).")
+            }
+            NotApart::Nothing => format!(
+                "add a topologySpreadConstraint {{maxSkew: 1, topologyKey: {HOSTNAME}, whenUnsatisfiable: \
+                 ScheduleAnyway, labelSelector: {selector}}} to the pod template (the inject-default-spread mutation can \
+                 add it)."
+            ),
+        };
         out.emit(
             &REPLICAS_COLOCATED,
-            if scaled.anchored_elsewhere { scaled.floor_path.to_string() } else { pod_path("topologySpreadConstraints") },
+            if scaled.anchored_elsewhere { scaled.floor_path.to_string() } else { pod_path(&gap.field()) },
             format!(
-                "{scale} runs at least {floor} replicas but nothing keeps them on different nodes (no \
-                 topologySpreadConstraint on {HOSTNAME} and no pod anti-affinity against its own pods): two \
+                "{scale} runs at least {floor} replicas but nothing keeps them on different nodes ({why}): two \
                  replicas on one node are one replica, and a node failure or drain takes both."
             ),
-            format!(
-                "add a topologySpreadConstraint {{maxSkew: 1, topologyKey: {HOSTNAME}, whenUnsatisfiable: \
-                 ScheduleAnyway, labelSelector: {}}} to the pod template (the inject-default-spread mutation can add it).",
-                w.selector.as_deref().map(selector::render).unwrap_or_else(|| selector::render_labels(&w.template_labels))
-            ),
+            fix,
         )
         .related(scaled.related(&subject))
         .anchored_at(scaled.anchor());
     }
 
     if ceiling > 1 && w.host_network_unprotected {
+        // Declared host ports are known to the scheduler, which then keeps the second replica
+        // Pending; undeclared ones it knows nothing of, and the second process fails to bind.
+        let ports = match ctx.subject {
+            Subject::Workload(full) => declared_host_ports(full),
+            _ => Vec::new(),
+        };
+        let consequence = if ports.is_empty() {
+            "a second replica scheduled onto the same node fails to bind its host ports and crash-loops".to_string()
+        } else {
+            let list: Vec<String> = ports.iter().map(ToString::to_string).collect();
+            format!(
+                "the scheduler places at most one of them per node because of the declared host port{} {}, so replicas \
+                 beyond the nodes that have it free stay Pending, and a drain of one node leaves its replica \
+                 Pending until another node frees the port",
+                if ports.len() == 1 { "" } else { "s" },
+                list.join(", ")
+            )
+        };
         out.emit(
             &HOST_NETWORK_COLOCATION,
             if scaled.anchored_elsewhere { scaled.ceiling_path.to_string() } else { pod_path("hostNetwork") },
             format!(
                 "{scale} uses hostNetwork: true and can run {ceiling} replicas, but nothing forces one replica \
-                 per node: a second replica scheduled onto the same node fails to bind its host ports and \
-                 crash-loops."
+                 per node: {consequence}."
             ),
             format!(
                 "add a required pod anti-affinity on {HOSTNAME} against the workload's own pods, or a \

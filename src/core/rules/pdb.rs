@@ -236,7 +236,10 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
         }
     }
 
-    if covering.is_empty() && scaled.bounds.floor > 1 && ctx.view.is_complete() {
+    // A manifest reported as not checked (a kustomize patch without its selector) gets no
+    // finding that asserts an absence: the PDB may well come with the rest of the kustomization.
+    let fragment = matches!(ctx.subject, Subject::Workload(full) if !full.missing.is_empty());
+    if covering.is_empty() && scaled.bounds.floor > 1 && ctx.view.is_complete() && !fragment {
         out.emit(
             &PDB_MISSING,
             scaled.floor_path,
@@ -246,11 +249,23 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
                 scaled.bounds.describe(w),
                 scaled.bounds.floor
             ),
-            format!(
-                "add a PodDisruptionBudget with maxUnavailable: 1, unhealthyPodEvictionPolicy: AlwaysAllow and \
-                 selector {}.",
-                w.selector.as_deref().map(render).unwrap_or_else(|| selector::render_labels(&w.template_labels))
-            ),
+            // Never suggest an empty selector: pdb-selector-empty warns against it.
+            match w
+                .selector
+                .as_deref()
+                .filter(|s| !selector::is_empty(s))
+                .map(render)
+                .or_else(|| (!w.template_labels.is_empty()).then(|| selector::render_labels(&w.template_labels)))
+            {
+                Some(sel) => format!(
+                    "add a PodDisruptionBudget with maxUnavailable: 1, unhealthyPodEvictionPolicy: AlwaysAllow and \
+                     selector {sel}."
+                ),
+                None => "give the pod template labels and the workload a selector on them, then add a \
+                         PodDisruptionBudget with maxUnavailable: 1, unhealthyPodEvictionPolicy: AlwaysAllow and that \
+                         selector."
+                    .to_string(),
+            },
         )
         .related(scaled.related(&subject))
         .anchored_at(scaled.anchor());

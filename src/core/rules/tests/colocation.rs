@@ -523,3 +523,72 @@ fn with_a_node_autoscaler_within_todays_nodes_is_still_silent() {
     let f = findings_in(&one_per_node(3, ""), &live_view(&view_yaml));
     assert!(of_rule(&f, "spread-unsatisfiable").is_empty(), "{f:#?}");
 }
+
+// ---- what the messages name (issue 16) ----
+
+/// A hostname spread without a selector is named, and the finding points at it.
+#[test]
+fn a_hostname_spread_without_a_selector_is_named_and_pointed_at() {
+    let pod = "topologySpreadConstraints:\n- maxSkew: 1\n  topologyKey: kubernetes.io/hostname\n  whenUnsatisfiable: ScheduleAnyway\n";
+    let f = findings(&deployment("web", "replicas: 2", pod), "", false);
+    let c = of_rule(&f, "replicas-colocated");
+    assert_eq!(c.len(), 1, "{f:#?}");
+    assert_eq!(c[0].path, "spec.template.spec.topologySpreadConstraints[0]");
+    assert!(
+        c[0].what.contains("topologySpreadConstraints[0] on kubernetes.io/hostname has no labelSelector"),
+        "{}",
+        c[0].what
+    );
+    assert!(!c[0].what.contains("no topologySpreadConstraint on"), "it has one: {}", c[0].what);
+    assert!(
+        c[0].fix.contains("set topologySpreadConstraints[0].labelSelector to the workload's own selector (app=web)"),
+        "{}",
+        c[0].fix
+    );
+}
+
+/// A spread or an anti-affinity against other pods is named, and pointed at.
+#[rstest]
+#[case::spread_on_other_pods(
+    "topologySpreadConstraints:\n- maxSkew: 1\n  topologyKey: kubernetes.io/hostname\n  whenUnsatisfiable: ScheduleAnyway\n  labelSelector:\n    matchLabels:\n      app: db\n",
+    "spec.template.spec.topologySpreadConstraints[0]",
+    "topologySpreadConstraints[0] on kubernetes.io/hostname selects other pods than its own (app=web)"
+)]
+#[case::required_anti_affinity_on_other_pods(
+    &anti_affinity(true, "kubernetes.io/hostname", "db"),
+    "spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector",
+    "its required pod anti-affinity [0] selects other pods than its own (app=web)"
+)]
+#[case::preferred_anti_affinity_on_other_pods(
+    &anti_affinity(false, "topology.kubernetes.io/zone", "db"),
+    "spec.template.spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.labelSelector",
+    "its preferred pod anti-affinity [0] selects other pods than its own (app=web)"
+)]
+fn what_does_not_keep_replicas_apart_is_named(#[case] pod: &str, #[case] path: &str, #[case] why: &str) {
+    let f = findings(&deployment("web", "replicas: 3", pod), "", false);
+    let c = of_rule(&f, "replicas-colocated");
+    assert_eq!(c.len(), 1, "{f:#?}");
+    assert_eq!(c[0].path, path);
+    assert!(c[0].what.contains(why), "{}", c[0].what);
+    assert!(!c[0].what.contains("no pod anti-affinity against"), "{}", c[0].what);
+}
+
+/// hostNetwork with declared ports: the scheduler keeps the second replica Pending (it knows the
+/// host port); without declared ports, the second process fails to bind and crash-loops.
+#[rstest]
+#[case::container_port_with_host_network("ports:\n  - containerPort: 9808\n", Some("declared host port 9808"))]
+#[case::host_port("ports:\n  - containerPort: 80\n    hostPort: 8080\n", Some("declared host port 8080"))]
+#[case::no_ports("", None)]
+fn host_network_says_pending_or_crash_loop(#[case] ports: &str, #[case] pending: Option<&str>) {
+    let pod = format!("hostNetwork: true\ncontainers:\n- name: app\n  image: nginx\n{}", indent(ports, 2));
+    let f = findings(&deployment("web", "replicas: 2", &pod), "", false);
+    let h = of_rule(&f, "host-network-colocation");
+    assert_eq!(h.len(), 1, "{f:#?}");
+    match pending {
+        Some(port) => {
+            assert!(h[0].what.contains(port) && h[0].what.contains("stay Pending"), "{}", h[0].what);
+            assert!(!h[0].what.contains("crash-loops"), "{}", h[0].what);
+        }
+        None => assert!(h[0].what.contains("fails to bind its host ports and crash-loops"), "{}", h[0].what),
+    }
+}

@@ -586,3 +586,17 @@ fn other_policies_do_not_warn(#[case] budget: &str) {
     let fs = findings(&pdb("pdb", "web", budget), &deploy("web", "web", Some(3)), false);
     none(&fs, "pdb-unhealthy-eviction-policy");
 }
+
+/// A manifest reported as not checked (a kustomize patch without its selector) gets no
+/// pdb-missing, even as the whole namespace; a whole one does (issue 16).
+#[test]
+fn a_fragment_gets_no_pdb_missing_and_no_fix_suggests_an_empty_selector() {
+    let patch = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: metrics}\nspec:\n  replicas: 2\n";
+    let f = findings(patch, "", true);
+    assert!(of_rule(&f, "pdb-missing").is_empty(), "{f:#?}");
+    let whole = deploy("web", "web", Some(2));
+    let f = findings(&whole, "", true);
+    let missing = of_rule(&f, "pdb-missing");
+    assert_eq!(missing.len(), 1, "{f:#?}");
+    assert!(missing[0].fix.contains("selector app=web") && !missing[0].fix.contains("{}"), "{}", missing[0].fix);
+}
