@@ -479,3 +479,19 @@ fn helm_renders_a_local_chart_and_names_its_templates() {
     assert_eq!(missing["file"], "charts/ha-guard/templates/deployment.yaml", "{missing}");
     assert_eq!(r.code, 0, "pdb-missing is a warning: {}", r.stderr);
 }
+
+/// `check --help` stands on its own: it points at nothing outside the repository.
+#[test]
+fn check_help_points_at_nothing_outside_the_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run(dir.path(), &["check", "--help"]);
+    assert_eq!(r.code, 0);
+    for outside in ["DESIGN.md", "../shared", "shared/"] {
+        assert!(!r.stdout.contains(outside), "{outside} in:\n{}", r.stdout);
+    }
+    for flag in
+        ["--fail-on", "--disable", "--enable", "--quiet", "--output", "--helm", "--kustomize", "--no-ignore", "junit"]
+    {
+        assert!(r.stdout.contains(flag), "{flag} is documented:\n{}", r.stdout);
+    }
+}

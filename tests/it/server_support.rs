@@ -16,88 +16,9 @@ use ha_guard::core::view::{StaticSource, ViewSource};
 use ha_guard::server::{self, AppState, Listeners, ServeOptions};
 use serde_json::Value;
 
-/// The cluster the tests' admission requests arrive in (namespace `shop`; `relaxed` is in warn mode).
-pub const VIEW: &str = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: shop}
----
-apiVersion: v1
-kind: Namespace
-metadata:
-  name: relaxed
-  labels: {ha-guard.io/mode: warn}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: data-rwo, namespace: shop}
-spec:
-  accessModes: [ReadWriteOnce]
-  resources: {requests: {storage: 1Gi}}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: data-rwx, namespace: shop}
-spec:
-  accessModes: [ReadWriteMany]
-  resources: {requests: {storage: 1Gi}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: cache, namespace: shop}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app.kubernetes.io/name: cache}}
-  template:
-    metadata: {labels: {app.kubernetes.io/name: cache}}
-    spec:
-      affinity:
-        podAntiAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-          - labelSelector: {matchLabels: {app.kubernetes.io/name: cache}}
-            topologyKey: kubernetes.io/hostname
-      containers: [{name: cache, image: "redis:7"}]
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: cache, namespace: shop}
-spec:
-  minAvailable: 1
-  unhealthyPodEvictionPolicy: AlwaysAllow
-  selector: {matchLabels: {app.kubernetes.io/name: cache}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: single, namespace: shop}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app.kubernetes.io/name: single}}
-  template:
-    metadata: {labels: {app.kubernetes.io/name: single}}
-    spec:
-      containers: [{name: single, image: "nginx:1.27"}]
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: api
-  namespace: shop
-  # As the cluster holds it (an HPA targets it): the apiserver's uid and defaulted replicas, and no
-  # last-applied manifest saying the count is set.
-  uid: 6b1e4d2a-0c3f-4a5b-9e8d-7f6a5b4c3d2e
-spec:
-  replicas: 3
-  selector: {matchLabels: {app.kubernetes.io/name: api}}
-  template:
-    metadata: {labels: {app.kubernetes.io/name: api}}
-    spec:
-      affinity:
-        podAntiAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-          - labelSelector: {matchLabels: {app.kubernetes.io/name: api}}
-            topologyKey: kubernetes.io/hostname
-      containers: [{name: api, image: "example.com/api:2.1"}]
-"#;
+/// The cluster the tests' admission requests arrive in (namespace `shop`; `relaxed` is in warn
+/// mode): `tests/fixtures/view.yaml`, which README's example serves too.
+pub const VIEW: &str = include_str!("../fixtures/view.yaml");
 
 /// A static view of the YAML documents in `yaml` (`complete`: the rules that assert absence run).
 pub fn index(yaml: &str, complete: bool) -> Index {

@@ -22,13 +22,19 @@ fi
 
 # --- etcd ---------------------------------------------------------------
 if ! command -v etcd >/dev/null 2>&1; then
-  log "etcd not on PATH; installing Debian package etcd-server"
+  if [[ -n "${HA_GUARD_NO_APT:-}" ]]; then
+    log "etcd is not on PATH and HA_GUARD_NO_APT is set: install etcd (Debian: etcd-server) yourself"
+    exit 1
+  fi
   if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; else SUDO=; fi
+  log "etcd is not on PATH: installing Debian's etcd-server: ${SUDO:+sudo }apt-get install -y etcd-server (set HA_GUARD_NO_APT=1 to refuse)"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get install -y -q etcd-server >&2 || {
+    log "retrying after ${SUDO:+sudo }apt-get update"
     $SUDO apt-get update >&2 && $SUDO apt-get install -y -q etcd-server >&2; }
   # The package enables a systemd unit; we only want the binary.
   if command -v systemctl >/dev/null 2>&1 && [[ -d /run/systemd/system ]]; then
+    log "stopping the etcd service the package started: ${SUDO:+sudo }systemctl disable --now etcd"
     $SUDO systemctl disable --now etcd >/dev/null 2>&1 || true
   fi
 fi
