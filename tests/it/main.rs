@@ -13,6 +13,7 @@ mod corpus;
 mod fuzz_regressions;
 mod manifests;
 mod precommit;
+mod readme;
 mod server_bad_input;
 mod server_client_auth;
 mod server_http;

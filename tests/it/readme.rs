@@ -1,0 +1,266 @@
+//! README.md cannot drift from the binary: every command it shows (in indented and shell code
+//! blocks) is either run here, as written, or names the test (or CI step) that runs it and a
+//! line of that test's source that does; a command in neither list fails this test.
+//!
+//! Run here: the `check`, `rules`, `explain` and `certs` commands (`cargo run [--release] --` is
+//! the binary cargo built), and the `serve` + `curl` session of "The webhook" (on free loopback
+//! ports instead of 8443/8080, in a scratch folder holding the fixtures).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
+
+/// Commands run elsewhere: (the start of the command, the file that runs it, a line of that file
+/// that shows it does).
+const ELSEWHERE: &[(&str, &str, &str)] = &[
+    ("cargo test", ".ci/run", "\ncargo test\n"),
+    // serve as README command 1 does: default TLS paths in a folder without certs/, with and
+    // without a kubeconfig.
+    (
+        "cargo run --release -- serve\n",
+        "tests/it/cli_certs.rs",
+        "fn serve_with_a_kubeconfig_and_no_certificates_makes_development_ones",
+    ),
+    (
+        "helm template my-chart | cargo run -- check -f - --format sarif",
+        "tests/it/cli_ci.rs",
+        "fn helm_template_streams_name_their_templates_in_every_format",
+    ),
+    ("helm install ha-guard charts/ha-guard", "tests/e2e_install.rs", "\"install\""),
+    ("helm upgrade ha-guard charts/ha-guard", "tests/e2e_install.rs", "\"upgrade\""),
+    ("helm uninstall ha-guard", "tests/e2e_install.rs", "\"uninstall\""),
+    ("kubectl apply --server-side -f manifests/ha-guard.yaml", "tests/e2e_install.rs", "manifests/ha-guard.yaml"),
+    (
+        "kubectl apply --server-side -f manifests/cert-manager/ha-guard.yaml",
+        "tests/it/chart.rs",
+        "cert-manager/ha-guard.yaml",
+    ),
+    ("scripts/image.sh", "tests/image/verify.sh", "scripts/image.sh"),
+];
+
+/// Commands that cannot run on this machine, and why (each also appears in the closing notes).
+const NOT_RUN: &[(&str, &str)] = &[
+    ("docker build", "no container daemon here; scripts/image.sh builds the same image without one"),
+    ("--build-arg GIT_COMMIT", "the second line of the docker build command above"),
+    ("docker load", "no container daemon here; tests/image/verify.sh reads the archive with umoci and skopeo"),
+    ("podman load", "no podman here; tests/image/verify.sh reads the archive with umoci and skopeo"),
+    ("kind load image-archive", "no kind cluster here; tests/image/verify.sh reads the archive with umoci and skopeo"),
+    ("kubectl -n ha-guard rollout status", "no kubelet in the test control plane: nothing rolls out"),
+];
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The commands README.md shows: lines of indented code blocks (only the `$ ` lines where a
+/// block has them) and of ```sh / ```console blocks, `\`-continued lines joined.
+fn commands(readme: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut block: Vec<&str> = Vec::new();
+    let mut fence: Option<String> = None;
+    let flush = |block: &mut Vec<&str>, out: &mut Vec<String>| {
+        let dollar = block.iter().any(|l| l.trim_start().starts_with("$ "));
+        let mut joined = String::new();
+        for line in block.drain(..) {
+            let t = line.trim();
+            let t = if dollar {
+                match t.strip_prefix("$ ") {
+                    Some(c) => c,
+                    None => continue,
+                }
+            } else {
+                t
+            };
+            if t.is_empty() || t.starts_with('#') {
+                continue;
+            }
+            joined.push_str(t.trim_end_matches('\\').trim_end());
+            if t.ends_with('\\') {
+                joined.push(' ');
+            } else {
+                out.push(std::mem::take(&mut joined));
+            }
+        }
+    };
+    for line in readme.lines() {
+        if let Some(info) = line.strip_prefix("```") {
+            flush(&mut block, &mut out);
+            fence = if fence.is_some() { None } else { Some(info.trim().to_string()) };
+            continue;
+        }
+        match &fence {
+            Some(lang) if matches!(lang.as_str(), "sh" | "bash" | "console" | "shell") => block.push(line),
+            Some(_) => {}
+            None if line.starts_with("    ") => block.push(line),
+            None => flush(&mut block, &mut out),
+        }
+    }
+    flush(&mut block, &mut out);
+    out
+}
+
+/// The command's words, for the simple commands run here (no pipes, no quoting beyond '...').
+fn words(command: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for c in command.chars() {
+        match c {
+            '\'' => quoted = !quoted,
+            ' ' if !quoted => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// The arguments after the binary, for `cargo run [--release] -- ...` and `ha-guard ...`.
+fn binary_args(command: &str) -> Option<Vec<String>> {
+    let rest = command
+        .strip_prefix("cargo run --release -- ")
+        .or_else(|| command.strip_prefix("cargo run -- "))
+        .or_else(|| command.strip_prefix("ha-guard "))?;
+    Some(words(rest))
+}
+
+fn scratch() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for sub in ["examples", "tests", "docs", "charts"] {
+        std::os::unix::fs::symlink(repo().join(sub), dir.path().join(sub)).unwrap();
+    }
+    dir
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Runs one `ha-guard` command of the README in a scratch folder holding the examples and
+/// fixtures: it must be usable (exit 0 or 1, never 2) and say something.
+fn run_binary(command: &str, args: &[String]) {
+    let dir = scratch();
+    let out = Command::new(BIN).args(args).current_dir(dir.path()).stdin(Stdio::null()).output().unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    let all = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(code == 0 || code == 1, "README's `{command}` exits {code}:\n{all}");
+    let written = args.iter().position(|a| a == "--output").map(|i| dir.path().join(&args[i + 1]));
+    let said = !all.trim().is_empty() || written.as_ref().is_some_and(|p| p.metadata().is_ok_and(|m| m.len() > 0));
+    assert!(said, "README's `{command}` printed nothing");
+}
+
+/// README's webhook session: serve the fixtures' view, then each `curl` as written (but on the
+/// port serve listens on), in a scratch folder (certs/ is made there, not in the repository).
+fn run_webhook_session(serve: &str, curls: &[String]) {
+    let dir = scratch();
+    let (webhook, probe) = (free_port(), free_port());
+    let mut args = binary_args(serve).unwrap();
+    args.extend([
+        "--listen".into(),
+        format!("127.0.0.1:{webhook}"),
+        "--probe-listen".into(),
+        format!("127.0.0.1:{probe}"),
+    ]);
+    args.extend(["--cluster".into(), "none".into()].into_iter().filter(|_| !serve.contains("--cluster")));
+    let log = dir.path().join("serve.log");
+    let mut child = Command::new(BIN)
+        .args(&args)
+        .current_dir(dir.path())
+        .env_remove("KUBECONFIG")
+        .env("HOME", dir.path())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(dir.path().join("serve.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Command::new("curl")
+        .args(["-sf", &format!("http://127.0.0.1:{probe}/readyz")])
+        .output()
+        .is_ok_and(|o| !o.status.success())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "serve did not become ready: {}",
+            std::fs::read_to_string(dir.path().join("serve.err")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for curl in curls {
+        let command = curl.replace("localhost:8443", &format!("localhost:{webhook}"));
+        let out = Command::new("sh").args(["-c", &command]).current_dir(dir.path()).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "README's `{curl}` failed: {}{}", stdout, String::from_utf8_lossy(&out.stderr));
+        if curl.contains("/validate") {
+            assert!(stdout.contains("\"allowed\":false") && stdout.contains("[spread-selector-missing]"), "{stdout}");
+        } else {
+            assert!(stdout.contains("\"op\":\"add\"") && stdout.contains("labelSelector"), "{stdout}");
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn every_command_the_readme_shows_is_run() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let all = commands(&readme);
+    assert!(all.len() >= 15, "the README's commands were found: {all:#?}");
+    let mut curls = Vec::new();
+    let mut serve_with_view = None;
+    let mut unaccounted = Vec::new();
+    for command in &all {
+        if NOT_RUN.iter().any(|(start, _)| command.starts_with(start)) {
+            continue;
+        }
+        if let Some((_, file, marker)) =
+            ELSEWHERE.iter().find(|(start, _, _)| (command.clone() + "\n").starts_with(start))
+        {
+            let source = std::fs::read_to_string(repo().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            assert!(
+                source.contains(marker),
+                "README's `{command}` is said to be run by {file}, which has no {marker:?}"
+            );
+            continue;
+        }
+        if command.starts_with("curl ") {
+            curls.push(command.clone());
+            continue;
+        }
+        match binary_args(command) {
+            Some(args) if args.first().is_some_and(|a| a == "serve") => {
+                assert!(serve_with_view.is_none(), "one serve session: {command}");
+                serve_with_view = Some(command.clone());
+            }
+            Some(args) if !command.contains(['|', '>', '&', '$']) => run_binary(command, &args),
+            _ => unaccounted.push(command.clone()),
+        }
+    }
+    assert!(
+        unaccounted.is_empty(),
+        "README commands no test runs (run them here, or list the test in ELSEWHERE):\n{}",
+        unaccounted.join("\n")
+    );
+    let serve = serve_with_view.expect("README shows serve with the fixtures' view");
+    assert!(curls.len() >= 2, "{curls:?}");
+    run_webhook_session(&serve, &curls);
+}
+
+/// The reader above finds what it must: commands of each block kind, no output lines, no YAML.
+#[test]
+fn the_command_reader_reads_blocks_as_the_readme_writes_them() {
+    let md = "text\n\n    cargo run -- check a\n    cargo run -- check b\n\n```yaml\nkey: value\n```\n\n    $ curl x\n    {\"output\": 1}\n\n```sh\ndocker build \\\n  --x y .\n```\n";
+    assert_eq!(commands(md), ["cargo run -- check a", "cargo run -- check b", "curl x", "docker build --x y ."]);
+    assert_eq!(
+        binary_args("cargo run --release -- check -f 'a b'"),
+        Some(vec!["check".into(), "-f".into(), "a b".into()])
+    );
+    let _ = PathBuf::new();
+}
