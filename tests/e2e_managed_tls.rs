@@ -3,8 +3,8 @@
 //! Two replicas run as a chart would run them: `--tls-mode managed`, `POD_NAMESPACE`, and as
 //! their only credential the token of a least-privileged ServiceAccount (`kubectl create token`;
 //! get/watch/update/patch on their one Secret, get/patch on their two webhook configurations,
-//! the live view's read RBAC from `manifests/base/rbac.yaml`). The Secret starts empty and the
-//! shipped webhook configurations have no caBundle. The Service in front of the replicas is
+//! the live view's read RBAC from the shipped `manifests/ha-guard.yaml`). The Secret starts empty
+//! and the shipped webhook configurations have no caBundle. The Service in front of the replicas is
 //! stood in for as kube-proxy would: an ExternalName Service `ha-guard.ha-guard` (the apiserver
 //! connects to `localhost:PORT` and checks the certificate for `ha-guard.ha-guard.svc`) and, on
 //! that port, a round-robin TCP balancer to the two replicas (loopback only).
@@ -190,8 +190,11 @@ fn certificate_rbac() -> Vec<Value> {
 /// The shipped webhook configurations as they are (clientConfig.service ha-guard/ha-guard, no
 /// caBundle), with the Service port that the balancer listens on.
 fn shipped_webhooks(port: u16) -> Vec<Value> {
-    let path = repo().join("manifests/base/webhooks.yaml");
-    let mut docs = yaml_docs(&std::fs::read_to_string(&path).expect("webhooks.yaml"));
+    let mut docs: Vec<Value> = shipped_manifests()
+        .into_iter()
+        .filter(|d| d["kind"] == Webhooks::Mutating.kind() || d["kind"] == Webhooks::Validating.kind())
+        .collect();
+    assert_eq!(docs.len(), 2, "{SHIPPED}: the two webhook configurations");
     for doc in &mut docs {
         for hook in doc["webhooks"].as_array_mut().expect("webhooks") {
             assert_eq!(hook["clientConfig"]["service"]["name"], NAME);
@@ -372,7 +375,15 @@ fn managed_certificates_on_a_real_apiserver() {
     // webhook configurations without caBundle.
     cp.namespace(NS, &[]);
     cp.kubectl(&["create", "secret", "generic", SECRET, "-n", NS]).success();
-    cp.kubectl(&["apply", "-f", repo().join("manifests/base/rbac.yaml").to_str().unwrap()]).success();
+    // The shipped ServiceAccount and the live view's read-only RBAC (ClusterRole and binding
+    // `ha-guard`); the certificates' RBAC is the narrower one below.
+    for doc in shipped_manifests().into_iter().filter(|d| {
+        d["kind"] == "ServiceAccount"
+            || (matches!(d["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding"))
+                && d["metadata"]["name"] == NAME)
+    }) {
+        cp.apply(doc).success();
+    }
     for doc in certificate_rbac() {
         cp.apply(doc).success();
     }
