@@ -40,7 +40,8 @@
 //! configurations; kubectl writes are denied, warned and mutated, and the apiserver's metrics show
 //! no call failed or failed open; the ServiceAccount gets 403 for anything but its Secret and its
 //! two webhook configurations; the README's uninstall without Helm leaves nothing behind.
-//! **Phase 2, with Helm**: `helm install`, `kubectl rollout status`, `helm upgrade -f
+//! **Phase 2, with Helm**: `helm install`, `kubectl rollout status`, README's gradual rollout
+//! (`kubectl label ns --all ha-guard.io/mode=warn`, then the label removed), `helm upgrade -f
 //! my-values.yaml` (README's example: 3 replicas, a rule turned to deny) under a stream of writes:
 //! the Secret's certificates and the caBundle are kept, the new rule is enforced, no write fails
 //! or passes unchecked; `helm upgrade --set webhook.failurePolicy=Fail`, then ha-guard down: writes
@@ -743,6 +744,9 @@ fn the_chart_installed_upgraded_and_uninstalled_on_a_real_apiserver() {
             .unwrap_or_else(|e| panic!("{e}"));
         assert_quiet(&pods);
     });
+    steps.run("rolling out gradually (README): mode=warn everywhere, then enforced namespace by namespace", || {
+        gradual_rollout(&cp)
+    });
     steps.run("helm upgrade -f my-values.yaml under writes: certificates and caBundle kept, none refused", || {
         let kubeconfig = cp.root().join("sa-2.kubeconfig");
         upgrade(&cp, &helm, renderer, &mut pods, &kubeconfig, &balancer);
@@ -1015,6 +1019,29 @@ fn helm_install(cp: &ControlPlane, helm: &Helm, renderer: &str, port: u16) {
         ])
     );
     assert!(secret(cp).is_empty() && bundles(cp).values().all(Vec::is_empty), "no certificate before ha-guard runs");
+}
+
+/// README "Rolling out gradually": every namespace labelled `ha-guard.io/mode=warn` (a denial
+/// becomes a warning), then the label removed from one namespace (denied again), then from all.
+fn gradual_rollout(cp: &ControlPlane) {
+    let ns = "apps-2";
+    cp.kubectl(&["label", "ns", "--all", "ha-guard.io/mode=warn"]).success();
+    // ha-guard reads the label from its view of the Namespaces (a watch): eventually.
+    poll("a denial becomes a warning", WAIT, Duration::from_millis(200), || {
+        let out = cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &canary_deny(ns));
+        if out.ok() && out.warnings().iter().any(|w| w.starts_with("[prestop-exceeds-grace] ")) {
+            Ok(())
+        } else {
+            Err(out.output())
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    cp.kubectl(&["label", "ns", ns, "ha-guard.io/mode-"]).success();
+    poll("denied again", WAIT, Duration::from_millis(200), || validating_live(cp, ns))
+        .unwrap_or_else(|e| panic!("{e}"));
+    cp.kubectl(&["label", "ns", "--all", "ha-guard.io/mode-"]).success();
+    let labelled = cp.kubectl(&["get", "ns", "-l", "ha-guard.io/mode", "-o", "name"]).success();
+    assert_eq!(labelled.stdout.trim(), "", "no namespace left in warn mode");
 }
 
 /// README's `my-values.yaml` example (the block after "# my-values.yaml" in README.md).
