@@ -32,7 +32,7 @@ render() {
 # Kubernetes 1.30 or later; on 1.27 to 1.29 install the chart with helm instead.
 #   Install:   kubectl apply --server-side -f manifests/$file
 #   Uninstall: kubectl delete validatingwebhookconfiguration,mutatingwebhookconfiguration ha-guard
-#              (the webhooks first), then kubectl delete -f manifests/$file
+#              (the webhooks first), then kubectl delete -f manifests/$file --ignore-not-found
 EOF
     (cd "$root" && "$helm" template ha-guard charts/ha-guard "${args[@]}")
   } >"$out/$file.tmp"

@@ -3,8 +3,8 @@
 //! Two replicas run as a chart would run them: `--tls-mode managed`, `POD_NAMESPACE`, and as
 //! their only credential the token of a least-privileged ServiceAccount (`kubectl create token`;
 //! get/watch/update/patch on their one Secret, get/patch on their two webhook configurations,
-//! the live view's read RBAC from the shipped `manifests/ha-guard.yaml`). The Secret starts empty and the
-//! shipped webhook configurations have no caBundle. The Service in front of the replicas is
+//! the live view's read RBAC from the shipped `manifests/ha-guard.yaml`). The Secret starts empty
+//! and the shipped webhook configurations have no caBundle. The Service in front of the replicas is
 //! stood in for as kube-proxy would: an ExternalName Service `ha-guard.ha-guard` (the apiserver
 //! connects to `localhost:PORT` and checks the certificate for `ha-guard.ha-guard.svc`) and, on
 //! that port, a round-robin TCP balancer to the two replicas (loopback only).
@@ -192,7 +192,7 @@ fn certificate_rbac() -> Vec<Value> {
 fn shipped_webhooks(port: u16) -> Vec<Value> {
     let mut docs: Vec<Value> = shipped_manifests()
         .into_iter()
-        .filter(|d| d["kind"] == "MutatingWebhookConfiguration" || d["kind"] == "ValidatingWebhookConfiguration")
+        .filter(|d| d["kind"] == Webhooks::Mutating.kind() || d["kind"] == Webhooks::Validating.kind())
         .collect();
     assert_eq!(docs.len(), 2, "{SHIPPED}: the two webhook configurations");
     for doc in &mut docs {
@@ -375,15 +375,14 @@ fn managed_certificates_on_a_real_apiserver() {
     // webhook configurations without caBundle.
     cp.namespace(NS, &[]);
     cp.kubectl(&["create", "secret", "generic", SECRET, "-n", NS]).success();
-    // The shipped read-only RBAC of the live view (ServiceAccount, ClusterRole, binding); the
-    // certificate writes come from `certificate_rbac`, the narrowest the contract allows.
-    let shipped = shipped_manifests();
-    for (kind, name) in [("ServiceAccount", NAME), ("ClusterRole", NAME), ("ClusterRoleBinding", NAME)] {
-        let doc = shipped
-            .iter()
-            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-            .unwrap_or_else(|| panic!("{SHIPPED} has no {kind} {name}"));
-        cp.apply(yaml_file(std::slice::from_ref(doc))).success();
+    // The shipped ServiceAccount and the live view's read-only RBAC (ClusterRole and binding
+    // `ha-guard`); the certificates' RBAC is the narrower one below.
+    for doc in shipped_manifests().into_iter().filter(|d| {
+        d["kind"] == "ServiceAccount"
+            || (matches!(d["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding"))
+                && d["metadata"]["name"] == NAME)
+    }) {
+        cp.apply(doc).success();
     }
     for doc in certificate_rbac() {
         cp.apply(doc).success();

@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod balancer;
+
 /// The seven kinds the live view watches, as ha-guard's metrics label them.
 pub const WATCHED_KINDS: [&str; 7] = [
     "Deployment",
@@ -107,6 +109,34 @@ pub fn kube_apiserver() -> Result<PathBuf, String> {
                 return Err(format!("{} printed no kube-apiserver path: {stdout:?}\n{stderr}", script.display()));
             }
             eprintln!("[e2e] kube-apiserver: {} (build.sh took {:.1?})", path.display(), started.elapsed());
+            Ok(path)
+        })
+        .clone()
+}
+
+/// Builds (once per machine: cached outside the repository) and returns the pinned helm, by
+/// running `tests/e2e/helm/build.sh` (from helm's Go module; ~2.5 min the first time, then a
+/// no-op). A helm that cannot be built is a test failure with the script's output, never a skip.
+pub fn helm() -> Result<PathBuf, String> {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let script = repo().join("tests/e2e/helm/build.sh");
+            let started = Instant::now();
+            let out = Command::new(&script)
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if !out.status.success() {
+                return Err(format!("{} failed ({}):\n{stderr}", script.display(), out.status));
+            }
+            let path = PathBuf::from(stdout.lines().last().unwrap_or("").trim());
+            if !path.is_file() {
+                return Err(format!("{} printed no helm path: {stdout:?}\n{stderr}", script.display()));
+            }
+            eprintln!("[e2e] helm: {} (build.sh took {:.1?})", path.display(), started.elapsed());
             Ok(path)
         })
         .clone()
@@ -245,6 +275,28 @@ impl ControlPlane {
     pub fn server(&self) -> String {
         let text = std::fs::read_to_string(self.kubeconfig()).unwrap_or_default();
         text.lines().find_map(|l| l.trim().strip_prefix("server: ")).map(str::to_string).unwrap_or_default()
+    }
+
+    /// A kubeconfig for this control plane (its server and CA) whose only credential is `token`
+    /// (e.g. a ServiceAccount's, from `kubectl create token`), written to `out`.
+    pub fn token_kubeconfig(&self, token: &str, out: &Path) -> PathBuf {
+        let admin = std::fs::read_to_string(self.kubeconfig()).expect("kubeconfig");
+        let ca = admin
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("certificate-authority-data: "))
+            .expect("certificate-authority-data in the admin kubeconfig")
+            .to_string();
+        std::fs::write(
+            out,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    \
+                 certificate-authority-data: {ca}\nusers:\n- name: token\n  user:\n    token: {token}\n\
+                 contexts:\n- name: e2e\n  context: {{cluster: e2e, user: token}}\ncurrent-context: e2e\n",
+                self.server()
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+        out.to_path_buf()
     }
 
     /// The apiserver's own `/metrics`.
@@ -937,6 +989,54 @@ impl Metrics {
     /// The sum of the samples of `name` whose labels include all of `labels`.
     pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.all(name, labels).iter().map(|(_, v)| v).sum()
+    }
+}
+
+/// The apiserver's counts of its calls to ha-guard's webhooks (`*.ha-guard.io`), from its own
+/// `/metrics` ([`ControlPlane::metrics`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WebhookCalls {
+    /// `apiserver_admission_webhook_request_total`.
+    pub calls: f64,
+    /// Denied by the webhook: `apiserver_admission_webhook_rejection_count{error_type="no_error"}`.
+    pub denied: f64,
+    /// Calls that failed (no usable answer): `fail_open` plus `rejected_for_errors`.
+    pub failed: f64,
+    /// Failed and let through (failurePolicy Ignore): `apiserver_admission_webhook_fail_open_count`.
+    pub fail_open: f64,
+    /// Failed and the write refused (failurePolicy Fail): `apiserver_admission_webhook_rejection_count`
+    /// with `error_type` `calling_webhook_error` or `apiserver_internal_error`.
+    pub rejected_for_errors: f64,
+}
+
+impl WebhookCalls {
+    pub fn of(m: &Metrics) -> WebhookCalls {
+        let ours = |l: &BTreeMap<String, String>| l.get("name").is_some_and(|n| n.ends_with(".ha-guard.io"));
+        let of = |name: &str, f: &dyn Fn(&BTreeMap<String, String>) -> bool| -> f64 {
+            m.all(name, &[]).iter().filter(|(l, _)| ours(l) && f(l)).map(|(_, v)| v).sum()
+        };
+        let no_error = |l: &BTreeMap<String, String>| l.get("error_type").map(String::as_str) == Some("no_error");
+        let rejections = "apiserver_admission_webhook_rejection_count";
+        let fail_open = of("apiserver_admission_webhook_fail_open_count", &|_| true);
+        let rejected_for_errors = of(rejections, &|l| !no_error(l));
+        WebhookCalls {
+            calls: of("apiserver_admission_webhook_request_total", &|_| true),
+            denied: of(rejections, &no_error),
+            failed: fail_open + rejected_for_errors,
+            fail_open,
+            rejected_for_errors,
+        }
+    }
+
+    /// What happened between `before` and `self`.
+    pub fn since(&self, before: &WebhookCalls) -> WebhookCalls {
+        WebhookCalls {
+            calls: self.calls - before.calls,
+            denied: self.denied - before.denied,
+            failed: self.failed - before.failed,
+            fail_open: self.fail_open - before.fail_open,
+            rejected_for_errors: self.rejected_for_errors - before.rejected_for_errors,
+        }
     }
 }
 

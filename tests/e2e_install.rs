@@ -1,0 +1,1474 @@
+//! End-to-end: the Helm chart `charts/ha-guard` installed into the real kube-apiserver of the e2e
+//! suite (`tests/e2e/README.md`), ha-guard run exactly as the chart's Deployment runs it, writes
+//! driven through the chart's own webhook configurations, then upgraded and uninstalled (issue 12,
+//! acceptance 3 and 5; README "Installing in a cluster").
+//!
+//! **The chart's, unchanged:** every object `helm template` renders with the default values
+//! (managed certificates): both webhook configurations, the ClusterRoles, Role and bindings, the
+//! empty Secret, the ConfigMap, the ServiceAccount, the Service, the Deployment and the PDB; helm
+//! installs, upgrades and uninstalls them (pre-delete hooks included).
+//!
+//! **Stood in for**, because the e2e control plane has no kube-proxy, no kubelet, no
+//! controller-manager and no cluster network (traffic stays on loopback):
+//! - *The route from the Service to the pods* (kube-proxy): the Service becomes `type:
+//!   ExternalName`, `externalName: localhost`, and each webhook's `clientConfig.service.port` the
+//!   port of a round-robin TCP balancer on loopback in front of the replicas ([`Balancer`]). The
+//!   apiserver resolves the chart's Service `ha-guard.ha-guard` to `localhost:PORT` and still
+//!   verifies the certificate for `ha-guard.ha-guard.svc` against the injected caBundle. These two
+//!   fields are the only difference from the rendering: set with `kubectl patch` after
+//!   `kubectl apply` (phase 1), and by a kustomize post-renderer (`helm --post-renderer`, phase 2,
+//!   so that `helm upgrade` keeps them); the test checks that the release holds the rendering with
+//!   exactly these changes.
+//! - *The kubelet*: each replica is the `ha-guard` binary started with the container's `args` and
+//!   `env` as the apiserver holds the Deployment; the projected volume's files (the ConfigMap's
+//!   `config.yaml`) are written under a directory of the replica's own and the mount path in the
+//!   args is rewritten to it (the only change to the args); `POD_NAMESPACE` is resolved from its
+//!   `fieldRef` as the downward API does; the environment holds nothing else but, in place of the
+//!   mounted service-account token, `KUBECONFIG`: a kubeconfig whose only credential is the
+//!   ServiceAccount's token from `kubectl create token`. The pod's own network namespace becomes
+//!   loopback ports of the replica's own (`--listen`/`--probe-listen` added; the test checks that
+//!   the container ports are serve's defaults). A replica counts as ready when its readinessProbe
+//!   (`/readyz`) answers 200; a ConfigMap change reaches its file as the kubelet's atomic update
+//!   would; the replica runs in an empty working directory, which must stay empty
+//!   (readOnlyRootFilesystem).
+//! - *The Deployment controller's status* (for `kubectl rollout status`), written by the test once
+//!   the replicas are ready, and *the namespace controller* (a deleted Namespace is finalized).
+//!
+//! **Phase 1, without Helm**: `helm template | kubectl apply --server-side` (and README's
+//! `kubectl apply --server-side -f manifests/ha-guard.yaml`, the same objects: a no-op); two
+//! replicas make one CA in the chart's Secret and inject it into the chart's webhook
+//! configurations; kubectl writes are denied, warned and mutated, and the apiserver's metrics show
+//! no call failed or failed open; the ServiceAccount gets 403 for anything but its Secret and its
+//! two webhook configurations; the README's uninstall without Helm leaves nothing behind.
+//! **Phase 2, with Helm**: `helm install`, `kubectl rollout status`, README's gradual rollout
+//! (`kubectl label ns --all ha-guard.io/mode=warn`, then the label removed), `helm upgrade -f
+//! my-values.yaml` (README's example: 3 replicas, a rule turned to deny) under a stream of writes:
+//! the Secret's certificates and the caBundle are kept, the new rule is enforced, no write fails
+//! or passes unchecked; `helm upgrade --set webhook.failurePolicy=Fail`, then ha-guard down: writes
+//! are refused except in the release namespace and kube-system; `helm uninstall` deletes the webhook
+//! configurations before anything else (etcd's order of the deletions), none is left, and writes
+//! succeed though failurePolicy was Fail and ha-guard is down.
+//! **Phase 3, `certificates.mode=secret`** (README "Certificates"): a certificate from `ha-guard
+//! certs` in a Secret of the user's, its CA given with `--set-file`: the replicas serve the mounted
+//! files, and a certificate re-issued from the kept CA reaches them and stays trusted.
+//! (`certManager` needs cert-manager, which this control plane does not run.)
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use base64::Engine;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
+use serde_json::{Value, json};
+use support::balancer::Balancer;
+use support::*;
+
+/// Release, namespace and the chart's resource names (release `ha-guard` contains the chart's
+/// name, so its full name is the release name).
+const RELEASE: &str = "ha-guard";
+const NS: &str = "ha-guard";
+const NAME: &str = "ha-guard";
+const SECRET: &str = "ha-guard-tls";
+const CHART: &str = "charts/ha-guard";
+/// The ServiceAccount as `kubectl auth can-i --as` names it.
+const SA: &str = "system:serviceaccount:ha-guard:ha-guard";
+const WEBHOOK_KINDS: [&str; 2] = ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"];
+
+/// Printed past the test harness's capture, so that CI logs show the figures of a passing run.
+fn report(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "[e2e install] {line}");
+}
+
+fn b64(s: &str) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD.decode(s.trim()).unwrap_or_else(|e| panic!("not base64 ({e}): {s}"))
+}
+
+/// README's manifests/ha-guard.yaml, for kubectl.
+fn shipped_path() -> String {
+    repo().join(SHIPPED).to_string_lossy().into_owned()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().map(|a| a.iter().map(|s| s.as_str().expect("a string").to_string()).collect()).unwrap_or_default()
+}
+
+/// The time of one of ha-guard's JSON log lines, seconds since the epoch.
+fn event_time(v: &Value) -> f64 {
+    humantime::parse_rfc3339(v["timestamp"].as_str().unwrap_or_default())
+        .map(|at| at.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs_f64()
+}
+
+// --- helm ----------------------------------------------------------------------------------------
+
+/// The pinned helm (tests/e2e/helm/build.sh) against the control plane, with its cache, config and
+/// data directories in the test's temporary directory.
+struct Helm {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    home: PathBuf,
+}
+
+impl Helm {
+    fn new(cp: &ControlPlane) -> Helm {
+        let bin = helm().unwrap_or_else(|e| panic!("{e}"));
+        Helm { bin, kubeconfig: cp.kubeconfig(), home: cp.root().join("helm") }
+    }
+
+    /// `helm ARGS --kubeconfig KUBECONFIG`, from the repository root (where `charts/` is).
+    fn run(&self, args: &[&str]) -> Kubectl {
+        let out = Command::new(&self.bin)
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .current_dir(repo())
+            .env("HELM_CACHE_HOME", self.home.join("cache"))
+            .env("HELM_CONFIG_HOME", self.home.join("config"))
+            .env("HELM_DATA_HOME", self.home.join("data"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.bin.display()));
+        Kubectl {
+            command: format!("helm {}", args.join(" ")),
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// The chart's release objects with `args` (`helm template`, hooks left out).
+    fn template(&self, args: &[&str]) -> String {
+        let mut all = vec!["template", RELEASE, CHART, "--namespace", NS, "--no-hooks"];
+        all.extend_from_slice(args);
+        self.run(&all).success().stdout
+    }
+}
+
+// --- the route from the Service to the replicas, stood in for -------------------------------------
+
+/// The stand-in applied to rendered objects: the Service `ExternalName` to localhost, every
+/// webhook's service port the balancer's.
+fn stand_in(docs: &mut [Value], port: u16) {
+    for doc in docs {
+        match doc["kind"].as_str() {
+            Some("Service") if doc["metadata"]["name"] == NAME => {
+                doc["spec"]["type"] = json!("ExternalName");
+                doc["spec"]["externalName"] = json!("localhost");
+            }
+            Some("ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration") => {
+                for hook in doc["webhooks"].as_array_mut().expect("webhooks") {
+                    hook["clientConfig"]["service"]["port"] = json!(port);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The same stand-in on installed objects (phase 1): `kubectl patch`.
+fn patch_route(cp: &ControlPlane, port: u16) {
+    let service = r#"{"spec":{"type":"ExternalName","externalName":"localhost"}}"#;
+    cp.kubectl(&["-n", NS, "patch", "service", NAME, "--type=merge", "-p", service]).success();
+    for kind in WEBHOOK_KINDS {
+        let hooks =
+            cp.kubectl(&["get", kind, NAME, "-o", "json"]).success().json()["webhooks"].as_array().map_or(0, Vec::len);
+        let ops: Vec<Value> = (0..hooks)
+            .map(
+                |i| json!({"op": "replace", "path": format!("/webhooks/{i}/clientConfig/service/port"), "value": port}),
+            )
+            .collect();
+        cp.kubectl(&["patch", kind, NAME, "--type=json", "-p", &Value::from(ops).to_string()]).success();
+    }
+}
+
+/// The same stand-in for helm (phase 2): a post-renderer that runs kustomize (`kubectl
+/// kustomize`) over what helm rendered, with the two patches. Returns its path.
+fn post_renderer(dir: &Path, port: u16) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("the post-renderer's directory");
+    let kustomization = format!(
+        "# The route stood in for (tests/e2e_install.rs): the Service to localhost, the webhooks to the balancer.\n\
+         resources: [rendered.yaml]\n\
+         patches:\n\
+         \x20 - target: {{kind: Service, name: {NAME}}}\n\
+         \x20   patch: |\n\
+         \x20     - {{op: replace, path: /spec/type, value: ExternalName}}\n\
+         \x20     - {{op: add, path: /spec/externalName, value: localhost}}\n\
+         \x20 - target: {{group: admissionregistration.k8s.io, kind: ValidatingWebhookConfiguration|MutatingWebhookConfiguration, name: {NAME}}}\n\
+         \x20   patch: |\n\
+         \x20     - {{op: replace, path: /webhooks/0/clientConfig/service/port, value: {port}}}\n"
+    );
+    std::fs::write(dir.join("kustomization.yaml"), kustomization).expect("kustomization.yaml");
+    let script = dir.join("post-render");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\n# helm --post-renderer: reads the rendered release on stdin, prints it kustomized.\nset -eu\n\
+         dir=\"$(dirname \"$0\")\"\ncat >\"$dir/rendered.yaml\"\nexec kubectl kustomize \"$dir\"\n",
+    )
+    .expect("the post-renderer");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod the post-renderer");
+    script
+}
+
+/// Objects keyed by kind and name, for comparing sets of manifests whatever their order.
+fn by_name(docs: Vec<Value>) -> BTreeMap<String, Value> {
+    docs.into_iter()
+        .map(|d| {
+            (format!("{}/{}", d["kind"].as_str().unwrap_or("?"), d["metadata"]["name"].as_str().unwrap_or("?")), d)
+        })
+        .collect()
+}
+
+// --- the replicas, run as the kubelet would run the chart's pods ----------------------------------
+
+/// One ha-guard replica: the container of the Deployment's pod template, run as a process.
+struct Pod {
+    name: String,
+    dir: PathBuf,
+    pidfile: PathBuf,
+    namespace: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    kubeconfig: PathBuf,
+    /// `(mountPath, the directory standing for it, the volume)`.
+    mounts: Vec<(String, PathBuf, Value)>,
+    readiness_path: String,
+    webhook_port: u16,
+    probe_port: u16,
+    child: Option<Child>,
+}
+
+impl Pod {
+    /// Starts the container of `deployment` (as the apiserver holds it) as the replica `name`,
+    /// without waiting for it to be ready.
+    fn spawn(cp: &ControlPlane, name: &str, deployment: &Value, kubeconfig: &Path) -> Pod {
+        let namespace = deployment["metadata"]["namespace"].as_str().expect("the Deployment's namespace").to_string();
+        let spec = &deployment["spec"]["template"]["spec"];
+        let containers = spec["containers"].as_array().expect("containers");
+        assert_eq!(containers.len(), 1, "one container in the chart's pod");
+        let c = &containers[0];
+        assert!(c.get("command").is_none(), "the image's ENTRYPOINT (/ha-guard) runs: no command");
+        let dir = cp.root().join(name);
+        for d in ["cwd", "home"] {
+            std::fs::create_dir_all(dir.join(d)).expect("the replica's directories");
+        }
+        let volumes: BTreeMap<&str, &Value> =
+            spec["volumes"].as_array().into_iter().flatten().map(|v| (v["name"].as_str().unwrap_or(""), v)).collect();
+        let mut mounts = Vec::new();
+        for m in c["volumeMounts"].as_array().into_iter().flatten() {
+            let path = m["mountPath"].as_str().expect("mountPath").to_string();
+            let volume = volumes.get(m["name"].as_str().unwrap_or("")).expect("the mount's volume");
+            let host = dir.join("mnt").join(path.trim_start_matches('/'));
+            project(cp, &namespace, volume, &host);
+            mounts.push((path, host, (*volume).clone()));
+        }
+        let args: Vec<String> = strings(&c["args"])
+            .into_iter()
+            .map(|a| mounts.iter().fold(a, |a, (path, host, _)| a.replace(path.as_str(), &host.to_string_lossy())))
+            .collect();
+        let env = c["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let var = e["name"].as_str().expect("env name").to_string();
+                // The downward API: the pod's namespace is the Deployment's, its name the replica's.
+                let value = match (&e["value"], e["valueFrom"]["fieldRef"]["fieldPath"].as_str()) {
+                    (Value::String(v), _) => v.clone(),
+                    (_, Some("metadata.namespace")) => namespace.clone(),
+                    (_, Some("metadata.name")) => name.to_string(),
+                    _ => panic!("env {var}: the stand-in kubelet resolves values and metadata fieldRefs only: {e}"),
+                };
+                (var, value)
+            })
+            .collect();
+        let ports: BTreeMap<&str, u64> = c["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| (p["name"].as_str().unwrap_or(""), p["containerPort"].as_u64().unwrap_or(0)))
+            .collect();
+        let probe = &c["readinessProbe"]["httpGet"];
+        let (listen, probe_listen) = serve_default_ports();
+        assert_eq!(ports.get(probe["port"].as_str().unwrap_or("")), Some(&probe_listen), "readiness: --probe-listen");
+        assert_eq!(ports.get("https"), Some(&listen), "the webhook's container port: serve's default --listen");
+        assert!(
+            !args.iter().any(|a| a.starts_with("--listen") || a.starts_with("--probe-listen")),
+            "the chart relies on serve's default addresses: {args:?}"
+        );
+        let mut pod = Pod {
+            name: name.to_string(),
+            pidfile: cp.root().join(format!("{name}.pid")),
+            dir,
+            namespace,
+            args,
+            env,
+            kubeconfig: kubeconfig.to_path_buf(),
+            mounts,
+            readiness_path: probe["path"].as_str().expect("readinessProbe path").to_string(),
+            webhook_port: 0,
+            probe_port: 0,
+            child: None,
+        };
+        pod.start().unwrap_or_else(|e| panic!("{name}: {e}"));
+        pod
+    }
+
+    fn start(&mut self) -> Result<(), String> {
+        self.webhook_port = free_port();
+        self.probe_port = loop {
+            let p = free_port();
+            if p != self.webhook_port {
+                break p;
+            }
+        };
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .map_err(|e| format!("{}: {e}", self.log_path().display()))?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let child = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+            .args(&self.args)
+            // The pod's network namespace: its own ports, on loopback.
+            .args(["--listen", &format!("127.0.0.1:{}", self.webhook_port)])
+            .args(["--probe-listen", &format!("127.0.0.1:{}", self.probe_port)])
+            .env_clear()
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.dir.join("home"))
+            .current_dir(self.dir.join("cwd"))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", env!("CARGO_BIN_EXE_ha-guard")))?;
+        std::fs::write(&self.pidfile, child.id().to_string())
+            .map_err(|e| format!("{}: {e}", self.pidfile.display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("ha-guard.log")
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// ha-guard's JSON log lines whose message starts with `message`.
+    fn events(&self, message: &str) -> Vec<Value> {
+        self.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["message"].as_str().is_some_and(|m| m.starts_with(message)))
+            .collect()
+    }
+
+    /// Log lines above INFO (a refused API call, a failing watch, a bad configuration).
+    fn warnings(&self) -> Vec<String> {
+        self.log().lines().filter(|l| !l.contains(r#""level":"INFO""#)).map(str::to_string).collect()
+    }
+
+    fn get(&self, path: &str) -> Result<(u16, String), String> {
+        http_get(self.probe_port, path)
+    }
+
+    fn metrics(&self) -> Metrics {
+        match self.get("/metrics") {
+            Ok((200, body)) => Metrics::parse(&body),
+            other => panic!("{}: GET /metrics: {other:?}", self.name),
+        }
+    }
+
+    /// Waits until the readinessProbe's path answers 200 (started again on other ports if a port
+    /// was taken meanwhile).
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let path = self.readiness_path.clone();
+        for _ in 0..3 {
+            let result = poll(&format!("{} {path} 200", self.name), WAIT, Duration::from_millis(100), || {
+                if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                    return Ok(Err(format!(
+                        "{} exited ({status}); its log:\n{}",
+                        self.name,
+                        tail(&self.log_path(), 30)
+                    )));
+                }
+                match self.get(&path) {
+                    Ok((200, _)) => Ok(Ok(())),
+                    Ok((code, body)) => Err(format!("{code} {}", body.trim())),
+                    Err(e) => Err(e),
+                }
+            })?;
+            match result {
+                Ok(()) => return Ok(()),
+                Err(e) if e.contains("Address already in use") => self.start()?,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(format!("{}: no free ports", self.name))
+    }
+
+    /// What the kubelet does when the ConfigMap (or Secret) behind a projected volume changes:
+    /// the files are replaced, atomically.
+    fn sync_volumes(&self, cp: &ControlPlane) {
+        for (_, host, volume) in &self.mounts {
+            project(cp, &self.namespace, volume, host);
+        }
+    }
+
+    /// SIGTERM, as the kubelet stops a pod (ha-guard then drains for --shutdown-delay and
+    /// --shutdown-timeout).
+    fn terminate(&self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        }
+    }
+
+    /// Waits for the process to exit (SIGKILL after `grace`, as the kubelet does after the
+    /// pod's terminationGracePeriodSeconds); its exit status.
+    fn wait_exit(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let deadline = Instant::now() + grace;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+                _ => {
+                    let _ = child.kill();
+                    break child.wait().ok();
+                }
+            }
+        };
+        let _ = std::fs::remove_file(&self.pidfile);
+        status
+    }
+
+    /// The working directory must stay empty: the image's root filesystem is read-only.
+    fn wrote_nothing(&self) -> Vec<String> {
+        std::fs::read_dir(self.dir.join("cwd"))
+            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_file(&self.pidfile);
+    }
+}
+
+/// The ports of `serve`'s default `--listen` and `--probe-listen` (from `serve --help`), where the
+/// chart's container ports must be since its args leave both out.
+fn serve_default_ports() -> (u64, u64) {
+    static PORTS: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
+    *PORTS.get_or_init(|| {
+        let out =
+            Command::new(env!("CARGO_BIN_EXE_ha-guard")).args(["serve", "--help"]).output().expect("serve --help");
+        let help = String::from_utf8_lossy(&out.stdout).into_owned();
+        let default_of = |flag: &str| -> u64 {
+            let after = &help[help.find(&format!("{flag} <ADDR>")).unwrap_or_else(|| panic!("{flag} in:\n{help}"))..];
+            let value = &after[after.find("[default: ").expect("a default") + "[default: ".len()..];
+            value[..value.find(']').unwrap()].rsplit(':').next().unwrap().parse().expect("a port")
+        };
+        (default_of("--listen"), default_of("--probe-listen"))
+    })
+}
+
+/// Writes the files of a projected volume (ConfigMap and Secret sources) under `dir`, each
+/// replaced atomically (write, then rename), as the kubelet's `..data` swap does.
+fn project(cp: &ControlPlane, ns: &str, volume: &Value, dir: &Path) {
+    let sources = volume["projected"]["sources"].as_array().unwrap_or_else(|| {
+        panic!("volume {}: the stand-in kubelet projects `projected` volumes only: {volume}", volume["name"])
+    });
+    for source in sources {
+        let (kind, src) = match (source.get("configMap"), source.get("secret")) {
+            (Some(c), _) => ("configmap", c),
+            (_, Some(s)) => ("secret", s),
+            _ => panic!("a projected source the stand-in kubelet does not know: {source}"),
+        };
+        let name = src["name"].as_str().expect("the source's name");
+        let obj = cp.kubectl(&["get", kind, name, "-n", ns, "-o", "json"]).success().json();
+        for item in src["items"].as_array().expect("the chart names its items") {
+            let key = item["key"].as_str().expect("key");
+            let text = obj["data"][key].as_str().unwrap_or_else(|| panic!("{kind} {ns}/{name} has no key {key}"));
+            let bytes = if kind == "secret" { b64(text) } else { text.as_bytes().to_vec() };
+            let file = dir.join(item["path"].as_str().expect("path"));
+            std::fs::create_dir_all(file.parent().unwrap()).expect("the volume's directories");
+            let tmp = file.with_extension("kubelet-tmp");
+            std::fs::write(&tmp, bytes).expect("a projected file");
+            std::fs::rename(&tmp, &file).expect("the atomic swap");
+        }
+    }
+}
+
+/// Starts `n` replicas of the Deployment as the apiserver holds it now (all at once, as a
+/// ReplicaSet does), waits until each is ready, and puts them behind the balancer.
+fn start_replicas(cp: &ControlPlane, prefix: &str, n: usize, kubeconfig: &Path, balancer: &Balancer) -> Vec<Pod> {
+    let deployment = cp.kubectl(&["get", "deployment", NAME, "-n", NS, "-o", "json"]).success().json();
+    let started = Instant::now();
+    let mut pods: Vec<Pod> =
+        (0..n).map(|i| Pod::spawn(cp, &format!("{prefix}-{i}"), &deployment, kubeconfig)).collect();
+    for p in &mut pods {
+        p.wait_ready().unwrap_or_else(|e| panic!("{e}"));
+    }
+    report(&format!("{n} replicas ready {:.1?} after they started", started.elapsed()));
+    let mut ports = balancer.backends();
+    ports.extend(pods.iter().map(|p| p.webhook_port));
+    balancer.set_backends(ports);
+    pods
+}
+
+/// Stops replicas as the kubelet stops pods (SIGTERM to all, then each waited for), after taking
+/// them out of the balancer (the endpoints controller drops a pod that is shutting down).
+fn stop_replicas(pods: &mut [Pod], balancer: &Balancer) {
+    let leaving: BTreeSet<u16> = pods.iter().map(|p| p.webhook_port).collect();
+    balancer.set_backends(balancer.backends().into_iter().filter(|p| !leaving.contains(p)).collect());
+    for p in pods.iter() {
+        p.terminate();
+    }
+    for p in pods.iter_mut() {
+        let status = p.wait_exit(Duration::from_secs(30));
+        assert!(status.is_some_and(|s| s.success()), "{} exits 0 on SIGTERM: {status:?}", p.name);
+    }
+    balancer.cut();
+}
+
+/// What the Deployment controller would report once `ready` replicas are available.
+fn report_deployment_status(cp: &ControlPlane, ready: usize) {
+    let d = cp.kubectl(&["get", "deployment", NAME, "-n", NS, "-o", "json"]).success().json();
+    let want = d["spec"]["replicas"].as_u64().expect("replicas") as usize;
+    assert_eq!(ready, want, "as many ready replicas as the Deployment asks for");
+    let status = json!({"status": {"observedGeneration": d["metadata"]["generation"], "replicas": ready,
+        "updatedReplicas": ready, "readyReplicas": ready, "availableReplicas": ready}});
+    cp.kubectl(&[
+        "-n",
+        NS,
+        "patch",
+        "deployment",
+        NAME,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ])
+    .success();
+}
+
+// --- the cluster side ----------------------------------------------------------------------------
+
+/// The Secret's data, decoded.
+fn secret(cp: &ControlPlane) -> BTreeMap<String, Vec<u8>> {
+    let s = cp.kubectl(&["get", "secret", SECRET, "-n", NS, "-o", "json"]).success().json();
+    s["data"]
+        .as_object()
+        .map(|d| d.iter().map(|(k, v)| (k.clone(), b64(v.as_str().unwrap_or_default()))).collect())
+        .unwrap_or_default()
+}
+
+/// Every webhook's caBundle in both configurations, decoded, by webhook name.
+fn bundles(cp: &ControlPlane) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for kind in WEBHOOK_KINDS {
+        let c = cp.kubectl(&["get", kind, NAME, "-o", "json"]).success().json();
+        for hook in c["webhooks"].as_array().expect("webhooks") {
+            let bundle = hook["clientConfig"]["caBundle"].as_str().map(b64).unwrap_or_default();
+            out.insert(hook["name"].as_str().unwrap_or_default().to_string(), bundle);
+        }
+    }
+    out
+}
+
+/// The Secret filled by the replicas with one CA, made by exactly one of them (the others
+/// followed), and that CA in every webhook of both configurations.
+fn certificates_made_and_injected(cp: &ControlPlane, pods: &[Pod]) {
+    let data = secret(cp);
+    assert_eq!(data.keys().map(String::as_str).collect::<Vec<_>>(), ["ca.crt", "ca.key", "tls.crt", "tls.key"]);
+    let cas = String::from_utf8_lossy(&data["ca.crt"]).matches("BEGIN CERTIFICATE").count();
+    assert_eq!(cas, 1, "one CA in ca.crt");
+    let made: usize = pods.iter().map(|p| p.events("managed TLS: made a new CA").len()).sum();
+    assert_eq!(made, 1, "of the replicas racing on the empty Secret, one made the CA");
+    let all = bundles(cp);
+    assert_eq!(all.keys().map(String::as_str).collect::<Vec<_>>(), ["mutate.ha-guard.io", "validate.ha-guard.io"]);
+    for (hook, bundle) in &all {
+        assert_eq!(bundle, &data["ca.crt"], "{hook}: the caBundle is the Secret's ca.crt");
+    }
+    for p in pods {
+        let m = p.metrics();
+        let cert = m.get("ha_guard_tls_cert_not_after_seconds", &[]).unwrap_or(0.0);
+        let ca = m.get("ha_guard_tls_ca_not_after_seconds", &[]).unwrap_or(0.0);
+        assert!(cert > unix_now() + 80.0 * 86400.0, "{}: a 90-day serving certificate (chart default): {cert}", p.name);
+        assert!(ca > unix_now() + 4.0 * 365.0 * 86400.0, "{}: a 5-year CA (chart default): {ca}", p.name);
+    }
+}
+
+/// Waits until every replica's view holds at least `n` objects of `kind`.
+fn wait_views(pods: &[Pod], kind: &str, n: u64) {
+    for p in pods {
+        poll(&format!("{}: {n} {kind} in the view", p.name), WAIT, Duration::from_millis(50), || {
+            let have = p.metrics().get("ha_guard_cache_objects", &[("kind", kind)]).unwrap_or(0.0) as u64;
+            if have >= n { Ok(()) } else { Err(format!("{have}")) }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+fn sum_over(pods: &[Pod], name: &str, labels: &[(&str, &str)]) -> f64 {
+    pods.iter().map(|p| p.metrics().sum(name, labels)).sum()
+}
+
+fn assert_quiet(pods: &[Pod]) {
+    for p in pods {
+        let w = p.warnings();
+        assert!(w.is_empty(), "{}: no warning (no API call refused, no watch failing): {w:#?}", p.name);
+        assert!(p.wrote_nothing().is_empty(), "{} wrote into its working directory: {:?}", p.name, p.wrote_nothing());
+    }
+}
+
+/// Neither webhook configuration of the release is left: none named like it, none labelled as
+/// its instance.
+fn no_webhook_configuration_left(cp: &ControlPlane) {
+    for kind in WEBHOOK_KINDS {
+        let all = cp.kubectl(&["get", kind, "-o", "json"]).success().json();
+        let left: Vec<&Value> = all["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .filter(|c| {
+                c["metadata"]["name"] == NAME || c["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+            })
+            .collect();
+        assert!(left.is_empty(), "no {kind} of the release left: {left:?}");
+    }
+}
+
+fn assert_no_failed_call(calls: &WebhookCalls) {
+    assert_eq!(calls.fail_open, 0.0, "no webhook call failed open: {calls:?}");
+    assert_eq!(calls.failed, 0.0, "every webhook call was answered: {calls:?}");
+    assert_eq!(calls.rejected_for_errors, 0.0, "no write refused for a failed call: {calls:?}");
+}
+
+/// A Deployment ha-guard denies whatever the view (`prestop-exceeds-grace`): proof that a write
+/// passes unchecked when it is admitted.
+fn denied_deployment(ns: &str, name: &str) -> Value {
+    slow_prestop(deployment(ns, name, 1))
+}
+
+// --- the test ------------------------------------------------------------------------------------
+
+#[test]
+fn the_chart_installed_upgraded_and_uninstalled_on_a_real_apiserver() {
+    let cp = ControlPlane::start().unwrap_or_else(|e| panic!("control plane: {e}"));
+    let helm = Helm::new(&cp);
+    cp.nodes(&["node-a", "node-b", "node-c"]);
+    let balancer = Balancer::start(Vec::new());
+    let logs: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
+    let context_logs = logs.clone();
+    let apiserver_log = cp.dir().join("apiserver.log");
+    let mut steps = Steps::new(move || {
+        let mut out: String =
+            context_logs.lock().unwrap().iter().map(|l| format!("{}:\n{}\n", l.display(), tail(l, 12))).collect();
+        out.push_str(&format!("{}:\n{}\n", apiserver_log.display(), tail(&apiserver_log, 8)));
+        out
+    });
+    let mut pods: Vec<Pod> = Vec::new();
+    let track = |pods: &[Pod]| {
+        let mut logs = logs.lock().unwrap();
+        for p in pods.iter().map(Pod::log_path) {
+            if !logs.contains(&p) {
+                logs.push(p);
+            }
+        }
+    };
+
+    // Phase 1: without Helm.
+    steps.run("install: helm template | kubectl apply --server-side, the chart's objects as rendered", || {
+        install_rendered(&cp, &helm, balancer.port)
+    });
+    steps.run("two replicas as the Deployment runs them, the token their only credential: one CA, injected", || {
+        let token = cp.kubectl(&["create", "token", NAME, "-n", NS, "--duration=2h"]).success().stdout;
+        let kubeconfig = cp.token_kubeconfig(token.trim(), &cp.root().join("sa-1.kubeconfig"));
+        pods = start_replicas(&cp, "rendered", 2, &kubeconfig, &balancer);
+        track(&pods);
+        certificates_made_and_injected(&cp, &pods);
+    });
+    steps.run("kubectl writes through the chart's webhooks: denied, warned, mutated; none failed open", || {
+        writes(&cp, &pods)
+    });
+    steps.run("the ServiceAccount writes nothing but its Secret and its webhook configurations (403)", || {
+        least_privilege(&cp)
+    });
+    steps.run("uninstall without Helm (README): webhooks first, nothing left, writes pass", || {
+        uninstall_rendered(&cp, &mut pods, &balancer)
+    });
+    pods.clear();
+
+    // Phase 2: with Helm.
+    let renderer = post_renderer(&cp.root().join("stand-in"), balancer.port);
+    let renderer = renderer.to_str().expect("a UTF-8 path");
+    steps.run("helm install: the release is the rendering, the route stood in for", || {
+        helm_install(&cp, &helm, renderer, balancer.port)
+    });
+    steps.run("replicas of the release; kubectl rollout status; writes judged", || {
+        let token = cp.kubectl(&["create", "token", NAME, "-n", NS, "--duration=2h"]).success().stdout;
+        let kubeconfig = cp.token_kubeconfig(token.trim(), &cp.root().join("sa-2.kubeconfig"));
+        pods = start_replicas(&cp, "release", 2, &kubeconfig, &balancer);
+        track(&pods);
+        certificates_made_and_injected(&cp, &pods);
+        report_deployment_status(&cp, pods.len());
+        cp.kubectl(&["-n", NS, "rollout", "status", "deployment/ha-guard"])
+            .success()
+            .shows(&["successfully rolled out"]);
+        cp.namespace("apps-2", &[]);
+        poll("the validating webhook denies", WAIT, Duration::from_millis(200), || validating_live(&cp, "apps-2"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        poll("the mutating webhook mutates", WAIT, Duration::from_millis(200), || mutating_live(&cp, "apps-2"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_quiet(&pods);
+    });
+    steps.run("rolling out gradually (README): mode=warn everywhere, then enforced namespace by namespace", || {
+        gradual_rollout(&cp)
+    });
+    steps.run("helm upgrade -f my-values.yaml under writes: certificates and caBundle kept, none refused", || {
+        let kubeconfig = cp.root().join("sa-2.kubeconfig");
+        upgrade(&cp, &helm, renderer, &mut pods, &kubeconfig, &balancer);
+        track(&pods);
+    });
+    steps.run(
+        "failurePolicy Fail: caBundle kept; ha-guard down refuses writes but in its namespace and kube-system",
+        || fail_closed(&cp, &helm, renderer, &mut pods, &balancer),
+    );
+    steps.run("helm uninstall: webhook configurations deleted first, none left, writes pass", || {
+        helm_uninstall(&cp, &helm)
+    });
+    pods.clear();
+
+    // Phase 3: certificates from a Secret of the user's.
+    steps.run("certificates.mode=secret: the user's Secret served, a re-issued certificate picked up", || {
+        pods = secret_mode(&cp, &helm, renderer, &balancer);
+        track(&pods);
+    });
+    steps.finish();
+}
+
+// --- phase 1: without Helm -----------------------------------------------------------------------
+
+fn install_rendered(cp: &ControlPlane, helm: &Helm, port: u16) {
+    // As `helm install --create-namespace` does; manifests/ha-guard.yaml carries the Namespace.
+    cp.kubectl(&["create", "namespace", NS]).success();
+    let rendered = helm.template(&[]);
+    let docs = yaml_docs(&rendered);
+    let applied = cp.kubectl_in(&["apply", "--server-side", "-f", "-"], &rendered).success();
+    assert_eq!(applied.stdout.matches("serverside-applied").count(), docs.len(), "{}", applied.stdout);
+
+    // README's install without Helm applies the same objects (plus the Namespace's labels): a
+    // no-op for every object of the release.
+    let shipped = shipped_manifests();
+    let shipped_path = shipped_path();
+    let mut release = by_name(shipped.clone());
+    release.retain(|k, _| !k.starts_with("Namespace/"));
+    assert_eq!(release, by_name(docs.clone()), "{SHIPPED} is the chart's default rendering");
+    let versions = |cp: &ControlPlane| -> BTreeMap<String, String> {
+        let list = cp.kubectl(&["get", "-f", &shipped_path, "-o", "json"]).success().json();
+        list["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .filter(|o| o["kind"] != "Namespace")
+            .map(|o| {
+                (format!("{}/{}", o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap()), {
+                    o["metadata"]["resourceVersion"].as_str().unwrap().to_string()
+                })
+            })
+            .collect()
+    };
+    let before = versions(cp);
+    let out = cp.kubectl(&["apply", "--server-side", "-f", &shipped_path]).success();
+    assert_eq!(out.stdout.matches("serverside-applied").count(), shipped.len(), "{}", out.stdout);
+    assert_eq!(versions(cp), before, "kubectl apply --server-side -f {SHIPPED} changed nothing");
+    let labels = cp.kubectl(&["get", "namespace", NS, "-o", "json"]).success().json()["metadata"]["labels"].clone();
+    assert_eq!(labels["pod-security.kubernetes.io/enforce"], "restricted", "the shipped Namespace's labels");
+
+    // Nothing of the certificates yet: the Secret is empty, the webhooks have no caBundle.
+    assert!(secret(cp).is_empty(), "the chart creates the Secret empty");
+    assert!(bundles(cp).values().all(Vec::is_empty), "the chart ships no caBundle");
+    patch_route(cp, port);
+}
+
+fn writes(cp: &ControlPlane, pods: &[Pod]) {
+    let ns = "apps";
+    cp.namespace(ns, &[]);
+    // The apiserver picks the injected caBundle up asynchronously (its informer).
+    poll("the validating webhook denies", WAIT, Duration::from_millis(200), || validating_live(cp, ns))
+        .unwrap_or_else(|e| panic!("{e}"));
+    poll("the mutating webhook mutates", WAIT, Duration::from_millis(200), || mutating_live(cp, ns))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let before = WebhookCalls::of(&cp.metrics());
+    let denied_before = sum_over(pods, "ha_guard_admission_requests_total", &[("decision", "denied")]);
+
+    // Denied, and nothing stored.
+    cp.kubectl_in(&["apply", "-f", "-"], &canary_deny(ns)).denied(&["prestop-exceeds-grace"]);
+    assert!(!cp.kubectl(&["get", "deployment", "canary", "-n", ns]).ok(), "nothing stored");
+    // Warned (no PDB covers it) and mutated (its spread gets the workload's selector).
+    let web = pod(
+        deployment(ns, "web", 2),
+        json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]}),
+    );
+    cp.apply(&web).success().warns(&["pdb-missing"]);
+    let got = cp.kubectl(&["get", "deployment", "web", "-n", ns, "-o", "json"]).success().json();
+    assert_eq!(
+        got["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["labelSelector"],
+        json!({"matchLabels": {"app": "web"}}),
+        "the spread's missing selector filled in"
+    );
+    // Cross-object, from the live view (the ServiceAccount's list/watch): a PDB that would block
+    // every eviction of web is denied once both replicas have seen web.
+    wait_views(pods, "Deployment", 1);
+    cp.apply(pdb(ns, "web-strict", "web", json!({"minAvailable": 2}))).denied(&["pdb-blocks-eviction"]);
+    // Mutated: the PDB gets unhealthyPodEvictionPolicy AlwaysAllow.
+    cp.apply(pdb(ns, "web", "web", json!({"maxUnavailable": 1}))).success().no_warnings();
+    let got = cp.kubectl(&["get", "pdb", "web", "-n", ns, "-o", "json"]).success().json();
+    assert_eq!(got["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+
+    let calls = WebhookCalls::of(&cp.metrics()).since(&before);
+    report(&format!("writes through the chart's webhooks: {calls:?}"));
+    assert_no_failed_call(&calls);
+    assert_eq!(calls.denied, 2.0, "the apiserver saw exactly the two denials: {calls:?}");
+    assert!(calls.calls >= 8.0, "four writes, each through both webhooks: {calls:?}");
+    let denied = sum_over(pods, "ha_guard_admission_requests_total", &[("decision", "denied")]) - denied_before;
+    assert_eq!(denied, 2.0, "ha-guard's own count of denials");
+    assert_quiet(pods);
+}
+
+fn least_privilege(cp: &ControlPlane) {
+    // Another webhook configuration, that the ServiceAccount must not touch.
+    cp.apply(json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "someone-else"}, "webhooks": []}))
+        .success();
+    let can = |args: &[&str]| -> bool {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--as", SA]);
+        let out = cp.kubectl(&all);
+        match out.stdout.trim() {
+            "yes" => true,
+            "no" => false,
+            _ => panic!("kubectl auth can-i: {}", out.output()),
+        }
+    };
+    let may = [
+        vec!["get", "secret/ha-guard-tls", "-n", NS],
+        vec!["update", "secret/ha-guard-tls", "-n", NS],
+        vec!["watch", "secret/ha-guard-tls", "-n", NS],
+        vec!["patch", "validatingwebhookconfiguration/ha-guard"],
+        vec!["update", "mutatingwebhookconfiguration/ha-guard"],
+        vec!["list", "deployments", "--all-namespaces"],
+        vec!["watch", "nodes"],
+    ];
+    for args in &may {
+        assert!(can(args), "the ServiceAccount may {args:?}");
+    }
+    let may_not = [
+        vec!["create", "secrets", "-n", NS],
+        vec!["list", "secrets", "-n", NS],
+        vec!["get", "secret/other", "-n", NS],
+        vec!["get", "secret/ha-guard-tls", "-n", "default"],
+        vec!["delete", "secret/ha-guard-tls", "-n", NS],
+        vec!["create", "configmaps", "-n", NS],
+        vec!["update", "configmap/ha-guard-config", "-n", NS],
+        vec!["create", "deployments", "-n", "apps"],
+        vec!["patch", "deployment/ha-guard", "-n", NS],
+        vec!["create", "validatingwebhookconfigurations"],
+        vec!["patch", "validatingwebhookconfiguration/someone-else"],
+        vec!["delete", "validatingwebhookconfiguration/ha-guard"],
+        vec!["delete", "mutatingwebhookconfiguration/ha-guard"],
+        vec!["list", "pods", "--all-namespaces"],
+        vec!["create", "clusterrolebindings"],
+        vec!["escalate", "clusterroles"],
+    ];
+    for args in &may_not {
+        assert!(!can(args), "the ServiceAccount may not {args:?}");
+    }
+    // And with its own token: each attempt is a 403.
+    let token = cp.kubectl(&["create", "token", NAME, "-n", NS, "--duration=10m"]).success().stdout;
+    let kubeconfig = cp.token_kubeconfig(token.trim(), &cp.root().join("sa-attempts.kubeconfig"));
+    let sa = |args: &[&str], stdin: Option<&str>| kubectl(&kubeconfig, args, stdin);
+    // What it may do, it can: read its Secret, change its own webhook configuration.
+    sa(&["get", "secret", SECRET, "-n", NS], None).success();
+    let touch = r#"{"metadata":{"annotations":{"e2e.ha-guard.io/touched":"by its ServiceAccount"}}}"#;
+    sa(&["patch", "mutatingwebhookconfiguration", NAME, "--type=merge", "-p", touch], None).success();
+    let forbidden = |out: Kubectl, what: &str| {
+        assert!(
+            !out.ok() && out.stderr.contains("forbidden: User \"system:serviceaccount:ha-guard:ha-guard\" cannot"),
+            "{what}: expected a 403 for {SA}: {}",
+            out.output()
+        );
+    };
+    forbidden(sa(&["create", "secret", "generic", "other", "-n", NS], None), "create another Secret");
+    forbidden(sa(&["get", "secrets", "-n", NS], None), "list Secrets");
+    forbidden(sa(&["delete", "secret", SECRET, "-n", NS], None), "delete its Secret");
+    forbidden(sa(&["create", "configmap", "other", "-n", NS], None), "create a ConfigMap");
+    forbidden(
+        sa(&["patch", "configmap", "ha-guard-config", "-n", NS, "--type=merge", "-p", r#"{"data":{"x":"y"}}"#], None),
+        "change its own configuration",
+    );
+    let sneaky = deployment("apps", "sneaky", 1).to_string();
+    forbidden(sa(&["create", "-f", "-"], Some(&sneaky)), "create a Deployment");
+    forbidden(
+        sa(&["patch", "deployment", NAME, "-n", NS, "--type=merge", "-p", r#"{"spec":{"replicas":0}}"#], None),
+        "scale its own Deployment",
+    );
+    forbidden(
+        sa(
+            &[
+                "patch",
+                "validatingwebhookconfiguration",
+                "someone-else",
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"labels":{"x":"y"}}}"#,
+            ],
+            None,
+        ),
+        "patch another webhook configuration",
+    );
+    forbidden(sa(&["delete", "validatingwebhookconfiguration", NAME], None), "delete its validating configuration");
+    forbidden(sa(&["delete", "mutatingwebhookconfiguration", NAME], None), "delete its mutating configuration");
+    cp.kubectl(&["delete", "validatingwebhookconfiguration", "someone-else"]).success();
+}
+
+fn uninstall_rendered(cp: &ControlPlane, pods: &mut [Pod], balancer: &Balancer) {
+    // README: the webhook configurations first, then the rest. `--wait=false` and the finalize
+    // below stand for the namespace controller, which empties and removes a deleted Namespace.
+    cp.kubectl(&["delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", NAME]).success();
+    cp.kubectl(&["delete", "-f", &shipped_path(), "--ignore-not-found", "--wait=false"]).success();
+    let mut ns = cp.kubectl(&["get", "namespace", NS, "-o", "json"]).success().json();
+    ns["spec"]["finalizers"] = json!([]);
+    cp.kubectl_in(&["replace", "--raw", &format!("/api/v1/namespaces/{NS}/finalize"), "-f", "-"], &ns.to_string())
+        .success();
+    poll("the namespace is gone", WAIT, Duration::from_millis(100), || {
+        if cp.kubectl(&["get", "namespace", NS]).ok() { Err("still there".to_string()) } else { Ok(()) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    // The apiserver drops the webhooks from its informer asynchronously.
+    poll("writes are no longer sent to ha-guard", WAIT, Duration::from_millis(200), || {
+        match validating_live(cp, "apps") {
+            Ok(()) => Err("still denied".to_string()),
+            Err(_) => Ok(()),
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let before = WebhookCalls::of(&cp.metrics());
+    // Still running, ha-guard is asked nothing: what it would deny is admitted.
+    cp.apply(denied_deployment("apps", "after-uninstall")).success();
+    stop_replicas(pods, balancer);
+    cp.apply(denied_deployment("apps", "after-uninstall-down")).success();
+    let calls = WebhookCalls::of(&cp.metrics()).since(&before);
+    assert_eq!(calls, WebhookCalls::default(), "no call to ha-guard's webhooks, none failed open");
+    no_webhook_configuration_left(cp);
+    for (kind, name) in [("clusterrole", NAME), ("clusterrolebinding", NAME), ("clusterrole", "ha-guard-webhooks")] {
+        assert!(!cp.kubectl(&["get", kind, name]).ok(), "{kind} {name} removed");
+    }
+}
+
+// --- phase 2: with Helm --------------------------------------------------------------------------
+
+fn helm_install(cp: &ControlPlane, helm: &Helm, renderer: &str, port: u16) {
+    helm.run(&["install", RELEASE, CHART, "--namespace", NS, "--create-namespace", "--post-renderer", renderer])
+        .success()
+        .shows(&["STATUS: deployed", "Certificates: managed."]);
+    // The release holds the chart's rendering with exactly the route stood in for.
+    let manifest = helm.run(&["get", "manifest", RELEASE, "--namespace", NS]).success().stdout;
+    let mut want = yaml_docs(&helm.template(&[]));
+    stand_in(&mut want, port);
+    let (have, want) = (by_name(yaml_docs(&manifest)), by_name(want));
+    assert_eq!(have.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    for (k, v) in &want {
+        assert_eq!(&have[k], v, "{k}: the release holds the rendering, but for the route");
+    }
+    // And the uninstall hooks: both webhook configurations, as pre-delete hooks.
+    let hooks = yaml_docs(&helm.run(&["get", "hooks", RELEASE, "--namespace", NS]).success().stdout);
+    let hooked: BTreeSet<String> = hooks
+        .iter()
+        .filter(|h| h["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete")
+        .map(|h| format!("{}/{}", h["kind"].as_str().unwrap_or(""), h["metadata"]["name"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        hooked,
+        BTreeSet::from([
+            "MutatingWebhookConfiguration/ha-guard".to_string(),
+            "ValidatingWebhookConfiguration/ha-guard".into()
+        ])
+    );
+    assert!(secret(cp).is_empty() && bundles(cp).values().all(Vec::is_empty), "no certificate before ha-guard runs");
+}
+
+/// README "Rolling out gradually": every namespace labelled `ha-guard.io/mode=warn` (a denial
+/// becomes a warning), then the label removed from one namespace (denied again), then from all.
+fn gradual_rollout(cp: &ControlPlane) {
+    let ns = "apps-2";
+    cp.kubectl(&["label", "ns", "--all", "ha-guard.io/mode=warn"]).success();
+    // ha-guard reads the label from its view of the Namespaces (a watch): eventually.
+    poll("a denial becomes a warning", WAIT, Duration::from_millis(200), || {
+        let out = cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &canary_deny(ns));
+        if out.ok() && out.warnings().iter().any(|w| w.starts_with("[prestop-exceeds-grace] ")) {
+            Ok(())
+        } else {
+            Err(out.output())
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    cp.kubectl(&["label", "ns", ns, "ha-guard.io/mode-"]).success();
+    poll("denied again", WAIT, Duration::from_millis(200), || validating_live(cp, ns))
+        .unwrap_or_else(|e| panic!("{e}"));
+    cp.kubectl(&["label", "ns", "--all", "ha-guard.io/mode-"]).success();
+    let labelled = cp.kubectl(&["get", "ns", "-l", "ha-guard.io/mode", "-o", "name"]).success();
+    assert_eq!(labelled.stdout.trim(), "", "no namespace left in warn mode");
+}
+
+/// README's `my-values.yaml` example (the block after "# my-values.yaml" in README.md).
+fn readme_values() -> String {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let start = readme.find("# my-values.yaml\n").expect("README.md shows a my-values.yaml");
+    let block = &readme[start..];
+    block[..block.find("```").expect("the end of the my-values.yaml block")].to_string()
+}
+
+/// A stream of writes through the webhooks while something else happens: each one denied
+/// (`prestop-exceeds-grace`) or mutated (a PDB), as expected, or counted as failed or unchecked.
+#[derive(Debug, Default)]
+struct Tally {
+    sent: u64,
+    denied: u64,
+    mutated: u64,
+    failed: u64,
+    unchecked: u64,
+    failures: Vec<String>,
+}
+
+fn writer(kubeconfig: PathBuf, ns: String, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Tally> {
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async move {
+            let kc = kube::config::Kubeconfig::read_from(&kubeconfig).expect("kubeconfig");
+            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.expect("config");
+            let client = kube::Client::try_from(config).expect("client");
+            let deployments: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &ns, &ApiResource::erase::<Deployment>(&()));
+            let pdbs: Api<DynamicObject> =
+                Api::namespaced_with(client, &ns, &ApiResource::erase::<PodDisruptionBudget>(&()));
+            let mut t = Tally::default();
+            let fail = |t: &mut Tally, what: String| {
+                t.failed += 1;
+                if t.failures.len() < 20 {
+                    t.failures.push(what);
+                }
+            };
+            let mut n = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let d: DynamicObject = serde_json::from_value(denied_deployment(&ns, &format!("slow-{n}"))).unwrap();
+                t.sent += 1;
+                match deployments.create(&PostParams::default(), &d).await {
+                    Err(kube::Error::Api(s))
+                        if s.code == 403
+                            && s.message.contains("admission webhook \"validate.ha-guard.io\" denied the request")
+                            && s.message.contains("[prestop-exceeds-grace] ") =>
+                    {
+                        t.denied += 1
+                    }
+                    Ok(_) => t.unchecked += 1,
+                    Err(e) => fail(&mut t, format!("create Deployment slow-{n}: {e}")),
+                }
+                let p: DynamicObject =
+                    serde_json::from_value(pdb(&ns, &format!("p-{n}"), "nothing", json!({"maxUnavailable": 1})))
+                        .unwrap();
+                t.sent += 1;
+                match pdbs.create(&PostParams::default(), &p).await {
+                    Ok(o) if o.data["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow" => {
+                        t.mutated += 1;
+                        t.sent += 1;
+                        if let Err(e) = pdbs.delete(&format!("p-{n}"), &DeleteParams::default()).await {
+                            fail(&mut t, format!("delete PDB p-{n}: {e}"));
+                        }
+                    }
+                    Ok(_) => t.unchecked += 1,
+                    Err(e) => fail(&mut t, format!("create PDB p-{n}: {e}")),
+                }
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            t
+        })
+    })
+}
+
+fn upgrade(
+    cp: &ControlPlane,
+    helm: &Helm,
+    renderer: &str,
+    pods: &mut Vec<Pod>,
+    kubeconfig: &Path,
+    balancer: &Balancer,
+) {
+    let ns = "apps-2";
+    let unbudgeted = deployment(ns, "unbudgeted", 2);
+    // Before: pdb-missing warns (its default).
+    cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &unbudgeted.to_string()).success().warns(&["pdb-missing"]);
+    let values = cp.root().join("my-values.yaml");
+    let readme_values = readme_values();
+    assert!(
+        readme_values.contains("replicaCount: 3") && readme_values.contains("pdb-missing: deny"),
+        "{readme_values}"
+    );
+    std::fs::write(&values, &readme_values).expect("my-values.yaml");
+
+    let secret_before = secret(cp);
+    let bundles_before = bundles(cp);
+    let old = cp.kubectl(&["get", "deployment", NAME, "-n", NS, "-o", "json"]).success().json();
+    cp.namespace("load", &[]);
+    let calls_before = WebhookCalls::of(&cp.metrics());
+    let upgrade_started = unix_now();
+    let started = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = writer(cp.kubeconfig(), "load".into(), stop.clone());
+    std::thread::sleep(Duration::from_secs(1));
+
+    // README: helm upgrade ha-guard charts/ha-guard --namespace ha-guard -f my-values.yaml
+    let upgraded = Instant::now();
+    helm.run(&[
+        "upgrade",
+        RELEASE,
+        CHART,
+        "--namespace",
+        NS,
+        "-f",
+        values.to_str().unwrap(),
+        "--post-renderer",
+        renderer,
+    ])
+    .success()
+    .shows(&["STATUS: deployed", "REVISION: 2", "(3 replicas)"]);
+    let new = cp.kubectl(&["get", "deployment", NAME, "-n", NS, "-o", "json"]).success().json();
+    assert_eq!(new["spec"]["replicas"], 3);
+    // The pod template is unchanged (the configuration is a mounted ConfigMap): the Deployment
+    // controller scales up, rolls nothing; the kubelet updates the mounted file.
+    assert_eq!(new["spec"]["template"], old["spec"]["template"], "no rollout");
+    for p in pods.iter() {
+        p.sync_volumes(cp);
+    }
+    let mut third = start_replicas(cp, "release-upgraded", 1, kubeconfig, balancer);
+    pods.append(&mut third);
+    for p in &pods[..2] {
+        poll(&format!("{} reloaded its configuration", p.name), WAIT, Duration::from_millis(100), || {
+            let m = p.metrics();
+            match m.get("ha_guard_config_reloads_total", &[("result", "success")]) {
+                Some(n) if n >= 1.0 => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let applied = upgraded.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::SeqCst);
+    let t = load.join().expect("the writer panicked");
+    let calls = WebhookCalls::of(&cp.metrics()).since(&calls_before);
+    report(&format!(
+        "upgrade: applied in {applied:.1?} (helm, a third replica ready, the configuration reloaded); writes meanwhile: \
+         {} sent over {:.1?}, {} denied, {} mutated, {} failed, {} unchecked; apiserver: {calls:?}",
+        t.sent,
+        started.elapsed(),
+        t.denied,
+        t.mutated,
+        t.failed,
+        t.unchecked
+    ));
+    assert!(t.failures.is_empty() && t.failed == 0, "{} writes failed:\n{}", t.failed, t.failures.join("\n"));
+    assert_eq!(t.unchecked, 0, "writes passed unchecked");
+    assert!(t.denied >= 5 && t.mutated >= 5, "the writes ran across the upgrade: {t:?}");
+    assert_no_failed_call(&calls);
+    assert_eq!(calls.denied, t.denied as f64, "the apiserver saw exactly the writer's denials: {calls:?}");
+
+    // After: the new rule is enforced, by every replica.
+    for _ in 0..pods.len() {
+        cp.kubectl_in(&["apply", "-f", "-"], &unbudgeted.to_string()).denied(&["pdb-missing"]);
+    }
+    // The certificates are those of before: the Secret's data and every caBundle unchanged, and
+    // no replica made or issued anything; the new replica serves what the Secret holds.
+    assert!(secret(cp) == secret_before, "the Secret's certificates are kept across the upgrade");
+    assert!(bundles(cp) == bundles_before, "the caBundle is kept across the upgrade");
+    for p in pods.iter() {
+        let since: Vec<Value> = [p.events("managed TLS: made a new CA"), p.events("managed TLS: issued")]
+            .concat()
+            .into_iter()
+            .filter(|v| event_time(v) >= upgrade_started)
+            .collect();
+        assert!(since.is_empty(), "{}: no CA made, no certificate issued since the upgrade: {since:?}", p.name);
+    }
+    assert!(
+        !pods[2].events("managed TLS: serving the certificate from the Secret").is_empty(),
+        "the new replica serves the Secret's certificate"
+    );
+    report_deployment_status(cp, pods.len());
+    cp.kubectl(&["-n", NS, "rollout", "status", "deployment/ha-guard"]).success().shows(&["successfully rolled out"]);
+    assert_quiet(pods);
+}
+
+fn fail_closed(cp: &ControlPlane, helm: &Helm, renderer: &str, pods: &mut [Pod], balancer: &Balancer) {
+    let bundles_before = bundles(cp);
+    helm.run(&[
+        "upgrade",
+        RELEASE,
+        CHART,
+        "--namespace",
+        NS,
+        "--reuse-values",
+        "--set",
+        "webhook.failurePolicy=Fail",
+        "--post-renderer",
+        renderer,
+    ])
+    .success()
+    .shows(&["failurePolicy Fail: while no replica answers, those writes are refused"]);
+    for kind in WEBHOOK_KINDS {
+        let c = cp.kubectl(&["get", kind, NAME, "-o", "json"]).success().json();
+        assert_eq!(c["webhooks"][0]["failurePolicy"], "Fail", "{kind}");
+    }
+    assert!(bundles(cp) == bundles_before, "a helm upgrade that changes the webhooks keeps the caBundle");
+    // Still judged, as before.
+    poll("the validating webhook denies", WAIT, Duration::from_millis(200), || validating_live(cp, "apps-2"))
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // ha-guard down: every replica stopped. (The apiserver reads webhook configurations through
+    // an informer: it is given the time to see Fail.)
+    stop_replicas(pods, balancer);
+    let down = deployment("apps-2", "while-down", 1).to_string();
+    poll("writes are refused", WAIT, Duration::from_millis(200), || {
+        let out = cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &down);
+        if out.ok() { Err("admitted".to_string()) } else { Ok(()) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let before = WebhookCalls::of(&cp.metrics());
+    let refused = cp.kubectl_in(&["apply", "-f", "-"], &down).failure();
+    assert!(
+        refused.stderr.contains("failed calling webhook \"mutate.ha-guard.io\""),
+        "refused because ha-guard does not answer: {}",
+        refused.output()
+    );
+    // ha-guard's own namespace and kube-system are never sent: ha-guard can be repaired.
+    cp.apply(denied_deployment(NS, "repair")).success();
+    cp.apply(denied_deployment("kube-system", "repair")).success();
+    let calls = WebhookCalls::of(&cp.metrics()).since(&before);
+    report(&format!("failurePolicy Fail, ha-guard down: {calls:?}"));
+    assert_eq!(calls.fail_open, 0.0, "nothing failed open: {calls:?}");
+    assert_eq!(calls.denied, 0.0, "nothing was judged: {calls:?}");
+    assert_eq!(calls.failed, 1.0, "one call, to the mutating webhook, failed: {calls:?}");
+    assert_eq!(calls.rejected_for_errors, 1.0, "the apiserver refused the write for it: {calls:?}");
+    assert!(!cp.kubectl(&["get", "deployment", "while-down", "-n", "apps-2"]).ok(), "nothing stored");
+    cp.kubectl(&["delete", "deployment", "repair", "-n", NS]).success();
+    cp.kubectl(&["delete", "deployment", "repair", "-n", "kube-system"]).success();
+}
+
+fn helm_uninstall(cp: &ControlPlane, helm: &Helm) {
+    // Every deletion gets a resourceVersion from etcd's one revision counter: their order is
+    // the order of the resourceVersions, replayed below by watches from before the uninstall.
+    let from = cp.kubectl(&["get", "--raw", "/api/v1/namespaces/ha-guard/services"]).success().json()["metadata"]
+        ["resourceVersion"]
+        .as_str()
+        .expect("a list's resourceVersion")
+        .to_string();
+    let before = WebhookCalls::of(&cp.metrics());
+    helm.run(&["uninstall", RELEASE, "--namespace", NS]).success().shows(&["release \"ha-guard\" uninstalled"]);
+    let paths = [
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+        "/api/v1/namespaces/ha-guard/services",
+        "/apis/apps/v1/namespaces/ha-guard/deployments",
+        "/api/v1/namespaces/ha-guard/serviceaccounts",
+        "/api/v1/namespaces/ha-guard/secrets",
+    ];
+    let kubeconfig = cp.kubeconfig();
+    let replays: Vec<_> = paths
+        .iter()
+        .map(|path| {
+            let (kubeconfig, url) =
+                (kubeconfig.clone(), format!("{path}?watch=1&resourceVersion={from}&timeoutSeconds=1"));
+            std::thread::spawn(move || kubectl(&kubeconfig, &["get", "--raw", &url], None))
+        })
+        .collect();
+    // (type, kind, name, resourceVersion, a hook?)
+    let mut events: Vec<(String, String, String, u64, bool)> = Vec::new();
+    for (path, replay) in paths.iter().zip(replays) {
+        let out = replay.join().expect("a watch").success();
+        for line in out.stdout.lines().filter(|l| !l.trim().is_empty()) {
+            let e: Value = serde_json::from_str(line).unwrap_or_else(|err| panic!("{path}: {err}: {line}"));
+            let o = &e["object"];
+            events.push((
+                e["type"].as_str().unwrap_or("").to_string(),
+                path.rsplit('/').next().unwrap().to_string(),
+                o["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                o["metadata"]["resourceVersion"].as_str().and_then(|v| v.parse().ok()).expect("resourceVersion"),
+                o["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete",
+            ));
+        }
+    }
+    events.sort_by_key(|e| e.3);
+    let order: Vec<String> =
+        events.iter().map(|(t, k, n, rv, h)| format!("{rv} {t} {k}/{n}{}", if *h { " (hook)" } else { "" })).collect();
+    report(&format!("helm uninstall, in etcd's order: {}", order.join(", ")));
+    let is_webhook = |k: &str| k.ends_with("webhookconfigurations");
+    let deletions = |f: &dyn Fn(&str) -> bool| -> Vec<u64> {
+        events
+            .iter()
+            .filter(|e| e.0 == "DELETED" && f(&e.1) && e.2 != "sh.helm.release.v1.ha-guard.v1")
+            .map(|e| e.3)
+            .collect()
+    };
+    let webhooks = deletions(&|k| is_webhook(k));
+    let others = deletions(&|k| !is_webhook(k));
+    // Each configuration: deleted (before-hook-creation), created again as the hook, deleted.
+    assert_eq!(webhooks.len(), 4, "{order:#?}");
+    assert_eq!(events.iter().filter(|e| e.0 == "ADDED" && is_webhook(&e.1) && e.4).count(), 2, "{order:#?}");
+    assert!(others.len() >= 4, "the Service, the Deployment, the ServiceAccount and the Secret deleted: {order:#?}");
+    assert!(
+        webhooks.iter().max() < others.iter().min(),
+        "the webhook configurations are gone before anything else is deleted: {order:#?}"
+    );
+
+    no_webhook_configuration_left(cp);
+    assert_eq!(helm.run(&["list", "--namespace", NS, "--all", "-q"]).success().stdout.trim(), "", "no release left");
+    // failurePolicy was Fail and ha-guard is down: a webhook left behind would refuse these.
+    poll("writes pass again", WAIT, Duration::from_millis(200), || {
+        let out =
+            cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &denied_deployment("apps-2", "after").to_string());
+        if out.ok() { Ok(()) } else { Err(out.output()) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let mid = WebhookCalls::of(&cp.metrics());
+    cp.apply(denied_deployment("apps-2", "after")).success();
+    cp.apply(pdb("apps-2", "after", "after", json!({"maxUnavailable": 1}))).success();
+    let got = cp.kubectl(&["get", "pdb", "after", "-n", "apps-2", "-o", "json"]).success().json();
+    assert!(got["spec"].get("unhealthyPodEvictionPolicy").is_none(), "no mutation either: {got}");
+    let calls = WebhookCalls::of(&cp.metrics());
+    assert_eq!(calls.since(&mid), WebhookCalls::default(), "no webhook called after the uninstall");
+    report(&format!("uninstall: {:?} between the uninstall and the first write that passed", calls.since(&before)));
+}
+
+// --- phase 3: a Secret of the user's -------------------------------------------------------------
+
+/// README's `certificates.mode=secret`: a certificate from `ha-guard certs` in a Secret of the
+/// user's, its CA given to the chart; the replicas read the mounted files (the projected volume
+/// the chart adds in this mode), and a certificate re-issued from the same CA reaches them as the
+/// kubelet updates the Secret's files. Returns the replicas (still running).
+fn secret_mode(cp: &ControlPlane, helm: &Helm, renderer: &str, balancer: &Balancer) -> Vec<Pod> {
+    let certs = cp.root().join("certs");
+    let certs_dir = certs.to_str().expect("a UTF-8 path");
+    let issue = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+            .args(["certs", "--out", certs_dir, "--dns", "ha-guard.ha-guard.svc"])
+            .output()
+            .expect("ha-guard certs runs");
+        assert!(out.status.success(), "ha-guard certs: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    issue();
+    let (crt, key) = (format!("--cert={certs_dir}/tls.crt"), format!("--key={certs_dir}/tls.key"));
+    cp.kubectl(&["-n", NS, "create", "secret", "tls", "my-tls", &crt, &key]).success();
+    let ca = format!("certificates.secret.caBundle={certs_dir}/ca.crt");
+    helm.run(&[
+        "install",
+        RELEASE,
+        CHART,
+        "--namespace",
+        NS,
+        "--set",
+        "certificates.mode=secret",
+        "--set",
+        "certificates.secret.name=my-tls",
+        "--set-file",
+        &ca,
+        "--post-renderer",
+        renderer,
+    ])
+    .success()
+    .shows(&["Certificates: secret."]);
+    let ca_pem = std::fs::read(certs.join("ca.crt")).expect("ca.crt");
+    assert!(bundles(cp).values().all(|b| *b == ca_pem), "the chart puts the given CA into both webhooks");
+    // Read-only RBAC in this mode: no Secret, no webhook configuration to write.
+    for args in [
+        ["update", "secret/my-tls", "-n", NS, "--as", SA],
+        ["patch", "validatingwebhookconfiguration/ha-guard", "-n", NS, "--as", SA],
+    ] {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(&args);
+        assert_eq!(cp.kubectl(&all).stdout.trim(), "no", "{args:?}");
+    }
+
+    let token = cp.kubectl(&["create", "token", NAME, "-n", NS, "--duration=2h"]).success().stdout;
+    let kubeconfig = cp.token_kubeconfig(token.trim(), &cp.root().join("sa-3.kubeconfig"));
+    let pods = start_replicas(cp, "secret", 2, &kubeconfig, balancer);
+    for p in &pods {
+        assert!(
+            p.args.iter().any(|a| a.starts_with("--tls-cert=") && a.ends_with("/etc/ha-guard/tls/tls.crt")),
+            "{}: the mounted certificate: {:?}",
+            p.name,
+            p.args
+        );
+    }
+    poll("the validating webhook denies", WAIT, Duration::from_millis(200), || validating_live(cp, "apps-2"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    poll("the mutating webhook mutates", WAIT, Duration::from_millis(200), || mutating_live(cp, "apps-2"))
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    // Renewal is the user's: `ha-guard certs` again re-issues from the CA it kept, the Secret is
+    // updated, the kubelet updates the files, ha-guard re-reads them.
+    let before: Vec<f64> =
+        pods.iter().map(|p| p.metrics().get("ha_guard_tls_cert_not_after_seconds", &[]).unwrap_or(0.0)).collect();
+    std::thread::sleep(Duration::from_millis(1100)); // a later notAfter, to the second
+    issue();
+    let secret =
+        cp.kubectl(&["-n", NS, "create", "secret", "tls", "my-tls", &crt, &key, "--dry-run=client", "-o", "json"]);
+    cp.kubectl_in(&["-n", NS, "apply", "-f", "-"], &secret.success().stdout).success();
+    for (p, before) in pods.iter().zip(before) {
+        p.sync_volumes(cp);
+        poll(&format!("{} serves the re-issued certificate", p.name), WAIT, Duration::from_millis(100), || {
+            let now = p.metrics().get("ha_guard_tls_cert_not_after_seconds", &[]).unwrap_or(0.0);
+            if now > before { Ok(()) } else { Err(format!("notAfter {now}")) }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!p.events("reloaded the TLS certificate").is_empty(), "{}", p.name);
+    }
+    // New connections, new handshakes: the unchanged caBundle trusts the re-issued certificate.
+    balancer.cut();
+    std::thread::sleep(Duration::from_millis(300));
+    let calls = WebhookCalls::of(&cp.metrics());
+    cp.kubectl_in(&["apply", "-f", "-"], &canary_deny("apps-2")).denied(&["prestop-exceeds-grace"]);
+    cp.apply(pdb("apps-2", "renewed", "renewed", json!({"maxUnavailable": 1}))).success();
+    let got = cp.kubectl(&["get", "pdb", "renewed", "-n", "apps-2", "-o", "json"]).success().json();
+    assert_eq!(got["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    let calls = WebhookCalls::of(&cp.metrics()).since(&calls);
+    assert_no_failed_call(&calls);
+    assert_eq!(calls.denied, 1.0, "{calls:?}");
+    assert_quiet(&pods);
+
+    helm.run(&["uninstall", RELEASE, "--namespace", NS]).success();
+    no_webhook_configuration_left(cp);
+    pods
+}
