@@ -29,9 +29,9 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -41,6 +41,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
+use support::balancer::Balancer;
 use support::*;
 
 const NS: &str = "ha-guard";
@@ -82,83 +83,6 @@ fn unix_now() -> i64 {
 }
 
 // --- the Service stood in for: a round-robin TCP balancer ----------------------------------------
-
-/// Relays each connection to the next backend in turn (skipping one that refuses), as kube-proxy
-/// spreads a Service's connections over its endpoints. Can cut every relayed connection.
-struct Balancer {
-    port: u16,
-    stop: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
-    accepted: Arc<AtomicU64>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Balancer {
-    fn start(backends: Vec<u16>) -> Balancer {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the balancer");
-        let port = listener.local_addr().unwrap().port();
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let accepted = Arc::new(AtomicU64::new(0));
-        let (stop2, conns2, accepted2) = (stop.clone(), conns.clone(), accepted.clone());
-        let thread = std::thread::spawn(move || {
-            let mut next = 0usize;
-            while !stop2.load(Ordering::SeqCst) {
-                let client = match listener.accept() {
-                    Ok((c, _)) => c,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(5));
-                        continue;
-                    }
-                    Err(_) => continue,
-                };
-                let _ = client.set_nonblocking(false);
-                let server = (0..backends.len()).find_map(|i| {
-                    let port = backends[(next + i) % backends.len()];
-                    TcpStream::connect(("127.0.0.1", port)).ok()
-                });
-                next += 1;
-                let Some(server) = server else { continue };
-                accepted2.fetch_add(1, Ordering::SeqCst);
-                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) =
-                    (client.try_clone(), server.try_clone(), client.try_clone(), server.try_clone())
-                else {
-                    continue;
-                };
-                conns2.lock().unwrap().extend([c3, s3]);
-                for (mut from, mut to) in [(client, s2), (server, c2)] {
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(std::net::Shutdown::Both);
-                        let _ = from.shutdown(std::net::Shutdown::Both);
-                    });
-                }
-            }
-        });
-        Balancer { port, stop, conns, accepted, thread: Some(thread) }
-    }
-
-    /// Cuts every connection relayed so far: callers open new ones (new TLS handshakes).
-    fn cut(&self) -> usize {
-        let mut conns = self.conns.lock().unwrap();
-        let n = conns.len() / 2;
-        for c in conns.drain(..) {
-            let _ = c.shutdown(std::net::Shutdown::Both);
-        }
-        n
-    }
-}
-
-impl Drop for Balancer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.cut();
-    }
-}
 
 // --- the cluster side ----------------------------------------------------------------------------
 
@@ -910,7 +834,7 @@ fn rotation_under_load(cp: &ControlPlane, guards: [&HaGuard; 2], balancer: &Bala
         from_new_ca_handshaken,
         from_new_ca.len(),
         handshaken.iter().map(BTreeSet::len).collect::<Vec<_>>(),
-        balancer.accepted.load(Ordering::SeqCst)
+        balancer.accepted()
     ));
 
     report(&format!(

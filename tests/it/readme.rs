@@ -38,7 +38,11 @@ const ELSEWHERE: &[(&str, &str, &str)] = &[
         "cert-manager/ha-guard.yaml",
     ),
     ("scripts/image.sh", "tests/image/verify.sh", "scripts/image.sh"),
-    ("kubectl -n ha-guard rollout status deployment/ha-guard", "tests/e2e_install.rs", "\"rollout\", \"status\", \"deployment/ha-guard\""),
+    (
+        "kubectl -n ha-guard rollout status deployment/ha-guard",
+        "tests/e2e_install.rs",
+        "\"rollout\", \"status\", \"deployment/ha-guard\"",
+    ),
     (
         "kubectl delete validatingwebhookconfiguration,mutatingwebhookconfiguration ha-guard",
         "tests/e2e_install.rs",
@@ -46,7 +50,11 @@ const ELSEWHERE: &[(&str, &str, &str)] = &[
     ),
     ("kubectl delete -f manifests/ha-guard.yaml --ignore-not-found", "tests/e2e_install.rs", "\"--ignore-not-found\""),
     ("kubectl create namespace ha-guard", "tests/e2e_install.rs", "[\"create\", \"namespace\", NS]"),
-    ("kubectl -n ha-guard create secret tls my-tls", "tests/e2e_install.rs", "\"create\", \"secret\", \"tls\", \"my-tls\""),
+    (
+        "kubectl -n ha-guard create secret tls my-tls",
+        "tests/e2e_install.rs",
+        "\"create\", \"secret\", \"tls\", \"my-tls\"",
+    ),
     ("kubectl label ns", "tests/e2e_install.rs", "[\"label\", \"ns\""),
 ];
 
