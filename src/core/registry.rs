@@ -80,7 +80,7 @@ mod tests {
     use crate::core::catalogue::Action;
 
     /// Rule IDs and their order are contract (DESIGN.md §2).
-    const CONTRACT_RULES: [&str; 20] = [
+    const CONTRACT_RULES: [&str; 21] = [
         "spread-selector-missing",
         "spread-selector-mismatch",
         "spread-selector-overlap",
@@ -101,6 +101,7 @@ mod tests {
         "hpa-target-missing",
         "termination-grace-zero",
         "prestop-exceeds-grace",
+        "webhook-fail-closed-unavailable",
     ];
 
     #[test]
@@ -135,6 +136,7 @@ mod tests {
             "pdb-unhealthy-eviction-policy",
             "hpa-target-missing",
             "termination-grace-zero",
+            "webhook-fail-closed-unavailable",
         ];
         for r in rules() {
             let expected = if warn.contains(&r.id) { Action::Warn } else { Action::Deny };

@@ -9,6 +9,7 @@ pub mod spread;
 pub mod strategy;
 pub mod termination;
 pub mod volumes;
+pub mod webhooks;
 
 use crate::core::catalogue::Rule;
 use crate::core::config::Config;
@@ -18,8 +19,16 @@ use crate::core::view::{Overlay, View};
 use context::{Ctx, Emitter};
 
 /// The families in catalogue order (DESIGN.md §2).
-pub static FAMILIES: &[&[&Rule]] =
-    &[spread::RULES, colocation::RULES, strategy::RULES, volumes::RULES, pdb::RULES, hpa::RULES, termination::RULES];
+pub static FAMILIES: &[&[&Rule]] = &[
+    spread::RULES,
+    colocation::RULES,
+    strategy::RULES,
+    volumes::RULES,
+    pdb::RULES,
+    hpa::RULES,
+    termination::RULES,
+    webhooks::RULES,
+];
 
 /// Every rule, in catalogue order.
 pub fn all() -> impl Iterator<Item = &'static Rule> {
@@ -48,6 +57,7 @@ pub fn evaluate(subject: &Subject, view: &dyn View, config: &Config) -> Evaluati
     pdb::evaluate(&ctx, &mut out);
     hpa::evaluate(&ctx, &mut out);
     termination::evaluate(&ctx, &mut out);
+    webhooks::evaluate(&ctx, &mut out);
     findings.retain(|f| !config.is_off(f.rule));
     Evaluation { findings, unchecked: unchecked(subject, &overlay) }
 }
