@@ -80,7 +80,7 @@ mod tests {
     use crate::core::catalogue::Action;
 
     /// Rule IDs and their order are contract (DESIGN.md §2).
-    const CONTRACT_RULES: [&str; 21] = [
+    const CONTRACT_RULES: [&str; 22] = [
         "spread-selector-missing",
         "spread-selector-mismatch",
         "spread-selector-overlap",
@@ -102,6 +102,7 @@ mod tests {
         "termination-grace-zero",
         "prestop-exceeds-grace",
         "webhook-fail-closed-unavailable",
+        "spread-zone-missing",
     ];
 
     #[test]
@@ -137,6 +138,7 @@ mod tests {
             "hpa-target-missing",
             "termination-grace-zero",
             "webhook-fail-closed-unavailable",
+            "spread-zone-missing",
         ];
         for r in rules() {
             let expected = if warn.contains(&r.id) { Action::Warn } else { Action::Deny };

@@ -10,6 +10,7 @@ pub mod strategy;
 pub mod termination;
 pub mod volumes;
 pub mod webhooks;
+pub mod zones;
 
 use crate::core::catalogue::Rule;
 use crate::core::config::Config;
@@ -28,6 +29,7 @@ pub static FAMILIES: &[&[&Rule]] = &[
     hpa::RULES,
     termination::RULES,
     webhooks::RULES,
+    zones::RULES,
 ];
 
 /// Every rule, in catalogue order.
@@ -58,6 +60,7 @@ pub fn evaluate(subject: &Subject, view: &dyn View, config: &Config) -> Evaluati
     hpa::evaluate(&ctx, &mut out);
     termination::evaluate(&ctx, &mut out);
     webhooks::evaluate(&ctx, &mut out);
+    zones::evaluate(&ctx, &mut out);
     findings.retain(|f| !config.is_off(f.rule));
     Evaluation { findings, unchecked: unchecked(subject, &overlay) }
 }
