@@ -255,6 +255,13 @@ impl Subject {
     }
 }
 
+impl WebhookConfiguration {
+    /// Which of the two kinds it is.
+    pub fn kind(&self) -> Kind {
+        if self.mutating { Kind::MutatingWebhookConfiguration } else { Kind::ValidatingWebhookConfiguration }
+    }
+}
+
 /// Any object the engine decodes: subjects and the view-only kinds.
 #[derive(Clone, Debug)]
 pub enum Object {

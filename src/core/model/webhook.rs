@@ -9,13 +9,12 @@ use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Deserialize;
 
-use super::object::Kind;
 use super::selector;
 
 /// A ValidatingWebhookConfiguration or a MutatingWebhookConfiguration.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct WebhookConfiguration {
-    /// Set after decoding: which of the two kinds it is.
+    /// Set after decoding: which of the two kinds it is (`kind()`, in `object`).
     #[serde(skip)]
     pub mutating: bool,
     #[serde(default)]
@@ -25,10 +24,6 @@ pub struct WebhookConfiguration {
 }
 
 impl WebhookConfiguration {
-    pub fn kind(&self) -> Kind {
-        if self.mutating { Kind::MutatingWebhookConfiguration } else { Kind::ValidatingWebhookConfiguration }
-    }
-
     pub fn webhooks(&self) -> &[Webhook] {
         self.webhooks.as_deref().unwrap_or_default()
     }

@@ -234,21 +234,26 @@ fn related(risk: &Risk, service: &ServiceInfo, subject: &ObjectRef) -> Vec<Objec
         .collect()
 }
 
-/// "webhook mpod.kb.io (failurePolicy Fail; intercepts pods CREATE in every namespace)", or for
-/// several: the first few with what they intercept, then the others' names.
-fn describe_hooks(hooks: &[&FailClosedWebhook]) -> String {
+/// Who calls, and what they intercept: ("webhook w (failurePolicy Fail)", "it intercepts: pods
+/// CREATE in every namespace"), or for several ("18 webhooks with failurePolicy Fail", "they
+/// intercept: a: ...; b: ...; c: ...; and 15 more: ..."): the first few in full, those that
+/// intercept in every namespace first (the widest harm), the others by name. The calling part comes
+/// first in a message, what they intercept last: a warning the apiserver cuts to 256 characters
+/// still says what is wrong.
+fn describe_hooks(hooks: &[&FailClosedWebhook]) -> (String, String) {
     if let [one] = hooks {
-        return format!("webhook {} (failurePolicy Fail; intercepts {})", one.name, one.intercepts);
+        return (format!("webhook {} (failurePolicy Fail)", one.name), format!("it intercepts: {}", one.intercepts));
     }
+    let mut ordered: Vec<&&FailClosedWebhook> = hooks.iter().collect();
+    ordered.sort_by_key(|h| !h.every_namespace);
     let detailed: Vec<String> =
-        hooks.iter().take(DETAILED).map(|h| format!("{} intercepts {}", h.name, h.intercepts)).collect();
-    let mut s = format!("{} webhooks with failurePolicy Fail ({}", hooks.len(), detailed.join("; "));
+        ordered.iter().take(DETAILED).map(|h| format!("{}: {}", h.name, h.intercepts)).collect();
+    let mut details = format!("they intercept: {}", detailed.join("; "));
     if hooks.len() > DETAILED {
-        let rest: Vec<&str> = hooks[DETAILED..].iter().map(|h| h.name.as_str()).collect();
-        s.push_str(&format!("; and {} more: {}", rest.len(), rest.join(", ")));
+        let rest: Vec<&str> = ordered[DETAILED..].iter().map(|h| h.name.as_str()).collect();
+        details.push_str(&format!("; and {} more: {}", rest.len(), rest.join(", ")));
     }
-    s.push(')');
-    s
+    (format!("{} webhooks with failurePolicy Fail", hooks.len()), details)
 }
 
 fn service_message(
@@ -285,11 +290,11 @@ fn service_message(
         })
         .collect();
     let only = if risk.workloads.len() == 1 { "the only workload behind it is" } else { "the workloads behind it are" };
+    let (who, details) = describe_hooks(hooks);
     let what = format!(
-        "{}: {} {calls} Service {}/{} (selector {}), and {only} {}. While no backend pod answers, the \
-         apiserver refuses every request these webhooks intercept.",
+        "{}: {who} {calls} Service {}/{} (selector {}), and {only} {}. While no backend pod answers, the \
+         apiserver refuses every request {details}.",
         config.id,
-        describe_hooks(hooks),
         service.id.namespace,
         service.id.name,
         service.selector.as_ref().map(render).unwrap_or_default(),
@@ -327,11 +332,11 @@ fn service_message(
 
 fn url_message(config: &WebhookConfigInfo, url: &str, hooks: &[&FailClosedWebhook]) -> (String, String) {
     let calls = if hooks.len() == 1 { "calls" } else { "call" };
+    let (who, details) = describe_hooks(hooks);
     let what = format!(
-        "{}: {} {calls} the URL {url}, one endpoint: while it does not answer (its host, the node it runs on, \
-         the network to it), the apiserver refuses every request these webhooks intercept.",
-        config.id,
-        describe_hooks(hooks)
+        "{}: {who} {calls} the URL {url}, one endpoint: while it does not answer (its host, the node it runs on, \
+         the network to it), the apiserver refuses every request {details}.",
+        config.id
     );
     let fix = "call a Service instead (clientConfig.service) whose workload runs at least 2 replicas on different \
                nodes with a PodDisruptionBudget, or set failurePolicy: Ignore; if the URL is itself a load-balanced, \

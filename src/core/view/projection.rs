@@ -202,6 +202,8 @@ pub struct FailClosedWebhook {
     pub backend: Backend,
     /// What it intercepts, rendered for messages once, here.
     pub intercepts: String,
+    /// It has no namespaceSelector or objectSelector: it intercepts its resources everywhere.
+    pub every_namespace: bool,
 }
 
 /// A webhook configuration as the view keeps it: only its fail-closed webhooks (the others can
@@ -227,7 +229,14 @@ impl WebhookConfigInfo {
                     (None, Some(url)) => Backend::Url(url.clone()),
                     (None, None) => return None,
                 };
-                Some(FailClosedWebhook { index, name: w.name.clone(), backend, intercepts: w.intercepts() })
+                Some(FailClosedWebhook {
+                    index,
+                    name: w.name.clone(),
+                    backend,
+                    intercepts: w.intercepts(),
+                    every_namespace: w.namespace_selector.as_ref().is_none_or(selector::is_empty)
+                        && w.object_selector.as_ref().is_none_or(selector::is_empty),
+                })
             })
             .collect();
         WebhookConfigInfo {

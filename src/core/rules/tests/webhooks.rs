@@ -103,11 +103,10 @@ fn a_fail_closed_webhook_on_one_replica_warns_on_the_configuration() {
     assert_eq!((w.object.clone(), w.anchor.clone()), (vwc_id(), vwc_id()));
     assert_eq!(w.related, vec![svc_id(), dep_id()]);
     for part in [
-        "ValidatingWebhookConfiguration/policy: webhook pods.policy.example.com (failurePolicy Fail; intercepts pods \
-         CREATE in every namespace) calls",
-        "calls Service default/policy-webhook (selector app=policy)",
+        "ValidatingWebhookConfiguration/policy: webhook pods.policy.example.com (failurePolicy Fail) calls Service \
+         default/policy-webhook (selector app=policy)",
         "the only workload behind it is Deployment policy (replicas 1): it runs 1 replica at its floor",
-        "the apiserver refuses every request these webhooks intercept",
+        "the apiserver refuses every request it intercepts: pods CREATE in every namespace.",
     ] {
         assert!(w.what.contains(part), "{part:?} not in: {}", w.what);
     }
@@ -225,7 +224,11 @@ fn one_sound_workload_behind_the_service_is_enough() {
 #[test]
 fn webhooks_sharing_a_backend_make_one_finding_naming_them_all() {
     let names = ["a.kb.io", "b.kb.io", "c.kb.io", "d.kb.io", "e.kb.io"];
+    // a and b only in some namespaces: the others, intercepting everywhere, are detailed first.
+    let scoped = |h: String| format!("{h}  namespaceSelector:\n    matchLabels: {{kueue: managed}}\n");
     let mut hooks: Vec<String> = names.iter().map(|n| hook(n, "policy-webhook", "Fail")).collect();
+    hooks[0] = scoped(hooks[0].clone());
+    hooks[1] = scoped(hooks[1].clone());
     hooks.insert(2, hook("lenient.kb.io", "policy-webhook", "Ignore"));
     hooks.push(hook("other.kb.io", "other-webhook", ""));
     let view = docs(&[
@@ -240,11 +243,24 @@ fn webhooks_sharing_a_backend_make_one_finding_naming_them_all() {
     let (first, second) = (w[0], w[1]);
     assert_eq!(first.path, "webhooks[0].failurePolicy");
     assert_eq!(second.path, "webhooks[6].failurePolicy");
-    assert!(first.what.starts_with("MutatingWebhookConfiguration/kueue: 5 webhooks with failurePolicy Fail (a.kb.io intercepts pods CREATE in every namespace; b.kb.io intercepts"), "{}", first.what);
-    assert!(first.what.contains("; and 2 more: d.kb.io, e.kb.io)"), "{}", first.what);
+    assert!(
+        first.what.starts_with(
+            "MutatingWebhookConfiguration/kueue: 5 webhooks with failurePolicy Fail call Service default/policy-webhook"
+        ),
+        "{}",
+        first.what
+    );
+    assert!(
+        first.what.ends_with(
+            "they intercept: c.kb.io: pods CREATE in every namespace; d.kb.io: pods CREATE in every namespace; \
+             e.kb.io: pods CREATE in every namespace; and 2 more: a.kb.io, b.kb.io."
+        ),
+        "{}",
+        first.what
+    );
     assert!(!first.what.contains("lenient.kb.io"), "an Ignore webhook is not named: {}", first.what);
     assert!(
-        second.what.contains("webhook other.kb.io (failurePolicy Fail; intercepts")
+        second.what.contains("webhook other.kb.io (failurePolicy Fail) calls")
             && second.what.contains("Service default/other-webhook"),
         "{}",
         second.what
@@ -270,8 +286,8 @@ fn a_url_webhook_is_one_endpoint(#[case] policy: &str, #[case] fires: bool) {
         assert_eq!(w[0].path, "webhooks[0].clientConfig.url");
         assert!(
             w[0].what.contains(
-                "webhook ext.example.com (failurePolicy Fail; intercepts deployments (apps) (namespaced) CREATE,UPDATE \
-                 in namespaces matching policy=enforced) calls the URL https://policy.example.com/validate, one endpoint"
+                "webhook ext.example.com (failurePolicy Fail) calls the URL https://policy.example.com/validate, one \
+                 endpoint"
             ),
             "{}",
             w[0].what
@@ -299,9 +315,9 @@ fn what_a_webhook_intercepts_is_rendered_from_its_rules() {
     assert_eq!(w.len(), 1, "{f:#?}");
     assert!(
         w[0].what.contains(
-            "intercepts all resources and subresources (cert-manager.io, acme.cert-manager.io) CREATE,UPDATE; \
+            "it intercepts: all resources and subresources (cert-manager.io, acme.cert-manager.io) CREATE,UPDATE; \
              namespaces (cluster-scoped) every operation in namespaces matching kubernetes.io/metadata.name notin \
-             (kube-system,cert-manager), objects matching managed=yes) calls the URL https://x"
+             (kube-system,cert-manager), objects matching managed=yes."
         ),
         "{}",
         w[0].what
