@@ -351,7 +351,10 @@ impl LiveSource {
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(event) => {
-                        absent = false;
+                        // Every attempt to list starts with `Init`, the ones that then fail too.
+                        if !matches!(event, Event::Init) {
+                            absent = false;
+                        }
                         this.apply(event, &mut buffer)
                     }
                     Err(e) if K::OPTIONAL && is_not_found(&e) => {
