@@ -1,10 +1,16 @@
-//! The live view: kube-runtime watchers for the seven kinds the rules read, cluster-wide, kept as
+//! The live view: kube-runtime watchers for the kinds the rules read, cluster-wide, kept as
 //! projections in one [`Index`] (only the fields the rules read, never whole objects).
+//!
+//! KEDA's ScaledObjects are a custom resource that many clusters do not serve: while the API
+//! answers 404 for them, they count as synced and empty (readiness does not wait for a CRD that
+//! is not installed), and the watcher keeps retrying with its backoff (at most 30 s apart), so a
+//! KEDA installed later is picked up by itself.
 //!
 //! Consistency: the index follows each watch stream; an object written a moment ago may not be
 //! in it yet. Cross-object rules are evaluated on the write of either object of a pair, so the
 //! second write of a pair sees the first once the first has reached the cache.
 
+use std::borrow::Cow;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -12,15 +18,22 @@ use std::sync::{Arc, RwLock};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use crate::core::model::keda::ScaledObject;
+use crate::core::model::webhook::WebhookConfiguration;
 use crate::core::model::{Kind, defaults, name_of, ns_of};
-use crate::core::view::{HpaInfo, Index, NodeInfo, PdbInfo, PvcInfo, View, ViewSource, WorkloadInfo};
+use crate::core::view::{
+    HpaInfo, Index, NodeInfo, PdbInfo, PvcInfo, ServiceInfo, View, ViewSource, WebhookConfigInfo, WorkloadInfo,
+};
 
 /// What one object contributes to the index, already in the `Arc` the index keeps (a relist buffers
 /// thousands of these: a pointer each, not a projection each, and no move when swapped in).
@@ -32,6 +45,8 @@ pub enum Projection {
     Pvc(Arc<PvcInfo>),
     Node(Arc<NodeInfo>),
     Namespace(String, std::collections::BTreeMap<String, String>),
+    Service(Arc<ServiceInfo>),
+    Webhooks(Arc<WebhookConfigInfo>),
 }
 
 impl Projection {
@@ -43,6 +58,8 @@ impl Projection {
             Projection::Pvc(p) => index.upsert_pvc(p),
             Projection::Node(n) => index.upsert_node(n),
             Projection::Namespace(name, labels) => index.upsert_namespace_labels(name, labels),
+            Projection::Service(s) => index.upsert_service(s),
+            Projection::Webhooks(c) => index.upsert_webhook_config(c),
         }
     }
 }
@@ -50,6 +67,8 @@ impl Projection {
 /// A kind the live view watches.
 pub trait Tracked: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
     const KIND: Kind;
+    /// A custom resource the cluster may not serve: a 404 means none (see the module's doc).
+    const OPTIONAL: bool = false;
     fn project(self) -> Projection;
     fn remove(&self, index: &mut Index);
 }
@@ -125,8 +144,110 @@ impl Tracked for Namespace {
     }
 }
 
+impl Tracked for Service {
+    const KIND: Kind = Kind::Service;
+    fn project(self) -> Projection {
+        Projection::Service(Arc::new(ServiceInfo::of(&self)))
+    }
+    fn remove(&self, index: &mut Index) {
+        index.remove_service(&ns_of(&self.metadata), &name_of(&self.metadata));
+    }
+}
+
+/// `kube::Resource` for the engine's own minimal types of kinds k8s-openapi types differently or
+/// not at all (see `core::model::webhook`, `core::model::keda`): what the watcher needs to list and
+/// watch them.
+macro_rules! resource {
+    ($ty:ty, $scope:ty, $kind:literal, $group:literal, $version:literal, $plural:literal, $meta:ident $(. $field:tt)*) => {
+        impl Resource for $ty {
+            type DynamicType = ();
+            type Scope = $scope;
+            fn kind(_: &()) -> Cow<'_, str> {
+                $kind.into()
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                $group.into()
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                $version.into()
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                $plural.into()
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self $(. $field)* .$meta
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self $(. $field)* .$meta
+            }
+        }
+    };
+}
+
+/// A ValidatingWebhookConfiguration as the engine reads it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(transparent)]
+pub struct ValidatingWebhooks(pub WebhookConfiguration);
+
+/// A MutatingWebhookConfiguration as the engine reads it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(transparent)]
+pub struct MutatingWebhooks(pub WebhookConfiguration);
+
+resource!(
+    ValidatingWebhooks,
+    ClusterResourceScope,
+    "ValidatingWebhookConfiguration",
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    metadata.0
+);
+resource!(
+    MutatingWebhooks,
+    ClusterResourceScope,
+    "MutatingWebhookConfiguration",
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    metadata.0
+);
+resource!(ScaledObject, NamespaceResourceScope, "ScaledObject", "keda.sh", "v1alpha1", "scaledobjects", metadata);
+
+impl Tracked for ValidatingWebhooks {
+    const KIND: Kind = Kind::ValidatingWebhookConfiguration;
+    fn project(self) -> Projection {
+        Projection::Webhooks(Arc::new(WebhookConfigInfo::of(&self.0)))
+    }
+    fn remove(&self, index: &mut Index) {
+        index.remove_webhook_config(Self::KIND, &name_of(&self.0.metadata));
+    }
+}
+
+impl Tracked for MutatingWebhooks {
+    const KIND: Kind = Kind::MutatingWebhookConfiguration;
+    fn project(mut self) -> Projection {
+        self.0.mutating = true;
+        Projection::Webhooks(Arc::new(WebhookConfigInfo::of(&self.0)))
+    }
+    fn remove(&self, index: &mut Index) {
+        index.remove_webhook_config(Self::KIND, &name_of(&self.0.metadata));
+    }
+}
+
+impl Tracked for ScaledObject {
+    const KIND: Kind = Kind::ScaledObject;
+    const OPTIONAL: bool = true;
+    fn project(self) -> Projection {
+        Projection::Hpa(Arc::new(HpaInfo::of_scaled_object(&self)))
+    }
+    fn remove(&self, index: &mut Index) {
+        index.remove_autoscaler(Kind::ScaledObject, &ns_of(&self.metadata), &name_of(&self.metadata));
+    }
+}
+
 /// The kinds watched, in a fixed order (for readiness and metrics).
-pub const KINDS: [Kind; 7] = [
+pub const KINDS: [Kind; 11] = [
     Kind::Deployment,
     Kind::StatefulSet,
     Kind::PodDisruptionBudget,
@@ -134,12 +255,16 @@ pub const KINDS: [Kind; 7] = [
     Kind::PersistentVolumeClaim,
     Kind::Node,
     Kind::Namespace,
+    Kind::Service,
+    Kind::ValidatingWebhookConfiguration,
+    Kind::MutatingWebhookConfiguration,
+    Kind::ScaledObject,
 ];
 
 /// The live view and its sync state.
 pub struct LiveSource {
     index: RwLock<Index>,
-    synced: [AtomicBool; 7],
+    synced: [AtomicBool; KINDS.len()],
 }
 
 impl Default for LiveSource {
@@ -193,6 +318,13 @@ impl LiveSource {
         }
     }
 
+    /// The cluster does not serve `kind` (a custom resource whose CRD is not installed): none of
+    /// it, and nothing to wait for.
+    pub fn not_served(&self, kind: Kind) {
+        self.write().clear_kind(kind);
+        self.synced[Self::slot(kind)].store(true, Ordering::SeqCst);
+    }
+
     /// Starts a watcher per kind, cluster-wide. They retry with backoff forever; while one is
     /// failing, its kind keeps its last known state.
     pub fn start(self: &Arc<Self>, client: Client) {
@@ -202,7 +334,11 @@ impl LiveSource {
         self.spawn::<HorizontalPodAutoscaler>(client.clone());
         self.spawn::<PersistentVolumeClaim>(client.clone());
         self.spawn::<Node>(client.clone());
-        self.spawn::<Namespace>(client);
+        self.spawn::<Namespace>(client.clone());
+        self.spawn::<Service>(client.clone());
+        self.spawn::<ValidatingWebhooks>(client.clone());
+        self.spawn::<MutatingWebhooks>(client.clone());
+        self.spawn::<ScaledObject>(client);
     }
 
     fn spawn<K: Tracked>(self: &Arc<Self>, client: Client) {
@@ -211,15 +347,39 @@ impl LiveSource {
             let api: Api<K> = Api::all(client);
             let mut stream = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
             let mut buffer = None;
+            let mut absent = false;
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(event) => this.apply(event, &mut buffer),
+                    Ok(event) => {
+                        // Every attempt to list starts with `Init`, the ones that then fail too.
+                        if !matches!(event, Event::Init) {
+                            absent = false;
+                        }
+                        this.apply(event, &mut buffer)
+                    }
+                    Err(e) if K::OPTIONAL && is_not_found(&e) => {
+                        if !absent {
+                            tracing::info!(kind = %K::KIND, "not served by the cluster (its CRD is not installed): none; checking again");
+                            this.not_served(K::KIND);
+                            absent = true;
+                        }
+                    }
                     Err(e) => {
                         tracing::warn!(kind = %K::KIND, error = %e, "watch failed; serving the last known state and retrying")
                     }
                 }
             }
         });
+    }
+}
+
+/// A list or watch the apiserver answered 404: the resource is not served.
+fn is_not_found(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(kube::Error::Api(s))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code == 404,
+        watcher::Error::WatchError(s) => s.code == 404,
+        _ => false,
     }
 }
 
@@ -236,5 +396,96 @@ impl ViewSource for LiveSource {
     fn stats(&self) -> Vec<(Kind, usize, bool)> {
         let counts = self.index.read().unwrap_or_else(|p| p.into_inner()).counts();
         KINDS.iter().map(|k| (*k, counts.get(k).copied().unwrap_or(0), self.is_synced(*k))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object<K: DeserializeOwned>(value: serde_json::Value) -> K {
+        serde_json::from_value(value).expect("decodes")
+    }
+
+    fn service(name: &str, app: &str) -> Service {
+        object(serde_json::json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "k"}, "spec": {"selector": {"app": app}}}))
+    }
+
+    fn counts(live: &LiveSource) -> Vec<(Kind, usize, bool)> {
+        live.stats().into_iter().filter(|(k, _, _)| !matches!(k, Kind::Deployment | Kind::StatefulSet)).collect()
+    }
+
+    /// The new kinds go through the watcher's events like the others: a relist swapped in at once,
+    /// then applies and deletes.
+    #[test]
+    fn services_webhook_configurations_and_scaled_objects_follow_their_events() {
+        let live = LiveSource::new();
+        let mut buffer = None;
+        live.apply::<Service>(Event::Init, &mut buffer);
+        live.apply(Event::InitApply(service("a", "a")), &mut buffer);
+        assert!(!live.is_synced(Kind::Service));
+        live.apply::<Service>(Event::InitDone, &mut buffer);
+        assert!(live.is_synced(Kind::Service));
+        live.apply(Event::Apply(service("b", "b")), &mut buffer);
+        live.apply(Event::Delete(service("a", "a")), &mut buffer);
+
+        let config: MutatingWebhooks = object(serde_json::json!({"metadata": {"name": "m"},
+            "webhooks": [{"name": "w", "clientConfig": {"service": {"namespace": "k", "name": "b"}}}]}));
+        live.apply(Event::Apply(config.clone()), &mut buffer);
+        let scaled: ScaledObject = object(serde_json::json!({"metadata": {"name": "so", "namespace": "k"},
+            "spec": {"scaleTargetRef": {"name": "web"}}}));
+        live.apply(Event::Apply(scaled.clone()), &mut buffer);
+
+        live.with_view(&mut |v| {
+            assert!(v.service("k", "a").is_none() && v.service("k", "b").is_some());
+            let calling = v.webhooks_calling("k", "b");
+            assert_eq!(calling.len(), 1);
+            assert_eq!(calling[0].id.kind, Kind::MutatingWebhookConfiguration, "the watcher's type says which");
+            let target = crate::core::model::ObjectRef::new(Kind::Deployment, "k", "web");
+            let autoscalers = v.hpas_targeting(&target);
+            assert_eq!(autoscalers.len(), 1);
+            assert_eq!(
+                (autoscalers[0].id.kind, autoscalers[0].min_replicas, autoscalers[0].max_replicas),
+                (Kind::ScaledObject, 0, 100)
+            );
+        });
+        live.apply(Event::Delete(config), &mut buffer);
+        live.apply(Event::Delete(scaled), &mut buffer);
+        live.with_view(&mut |v| {
+            assert!(v.webhooks_calling("k", "b").is_empty());
+            assert!(v.autoscaler(Kind::ScaledObject, "k", "so").is_none());
+        });
+        let stats = counts(&live);
+        assert!(stats.contains(&(Kind::Service, 1, true)), "{stats:?}");
+        assert!(stats.contains(&(Kind::MutatingWebhookConfiguration, 0, false)), "{stats:?}");
+    }
+
+    /// A CRD that is not installed: none of its kind, and synced, so readiness does not wait.
+    #[test]
+    fn a_kind_the_cluster_does_not_serve_is_synced_and_empty() {
+        let live = LiveSource::new();
+        let mut buffer = None;
+        live.apply(
+            Event::Apply(object::<ScaledObject>(serde_json::json!({"metadata": {"name": "so", "namespace": "k"}}))),
+            &mut buffer,
+        );
+        assert!(!live.is_synced(Kind::ScaledObject));
+        live.not_served(Kind::ScaledObject);
+        assert!(live.is_synced(Kind::ScaledObject));
+        live.with_view(&mut |v| assert!(v.autoscaler(Kind::ScaledObject, "k", "so").is_none()));
+
+        let status = |code: u16| {
+            Box::new(
+                kube::core::Status::failure("the server could not find the requested resource", "NotFound")
+                    .with_code(code),
+            )
+        };
+        assert!(is_not_found(&watcher::Error::InitialListFailed(kube::Error::Api(status(404)))));
+        assert!(is_not_found(&watcher::Error::WatchStartFailed(kube::Error::Api(status(404)))));
+        assert!(
+            !is_not_found(&watcher::Error::InitialListFailed(kube::Error::Api(status(403)))),
+            "forbidden is a failure"
+        );
     }
 }

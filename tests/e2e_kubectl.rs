@@ -69,6 +69,7 @@ fn kubectl_against_a_real_apiserver() {
     steps.run("4 hpa-replicas-conflict from both sides, never on scale writes", || replicas_conflict(&cp, &hg));
     steps.run("5 ratcheting", || ratcheting(&cp));
     steps.run("6 exemptions and namespace modes", || exemptions(&cp, &hg));
+    steps.run("8 fail-closed webhooks from every side", || fail_closed_webhooks_step(&cp, &hg));
     steps.run("7 failure policy", || failure_policy(&cp, &mut hg));
     steps.finish();
 }
@@ -612,4 +613,145 @@ fn failure_policy(cp: &ControlPlane, hg: &mut HaGuard) {
     cp.kubectl(&["set", "image", "deployment/while-down", "app=nginx:1.28", "-n", ns])
         .success()
         .shows(&["[prestop-exceeds-grace] (pre-existing) "]);
+}
+
+/// Deletes the webhook configurations it names when dropped, even after a failed assertion (they
+/// intercept nothing, but the next steps should not see them).
+struct Configurations<'a>(&'a ControlPlane, Vec<String>);
+
+impl Drop for Configurations<'_> {
+    fn drop(&mut self) {
+        for name in &self.1 {
+            let _ = self.0.kubectl(&["delete", "validatingwebhookconfiguration", name, "--ignore-not-found"]);
+        }
+    }
+}
+
+/// `ha-guard check -f -` of `yaml`: its stdout.
+fn check_stdin(yaml: &str) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+        .args(["check", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("ha-guard check");
+    child.stdin.take().expect("stdin").write_all(yaml.as_bytes()).expect("write stdin");
+    let out = child.wait_with_output().expect("ha-guard check");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// (8) webhook-fail-closed-unavailable from each object of the relation: the webhook
+/// configuration, its Service, the workload behind it. The test configurations are fail-closed
+/// but intercept only ConfigMap creates in namespaces nobody labels (`fail_closed_webhooks`), so
+/// their missing or single backends break no other write.
+fn fail_closed_webhooks_step(cp: &ControlPlane, hg: &HaGuard) {
+    const RULE: &str = "webhook-fail-closed-unavailable";
+    let ns = "webhooks";
+    namespace(cp, hg, ns, &[]);
+    let mut cleanup = Configurations(cp, vec!["e2e-probe".to_string()]);
+    let mut configure = |name: &str, service: &str| {
+        cleanup.1.push(name.to_string());
+        hg.created("ValidatingWebhookConfiguration", 1, || cp.apply(fail_closed_webhooks(name, ns, service)).success())
+    };
+    let asked = |kind: &str| hg.metrics().sum("ha_guard_admission_requests_total", &[("kind", kind)]);
+
+    // (a) The workload and its Service first, then the configuration. The apiserver calls no
+    // admission webhook for a webhook configuration (so a broken one can always be removed): a
+    // probe configuration that asks for those writes, and for ConfigMap writes in this namespace,
+    // gets the ConfigMaps to ha-guard and never the configuration.
+    create(cp, hg, &deployment(ns, "solo", 1));
+    create(cp, hg, &service(ns, "solo-webhook", "solo")).hides(&[&format!("[{RULE}]")]);
+    let probe = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "e2e-probe"},
+        "webhooks": [{
+            "name": "probe.e2e.ha-guard.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": "Ignore",
+            "clientConfig": {"url": hg.url("/validate"), "caBundle": hg.ca_bundle()},
+            "rules": [
+                {"apiGroups": ["admissionregistration.k8s.io"], "apiVersions": ["v1"],
+                 "resources": ["validatingwebhookconfigurations"], "operations": ["CREATE", "UPDATE"]},
+                {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"], "operations": ["CREATE", "UPDATE"],
+                 "scope": "Namespaced"}
+            ],
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}
+        }]
+    });
+    cp.apply(&probe).success();
+    let mut round = 0;
+    poll(
+        "the probe configuration sends ConfigMap writes to ha-guard",
+        WAIT,
+        std::time::Duration::from_millis(200),
+        || {
+            let before = asked("ConfigMap");
+            round += 1;
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "probe", "namespace": ns},
+            "data": {"round": round.to_string()}});
+            cp.apply(&cm).success();
+            if asked("ConfigMap") > before { Ok(()) } else { Err(format!("round {round}")) }
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let before = asked("ValidatingWebhookConfiguration");
+    let out = configure("e2e-solo", "solo-webhook");
+    out.hides(&[&format!("[{RULE}]")]);
+    assert_eq!(asked("ValidatingWebhookConfiguration"), before, "the apiserver sent a webhook configuration's write");
+    // The live view holds it now: the Service's next write (a label added) is warned, naming all
+    // three ...
+    let relabelled = merge(service(ns, "solo-webhook", "solo"), json!({"metadata": {"labels": {"tier": "webhook"}}}));
+    let again = cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &relabelled.to_string());
+    again.success().warns(&[RULE]).shows(&[
+        "[webhook-fail-closed-unavailable] spec.selector: ValidatingWebhookConfiguration/e2e-solo: webhook \
+         e2e-solo.e2e.ha-guard.io (failurePolicy Fail) calls Service webhooks/solo-webhook (selector app=solo)",
+        "the only workload behind it is Deployment solo (replicas 1): it runs 1 replica at its floor",
+        "it intercepts: configmaps CREATE in namespaces matching e2e.ha-guard.io/webhook-target=true",
+        "Fix: run at least 2 replicas of Deployment webhooks/solo",
+    ]);
+    // ... and `ha-guard check` of what the cluster holds judges the configuration itself.
+    let held = format!(
+        "{}---\n{}",
+        cp.kubectl(&["get", "deployment,service", "-n", ns, "-o", "yaml"]).success().stdout,
+        cp.kubectl(&["get", "validatingwebhookconfiguration", "e2e-solo", "-o", "yaml"]).success().stdout
+    );
+    let report = check_stdin(&held);
+    assert!(
+        report.contains("warn[webhook-fail-closed-unavailable]: ValidatingWebhookConfiguration/e2e-solo at webhooks[0].failurePolicy"),
+        "{report}"
+    );
+
+    // (b) The configuration and the Service first, then the workload: created with one replica ...
+    create(cp, hg, &service(ns, "fresh-webhook", "fresh"));
+    configure("e2e-fresh", "fresh-webhook");
+    let out = hg.created("Deployment", 1, || cp.apply(deployment(ns, "fresh", 1)).success());
+    out.warns(&[RULE]).shows(&[
+        "[webhook-fail-closed-unavailable] spec.replicas: ValidatingWebhookConfiguration/e2e-fresh: webhook",
+        "Deployment fresh (replicas 1)",
+    ]);
+    // ... or scaled down to one: two replicas kept apart with a PDB letting one go are quiet.
+    create(cp, hg, &spread_out(deployment(ns, "pair", 2)));
+    create(cp, hg, &pdb(ns, "pair", "pair", json!({"maxUnavailable": 1})));
+    create(cp, hg, &service(ns, "pair-webhook", "pair"));
+    configure("e2e-pair", "pair-webhook");
+    cp.kubectl(&["annotate", "deployment", "pair", "-n", ns, "e2e.ha-guard.io/touched=yes"])
+        .success()
+        .hides(&[&format!("[{RULE}]")]);
+    cp.kubectl(&["scale", "deployment", "pair", "-n", ns, "--replicas=1"]).success().warns(&[RULE]).shows(&[
+        "[webhook-fail-closed-unavailable] spec.replicas: ValidatingWebhookConfiguration/e2e-pair",
+        "Deployment pair (replicas 1): it runs 1 replica at its floor",
+    ]);
+
+    // (c) The configuration and the workload first, then the Service.
+    create(cp, hg, &deployment(ns, "late", 1));
+    configure("e2e-late", "late-webhook");
+    let out = hg.created("Service", 1, || cp.apply(service(ns, "late-webhook", "late")).success());
+    out.warns(&[RULE]).shows(&[
+        "[webhook-fail-closed-unavailable] spec.selector: ValidatingWebhookConfiguration/e2e-late",
+        "Deployment late (replicas 1)",
+    ]);
+    drop(cleanup);
+    for name in ["e2e-probe", "e2e-solo", "e2e-fresh", "e2e-pair", "e2e-late"] {
+        cp.kubectl(&["get", "validatingwebhookconfiguration", name]).failure().shows(&["NotFound"]);
+    }
 }

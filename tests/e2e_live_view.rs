@@ -16,10 +16,12 @@ mod support;
 
 use std::time::Duration;
 
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::*;
@@ -46,6 +48,16 @@ impl Kube {
             "PersistentVolumeClaim" => ApiResource::erase::<PersistentVolumeClaim>(&()),
             "Node" => ApiResource::erase::<Node>(&()),
             "Namespace" => ApiResource::erase::<Namespace>(&()),
+            "Service" => ApiResource::erase::<Service>(&()),
+            "ValidatingWebhookConfiguration" => ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+            "CustomResourceDefinition" => ApiResource::erase::<CustomResourceDefinition>(&()),
+            "ScaledObject" => ApiResource {
+                group: "keda.sh".into(),
+                version: "v1alpha1".into(),
+                api_version: "keda.sh/v1alpha1".into(),
+                kind: "ScaledObject".into(),
+                plural: "scaledobjects".into(),
+            },
             other => panic!("no API for {other}"),
         };
         match ns {
@@ -158,6 +170,9 @@ fn live_view_follows_the_apiserver() {
     steps.run("hpas come, change and go", || hpas(&cp, &k, &hg));
     steps.run("pvcs come and go", || pvcs(&cp, &k, &hg));
     steps.run("nodes come, change and go", || nodes(&cp, &k, &hg));
+    steps.run("zone labels on nodes decide spread-zone-missing", || zones(&cp, &k));
+    steps.run("services and webhook configurations come, change and go", || webhooks(&cp, &k, &hg));
+    steps.run("keda: no CRD is none; a CRD installed later is watched", || keda(&cp, &k, &hg));
     steps.run("namespaces come, change and go", || namespaces(&cp, &k, &hg));
     steps.run("an apiserver outage keeps the last state, then catches up", || outage(&cp, &k, &hg, &mut relay));
     steps.run("--cluster auto finds the kubeconfig; live without one fails", || cluster_modes(&cp));
@@ -166,7 +181,8 @@ fn live_view_follows_the_apiserver() {
 }
 
 /// `/readyz` is 503 until every watcher has listed its kind, then 200, and
-/// `ha_guard_cache_synced{kind}` is 1 for each of the seven kinds.
+/// `ha_guard_cache_synced{kind}` is 1 for each watched kind (ScaledObjects too: this apiserver does
+/// not serve them, which counts as synced and empty).
 fn readiness(hg: &mut HaGuard, relay: &mut Relay) {
     // Observe the first answers for a while: the apiserver is not reachable, so none is 200.
     let started = std::time::Instant::now();
@@ -339,6 +355,126 @@ fn nodes(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// Nodes in two zones make a multi-replica Deployment without a zone spread warned; a zone
+/// spread, or nodes left in one zone, do not.
+fn zones(cp: &ControlPlane, k: &Kube) {
+    let web = spread_out(deployment("live", "zonal", 3));
+    let warned = |cp: &ControlPlane, d: &Value| {
+        dry_run(cp, d).success().warnings().iter().find(|w| w.starts_with("[spread-zone-missing] ")).cloned()
+    };
+    assert_eq!(warned(cp, &web), None, "nodes without a zone label: no zones known");
+    let zone = |node: &str, zone: Value| {
+        k.patch("Node", None, node, json!({"metadata": {"labels": {"topology.kubernetes.io/zone": zone}}}))
+    };
+    zone("node-a", json!("zone-1"));
+    zone("node-b", json!("zone-2"));
+    let w = poll("two zones are seen", WAIT, Duration::from_millis(100), || warned(cp, &web).ok_or_else(String::new))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        w.starts_with(
+            "[spread-zone-missing] spec.template.spec.topologySpreadConstraints: Deployment zonal (replicas 3) runs \
+             at least 3 replicas and its pods can be scheduled in 2 zones (zone-1, zone-2)"
+        ),
+        "{w}"
+    );
+    assert!(
+        w.contains("Fix: add a topologySpreadConstraint {maxSkew: 1, topologyKey: topology.kubernetes.io/zone"),
+        "{w}"
+    );
+    let mut spread = web.clone();
+    spread["spec"]["template"]["spec"]["topologySpreadConstraints"].as_array_mut().expect("spreads").push(json!({
+        "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"app": "zonal"}}}));
+    assert_eq!(warned(cp, &spread), None, "a zone spread");
+    assert_eq!(warned(cp, &deployment("live", "zonal", 1)).as_deref(), None, "one replica");
+    // A cordoned node's zone does not count.
+    k.patch("Node", None, "node-b", json!({"spec": {"unschedulable": true}}));
+    poll("the cordoned zone does not count", WAIT, Duration::from_millis(100), || warned(cp, &web).map_or(Ok(()), Err))
+        .unwrap_or_else(|e| panic!("{e}"));
+    k.patch("Node", None, "node-b", json!({"spec": {"unschedulable": null}}));
+    poll("the uncordoned zone counts", WAIT, Duration::from_millis(100), || warned(cp, &web).ok_or_else(String::new))
+        .unwrap_or_else(|e| panic!("{e}"));
+    zone("node-a", Value::Null);
+    zone("node-b", Value::Null);
+    poll("zones gone", WAIT, Duration::from_millis(100), || warned(cp, &web).map_or(Ok(()), Err))
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A fail-closed webhook configuration and its Service in the view make the write of the workload
+/// behind them warned; made fail-open, or deleted, they do not.
+fn webhooks(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
+    const RULE: &str = "[webhook-fail-closed-unavailable] ";
+    let backend = deployment("live", "hook", 1);
+    let warned = |cp: &ControlPlane| dry_run(cp, &backend).success().warnings().iter().any(|w| w.starts_with(RULE));
+    create(k, hg, &backend);
+    create(k, hg, &service("live", "hook-webhook", "hook"));
+    assert!(!warned(cp), "no webhook calls the Service yet");
+    create(k, hg, &fail_closed_webhooks("e2e-live", "live", "hook-webhook"));
+    assert!(warned(cp), "the configuration in the view");
+    k.patch(
+        "ValidatingWebhookConfiguration",
+        None,
+        "e2e-live",
+        json!({"webhooks": [{
+        "name": "e2e-live.e2e.ha-guard.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+        "failurePolicy": "Ignore",
+        "clientConfig": {"service": {"namespace": "live", "name": "hook-webhook", "path": "/validate"}},
+        "namespaceSelector": {"matchLabels": {E2E_TARGET_LABEL: "true"}}}]}),
+    );
+    poll("the fail-open version is seen", WAIT, Duration::from_millis(100), || {
+        if warned(cp) { Err(String::new()) } else { Ok(()) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    delete(k, hg, "ValidatingWebhookConfiguration", None, "e2e-live");
+    create(k, hg, &fail_closed_webhooks("e2e-live", "live", "hook-webhook"));
+    assert!(warned(cp));
+    // The Service's selector changed to pods nobody runs: nothing behind it to judge.
+    k.patch("Service", Some("live"), "hook-webhook", json!({"spec": {"selector": {"app": "nobody"}}}));
+    poll("the new selector is seen", WAIT, Duration::from_millis(100), || {
+        if warned(cp) { Err(String::new()) } else { Ok(()) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    delete(k, hg, "Service", Some("live"), "hook-webhook");
+    delete(k, hg, "ValidatingWebhookConfiguration", None, "e2e-live");
+}
+
+/// Without the KEDA CRD the ScaledObject watch is synced and empty (readiness did not wait for it);
+/// once the CRD is installed the watch lists it (within its backoff), a ScaledObject's minimum
+/// is its target's floor, and ScaledObject writes reach the webhook.
+fn keda(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
+    let m = hg.metrics();
+    assert_eq!(m.get("ha_guard_cache_synced", &[("kind", "ScaledObject")]), Some(1.0), "{m:?}");
+    assert_eq!(m.get("ha_guard_cache_objects", &[("kind", "ScaledObject")]), Some(0.0), "{m:?}");
+    let log = std::fs::read_to_string(hg.log_path()).unwrap_or_default();
+    assert_eq!(log.matches("not served by the cluster").count(), 1, "said once: {}", hg.log_tail(20));
+
+    k.create(&scaled_object_crd());
+    let crd_installed = std::time::Instant::now();
+    poll("the CRD is established", WAIT, Duration::from_millis(200), || {
+        let out = cp.kubectl(&["get", "scaledobjects", "-A"]);
+        if out.ok() { Ok(()) } else { Err(out.output()) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    create(k, hg, &spread_out(deployment("live", "scaled", 1)));
+    let budget = pdb("live", "scaled", "scaled", json!({"minAvailable": 1}));
+    assert!(refused(cp, &budget, "pdb-blocks-eviction"), "floor 1");
+    // Created directly: the watch has to list the new resource first (its backoff after 404s is
+    // at most 30 s), then the object reaches the view.
+    let so = scaled_object("live", "scaled", "scaled", 2, 6);
+    k.create(&so);
+    hg.wait_cache("ScaledObject", "1 after the CRD came", |n| n >= 1);
+    eprintln!(
+        "[e2e] a ScaledObject created after the CRD reached the view {:.1?} after the CRD",
+        crd_installed.elapsed()
+    );
+    assert!(!refused(cp, &budget, "pdb-blocks-eviction"), "the ScaledObject's minimum of 2 leaves one disruption");
+    // A ScaledObject write is judged as an HPA write is: its minimum of 1 makes the PDB block.
+    create(k, hg, &budget);
+    let lower = scaled_object("live", "scaled", "scaled", 1, 6);
+    let out = dry_run(cp, &lower);
+    out.denied(&["pdb-blocks-eviction"]).shows(&["spec.minReplicaCount", "ScaledObject scaled min 1 max 6"]);
+}
+
 /// Namespace labels decide the mode; a deleted namespace leaves the view.
 fn namespaces(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
     create(k, hg, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "moody"}}));
@@ -423,7 +559,11 @@ fn cluster_modes(cp: &ControlPlane) {
         HaGuard::spawn_cluster(cp, "ha-guard-auto", Some(&cp.kubeconfig()), "auto").unwrap_or_else(|e| panic!("{e}"));
     auto.wait_ready(WAIT).unwrap_or_else(|e| panic!("{e}"));
     let m = auto.metrics();
-    assert_eq!(m.all("ha_guard_cache_synced", &[]).len(), 7, "auto found the kubeconfig and watches: {m:?}");
+    assert_eq!(
+        m.all("ha_guard_cache_synced", &[]).len(),
+        WATCHED_KINDS.len(),
+        "auto found the kubeconfig and watches: {m:?}"
+    );
     assert_eq!(m.get("ha_guard_cache_objects", &[("kind", "Node")]), Some(3.0));
     auto.stop();
 
@@ -438,8 +578,8 @@ fn cluster_modes(cp: &ControlPlane) {
 
 /// Runs ha-guard as its own ServiceAccount with the shipped RBAC (the Namespace, ServiceAccount
 /// and read-only ClusterRole and binding of `manifests/ha-guard.yaml`). First with the HPA rule
-/// taken out of the ClusterRole: six kinds sync, HPAs cannot, and `/readyz` stays 503 (it needs
-/// every watcher). Then with the shipped ClusterRole: ready, all seven synced, which also shows the
+/// taken out of the ClusterRole: the other kinds sync, HPAs cannot, and `/readyz` stays 503 (it
+/// needs every watcher). Then with the shipped ClusterRole: ready, all synced, which also shows the
 /// shipped RBAC is enough for the live view.
 fn shipped_rbac(cp: &ControlPlane) {
     let shipped = shipped_manifests();
@@ -486,10 +626,10 @@ fn shipped_rbac(cp: &ControlPlane) {
     .expect("write sa.kubeconfig");
 
     let mut hg = HaGuard::spawn_with(cp, "ha-guard-rbac", &sa_kubeconfig).unwrap_or_else(|e| panic!("{e}"));
-    let six: Vec<&str> = WATCHED_KINDS.iter().copied().filter(|k| *k != "HorizontalPodAutoscaler").collect();
-    poll("the six permitted kinds sync", WAIT, Duration::from_millis(100), || {
+    let others: Vec<&str> = WATCHED_KINDS.iter().copied().filter(|k| *k != "HorizontalPodAutoscaler").collect();
+    poll("the other permitted kinds sync", WAIT, Duration::from_millis(100), || {
         let m = hg.metrics_opt()?;
-        if six.iter().all(|k| m.get("ha_guard_cache_synced", &[("kind", k)]) == Some(1.0)) {
+        if others.iter().all(|k| m.get("ha_guard_cache_synced", &[("kind", k)]) == Some(1.0)) {
             Ok(())
         } else {
             Err(format!("{m:?}"))

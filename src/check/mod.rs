@@ -1,7 +1,8 @@
 //! `ha-guard check`: lint manifests offline with the same engine the webhook runs.
 //!
-//! Every object in the given files forms the static view; every Deployment, StatefulSet, PDB and
-//! HPA is then evaluated against it and decided (config, exemptions, namespace modes). A
+//! Every object in the given files forms the static view; every object of a kind the rules judge
+//! (Deployment, StatefulSet, PDB, HPA, KEDA ScaledObject, Service, webhook configuration) is then
+//! evaluated against it and decided (config, exemptions, namespace modes). A
 //! cross-object finding is reported once, on the object it is about.
 
 pub mod fix;
@@ -37,12 +38,16 @@ fn removed_api(value: &serde_json::Value) -> Option<String> {
         ("policy/v1beta1", "PodDisruptionBudget")
             | ("extensions/v1beta1" | "apps/v1beta1" | "apps/v1beta2", "Deployment" | "StatefulSet")
             | ("autoscaling/v2beta1" | "autoscaling/v2beta2", "HorizontalPodAutoscaler")
+            | (
+                "admissionregistration.k8s.io/v1beta1",
+                "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration"
+            )
     );
     removed.then(|| {
         let name = value.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or("?");
         format!(
-            "{kind} {name}: {api_version} is no longer served by Kubernetes (removed by 1.25/1.26), so it was \
-             not checked; move it to the current API version"
+            "{kind} {name}: {api_version} is no longer served by Kubernetes (removed in 1.16 to 1.26), so it \
+             was not checked; move it to the current API version"
         )
     })
 }

@@ -113,7 +113,11 @@ pub fn plan(subject: &Subject, view: &dyn View, config: &Config) -> Plan {
                 );
             }
         }
-        Subject::Hpa(_) | Subject::Scale { .. } => {}
+        Subject::Hpa(_)
+        | Subject::Scale { .. }
+        | Subject::ScaledObject(_)
+        | Subject::Service(_)
+        | Subject::Webhooks(_) => {}
     }
     plan
 }

@@ -456,9 +456,13 @@ fn the_cluster_role_reads_exactly_the_kinds_the_live_view_watches() {
         ("", "namespaces"),
         ("", "nodes"),
         ("", "persistentvolumeclaims"),
+        ("", "services"),
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
         ("apps", "deployments"),
         ("apps", "statefulsets"),
         ("autoscaling", "horizontalpodautoscalers"),
+        ("keda.sh", "scaledobjects"),
         ("policy", "poddisruptionbudgets"),
     ]
     .iter()

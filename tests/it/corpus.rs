@@ -106,7 +106,8 @@ struct Group {
     /// Why these files go together (or alone), and whether they are a whole namespace.
     why: &'static str,
     /// Decoded objects of the kinds the engine reads (Deployment, StatefulSet, PDB, HPA, PVC,
-    /// Namespace, Node); other kinds are skipped quietly.
+    /// Namespace, Node, Service, Validating/MutatingWebhookConfiguration, KEDA ScaledObject); other
+    /// kinds are skipped quietly.
     objects: usize,
     /// The findings with `complete: false`; empty with a reason when there are none.
     findings: &'static [Expect],
@@ -129,6 +130,18 @@ const LINKERD: &str = "linkerd2/install_ha_output.yaml";
 const KUEUE_RELEASE: &str = "kueue/kueue-v0.12.2.yaml";
 const CERT_MANAGER_V1: &str = "cert-manager/cert-manager-v1.11.1.yaml";
 const CILIUM_KOPS: &str = "cilium-kops/privatecilium-addons-networking.cilium.io-k8s-1.16.yaml";
+
+/// ingress-nginx's admission webhook, in the cloud variant (the kind variant reuses it).
+const INGRESS_NGINX_ADMISSION_CLOUD: Expect = Expect {
+    rule: "webhook-fail-closed-unavailable",
+    action: Decision::Warn,
+    object: "ValidatingWebhookConfiguration/ingress-nginx-admission",
+    path: "webhooks[0].failurePolicy",
+    at: "ingress-nginx/deploy-cloud.yaml#18",
+    why: "validate.nginx.ingress.kubernetes.io is failurePolicy Fail on Ingress CREATE/UPDATE in every namespace, \
+          and Service ingress-nginx-controller-admission selects only Deployment ingress-nginx-controller, \
+          replicas unset (1), no PDB: while that one pod is away no Ingress can be written anywhere",
+};
 
 static GROUPS: &[Group] = &[
     Group {
@@ -293,10 +306,11 @@ static GROUPS: &[Group] = &[
         name: "coredns",
         files: &["coredns/coredns.yaml"],
         why: "one multi-document install (the sed placeholders sit inside the Corefile string)",
-        objects: 1,
+        objects: 2,
         findings: &[],
         none_because: "replicas unset (1), and a required hostname anti-affinity on k8s-app=kube-dns, \
-                       its own pods, would keep autoscaled replicas apart anyway",
+                       its own pods, would keep autoscaled replicas apart anyway; no webhook calls Service \
+                       kube-dns",
         complete: Complete::Same("floor 1 (kube-system is not whole here either)"),
         fixes: &[],
         unchecked: &[],
@@ -305,8 +319,8 @@ static GROUPS: &[Group] = &[
         name: "ingress-nginx cloud provider",
         files: &["ingress-nginx/deploy-cloud.yaml"],
         why: "one provider variant of the static install (the kind variant is the alternative)",
-        objects: 2,
-        findings: &[],
+        objects: 5,
+        findings: &[INGRESS_NGINX_ADMISSION_CLOUD],
         none_because: "replicas unset (1), no hostPort or hostNetwork, terminationGracePeriodSeconds 300 \
                        covers the /wait-shutdown preStop (an exec that is not a sleep)",
         complete: Complete::Same(
@@ -319,16 +333,24 @@ static GROUPS: &[Group] = &[
         name: "ingress-nginx kind provider",
         files: &["ingress-nginx/deploy-kind.yaml"],
         why: "the kind variant of the same install, checked apart from the cloud one",
-        objects: 2,
-        findings: &[Expect {
-            rule: "termination-grace-zero",
-            action: Decision::Warn,
-            object: "Deployment ingress-nginx/ingress-nginx-controller",
-            path: "spec.template.spec.terminationGracePeriodSeconds",
-            at: "ingress-nginx/deploy-kind.yaml#14",
-            why: "the kind variant sets terminationGracePeriodSeconds: 0, so the controller is SIGKILLed \
-                  and its /wait-shutdown preStop never drains connections",
-        }],
+        objects: 5,
+        findings: &[
+            Expect {
+                rule: "termination-grace-zero",
+                action: Decision::Warn,
+                object: "Deployment ingress-nginx/ingress-nginx-controller",
+                path: "spec.template.spec.terminationGracePeriodSeconds",
+                at: "ingress-nginx/deploy-kind.yaml#14",
+                why: "the kind variant sets terminationGracePeriodSeconds: 0, so the controller is SIGKILLed \
+                      and its /wait-shutdown preStop never drains connections",
+            },
+            Expect {
+                at: "ingress-nginx/deploy-kind.yaml#18",
+                why: "the same admission webhook as the cloud variant, on the same single controller replica \
+                      (a hostPort one here, so a second replica could not even share a node)",
+                ..INGRESS_NGINX_ADMISSION_CLOUD
+            },
+        ],
         none_because: "",
         complete: Complete::Same("whole namespace ingress-nginx; floor 1 (hostPort with one replica is fine)"),
         fixes: &[],
@@ -350,7 +372,7 @@ static GROUPS: &[Group] = &[
         name: "external-dns e2e etcd",
         files: &["external-dns/e2e-etcd.yaml"],
         why: "a Service and its StatefulSet",
-        objects: 1,
+        objects: 2,
         findings: &[],
         none_because: "replicas 1; its RWO storage comes from volumeClaimTemplates (one claim per pod), \
                        which rwo-volume-multi-replica leaves out by design",
@@ -431,7 +453,7 @@ static GROUPS: &[Group] = &[
         name: "k8s-website zookeeper",
         files: &["k8s-website/zookeeper.yaml"],
         why: "one tutorial manifest: Services, the PDB and the StatefulSet",
-        objects: 2,
+        objects: 4,
         findings: &[Expect {
             rule: "replicas-colocated",
             action: Decision::Warn,
@@ -459,7 +481,7 @@ static GROUPS: &[Group] = &[
         name: "k8s-website php-apache and its HPA",
         files: &["k8s-website/php-apache.yaml", "k8s-website/hpa-php-apache.yaml"],
         why: "the HPA walkthrough applies both: the HPA targets Deployment php-apache",
-        objects: 2,
+        objects: 3,
         findings: &[],
         none_because: "floor 1 (replicas unset, minReplicas 1) and ceiling 10, but no hostNetwork, RWO \
                        claim or Recreate for the ceiling to matter; bounds 1..10 are in order; the Deployment \
@@ -475,7 +497,7 @@ static GROUPS: &[Group] = &[
         name: "k8s-website wordpress mysql",
         files: &["k8s-website/wordpress-mysql-deployment.yaml"],
         why: "the Service, PVC and Deployment of the tutorial's database",
-        objects: 2,
+        objects: 3,
         findings: &[],
         none_because: "the RWO claim mysql-pv-claim is mounted by one replica with strategy Recreate, which \
                        is exactly the safe shape: no second pod, no surge",
@@ -487,11 +509,14 @@ static GROUPS: &[Group] = &[
         name: "gatekeeper",
         files: &["gatekeeper/gatekeeper.yaml"],
         why: "one install file (CRDs, RBAC, webhooks, Namespace, two Deployments, a PDB)",
-        objects: 4,
+        objects: 7,
         findings: &[],
         none_because: "controller-manager runs 3 with a preferred hostname anti-affinity on \
                        gatekeeper.sh/operation=webhook (its own pods) and a PDB minAvailable 1 (2 of 3 \
-                       evictable); audit runs 1",
+                       evictable); audit runs 1. Of the webhooks only check-ignore-label.gatekeeper.sh \
+                       (Namespace CREATE/UPDATE) is failurePolicy Fail, and Service gatekeeper-webhook-service \
+                       selects that controller-manager: 3 replicas kept apart with a PDB letting 2 go, the \
+                       multi-pod fix of open-policy-agent/gatekeeper#708, so no webhook-fail-closed-unavailable",
         complete: Complete::Same(
             "the file creates gatekeeper-system and is the whole namespace: the PDB covers the \
              multi-replica controller, audit's floor is 1",
@@ -508,11 +533,13 @@ static GROUPS: &[Group] = &[
         name: "linkerd HA install",
         files: &[LINKERD],
         why: "the CLI's golden HA install output, one file",
-        objects: 7,
+        objects: 18,
         findings: &[],
         none_because: "the acceptance case: identity, destination and proxy-injector run 3 replicas each \
                        with a required hostname anti-affinity on their own component label, and each \
-                       has a PDB maxUnavailable 1 (2 of 3 must stay)",
+                       has a PDB maxUnavailable 1 (2 of 3 must stay); the three fail-closed webhooks \
+                       (sp-validator and policy-validator on destination, proxy-injector on proxy-injector) \
+                       therefore have backends that survive a node",
         complete: Complete::Same(
             "the install creates namespace linkerd and is the whole namespace: each Deployment has its \
              PDB and each PDB covers its Deployment",
@@ -543,7 +570,7 @@ static GROUPS: &[Group] = &[
         name: "knative-serving webhook, HPA and PDB",
         files: &[KNATIVE_DEPLOY, KNATIVE_HPA],
         why: "config/core/deployments ships the webhook Deployment, its HPA and its PDB together",
-        objects: 3,
+        objects: 4,
         findings: &[Expect {
             rule: "pdb-blocks-eviction",
             action: Decision::Deny,
@@ -597,31 +624,47 @@ static GROUPS: &[Group] = &[
         unchecked: &[],
     },
     // The second set (SOURCES.md "Second set"): fail-closed webhooks and tolerate-everything
-    // operators. The webhook configurations, Services and APIServices in these files are kinds the
-    // engine does not read yet; what the round-2 rules (DESIGN.md §2, "Second round") should say
-    // about them is noted in `// round 2:` comments, to move into the rows when those rules land.
+    // operators. What the round-2 rules of another branch (toleration-wildcard, hpa-replicas-conflict)
+    // should say is still noted in `// round 2:` comments, to move into the rows when they land.
     Group {
         name: "kueue v0.12.2 release install",
         files: &[KUEUE_RELEASE],
         why: "the release's whole manifests.yaml (11 CRDs, RBAC, Services, APIService, Deployment, both \
               webhook configurations; a licence header added); the kustomize base kueue/manager.yaml is the \
               same controller before kustomize names it, so this is checked alone",
-        objects: 2,
-        findings: &[],
+        objects: 7,
+        findings: &[
+            Expect {
+                rule: "webhook-fail-closed-unavailable",
+                action: Decision::Warn,
+                object: "MutatingWebhookConfiguration/kueue-mutating-webhook-configuration",
+                path: "webhooks[0].failurePolicy",
+                at: "kueue/kueue-v0.12.2.yaml#64",
+                why: "the canonical positive: all 18 webhooks are failurePolicy Fail via Service \
+                      kueue-system/kueue-webhook-service (control-plane=controller-manager), which selects only \
+                      Deployment kueue-controller-manager, replicas 1, no PDB; mjob.kb.io (batch/v1 Jobs) has no \
+                      namespaceSelector, so one replica gone blocks every Job create in the cluster \
+                      (kubernetes-sigs/kueue#5244); one finding for the 18, all named",
+            },
+            Expect {
+                rule: "webhook-fail-closed-unavailable",
+                action: Decision::Warn,
+                object: "ValidatingWebhookConfiguration/kueue-validating-webhook-configuration",
+                path: "webhooks[0].failurePolicy",
+                at: "kueue/kueue-v0.12.2.yaml#65",
+                why: "the same backend for the 19 validating webhooks, all failurePolicy Fail, vjob.kb.io \
+                      cluster-wide and vpod.kb.io on Pods outside kube-system and kueue-system",
+            },
+        ],
         none_because: "Deployment kueue-controller-manager runs replicas 1 (floor and ceiling 1) with the \
                        default RollingUpdate, grace 10 s and no preStop, emptyDir/secret/configMap volumes only; \
                        its one toleration is a keyed Equal one (GKE managed components)",
         complete: Complete::Same(
-            "the file creates namespace kueue-system and is the whole of it: floor 1 needs no PDB, no HPA",
+            "the file creates namespace kueue-system and is the whole of it: floor 1 needs no PDB, no HPA; the \
+             webhook finding does not depend on absence",
         ),
         fixes: &[],
         unchecked: &[],
-        // round 2: expected webhook-fail-closed-unavailable on MutatingWebhookConfiguration
-        // kueue-mutating-webhook-configuration (18 webhooks) and ValidatingWebhookConfiguration
-        // kueue-validating-webhook-configuration (19): every one is failurePolicy Fail via Service
-        // kueue-system/kueue-webhook-service (control-plane=controller-manager), which selects only
-        // Deployment kueue-controller-manager, replicas 1, no PDB; mjob/vjob.kb.io (batch/v1 Jobs)
-        // have no namespaceSelector (kubernetes-sigs/kueue#5244).
     },
     Group {
         name: "kueue openshift operator assets",
@@ -633,79 +676,124 @@ static GROUPS: &[Group] = &[
         ],
         why: "the operator's bindata/assets/kueue-operator directory applies these four together: the \
               Deployment, the Service in front of it and the two webhook configurations calling that Service",
-        objects: 1,
-        findings: &[],
+        objects: 4,
+        findings: &[
+            Expect {
+                rule: "webhook-fail-closed-unavailable",
+                action: Decision::Warn,
+                object: "MutatingWebhookConfiguration/kueue-mutating-webhook-configuration",
+                path: "webhooks[0].failurePolicy",
+                at: "kueue-openshift-operator/mutatingwebhook.yaml#1",
+                why: "the relation spans four files: the 21 mutating webhooks, all failurePolicy Fail (mpod.kb.io \
+                      on Pods included), call Service openshift-kueue-operator/kueue-webhook-service \
+                      (control-plane=controller-manager) of webhook-service.yaml, which selects only Deployment \
+                      kueue-controller-manager of deployment.yaml, replicas 1, no PDB",
+            },
+            Expect {
+                rule: "webhook-fail-closed-unavailable",
+                action: Decision::Warn,
+                object: "ValidatingWebhookConfiguration/kueue-validating-webhook-configuration",
+                path: "webhooks[0].failurePolicy",
+                at: "kueue-openshift-operator/validatingwebhook.yaml#1",
+                why: "the 22 validating webhooks (vpod.kb.io included), same Service, same single replica",
+            },
+        ],
         none_because: "Deployment kueue-controller-manager runs replicas 1 with the default RollingUpdate, grace \
-                       10 s and no preStop; the unrendered image ${IMAGE} is a plain string; the Service and the \
-                       webhook configurations are kinds the engine does not read",
+                       10 s and no preStop; the unrendered image ${IMAGE} is a plain string",
         complete: Complete::Same(
             "floor 1 needs no PDB and there is no HPA, so nothing is absent (openshift-kueue-operator also \
-             holds the operator's own Deployment, from other assets)",
+             holds the operator's own Deployment, from other assets); the webhook finding does not depend on \
+             absence",
         ),
         fixes: &[],
         unchecked: &[],
-        // round 2: expected webhook-fail-closed-unavailable on MutatingWebhookConfiguration
-        // kueue-mutating-webhook-configuration (21 webhooks) and ValidatingWebhookConfiguration
-        // kueue-validating-webhook-configuration (22): all failurePolicy Fail, incl. mpod/vpod.kb.io
-        // on Pods, via Service openshift-kueue-operator/kueue-webhook-service
-        // (control-plane=controller-manager), in another file, selecting Deployment
-        // kueue-controller-manager, replicas 1, no PDB: the relation spans four files.
     },
     Group {
         name: "cert-manager v1.11.1 static install",
         files: &[CERT_MANAGER_V1],
         why: "one release's static install (kubeflow vendors it unchanged); the v0.8.0-alpha.0 manifest is an \
               older alternative with the same Deployments, so each is checked alone",
-        objects: 4,
-        findings: &[],
+        objects: 8,
+        findings: &[
+            Expect {
+                rule: "webhook-fail-closed-unavailable",
+                action: Decision::Warn,
+                object: "MutatingWebhookConfiguration/cert-manager-webhook",
+                path: "webhooks[0].failurePolicy",
+                at: "cert-manager/cert-manager-v1.11.1.yaml#44",
+                why: "webhook.cert-manager.io is failurePolicy Fail on cert-manager.io and acme.cert-manager.io \
+                      resources; Service cert-manager/cert-manager-webhook selects only Deployment \
+                      cert-manager-webhook (name webhook, instance cert-manager, component webhook), replicas 1, \
+                      no PDB, no anti-affinity (cert-manager/cert-manager#3898)",
+            },
+            Expect {
+                rule: "webhook-fail-closed-unavailable",
+                action: Decision::Warn,
+                object: "ValidatingWebhookConfiguration/cert-manager-webhook",
+                path: "webhooks[0].failurePolicy",
+                at: "cert-manager/cert-manager-v1.11.1.yaml#45",
+                why: "the validating twin, same backend; its namespaceSelector leaves out the cert-manager \
+                      namespace, which the message says",
+            },
+        ],
         none_because: "the controller, cainjector and webhook Deployments each run replicas 1 with the default \
                        RollingUpdate, no hostNetwork, no claims, no grace or preStop settings",
         complete: Complete::Same(
             "the file creates namespace cert-manager and is the whole of it: every floor is 1, so no PDB is \
-             missing, and there is no HPA",
+             missing, and there is no HPA; the webhook finding does not depend on absence",
         ),
         fixes: &[],
         unchecked: &[],
-        // round 2: expected webhook-fail-closed-unavailable on MutatingWebhookConfiguration
-        // cert-manager-webhook and ValidatingWebhookConfiguration cert-manager-webhook (one webhook
-        // each, failurePolicy Fail, on cert-manager.io and acme.cert-manager.io resources): Service
-        // cert-manager/cert-manager-webhook selects Deployment cert-manager-webhook (name webhook,
-        // instance cert-manager, component webhook), replicas 1, no PDB, no anti-affinity.
     },
     Group {
         name: "cert-manager v0.8.0-alpha.0",
         files: &["cert-manager/cert-manager-v0.8.0-alpha.0.yaml"],
         why: "a 2019 manifest, the older alternative to v1.11.1, checked alone",
-        objects: 1,
+        objects: 2,
         findings: &[],
-        none_because: "only the Namespace decodes: its three Deployments are apps/v1beta1 (removed in Kubernetes \
-                       1.16), so they are not checked and each says so; the v1beta1 CRDs, RBAC, Issuers, \
-                       Certificates, APIService and webhook configuration are kinds the engine does not read",
-        complete: Complete::Same("nothing but the Namespace is decoded, so nothing can be absent"),
+        none_because: "only the Namespace and Service cert-manager-webhook decode: the three Deployments are \
+                       apps/v1beta1 (removed in Kubernetes 1.16) and the ValidatingWebhookConfiguration is \
+                       admissionregistration/v1beta1 (removed in 1.22), so they are not checked and each says \
+                       so. Out of scope for webhook-fail-closed-unavailable on purpose: that configuration (3 \
+                       webhooks, failurePolicy Fail) calls Service default/kubernetes, the apiserver itself, and \
+                       only APIService v1beta1.admission.certmanager.k8s.io routes the path on to Service \
+                       cert-manager-webhook; a current cluster refuses the manifest, and the aggregation layer \
+                       (APIService) is not followed",
+        complete: Complete::Same("nothing but the Namespace and a Service is decoded, so nothing can be absent"),
         fixes: &[],
         unchecked: &[
             ("cert-manager/cert-manager-v0.8.0-alpha.0.yaml#21", "apps/v1beta1 is no longer served"),
             ("cert-manager/cert-manager-v0.8.0-alpha.0.yaml#22", "apps/v1beta1 is no longer served"),
             ("cert-manager/cert-manager-v0.8.0-alpha.0.yaml#23", "apps/v1beta1 is no longer served"),
+            (
+                "cert-manager/cert-manager-v0.8.0-alpha.0.yaml#30",
+                "ValidatingWebhookConfiguration cert-manager-webhook: admissionregistration.k8s.io/v1beta1 is no \
+                 longer served",
+            ),
         ],
-        // round 2, not an obvious positive: the admissionregistration/v1beta1
-        // ValidatingWebhookConfiguration cert-manager-webhook (3 webhooks, failurePolicy Fail) calls
-        // Service default/kubernetes (the apiserver); only APIService
-        // v1beta1.admission.certmanager.k8s.io routes that path to Service cert-manager-webhook,
-        // whose replicas-1 Deployment is apps/v1beta1 and not decoded. webhook-fail-closed-unavailable
-        // fires here only if it follows APIService -> Service and reads removed API versions.
     },
     Group {
         name: "istio 1.29 rendered install",
         files: &["istio/install.yaml"],
         why: "one rendered install (kubeflow's istio-install base): istiod and the ingress gateway with their \
               HPAs, Services, webhook configurations and the CNI DaemonSet",
-        objects: 4,
-        findings: &[],
+        objects: 8,
+        findings: &[Expect {
+            rule: "webhook-fail-closed-unavailable",
+            action: Decision::Warn,
+            object: "MutatingWebhookConfiguration/istio-sidecar-injector",
+            path: "webhooks[0].failurePolicy",
+            at: "istio/install.yaml#19",
+            why: "its 4 webhooks are failurePolicy Fail on Pod CREATE in injection-labelled namespaces, via \
+                  Service istio-system/istiod (app=istiod, istio=pilot), which selects Deployment istiod: \
+                  replicas unset and HPA minReplicas 1, so floor 1, no PDB, no anti-affinity \
+                  (istio/istio#17497). Not on ValidatingWebhookConfiguration istio-validator-istio-system: \
+                  failurePolicy Ignore",
+        }],
         none_because: "istiod and istio-ingressgateway leave replicas unset and their HPAs run 1..5: floor 1, \
                        ceiling 5, but no hostNetwork, claim or Recreate for the ceiling to matter (the 100% \
                        surge needs an RWO claim to hurt), bounds in order; the templated kind: Deployment and \
-                       PodDisruptionBudget text in the istio-sidecar-injector ConfigMap stays a string (4 \
+                       PodDisruptionBudget text in the istio-sidecar-injector ConfigMap stays a string (8 \
                        objects, no more); the istio-cni-node DaemonSet is not a kind the rules read",
         complete: Complete::Same(
             "both HPA targets are in the file and both floors are 1, so nothing absent is reported \
@@ -713,12 +801,7 @@ static GROUPS: &[Group] = &[
         ),
         fixes: &[],
         unchecked: &[],
-        // round 2: expected webhook-fail-closed-unavailable on MutatingWebhookConfiguration
-        // istio-sidecar-injector (4 webhooks, failurePolicy Fail, Pod CREATE in injection-labelled
-        // namespaces): Service istio-system/istiod (app=istiod, istio=pilot) selects Deployment istiod,
-        // floor 1 (replicas unset, HPA minReplicas 1), no PDB, no anti-affinity (istio/istio#17497).
-        // Not on ValidatingWebhookConfiguration istio-validator-istio-system (failurePolicy Ignore).
-        // No toleration-wildcard: istiod tolerates only the key cni.istio.io/not-ready, and
+        // round 2: no toleration-wildcard: istiod tolerates only the key cni.istio.io/not-ready, and
         // istio-cni-node is a DaemonSet; no hpa-replicas-conflict: neither Deployment sets replicas.
     },
     Group {
@@ -851,6 +934,39 @@ static SPLIT: &[Group] = &[
             at: "aws-ebs-csi-driver/controller.yaml#0",
             why: "as the whole namespace, 2 replicas and the PDB is in the other file",
         }]),
+        fixes: &[],
+        unchecked: &[],
+    },
+    Group {
+        name: "kueue openshift webhooks and Service without the Deployment",
+        files: &[
+            "kueue-openshift-operator/webhook-service.yaml",
+            "kueue-openshift-operator/mutatingwebhook.yaml",
+            "kueue-openshift-operator/validatingwebhook.yaml",
+        ],
+        why: "three of the four assets: the Deployment behind the Service left out",
+        objects: 3,
+        findings: &[],
+        none_because: "the Service selects no workload in the view, so the backend cannot be judged: a \
+                       webhook whose pods the view does not hold (a DaemonSet's, a workload in another file) \
+                       is not reported, whatever the view",
+        complete: Complete::Same("the same: absence of a backend is not asserted either"),
+        fixes: &[],
+        unchecked: &[],
+    },
+    Group {
+        name: "kueue openshift Deployment and webhooks without the Service",
+        files: &[
+            "kueue-openshift-operator/deployment.yaml",
+            "kueue-openshift-operator/mutatingwebhook.yaml",
+            "kueue-openshift-operator/validatingwebhook.yaml",
+        ],
+        why: "the Service between them left out",
+        objects: 3,
+        findings: &[],
+        none_because: "the webhooks call Service kueue-webhook-service, which is not in the view, so nothing \
+                       links them to the Deployment",
+        complete: Complete::Same("the same"),
         fixes: &[],
         unchecked: &[],
     },

@@ -40,8 +40,44 @@ fn own_manifests_have_no_finding_at_all() {
         assert!(report.fixes.is_empty(), "{file}: nothing left for the mutations to add: {:?}", report.fixes);
         assert!(report.unchecked.is_empty(), "{file}: {:?}", report.unchecked);
         assert!(report.notices.is_empty(), "{file}: {:?}", report.notices);
-        assert_eq!(report.objects, 3, "{file}: the Deployment, its PDB and the Namespace are checked");
+        assert_eq!(
+            report.objects, 6,
+            "{file}: the Deployment, its PDB, the Namespace, the Service and both webhook configurations are checked"
+        );
     }
+}
+
+/// ha-guard's webhooks are fail-open as shipped; made fail-closed, its backend (two replicas kept
+/// apart, a PDB letting one go) still passes `webhook-fail-closed-unavailable`, and at one replica
+/// it does not.
+#[test]
+fn its_own_webhooks_would_pass_even_fail_closed() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(FILES[0]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(text.matches("failurePolicy: Ignore").count(), 2, "both webhooks are fail-open as shipped");
+    let check = |text: &str| {
+        let mut loaded = load::Loaded::default();
+        load::add_text(&mut loaded, "ha-guard.yaml".into(), None, text.to_string(), false);
+        let options = Options { complete: true, namespace: "default".into(), config: Default::default() };
+        let report = check::check(&loaded, &options);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        report.findings.iter().map(|l| (l.finding.rule.id, l.finding.object.to_string())).collect::<Vec<_>>()
+    };
+    let closed = text.replace("failurePolicy: Ignore", "failurePolicy: Fail");
+    assert_eq!(check(&closed), vec![]);
+    let replicas = text.matches("\n  replicas: 2\n").count();
+    assert_eq!(replicas, 1, "one Deployment with replicas: 2");
+    let single = closed.replace("\n  replicas: 2\n", "\n  replicas: 1\n");
+    let found = check(&single);
+    let on_webhooks: Vec<_> = found.iter().filter(|(rule, _)| *rule == "webhook-fail-closed-unavailable").collect();
+    assert_eq!(
+        on_webhooks,
+        [
+            &("webhook-fail-closed-unavailable", "MutatingWebhookConfiguration/ha-guard".to_string()),
+            &("webhook-fail-closed-unavailable", "ValidatingWebhookConfiguration/ha-guard".to_string())
+        ],
+        "{found:?}"
+    );
 }
 
 #[test]
@@ -68,9 +104,13 @@ fn the_cluster_role_only_reads_the_kinds_the_rules_read() {
             ("", "namespaces"),
             ("", "nodes"),
             ("", "persistentvolumeclaims"),
+            ("", "services"),
+            ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+            ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
             ("apps", "deployments"),
             ("apps", "statefulsets"),
             ("autoscaling", "horizontalpodautoscalers"),
+            ("keda.sh", "scaledobjects"),
             ("policy", "poddisruptionbudgets"),
         ]
         .iter()
@@ -179,6 +219,8 @@ fn webhooks_leave_out_kube_system_and_their_own_namespace() {
         "statefulsets/scale",
         "poddisruptionbudgets",
         "horizontalpodautoscalers",
+        "scaledobjects",
+        "services",
     ] {
         assert!(resources.contains(&r), "validating webhook must cover {r}: {resources:?}");
     }

@@ -31,8 +31,9 @@ use serde_json::{Value, json};
 
 pub mod balancer;
 
-/// The seven kinds the live view watches, as ha-guard's metrics label them.
-pub const WATCHED_KINDS: [&str; 7] = [
+/// The kinds the live view watches, as ha-guard's metrics label them. This control plane has no
+/// KEDA CRD: ScaledObjects count as synced and empty (`src/live.rs`).
+pub const WATCHED_KINDS: [&str; 11] = [
     "Deployment",
     "StatefulSet",
     "PodDisruptionBudget",
@@ -40,6 +41,10 @@ pub const WATCHED_KINDS: [&str; 7] = [
     "PersistentVolumeClaim",
     "Node",
     "Namespace",
+    "Service",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+    "ScaledObject",
 ];
 
 /// How long any single wait in the harness may take before it is a failure.
@@ -1394,6 +1399,64 @@ pub fn slow_prestop(d: Value) -> Value {
                 "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", "sleep 20; nginx -s quit"]}}}}]
         }),
     )
+}
+
+/// A Service `name` in `ns` selecting pods `app: <app>`.
+pub fn service(ns: &str, name: &str, app: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"selector": {"app": app}, "ports": [{"port": 443, "targetPort": 9443}]}
+    })
+}
+
+/// The label that puts a namespace under the test webhooks of [`fail_closed_webhooks`]; no
+/// namespace carries it, so they never intercept anything.
+pub const E2E_TARGET_LABEL: &str = "e2e.ha-guard.io/webhook-target";
+
+/// A ValidatingWebhookConfiguration `name` with one webhook, `failurePolicy: Fail`, calling
+/// Service `ns`/`service`, on ConfigMap CREATE in namespaces labelled [`E2E_TARGET_LABEL`]: a
+/// fail-closed webhook whose backend may be missing without breaking any other write of a test.
+pub fn fail_closed_webhooks(name: &str, ns: &str, service: &str) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": format!("{name}.e2e.ha-guard.io"),
+            "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
+            "clientConfig": {"service": {"namespace": ns, "name": service, "path": "/validate"}},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"], "operations": ["CREATE"]}],
+            "namespaceSelector": {"matchLabels": {E2E_TARGET_LABEL: "true"}}
+        }]
+    })
+}
+
+/// A KEDA ScaledObject on Deployment `target` (min and max replica counts).
+pub fn scaled_object(ns: &str, name: &str, target: &str, min: i64, max: i64) -> Value {
+    json!({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "scaleTargetRef": {"name": target},
+            "minReplicaCount": min, "maxReplicaCount": max,
+            "triggers": [{"type": "cpu", "metricType": "Utilization", "metadata": {"value": "60"}}]
+        }
+    })
+}
+
+/// A CustomResourceDefinition for KEDA's ScaledObjects, as small as the apiserver takes (the
+/// schema keeps every field): enough to serve `keda.sh/v1alpha1` without KEDA.
+pub fn scaled_object_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "scaledobjects.keda.sh"},
+        "spec": {
+            "group": "keda.sh", "scope": "Namespaced",
+            "names": {"kind": "ScaledObject", "listKind": "ScaledObjectList", "plural": "scaledobjects", "singular": "scaledobject"},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    })
 }
 
 // --- relay -----------------------------------------------------------------------------------

@@ -107,6 +107,21 @@ webhooks:
         resources: ["horizontalpodautoscalers"]
         operations: ["CREATE", "UPDATE"]
         scope: Namespaced
+      # KEDA's autoscaler, judged as an HPA is (a rule on a resource the cluster does not serve
+      # matches nothing).
+      - apiGroups: ["keda.sh"]
+        apiVersions: ["v1alpha1"]
+        resources: ["scaledobjects"]
+        operations: ["CREATE", "UPDATE"]
+        scope: Namespaced
+      # The backend of webhooks (webhook-fail-closed-unavailable). The webhook configurations
+      # themselves cannot be listed here: the apiserver never calls admission webhooks for them
+      # (so that a broken webhook can always be removed); the live view watches them instead.
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        resources: ["services"]
+        operations: ["CREATE", "UPDATE"]
+        scope: Namespaced
 {{- end }}
 
 {{/* The metadata.annotations of a webhook configuration, with the hook's when it is one. */}}

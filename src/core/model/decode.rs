@@ -2,14 +2,16 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::defaults;
+use super::keda::ScaledObject;
 use super::object::{Kind, Object, Subject};
+use super::webhook::WebhookConfiguration;
 
 /// Why a document of a known kind could not be decoded.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +57,11 @@ fn at_path(value: &Value, kind: Kind, reason: &str) -> String {
         Kind::PersistentVolumeClaim => path_of::<PersistentVolumeClaim>(value),
         Kind::Node => path_of::<Node>(value),
         Kind::Namespace => path_of::<Namespace>(value),
+        Kind::Service => path_of::<Service>(value),
+        Kind::ScaledObject => path_of::<ScaledObject>(value),
+        Kind::ValidatingWebhookConfiguration | Kind::MutatingWebhookConfiguration => {
+            path_of::<WebhookConfiguration>(value)
+        }
     };
     let reason = readable(reason);
     match path {
@@ -95,7 +102,7 @@ fn decode_as_written(
     default_namespace: &str,
 ) -> Result<Object, DecodeError> {
     let err = |e: serde_json::Error| DecodeError { kind: kind_name.to_string(), reason: e.to_string() };
-    let namespaced = !matches!(kind, Kind::Node | Kind::Namespace);
+    let namespaced = !kind.is_cluster_scoped();
     let fill = |meta: &mut ObjectMeta| {
         if namespaced && meta.namespace.as_deref().is_none_or(str::is_empty) {
             meta.namespace = Some(default_namespace.to_string());
@@ -130,6 +137,21 @@ fn decode_as_written(
         }
         Kind::Node => Object::Node(Box::new(Node::deserialize(value).map_err(err)?)),
         Kind::Namespace => Object::Namespace(Box::new(Namespace::deserialize(value).map_err(err)?)),
+        Kind::Service => {
+            let mut s = Service::deserialize(value).map_err(err)?;
+            fill(&mut s.metadata);
+            Object::Subject(Subject::Service(Box::new(s)))
+        }
+        Kind::ScaledObject => {
+            let mut s = ScaledObject::deserialize(value).map_err(err)?;
+            fill(&mut s.metadata);
+            Object::Subject(Subject::ScaledObject(Box::new(s)))
+        }
+        Kind::ValidatingWebhookConfiguration | Kind::MutatingWebhookConfiguration => {
+            let mut c = WebhookConfiguration::deserialize(value).map_err(err)?;
+            c.mutating = kind == Kind::MutatingWebhookConfiguration;
+            Object::Subject(Subject::Webhooks(Box::new(c)))
+        }
     };
     Ok(object)
 }
@@ -145,7 +167,7 @@ fn decode_rewriting(
 ) -> Result<Object, DecodeError> {
     let err = |e: serde_json::Error| DecodeError { kind: kind_name.to_string(), reason: e.to_string() };
     let mut value = value.clone();
-    if !matches!(kind, Kind::Node | Kind::Namespace) {
+    if !kind.is_cluster_scoped() {
         set_default_namespace(&mut value, default_namespace);
     }
     let object = match kind {
@@ -177,6 +199,11 @@ fn decode_rewriting(
         Kind::PersistentVolumeClaim => Object::Pvc(Box::new(serde_json::from_value(value).map_err(err)?)),
         Kind::Node => Object::Node(Box::new(serde_json::from_value(value).map_err(err)?)),
         Kind::Namespace => Object::Namespace(Box::new(serde_json::from_value(value).map_err(err)?)),
+        // Nothing to rewrite for these but a missing `metadata` or namespace: the same decoding.
+        Kind::Service
+        | Kind::ScaledObject
+        | Kind::ValidatingWebhookConfiguration
+        | Kind::MutatingWebhookConfiguration => decode_as_written(&value, kind, kind_name, default_namespace)?,
     };
     Ok(object)
 }
@@ -393,5 +420,35 @@ mod tests {
         let v1 = serde_json::json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": "h"}});
         assert!(!decodes_as_written(&v1, Kind::HorizontalPodAutoscaler, "autoscaling/v1"));
+    }
+
+    #[test]
+    fn services_webhook_configurations_and_scaled_objects_decode_either_way() {
+        let service = serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+            "spec": {"selector": {"app": "a"}, "ports": [{"port": 443, "targetPort": "https"}]}});
+        let config = serde_json::json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration", "metadata": {"name": "m"},
+            "webhooks": [{"name": "w", "sideEffects": "None", "reinvocationPolicy": "IfNeeded",
+                // A placeholder a CA injector fills at install: not base64, and not read.
+                "clientConfig": {"caBundle": "${CA_BUNDLE}", "service": {"namespace": "n", "name": "s"}}}]});
+        let scaled = serde_json::json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+            "metadata": {"name": "so"}, "spec": {"scaleTargetRef": {"name": "web"}, "triggers": [{"type": "cpu"}]}});
+        for value in [&service, &config, &scaled] {
+            let (direct, rewritten) = both_ways(value);
+            assert_eq!(direct, rewritten, "{value}");
+            assert!(!direct.starts_with("error"), "{direct}");
+        }
+        let id = |v: &Value| match decode(v, "fallback").unwrap() {
+            Some(Object::Subject(s)) => s.id(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(id(&service), crate::core::model::ObjectRef::new(Kind::Service, "fallback", "s"));
+        assert_eq!(id(&scaled), crate::core::model::ObjectRef::new(Kind::ScaledObject, "fallback", "so"));
+        // Cluster-scoped: no namespace is filled in.
+        assert_eq!(id(&config), crate::core::model::ObjectRef::new(Kind::MutatingWebhookConfiguration, "", "m"));
+        // The removed v1beta1 API is not decoded (check reports it as not checked).
+        let mut old = config.clone();
+        old["apiVersion"] = "admissionregistration.k8s.io/v1beta1".into();
+        assert!(decode(&old, "fallback").unwrap().is_none());
     }
 }

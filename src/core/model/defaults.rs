@@ -11,6 +11,10 @@ use super::object::{Kind, ReplicasSource, Strategy, Workload};
 pub const REPLICAS: i32 = 1;
 /// `minReplicas` of an HPA when unset.
 pub const HPA_MIN_REPLICAS: i32 = 1;
+/// A KEDA ScaledObject's `minReplicaCount` when unset (scale to zero).
+pub const KEDA_MIN_REPLICAS: i32 = 0;
+/// A KEDA ScaledObject's `maxReplicaCount` when unset.
+pub const KEDA_MAX_REPLICAS: i32 = 100;
 /// `terminationGracePeriodSeconds` when unset.
 pub const TERMINATION_GRACE_SECONDS: i64 = 30;
 

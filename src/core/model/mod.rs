@@ -1,15 +1,18 @@
 //! The bottom layer: Kubernetes objects as the rules read them. Typed objects and references
 //! ([`object`]), decoding manifests into them ([`decode`]) with the apiserver's defaults
 //! ([`defaults`]), what a pod template says about placement and shutdown ([`pod`]), label
-//! selectors ([`selector`]) and the disruption arithmetic ([`arith`]). Nothing here knows of views,
+//! selectors ([`selector`]) and the disruption arithmetic ([`arith`]); the kinds k8s-openapi has no
+//! type for, or a type that decodes more than is read ([`keda`], [`webhook`]). Nothing here knows of views,
 //! rules or I/O.
 
 pub mod arith;
 pub mod decode;
 pub mod defaults;
+pub mod keda;
 pub mod object;
 pub mod pod;
 pub mod selector;
+pub mod webhook;
 
 pub use decode::{DecodeError, decode, type_of};
 pub use object::{

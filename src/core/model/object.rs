@@ -4,11 +4,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, PodTemplateSpec, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
+
+use super::keda::ScaledObject;
+use super::webhook::WebhookConfiguration;
 
 /// The kinds the engine knows. Anything else is ignored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -20,6 +23,11 @@ pub enum Kind {
     PersistentVolumeClaim,
     Node,
     Namespace,
+    Service,
+    ValidatingWebhookConfiguration,
+    MutatingWebhookConfiguration,
+    /// KEDA's `keda.sh/v1alpha1` ScaledObject: an autoscaler like an HPA (DESIGN.md §2, second round).
+    ScaledObject,
 }
 
 impl Kind {
@@ -32,6 +40,10 @@ impl Kind {
             Kind::PersistentVolumeClaim => "PersistentVolumeClaim",
             Kind::Node => "Node",
             Kind::Namespace => "Namespace",
+            Kind::Service => "Service",
+            Kind::ValidatingWebhookConfiguration => "ValidatingWebhookConfiguration",
+            Kind::MutatingWebhookConfiguration => "MutatingWebhookConfiguration",
+            Kind::ScaledObject => "ScaledObject",
         }
     }
 
@@ -47,6 +59,14 @@ impl Kind {
             ("v1", "PersistentVolumeClaim") => Some(Kind::PersistentVolumeClaim),
             ("v1", "Node") => Some(Kind::Node),
             ("v1", "Namespace") => Some(Kind::Namespace),
+            ("v1", "Service") => Some(Kind::Service),
+            ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration") => {
+                Some(Kind::ValidatingWebhookConfiguration)
+            }
+            ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration") => {
+                Some(Kind::MutatingWebhookConfiguration)
+            }
+            ("keda.sh/v1alpha1", "ScaledObject") => Some(Kind::ScaledObject),
             _ => None,
         }
     }
@@ -63,6 +83,19 @@ impl Kind {
 
     pub fn is_workload(self) -> bool {
         matches!(self, Kind::Deployment | Kind::StatefulSet)
+    }
+
+    /// Kinds without a namespace.
+    pub fn is_cluster_scoped(self) -> bool {
+        matches!(
+            self,
+            Kind::Node | Kind::Namespace | Kind::ValidatingWebhookConfiguration | Kind::MutatingWebhookConfiguration
+        )
+    }
+
+    /// An HPA or a KEDA ScaledObject: what sets a workload's floor and ceiling.
+    pub fn is_autoscaler(self) -> bool {
+        matches!(self, Kind::HorizontalPodAutoscaler | Kind::ScaledObject)
     }
 }
 
@@ -250,6 +283,12 @@ pub enum Subject {
         target: ObjectRef,
         replicas: i32,
     },
+    /// A KEDA ScaledObject: an autoscaler, judged as an HPA is.
+    ScaledObject(Box<ScaledObject>),
+    /// A Service: the backend of a webhook it may be.
+    Service(Box<Service>),
+    /// A Validating- or MutatingWebhookConfiguration.
+    Webhooks(Box<WebhookConfiguration>),
 }
 
 impl Subject {
@@ -259,6 +298,9 @@ impl Subject {
             Subject::Pdb(p) => ObjectRef::new(Kind::PodDisruptionBudget, ns_of(&p.metadata), name_of(&p.metadata)),
             Subject::Hpa(h) => ObjectRef::new(Kind::HorizontalPodAutoscaler, ns_of(&h.metadata), name_of(&h.metadata)),
             Subject::Scale { target, .. } => target.clone(),
+            Subject::ScaledObject(s) => ObjectRef::new(Kind::ScaledObject, ns_of(&s.metadata), name_of(&s.metadata)),
+            Subject::Service(s) => ObjectRef::new(Kind::Service, ns_of(&s.metadata), name_of(&s.metadata)),
+            Subject::Webhooks(c) => ObjectRef::new(c.kind(), "", name_of(&c.metadata)),
         }
     }
 
@@ -268,11 +310,21 @@ impl Subject {
             Subject::Pdb(p) => Some(&p.metadata),
             Subject::Hpa(h) => Some(&h.metadata),
             Subject::Scale { .. } => None,
+            Subject::ScaledObject(s) => Some(&s.metadata),
+            Subject::Service(s) => Some(&s.metadata),
+            Subject::Webhooks(c) => Some(&c.metadata),
         }
     }
 
     pub fn exemptions(&self) -> Exemptions {
         self.meta().map(exemptions_of).unwrap_or_default()
+    }
+}
+
+impl WebhookConfiguration {
+    /// Which of the two kinds it is.
+    pub fn kind(&self) -> Kind {
+        if self.mutating { Kind::MutatingWebhookConfiguration } else { Kind::ValidatingWebhookConfiguration }
     }
 }
 

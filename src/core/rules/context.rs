@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::core::catalogue::Rule;
 use crate::core::config::Config;
 use crate::core::finding::{Decision, Finding};
-use crate::core::model::{ObjectRef, Subject};
+use crate::core::model::{Kind, ObjectRef, Subject};
 use crate::core::view::{Bounds, Overlay, View, WorkloadInfo, bounds};
 
 /// What the rules get: the subject, the view with the subject overlaid, the configuration.
@@ -59,15 +59,15 @@ pub fn pod_path(rest: &str) -> String {
     format!("spec.template.spec.{rest}")
 }
 
-/// A workload whose replica range the subject sets: the workload itself, the target of an HPA,
-/// or the target of a scale write with its new count.
+/// A workload whose replica range the subject sets: the workload itself, the target of an
+/// autoscaler (HPA or KEDA ScaledObject), or the target of a scale write with its new count.
 pub struct Scaled {
     pub workload: Arc<WorkloadInfo>,
     pub bounds: Bounds,
     /// Where the subject sets the floor and the ceiling.
     pub floor_path: &'static str,
     pub ceiling_path: &'static str,
-    /// The finding belongs to the workload; from an HPA it is found on the HPA's write too.
+    /// The finding belongs to the workload; from an autoscaler it is found on its write too.
     pub anchored_elsewhere: bool,
 }
 
@@ -76,20 +76,24 @@ pub fn scaled_workload(ctx: &Ctx) -> Option<Scaled> {
         Subject::Workload(_) | Subject::Scale { .. } => {
             (ctx.view.subject_workload()?.clone(), "spec.replicas", "spec.replicas", false)
         }
-        Subject::Hpa(_) => {
-            let hpa = ctx.view.hpa(&ctx.subject.id().namespace, &ctx.subject.id().name)?;
-            let target = hpa.target.as_ref()?;
+        Subject::Hpa(_) | Subject::ScaledObject(_) => {
+            let id = ctx.subject.id();
+            let autoscaler = ctx.view.autoscaler(id.kind, &id.namespace, &id.name)?;
+            let target = autoscaler.target.as_ref()?;
             let w = ctx.view.workload(target.kind, &target.namespace, &target.name)?;
-            (w, "spec.minReplicas", "spec.maxReplicas", true)
+            match id.kind {
+                Kind::ScaledObject => (w, "spec.minReplicaCount", "spec.maxReplicaCount", true),
+                _ => (w, "spec.minReplicas", "spec.maxReplicas", true),
+            }
         }
-        Subject::Pdb(_) => return None,
+        Subject::Pdb(_) | Subject::Service(_) | Subject::Webhooks(_) => return None,
     };
     let bounds = bounds(&workload, ctx.view);
     Some(Scaled { workload, bounds, floor_path, ceiling_path, anchored_elsewhere })
 }
 
 impl Scaled {
-    /// The workload and its HPAs: what a finding about its scale names.
+    /// The workload and its autoscalers: what a finding about its scale names.
     pub fn related(&self, subject: &ObjectRef) -> Vec<ObjectRef> {
         std::iter::once(self.workload.id.clone())
             .chain(self.bounds.hpas.iter().map(|h| h.id.clone()))

@@ -11,6 +11,8 @@ pub mod strategy;
 pub mod termination;
 pub mod tolerations;
 pub mod volumes;
+pub mod webhooks;
+pub mod zones;
 
 use crate::core::catalogue::Rule;
 use crate::core::config::Config;
@@ -28,7 +30,9 @@ pub static FAMILIES: &[&[&Rule]] = &[
     pdb::RULES,
     hpa::RULES,
     termination::RULES,
+    webhooks::RULES,
     tolerations::RULES,
+    zones::RULES,
     exemptions::RULES,
 ];
 
@@ -59,7 +63,9 @@ pub fn evaluate(subject: &Subject, view: &dyn View, config: &Config) -> Evaluati
     pdb::evaluate(&ctx, &mut out);
     hpa::evaluate(&ctx, &mut out);
     termination::evaluate(&ctx, &mut out);
+    webhooks::evaluate(&ctx, &mut out);
     tolerations::evaluate(&ctx, &mut out);
+    zones::evaluate(&ctx, &mut out);
     exemptions::evaluate(&ctx, &mut out, FAMILIES);
     findings.retain(|f| !config.is_off(f.rule));
     Evaluation { findings, unchecked: unchecked(subject, &overlay) }

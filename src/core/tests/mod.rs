@@ -1,6 +1,8 @@
-//! Tests of the core as a whole: decisions, mutations, and properties over generated objects.
+//! Tests of the core as a whole: decisions, KEDA autoscalers across the families, mutations, and
+//! properties over generated objects.
 
 mod decisions;
+mod keda;
 mod mutations;
 mod properties;
 mod registry;

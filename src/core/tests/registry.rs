@@ -6,7 +6,7 @@ use crate::core::catalogue::Action;
 use crate::core::registry::*;
 
 /// Rule IDs and their order are contract (DESIGN.md §2).
-const CONTRACT_RULES: [&str; 23] = [
+const CONTRACT_RULES: [&str; 25] = [
     "spread-selector-missing",
     "spread-selector-mismatch",
     "spread-selector-overlap",
@@ -28,7 +28,9 @@ const CONTRACT_RULES: [&str; 23] = [
     "hpa-replicas-conflict",
     "termination-grace-zero",
     "prestop-exceeds-grace",
+    "webhook-fail-closed-unavailable",
     "toleration-wildcard",
+    "spread-zone-missing",
     "exemption-unknown-rule",
 ];
 
@@ -53,6 +55,8 @@ fn the_catalogue_is_the_contract() {
 #[test]
 fn the_defaults_are_the_contract() {
     let warn = [
+        "webhook-fail-closed-unavailable",
+        "spread-zone-missing",
         "spread-selector-overlap",
         "spread-unsatisfiable",
         "replicas-colocated",

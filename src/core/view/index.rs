@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::lookup::View;
-use super::projection::{HpaInfo, NodeInfo, PdbInfo, PvcInfo, WorkloadInfo, spreads_over};
+use super::projection::{
+    HpaInfo, NodeInfo, PdbInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo, spreads_over,
+};
 use crate::core::model::{Kind, Object, ObjectRef, Subject, name_of, selector};
 
 /// Projections of one namespace.
@@ -31,10 +33,12 @@ struct NamespaceIndex {
     /// spread over pods with any labels, so they are always candidates.
     spread_by_expressions: HashSet<(Kind, String)>,
     pdbs: BTreeMap<String, Arc<PdbInfo>>,
-    hpas: BTreeMap<String, Arc<HpaInfo>>,
-    /// Workload (kind, name) → names of HPAs targeting it, sorted (nearly always one).
-    hpas_by_target: HashMap<(Kind, String), Vec<String>>,
+    /// Autoscalers (HPAs and KEDA ScaledObjects) by (kind, name).
+    hpas: BTreeMap<(Kind, String), Arc<HpaInfo>>,
+    /// Workload (kind, name) → autoscalers targeting it, sorted (nearly always one).
+    hpas_by_target: HashMap<(Kind, String), Vec<(Kind, String)>>,
     pvcs: HashMap<String, Arc<PvcInfo>>,
+    services: HashMap<String, Arc<ServiceInfo>>,
 }
 
 impl NamespaceIndex {
@@ -160,6 +164,10 @@ impl Carriers {
 pub struct Index {
     namespaces: HashMap<String, NamespaceIndex>,
     nodes: BTreeMap<String, Arc<NodeInfo>>,
+    webhook_configs: BTreeMap<(Kind, String), Arc<WebhookConfigInfo>>,
+    /// Namespace → Service name → the configurations with a fail-closed webhook calling it: a
+    /// Service's or a workload's write finds the webhooks it backs without a scan.
+    webhook_backends: HashMap<String, BTreeMap<String, Vec<(Kind, String)>>>,
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
     complete: bool,
     knows_nodes: bool,
@@ -186,6 +194,9 @@ impl Index {
             Object::Subject(Subject::Pdb(p)) => self.upsert_pdb(PdbInfo::of(p)),
             Object::Subject(Subject::Hpa(h)) => self.upsert_hpa(HpaInfo::of(h)),
             Object::Subject(Subject::Scale { .. }) => {}
+            Object::Subject(Subject::ScaledObject(so)) => self.upsert_hpa(HpaInfo::of_scaled_object(so)),
+            Object::Subject(Subject::Service(svc)) => self.upsert_service(ServiceInfo::of(svc)),
+            Object::Subject(Subject::Webhooks(c)) => self.upsert_webhook_config(WebhookConfigInfo::of(c)),
             Object::Pvc(p) => self.upsert_pvc(PvcInfo::of(p)),
             Object::Node(n) => self.upsert_node(NodeInfo::of(n)),
             Object::Namespace(n) => self.upsert_namespace(n),
@@ -216,31 +227,39 @@ impl Index {
         }
     }
 
+    /// Adds (or replaces) an autoscaler: an HPA or a KEDA ScaledObject.
     pub fn upsert_hpa(&mut self, info: impl Into<Arc<HpaInfo>>) {
         let info = info.into();
-        self.remove_hpa(&info.id.namespace.clone(), &info.id.name.clone());
+        self.remove_autoscaler(info.id.kind, &info.id.namespace.clone(), &info.id.name.clone());
         let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
+        let key = (info.id.kind, info.id.name.clone());
         if let Some(t) = &info.target {
-            let names = ns.hpas_by_target.entry((t.kind, t.name.clone())).or_default();
-            if let Err(at) = names.binary_search(&info.id.name) {
-                names.insert(at, info.id.name.clone());
+            let keys = ns.hpas_by_target.entry((t.kind, t.name.clone())).or_default();
+            if let Err(at) = keys.binary_search(&key) {
+                keys.insert(at, key.clone());
             }
         }
-        ns.hpas.insert(info.id.name.clone(), info);
+        ns.hpas.insert(key, info);
     }
 
     pub fn remove_hpa(&mut self, namespace: &str, name: &str) {
+        self.remove_autoscaler(Kind::HorizontalPodAutoscaler, namespace, name);
+    }
+
+    /// Removes an autoscaler of `kind` (HorizontalPodAutoscaler or ScaledObject).
+    pub fn remove_autoscaler(&mut self, kind: Kind, namespace: &str, name: &str) {
         let Some(ns) = self.namespaces.get_mut(namespace) else { return };
-        if let Some(old) = ns.hpas.remove(name)
+        let key = (kind, name.to_string());
+        if let Some(old) = ns.hpas.remove(&key)
             && let Some(t) = &old.target
         {
-            let key = (t.kind, t.name.clone());
-            if let Some(names) = ns.hpas_by_target.get_mut(&key) {
-                if let Ok(at) = names.binary_search_by(|n| n.as_str().cmp(name)) {
-                    names.remove(at);
+            let target = (t.kind, t.name.clone());
+            if let Some(keys) = ns.hpas_by_target.get_mut(&target) {
+                if let Ok(at) = keys.binary_search(&key) {
+                    keys.remove(at);
                 }
-                if names.is_empty() {
-                    ns.hpas_by_target.remove(&key);
+                if keys.is_empty() {
+                    ns.hpas_by_target.remove(&target);
                 }
             }
         }
@@ -255,6 +274,50 @@ impl Index {
     pub fn remove_pvc(&mut self, namespace: &str, name: &str) {
         if let Some(ns) = self.namespaces.get_mut(namespace) {
             ns.pvcs.remove(name);
+        }
+    }
+
+    pub fn upsert_service(&mut self, info: impl Into<Arc<ServiceInfo>>) {
+        let info = info.into();
+        let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
+        ns.services.insert(info.id.name.clone(), info);
+    }
+
+    pub fn remove_service(&mut self, namespace: &str, name: &str) {
+        if let Some(ns) = self.namespaces.get_mut(namespace) {
+            ns.services.remove(name);
+        }
+    }
+
+    /// Adds (or replaces) a webhook configuration (its `id.kind` says which of the two).
+    pub fn upsert_webhook_config(&mut self, info: impl Into<Arc<WebhookConfigInfo>>) {
+        let info = info.into();
+        self.remove_webhook_config(info.id.kind, &info.id.name.clone());
+        let key = (info.id.kind, info.id.name.clone());
+        for (namespace, service) in info.services() {
+            let callers =
+                self.webhook_backends.entry(namespace.to_string()).or_default().entry(service.to_string()).or_default();
+            if let Err(at) = callers.binary_search(&key) {
+                callers.insert(at, key.clone());
+            }
+        }
+        self.webhook_configs.insert(key, info);
+    }
+
+    pub fn remove_webhook_config(&mut self, kind: Kind, name: &str) {
+        let key = (kind, name.to_string());
+        let Some(old) = self.webhook_configs.remove(&key) else { return };
+        for (namespace, service) in old.services() {
+            let Some(by_service) = self.webhook_backends.get_mut(namespace) else { continue };
+            if let Some(callers) = by_service.get_mut(service) {
+                callers.retain(|k| *k != key);
+                if callers.is_empty() {
+                    by_service.remove(service);
+                }
+            }
+            if by_service.is_empty() {
+                self.webhook_backends.remove(namespace);
+            }
         }
     }
 
@@ -287,11 +350,27 @@ impl Index {
                 }
             }
             Kind::PodDisruptionBudget => self.namespaces.values_mut().for_each(|ns| ns.pdbs.clear()),
-            Kind::HorizontalPodAutoscaler => self.namespaces.values_mut().for_each(|ns| {
-                ns.hpas.clear();
-                ns.hpas_by_target.clear();
-            }),
+            Kind::HorizontalPodAutoscaler | Kind::ScaledObject => {
+                let keys: Vec<(String, String)> = self
+                    .namespaces
+                    .iter()
+                    .flat_map(|(ns, index)| {
+                        index.hpas.keys().filter(|(k, _)| *k == kind).map(|(_, name)| (ns.clone(), name.clone()))
+                    })
+                    .collect();
+                for (ns, name) in keys {
+                    self.remove_autoscaler(kind, &ns, &name);
+                }
+            }
             Kind::PersistentVolumeClaim => self.namespaces.values_mut().for_each(|ns| ns.pvcs.clear()),
+            Kind::Service => self.namespaces.values_mut().for_each(|ns| ns.services.clear()),
+            Kind::ValidatingWebhookConfiguration | Kind::MutatingWebhookConfiguration => {
+                let names: Vec<String> =
+                    self.webhook_configs.keys().filter(|(k, _)| *k == kind).map(|(_, n)| n.clone()).collect();
+                for name in names {
+                    self.remove_webhook_config(kind, &name);
+                }
+            }
             Kind::Node => self.nodes.clear(),
             Kind::Namespace => self.namespace_labels.clear(),
         }
@@ -309,8 +388,14 @@ impl Index {
                 *counts.entry(*kind).or_insert(0) += 1;
             }
             *counts.entry(Kind::PodDisruptionBudget).or_insert(0) += ns.pdbs.len();
-            *counts.entry(Kind::HorizontalPodAutoscaler).or_insert(0) += ns.hpas.len();
+            for (kind, _) in ns.hpas.keys() {
+                *counts.entry(*kind).or_insert(0) += 1;
+            }
             *counts.entry(Kind::PersistentVolumeClaim).or_insert(0) += ns.pvcs.len();
+            *counts.entry(Kind::Service).or_insert(0) += ns.services.len();
+        }
+        for (kind, _) in self.webhook_configs.keys() {
+            *counts.entry(*kind).or_insert(0) += 1;
         }
         counts.insert(Kind::Node, self.nodes.len());
         counts.insert(Kind::Namespace, self.namespace_labels.len());
@@ -394,12 +479,34 @@ impl View for Index {
             .get(&(target.kind, target.name.clone()))
             .into_iter()
             .flatten()
-            .filter_map(|name| ns.hpas.get(name).cloned())
+            .filter_map(|key| ns.hpas.get(key).cloned())
             .collect()
     }
 
-    fn hpa(&self, namespace: &str, name: &str) -> Option<Arc<HpaInfo>> {
-        self.namespaces.get(namespace)?.hpas.get(name).cloned()
+    fn autoscaler(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<HpaInfo>> {
+        self.namespaces.get(namespace)?.hpas.get(&(kind, name.to_string())).cloned()
+    }
+
+    fn service(&self, namespace: &str, name: &str) -> Option<Arc<ServiceInfo>> {
+        self.namespaces.get(namespace)?.services.get(name).cloned()
+    }
+
+    fn webhook_config(&self, kind: Kind, name: &str) -> Option<Arc<WebhookConfigInfo>> {
+        self.webhook_configs.get(&(kind, name.to_string())).cloned()
+    }
+
+    fn webhooks_calling(&self, namespace: &str, service: &str) -> Vec<Arc<WebhookConfigInfo>> {
+        self.webhook_backends
+            .get(namespace)
+            .and_then(|by_service| by_service.get(service))
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.webhook_configs.get(key).cloned())
+            .collect()
+    }
+
+    fn webhook_services_in(&self, namespace: &str) -> Vec<String> {
+        self.webhook_backends.get(namespace).map(|by_service| by_service.keys().cloned().collect()).unwrap_or_default()
     }
 
     fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>> {
@@ -537,5 +644,79 @@ mod tests {
         index.remove_hpa("ns", "a");
         index.remove_hpa("ns", "z");
         assert!(names(&index).is_empty());
+    }
+
+    fn webhooks(kind: &str, name: &str, services: &[(&str, &str)]) -> Arc<WebhookConfigInfo> {
+        let hooks: String = services
+            .iter()
+            .enumerate()
+            .map(|(i, (ns, svc))| {
+                let policy = if *svc == "lenient" { "Ignore" } else { "Fail" };
+                format!("- name: h{i}\n  failurePolicy: {policy}\n  clientConfig:\n    service: {{namespace: {ns}, name: {svc}}}\n")
+            })
+            .collect();
+        let yaml = format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: {kind}\nmetadata:\n  name: {name}\nwebhooks:\n{hooks}"
+        );
+        match crate::core::testing::subject(&yaml) {
+            Subject::Webhooks(c) => Arc::new(WebhookConfigInfo::of(&c)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn webhook_backends_follow_upserts_and_removals() {
+        const V: Kind = Kind::ValidatingWebhookConfiguration;
+        const M: Kind = Kind::MutatingWebhookConfiguration;
+        let names =
+            |cs: Vec<Arc<WebhookConfigInfo>>| cs.iter().map(|c| (c.id.kind, c.id.name.clone())).collect::<Vec<_>>();
+        let mut index = Index::new();
+        index.upsert_webhook_config(webhooks(
+            "ValidatingWebhookConfiguration",
+            "kueue",
+            &[("k", "svc"), ("k", "svc"), ("k", "other")],
+        ));
+        index.upsert_webhook_config(webhooks("MutatingWebhookConfiguration", "kueue", &[("k", "svc")]));
+        index.upsert_webhook_config(webhooks("ValidatingWebhookConfiguration", "soft", &[("k", "lenient")]));
+        assert_eq!(names(index.webhooks_calling("k", "svc")), [(V, "kueue".to_string()), (M, "kueue".to_string())]);
+        assert_eq!(index.webhook_services_in("k"), ["other", "svc"], "a fail-open webhook's Service is not a backend");
+        assert!(index.webhooks_calling("k", "lenient").is_empty());
+        assert!(index.webhook_services_in("elsewhere").is_empty());
+        // A new version that calls another Service leaves nothing behind under the old one.
+        index.upsert_webhook_config(webhooks("ValidatingWebhookConfiguration", "kueue", &[("k2", "svc")]));
+        assert_eq!(names(index.webhooks_calling("k", "svc")), [(M, "kueue".to_string())]);
+        assert_eq!(index.webhook_services_in("k"), ["svc"]);
+        assert_eq!(index.webhook_services_in("k2"), ["svc"]);
+        index.remove_webhook_config(M, "kueue");
+        assert!(index.webhook_services_in("k").is_empty());
+        assert_eq!(index.counts().get(&V), Some(&2));
+        index.clear_kind(V);
+        assert!(index.webhook_services_in("k2").is_empty());
+        assert_eq!(index.counts().get(&V), None);
+        assert!(index.webhook_config(V, "soft").is_none());
+    }
+
+    #[test]
+    fn autoscalers_of_both_kinds_are_kept_and_cleared_apart() {
+        let mut index = Index::new();
+        let autoscaler = |kind: Kind, name: &str| HpaInfo {
+            id: ObjectRef::new(kind, "ns", name),
+            target: Some(ObjectRef::new(Kind::Deployment, "ns", "web")),
+            target_description: "Deployment web".into(),
+            min_replicas: 1,
+            max_replicas: 3,
+            exemptions: Exemptions::new(),
+        };
+        index.upsert_hpa(autoscaler(Kind::ScaledObject, "web"));
+        index.upsert_hpa(autoscaler(Kind::HorizontalPodAutoscaler, "web"));
+        let target = ObjectRef::new(Kind::Deployment, "ns", "web");
+        let kinds = |index: &Index| index.hpas_targeting(&target).iter().map(|h| h.id.kind).collect::<Vec<_>>();
+        assert_eq!(kinds(&index), [Kind::HorizontalPodAutoscaler, Kind::ScaledObject], "same name, both kept, sorted");
+        assert!(index.hpa("ns", "web").is_some() && index.autoscaler(Kind::ScaledObject, "ns", "web").is_some());
+        index.clear_kind(Kind::HorizontalPodAutoscaler);
+        assert_eq!(kinds(&index), [Kind::ScaledObject]);
+        assert_eq!(index.counts().get(&Kind::ScaledObject), Some(&1));
+        index.remove_autoscaler(Kind::ScaledObject, "ns", "web");
+        assert!(kinds(&index).is_empty());
     }
 }

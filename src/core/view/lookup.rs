@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use super::projection::{HpaInfo, NodeInfo, PdbInfo, PvcInfo, WorkloadInfo, spreads_over};
+use super::projection::{
+    HpaInfo, NodeInfo, PdbInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo, spreads_over,
+};
 use crate::core::model::{Exemptions, Kind, ObjectRef};
 
 /// What the engine may ask of the cluster. Every method is a lookup, never a scan of the cluster.
@@ -26,8 +28,21 @@ pub trait View: Send + Sync {
     }
     fn pdbs_in(&self, namespace: &str) -> Vec<Arc<PdbInfo>>;
     fn pdb(&self, namespace: &str, name: &str) -> Option<Arc<PdbInfo>>;
+    /// The autoscalers (HPAs and KEDA ScaledObjects) targeting `target`, sorted by id.
     fn hpas_targeting(&self, target: &ObjectRef) -> Vec<Arc<HpaInfo>>;
-    fn hpa(&self, namespace: &str, name: &str) -> Option<Arc<HpaInfo>>;
+    /// An autoscaler of `kind` (HorizontalPodAutoscaler or ScaledObject).
+    fn autoscaler(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<HpaInfo>>;
+    fn hpa(&self, namespace: &str, name: &str) -> Option<Arc<HpaInfo>> {
+        self.autoscaler(Kind::HorizontalPodAutoscaler, namespace, name)
+    }
+    fn service(&self, namespace: &str, name: &str) -> Option<Arc<ServiceInfo>>;
+    /// A Validating- or MutatingWebhookConfiguration.
+    fn webhook_config(&self, kind: Kind, name: &str) -> Option<Arc<WebhookConfigInfo>>;
+    /// The webhook configurations with a fail-closed webhook calling Service `namespace/service`,
+    /// sorted by id.
+    fn webhooks_calling(&self, namespace: &str, service: &str) -> Vec<Arc<WebhookConfigInfo>>;
+    /// Names of the Services in `namespace` that fail-closed webhooks call, sorted.
+    fn webhook_services_in(&self, namespace: &str) -> Vec<String>;
     fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>>;
     fn nodes(&self) -> Vec<Arc<NodeInfo>>;
     /// Labels of a namespace the view knows, `None` if it does not know it.
@@ -40,7 +55,13 @@ pub trait View: Send + Sync {
                 self.workload(r.kind, &r.namespace, &r.name).map(|w| w.exemptions.clone())
             }
             Kind::PodDisruptionBudget => self.pdb(&r.namespace, &r.name).map(|p| p.exemptions.clone()),
-            Kind::HorizontalPodAutoscaler => self.hpa(&r.namespace, &r.name).map(|h| h.exemptions.clone()),
+            Kind::HorizontalPodAutoscaler | Kind::ScaledObject => {
+                self.autoscaler(r.kind, &r.namespace, &r.name).map(|h| h.exemptions.clone())
+            }
+            Kind::Service => self.service(&r.namespace, &r.name).map(|s| s.exemptions.clone()),
+            Kind::ValidatingWebhookConfiguration | Kind::MutatingWebhookConfiguration => {
+                self.webhook_config(r.kind, &r.name).map(|c| c.exemptions.clone())
+            }
             Kind::PersistentVolumeClaim => self.pvc(&r.namespace, &r.name).map(|p| p.exemptions.clone()),
             Kind::Node | Kind::Namespace => None,
         }

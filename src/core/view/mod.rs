@@ -17,5 +17,7 @@ pub use bounds::{Bounds, bounds};
 pub use index::Index;
 pub use lookup::View;
 pub use overlay::Overlay;
-pub use projection::{HpaInfo, NodeInfo, PdbInfo, PvcInfo, WorkloadInfo};
+pub use projection::{
+    Backend, FailClosedWebhook, HpaInfo, NodeInfo, PdbInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo,
+};
 pub use source::{StaticSource, ViewSource};

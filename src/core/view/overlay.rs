@@ -6,7 +6,9 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::lookup::View;
-use super::projection::{HpaInfo, NodeInfo, PdbInfo, PvcInfo, WorkloadInfo, spreads_over};
+use super::projection::{
+    HpaInfo, NodeInfo, PdbInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo, spreads_over,
+};
 use crate::core::model::{Kind, ObjectRef, Subject, selector};
 
 /// The view as seen while reviewing `subject`: the subject's own projection replaces whatever the
@@ -17,16 +19,23 @@ pub struct Overlay<'a> {
     id: ObjectRef,
     workload: Option<Arc<WorkloadInfo>>,
     pdb: Option<Arc<PdbInfo>>,
+    /// An HPA or a KEDA ScaledObject.
     hpa: Option<Arc<HpaInfo>>,
+    service: Option<Arc<ServiceInfo>>,
+    webhooks: Option<Arc<WebhookConfigInfo>>,
 }
 
 impl<'a> Overlay<'a> {
     pub fn new(base: &'a dyn View, subject: &Subject) -> Self {
-        let mut overlay = Overlay { base, id: subject.id(), workload: None, pdb: None, hpa: None };
+        let mut overlay =
+            Overlay { base, id: subject.id(), workload: None, pdb: None, hpa: None, service: None, webhooks: None };
         match subject {
             Subject::Workload(w) => overlay.workload = Some(Arc::new(WorkloadInfo::of(w))),
             Subject::Pdb(p) => overlay.pdb = Some(Arc::new(PdbInfo::of(p))),
             Subject::Hpa(h) => overlay.hpa = Some(Arc::new(HpaInfo::of(h))),
+            Subject::ScaledObject(so) => overlay.hpa = Some(Arc::new(HpaInfo::of_scaled_object(so))),
+            Subject::Service(svc) => overlay.service = Some(Arc::new(ServiceInfo::of(svc))),
+            Subject::Webhooks(c) => overlay.webhooks = Some(Arc::new(WebhookConfigInfo::of(c))),
             Subject::Scale { target, replicas } => {
                 overlay.workload = base
                     .workload(target.kind, &target.namespace, &target.name)
@@ -134,11 +143,52 @@ impl View for Overlay<'_> {
         found
     }
 
-    fn hpa(&self, namespace: &str, name: &str) -> Option<Arc<HpaInfo>> {
+    fn autoscaler(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<HpaInfo>> {
         match &self.hpa {
-            Some(h) if h.id.namespace == namespace && h.id.name == name => Some(h.clone()),
-            _ => self.base.hpa(namespace, name),
+            Some(h) if h.id.kind == kind && h.id.namespace == namespace && h.id.name == name => Some(h.clone()),
+            _ => self.base.autoscaler(kind, namespace, name),
         }
+    }
+
+    fn service(&self, namespace: &str, name: &str) -> Option<Arc<ServiceInfo>> {
+        match &self.service {
+            Some(s) if s.id.namespace == namespace && s.id.name == name => Some(s.clone()),
+            _ => self.base.service(namespace, name),
+        }
+    }
+
+    fn webhook_config(&self, kind: Kind, name: &str) -> Option<Arc<WebhookConfigInfo>> {
+        match &self.webhooks {
+            Some(c) if c.id.kind == kind && c.id.name == name => Some(c.clone()),
+            _ => self.base.webhook_config(kind, name),
+        }
+    }
+
+    fn webhooks_calling(&self, namespace: &str, service: &str) -> Vec<Arc<WebhookConfigInfo>> {
+        let mut found: Vec<_> =
+            self.base.webhooks_calling(namespace, service).into_iter().filter(|c| !self.is_subject(&c.id)).collect();
+        if let Some(c) = &self.webhooks
+            && c.calls(namespace, service)
+        {
+            found.push(c.clone());
+            found.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        found
+    }
+
+    fn webhook_services_in(&self, namespace: &str) -> Vec<String> {
+        let Some(own) = &self.webhooks else { return self.base.webhook_services_in(namespace) };
+        // The base may know Services only the subject's old version called.
+        let mut found: Vec<String> = self
+            .base
+            .webhook_services_in(namespace)
+            .into_iter()
+            .filter(|s| self.base.webhooks_calling(namespace, s).iter().any(|c| c.id != own.id))
+            .collect();
+        found.extend(own.services().into_iter().filter(|(ns, _)| *ns == namespace).map(|(_, s)| s.to_string()));
+        found.sort();
+        found.dedup();
+        found
     }
 
     fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>> {

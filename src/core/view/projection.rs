@@ -5,12 +5,15 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Taint};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Service, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::core::model::arith::Budget;
+use crate::core::model::defaults::{HPA_MIN_REPLICAS, KEDA_MAX_REPLICAS, KEDA_MIN_REPLICAS};
+use crate::core::model::keda::ScaledObject;
+use crate::core::model::webhook::WebhookConfiguration;
 use crate::core::model::{
     Exemptions, Kind, ObjectRef, ReplicasSource, Workload, exemptions_of, name_of, ns_of, pod, selector,
 };
@@ -95,6 +98,10 @@ impl PdbInfo {
     }
 }
 
+/// An autoscaler: a HorizontalPodAutoscaler or a KEDA ScaledObject (`id.kind` says which). Both
+/// set a workload's floor and ceiling the same way (DESIGN.md §2), so the view keeps them alike and
+/// everything that reads a workload's autoscalers (`hpas_targeting`, [`Bounds`](super::Bounds))
+/// gets both.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HpaInfo {
     pub id: ObjectRef,
@@ -117,10 +124,153 @@ impl HpaInfo {
             id: ObjectRef::new(Kind::HorizontalPodAutoscaler, ns, name_of(&h.metadata)),
             target,
             target_description: format!("{} {}", r.kind, r.name),
-            min_replicas: spec.min_replicas.unwrap_or(crate::core::model::defaults::HPA_MIN_REPLICAS),
+            min_replicas: spec.min_replicas.unwrap_or(HPA_MIN_REPLICAS),
             max_replicas: spec.max_replicas,
             exemptions: exemptions_of(&h.metadata),
         }
+    }
+
+    /// A ScaledObject: `minReplicaCount` (unset 0) and `maxReplicaCount` (unset 100) are its
+    /// bounds; its `scaleTargetRef` defaults to an apps/v1 Deployment.
+    pub fn of_scaled_object(s: &ScaledObject) -> Self {
+        let ns = ns_of(&s.metadata);
+        let spec = s.spec.clone().unwrap_or_default();
+        let (target, target_description) = match &spec.scale_target_ref {
+            Some(r) => {
+                let kind = r.kind.as_deref().unwrap_or("Deployment");
+                let target = Kind::workload_from_ref(Some(r.api_version.as_deref().unwrap_or("apps/v1")), kind)
+                    .map(|k| ObjectRef::new(k, ns.clone(), r.name.clone()));
+                (target, format!("{kind} {}", r.name))
+            }
+            None => (None, "nothing (no scaleTargetRef)".to_string()),
+        };
+        HpaInfo {
+            id: ObjectRef::new(Kind::ScaledObject, ns, name_of(&s.metadata)),
+            target,
+            target_description,
+            min_replicas: spec.min_replica_count.unwrap_or(KEDA_MIN_REPLICAS),
+            max_replicas: spec.max_replica_count.unwrap_or(KEDA_MAX_REPLICAS),
+            exemptions: exemptions_of(&s.metadata),
+        }
+    }
+
+    /// "HPA web" or "ScaledObject web": how messages name it.
+    pub fn short_name(&self) -> String {
+        match self.id.kind {
+            Kind::HorizontalPodAutoscaler => format!("HPA {}", self.id.name),
+            kind => format!("{kind} {}", self.id.name),
+        }
+    }
+}
+
+/// A Service as `webhook-fail-closed-unavailable` reads it: whose pods it sends traffic to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServiceInfo {
+    pub id: ObjectRef,
+    /// `spec.selector` as a label selector; `None` when unset or empty (no managed endpoints:
+    /// the backends are whatever EndpointSlices someone writes, which the view does not know).
+    pub selector: Option<LabelSelector>,
+    pub exemptions: Exemptions,
+}
+
+impl ServiceInfo {
+    pub fn of(s: &Service) -> Self {
+        let selector = s
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.selector.clone())
+            .filter(|m| !m.is_empty())
+            .map(|m| LabelSelector { match_labels: Some(m), match_expressions: None });
+        ServiceInfo {
+            id: ObjectRef::new(Kind::Service, ns_of(&s.metadata), name_of(&s.metadata)),
+            selector,
+            exemptions: exemptions_of(&s.metadata),
+        }
+    }
+}
+
+/// Where a webhook sends its reviews.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Backend {
+    /// `clientConfig.service`: the pods the Service selects.
+    Service { namespace: String, name: String },
+    /// `clientConfig.url`: one endpoint.
+    Url(String),
+}
+
+/// A webhook that makes the apiserver refuse the writes it intercepts when it cannot be called.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FailClosedWebhook {
+    /// Its index in `webhooks` (for the field path).
+    pub index: usize,
+    pub name: String,
+    pub backend: Backend,
+    /// What it intercepts, rendered for messages once, here.
+    pub intercepts: String,
+    /// It has no namespaceSelector or objectSelector: it intercepts its resources everywhere.
+    pub every_namespace: bool,
+}
+
+/// A webhook configuration as the view keeps it: only its fail-closed webhooks (the others can
+/// never block a write).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WebhookConfigInfo {
+    pub id: ObjectRef,
+    pub fail_closed: Vec<FailClosedWebhook>,
+    pub exemptions: Exemptions,
+}
+
+impl WebhookConfigInfo {
+    pub fn of(c: &WebhookConfiguration) -> Self {
+        let fail_closed = c
+            .webhooks()
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.fail_closed())
+            .filter_map(|(index, w)| {
+                let cc = w.client_config.as_ref()?;
+                let backend = match (&cc.service, &cc.url) {
+                    (Some(s), _) => Backend::Service { namespace: s.namespace.clone(), name: s.name.clone() },
+                    (None, Some(url)) => Backend::Url(url.clone()),
+                    (None, None) => return None,
+                };
+                Some(FailClosedWebhook {
+                    index,
+                    name: w.name.clone(),
+                    backend,
+                    intercepts: w.intercepts(),
+                    every_namespace: w.namespace_selector.as_ref().is_none_or(selector::is_empty)
+                        && w.object_selector.as_ref().is_none_or(selector::is_empty),
+                })
+            })
+            .collect();
+        WebhookConfigInfo {
+            id: ObjectRef::new(c.kind(), "", name_of(&c.metadata)),
+            fail_closed,
+            exemptions: exemptions_of(&c.metadata),
+        }
+    }
+
+    /// Whether one of its fail-closed webhooks calls Service `namespace/name`.
+    pub fn calls(&self, namespace: &str, name: &str) -> bool {
+        self.fail_closed
+            .iter()
+            .any(|w| matches!(&w.backend, Backend::Service { namespace: n, name: s } if n == namespace && s == name))
+    }
+
+    /// The Services its fail-closed webhooks call, each once, sorted.
+    pub fn services(&self) -> Vec<(&str, &str)> {
+        let mut out: Vec<(&str, &str)> = self
+            .fail_closed
+            .iter()
+            .filter_map(|w| match &w.backend {
+                Backend::Service { namespace, name } => Some((namespace.as_str(), name.as_str())),
+                Backend::Url(_) => None,
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 }
 

@@ -292,4 +292,70 @@ mod tests {
         let request = parse(&serde_json::to_vec(&body).unwrap()).unwrap();
         assert!(request.object.is_none() && request.old_object.is_none());
     }
+
+    /// The kinds judged besides workloads, PDBs and HPAs decode from a review the general way.
+    #[test]
+    fn services_webhook_configurations_and_scaled_objects_are_subjects() {
+        let review = |group: &str,
+                      version: &str,
+                      kind: &str,
+                      resource: &str,
+                      namespace: Option<&str>,
+                      object: Value| {
+            let mut request = serde_json::json!({
+                "uid": "u-2",
+                "kind": {"group": group, "version": version, "kind": kind},
+                "resource": {"group": group, "version": version, "resource": resource},
+                "name": object["metadata"]["name"],
+                "operation": "CREATE",
+                "userInfo": {"username": "u"},
+                "object": object,
+            });
+            if let Some(ns) = namespace {
+                request["namespace"] = ns.into();
+            }
+            let body =
+                serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+            parse(&serde_json::to_vec(&body).unwrap()).unwrap()
+        };
+        let cases = [
+            review(
+                "",
+                "v1",
+                "Service",
+                "services",
+                Some("shop"),
+                serde_json::json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+            ),
+            review(
+                "admissionregistration.k8s.io",
+                "v1",
+                "ValidatingWebhookConfiguration",
+                "validatingwebhookconfigurations",
+                None,
+                serde_json::json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+                "metadata": {"name": "policy"}, "webhooks": [{"name": "w", "clientConfig": {"url": "https://x"}}]}),
+            ),
+            review(
+                "keda.sh",
+                "v1alpha1",
+                "ScaledObject",
+                "scaledobjects",
+                Some("shop"),
+                serde_json::json!({
+                "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "web"},
+                "spec": {"scaleTargetRef": {"name": "web"}, "minReplicaCount": 2}}),
+            ),
+        ];
+        let ids: Vec<ObjectRef> = cases.iter().map(|r| subject(r).unwrap().expect("a subject").id()).collect();
+        assert_eq!(
+            ids,
+            [
+                ObjectRef::new(Kind::Service, "shop", "web"),
+                ObjectRef::new(Kind::ValidatingWebhookConfiguration, "", "policy"),
+                ObjectRef::new(Kind::ScaledObject, "shop", "web"),
+            ]
+        );
+    }
 }

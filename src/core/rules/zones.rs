@@ -1,0 +1,164 @@
+//! Replicas that one zone can take down together: `spread-zone-missing`. Needs the cluster's
+//! nodes (the live view): a manifest alone does not say how many zones there are.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, PodSpec, Toleration};
+
+use super::context::{Ctx, Emitter, pod_path};
+use crate::core::catalogue::Rule;
+use crate::core::model::pod::spread_constraints;
+use crate::core::model::selector;
+use crate::core::model::{Subject, Workload};
+use crate::core::view::{NodeInfo, View, bounds};
+use crate::declare_rule;
+
+declare_rule!(pub SPREAD_ZONE_MISSING, "spread-zone-missing", Warn, "several replicas on nodes in several zones, and nothing spreads them over zones (live view)");
+
+pub static RULES: &[&Rule] = &[&SPREAD_ZONE_MISSING];
+
+/// The zone label of Node objects.
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+/// The label it replaced; a spread on it spreads over zones too (nodes carried both for years).
+const ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
+
+/// Zones named in a message before "and N more".
+const NAMED_ZONES: usize = 5;
+
+pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
+    // The pod template decides both where the pods may go and whether they are spread: the
+    // workload's own write, where the nodes are known.
+    let Subject::Workload(full) = ctx.subject else { return };
+    if !ctx.view.knows_nodes() || spread_over_zones(full) {
+        return;
+    }
+    let Some(w) = ctx.view.subject_workload() else { return };
+    let b = bounds(w, ctx.view);
+    if b.floor <= 1 {
+        return;
+    }
+    let Some(spec) = full.pod_spec() else { return };
+    let nodes = ctx.view.nodes();
+    let zones: BTreeSet<&str> =
+        nodes.iter().filter(|n| takes(n, spec)).filter_map(|n| n.labels.get(ZONE).map(String::as_str)).collect();
+    if zones.len() < 2 {
+        return;
+    }
+    let named: Vec<&str> = zones.iter().copied().take(NAMED_ZONES).collect();
+    let more = zones.len().saturating_sub(NAMED_ZONES);
+    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    let sel =
+        w.selector.as_deref().map(selector::render).unwrap_or_else(|| selector::render_labels(&w.template_labels));
+    out.emit(
+        &SPREAD_ZONE_MISSING,
+        pod_path("topologySpreadConstraints"),
+        format!(
+            "{} runs at least {} replicas and its pods can be scheduled in {} zones ({}{more}), but nothing spreads \
+             them over zones (no topologySpreadConstraint and no pod anti-affinity on {ZONE}): the scheduler may \
+             put every replica in one zone, and that zone's outage takes them all.",
+            b.describe(w),
+            b.floor,
+            zones.len(),
+            named.join(", ")
+        ),
+        format!(
+            "add a topologySpreadConstraint {{maxSkew: 1, topologyKey: {ZONE}, whenUnsatisfiable: ScheduleAnyway, \
+             labelSelector: {sel}}} to the pod template, beside the one on kubernetes.io/hostname."
+        ),
+    )
+    .related(b.hpas.iter().map(|h| h.id.clone()).collect());
+}
+
+fn is_zone_key(key: &str) -> bool {
+    key == ZONE || key == ZONE_BETA
+}
+
+/// A topology spread on the zone key (whatever its selector: the spread-selector rules judge
+/// that), or a pod anti-affinity on it against the workload's own pods (required or preferred).
+fn spread_over_zones(w: &Workload) -> bool {
+    if spread_constraints(w).iter().any(|c| is_zone_key(&c.topology_key)) {
+        return true;
+    }
+    let Some(anti) = w.pod_spec().and_then(|s| s.affinity.as_ref()).and_then(|a| a.pod_anti_affinity.as_ref()) else {
+        return false;
+    };
+    let required = anti.required_during_scheduling_ignored_during_execution.iter().flatten();
+    let preferred =
+        anti.preferred_during_scheduling_ignored_during_execution.iter().flatten().map(|p| &p.pod_affinity_term);
+    required.chain(preferred).any(|t| {
+        is_zone_key(&t.topology_key)
+            // A manifest without spec.selector (a kustomize base) cannot tell its own pods apart.
+            && (w.selector.is_none()
+                || t.label_selector.as_ref().is_some_and(|s| selector::matches(s, w.template_labels())))
+    })
+}
+
+/// Whether a pod with `spec` may be scheduled on `node`: not cordoned, its NoSchedule and
+/// NoExecute taints tolerated, its nodeSelector and required node affinity met.
+// The toleration test is the one `spread-unsatisfiable` (colocation.rs) makes; they could share it.
+fn takes(node: &NodeInfo, spec: &PodSpec) -> bool {
+    let tolerations = spec.tolerations.as_deref().unwrap_or_default();
+    !node.unschedulable
+        && node
+            .taints
+            .iter()
+            .all(|taint| tolerations.iter().any(|t| tolerates(t, &taint.key, taint.value.as_deref(), &taint.effect)))
+        && spec.node_selector.iter().flatten().all(|(k, v)| node.labels.get(k) == Some(v))
+        && required_node_affinity(node, spec)
+}
+
+fn tolerates(t: &Toleration, key: &str, value: Option<&str>, effect: &str) -> bool {
+    let exists = t.operator.as_deref() == Some("Exists");
+    let key_ok = match t.key.as_deref() {
+        None | Some("") => exists,
+        Some(k) => k == key,
+    };
+    let value_ok = exists || t.value.as_deref().unwrap_or("") == value.unwrap_or("");
+    let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == effect);
+    key_ok && value_ok && effect_ok
+}
+
+/// `requiredDuringSchedulingIgnoredDuringExecution` of the node affinity: its terms are ORed, a
+/// term's requirements ANDed; a term with no requirement matches no node (as the scheduler has it).
+fn required_node_affinity(node: &NodeInfo, spec: &PodSpec) -> bool {
+    let Some(required) = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+    else {
+        return true;
+    };
+    required.node_selector_terms.iter().any(|term| {
+        let labels = term.match_expressions.iter().flatten();
+        let fields = term.match_fields.iter().flatten();
+        let mut any = false;
+        let labels_ok = labels.into_iter().all(|r| {
+            any = true;
+            requirement(r, node.labels.get(&r.key).map(String::as_str))
+        });
+        let fields_ok = fields.into_iter().all(|r| {
+            any = true;
+            r.key == "metadata.name" && requirement(r, Some(&node.name))
+        });
+        any && labels_ok && fields_ok
+    })
+}
+
+fn requirement(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = r.values.as_deref().unwrap_or_default();
+    let number = |s: &str| s.parse::<i64>().ok();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" => matches!((value.and_then(number), values.first().and_then(|x| number(x))), (Some(v), Some(x)) if v > x),
+        "Lt" => matches!((value.and_then(number), values.first().and_then(|x| number(x))), (Some(v), Some(x)) if v < x),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+#[path = "tests/zones.rs"]
+mod tests;
