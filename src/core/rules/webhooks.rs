@@ -80,11 +80,20 @@ fn service_side(ctx: &Ctx, out: &mut Emitter) {
 /// A workload's write (or its autoscaler's, or a scale write): the webhooks whose Services select
 /// its pods.
 fn workload_side(ctx: &Ctx, out: &mut Emitter) {
+    // Nearly every namespace has no webhook backend: found out first, before the workload's bounds.
+    let namespace = match ctx.subject {
+        Subject::Scale { target, .. } => target.namespace.as_str(),
+        _ => ctx.subject.meta().and_then(|m| m.namespace.as_deref()).unwrap_or_default(),
+    };
+    let backends = ctx.view.webhook_services_in(namespace);
+    if backends.is_empty() {
+        return;
+    }
+    let subject = ctx.subject.id();
     let Some(scaled) = scaled_workload(ctx) else { return };
     let w = &scaled.workload;
     let namespace = &w.id.namespace;
-    let subject = ctx.subject.id();
-    for name in ctx.view.webhook_services_in(namespace) {
+    for name in backends {
         let Some(service) = ctx.view.service(namespace, &name) else { continue };
         if !service.selector.as_ref().is_some_and(|s| selector::matches(s, &w.template_labels)) {
             continue;
