@@ -14,7 +14,12 @@
 //!   (`review::parse` + `review::review`: decode, evaluate, decide, plan the patch, build
 //!   the response), what the handler does inside the HTTP stack;
 //! - `engine/view-size/KIND/others-N`: `rules::evaluate` with the request's namespace the same and
-//!   N objects in other namespaces (1,000 against 100,000): the cost must not follow N.
+//!   N objects in other namespaces (1,000 against 100,000): the cost must not follow N;
+//! - `engine/webhooks/...`: the same three measures for a Service UPDATE (the backend of a
+//!   fail-closed webhook) and a ValidatingWebhookConfiguration UPDATE, and `evaluate` of the four
+//!   requests above, in a view that also holds a Service per Deployment and a webhook
+//!   configuration per namespace (10,000 and 100 more); view size with 1,000 / 100,000 objects
+//!   plus 400 / 40,000 Services elsewhere.
 //!
 //! `cargo bench --bench engine` (about 1.5 minutes); `cargo bench --bench engine -- family` for one
 //! group.
@@ -37,7 +42,7 @@ use ha_guard::server::review::{self, Webhook};
 
 type Family = fn(&Ctx, &mut Emitter);
 
-const FAMILIES: [(&str, Family); 7] = [
+const FAMILIES: [(&str, Family); 9] = [
     ("spread", rules::spread::evaluate),
     ("colocation", rules::colocation::evaluate),
     ("strategy", rules::strategy::evaluate),
@@ -45,6 +50,8 @@ const FAMILIES: [(&str, Family); 7] = [
     ("pdb", rules::pdb::evaluate),
     ("hpa", rules::hpa::evaluate),
     ("termination", rules::termination::evaluate),
+    ("webhooks", rules::webhooks::evaluate),
+    ("zones", rules::zones::evaluate),
 ];
 
 fn run_family(family: Family, subject: &Subject, view: &dyn View, config: &Config) -> usize {
@@ -95,6 +102,41 @@ fn benches(c: &mut Criterion) {
     for others in [4, 400] {
         let view = fixtures::view_with_others(others);
         for case in &cases {
+            group.bench_function(BenchmarkId::new(case.name, format!("others-{}", others * 250)), |b| {
+                b.iter(|| rules::evaluate(black_box(&case.new), &view, &config))
+            });
+        }
+    }
+    group.finish();
+
+    let view = fixtures::view_with_webhooks(100);
+    let mut group = c.benchmark_group("engine/webhooks/evaluate");
+    for case in cases.iter().chain(&fixtures::webhook_subjects()) {
+        group.bench_function(case.name, |b| b.iter(|| rules::evaluate(black_box(&case.new), &view, &config)));
+    }
+    group.finish();
+    let mut group = c.benchmark_group("engine/webhooks/family");
+    for case in fixtures::webhook_subjects() {
+        group.bench_function(BenchmarkId::new("webhooks", case.name), |b| {
+            b.iter(|| run_family(rules::webhooks::evaluate, black_box(&case.new), &view, &config))
+        });
+    }
+    group.finish();
+    let mut group = c.benchmark_group("engine/webhooks/request");
+    for (name, body) in fixtures::webhook_requests() {
+        group.bench_function(BenchmarkId::new(name, "validate"), |b| {
+            b.iter(|| {
+                let req = review::parse(black_box(&body)).expect("the fixture parses");
+                review::review(&req, Webhook::Validate, &view, &config).expect("the fixture is answered")
+            })
+        });
+    }
+    group.finish();
+    drop(view);
+    let mut group = c.benchmark_group("engine/webhooks/view-size");
+    for others in [4, 400] {
+        let view = fixtures::view_with_others_and_webhooks(others);
+        for case in fixtures::webhook_subjects() {
             group.bench_function(BenchmarkId::new(case.name, format!("others-{}", others * 250)), |b| {
                 b.iter(|| rules::evaluate(black_box(&case.new), &view, &config))
             });

@@ -439,3 +439,136 @@ pub fn subjects() -> Vec<Case> {
         Case { name: "scale", new: target(SCALE_TO), old: Some(target(SCALE_FROM)), scale: true },
     ]
 }
+
+// ---------------------------------------------------------------------------------------------
+// Services and webhook configurations (webhook-fail-closed-unavailable)
+
+/// Webhooks per configuration in [`add_webhook_backends`].
+pub const WEBHOOKS_PER_CONFIG: usize = 3;
+
+/// A Service `name` in `ns` selecting the pods of Deployment `app`.
+pub fn service(ns: &str, name: &str, app: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": ns, "labels": labels(ns, app)},
+        "spec": {"selector": selector(app)["matchLabels"], "ports": [{"name": "https", "port": 443, "targetPort": 9443}]}
+    })
+}
+
+/// ValidatingWebhookConfiguration `policy-<ns>`: [`WEBHOOKS_PER_CONFIG`] fail-closed webhooks on
+/// Pods, Deployments and Jobs calling Service `ns`/`app-000` (whose Deployment runs 2 replicas
+/// kept apart with a PDB: a sound backend, so every rule runs to its end and reports nothing).
+pub fn webhooks(ns: &str) -> Value {
+    let hooks: Vec<Value> = [("", "pods"), ("apps", "deployments"), ("batch", "jobs")]
+        .iter()
+        .take(WEBHOOKS_PER_CONFIG)
+        .map(|(group, resource)| {
+            json!({
+                "name": format!("{resource}.policy.{ns}.example.com"),
+                "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": "Fail",
+                "clientConfig": {"service": {"namespace": ns, "name": "app-000", "path": "/validate"},
+                    "caBundle": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="},
+                "rules": [{"apiGroups": [group], "apiVersions": ["v1"], "resources": [resource],
+                    "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}],
+                "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                    "values": ["kube-system", ns]}]}
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": format!("policy-{ns}")},
+        "webhooks": hooks
+    })
+}
+
+/// A Service for every app of each namespace (100 a namespace) and one webhook configuration per
+/// namespace calling `app-000` there: what a cluster with its Services and a policy engine per team
+/// looks like to the view.
+pub fn add_webhook_backends<'a>(index: &mut Index, namespaces: impl IntoIterator<Item = &'a str>) {
+    for ns in namespaces {
+        for i in 0..APPS_PER_NS {
+            let app = format!("app-{i:03}");
+            insert(index, &service(ns, &app, &app));
+        }
+        insert(index, &webhooks(ns));
+    }
+}
+
+/// [`view`] with [`add_webhook_backends`] in every namespace: 10,000 Services and 100
+/// configurations more.
+pub fn view_with_webhooks(namespaces: usize) -> Index {
+    let mut index = view(namespaces);
+    let names: Vec<String> = (0..namespaces).map(ns_name).collect();
+    add_webhook_backends(&mut index, names.iter().map(String::as_str));
+    index
+}
+
+/// [`view_with_others`] with [`add_webhook_backends`] in every namespace.
+pub fn view_with_others_and_webhooks(others: usize) -> Index {
+    let mut index = view_with_others(others);
+    let names: Vec<String> =
+        std::iter::once(REQUEST_NS.to_string()).chain((0..others).map(|i| format!("other-{i:04}"))).collect();
+    add_webhook_backends(&mut index, names.iter().map(String::as_str));
+    index
+}
+
+fn service_update() -> (Value, Value) {
+    let ns = REQUEST_NS;
+    let old = with_meta(service(ns, "app-000", "app-000"), 1, "helm", "v1");
+    let mut new = old.clone();
+    new["metadata"]["labels"]["app.kubernetes.io/version"] = json!("1.4.3");
+    (new, old)
+}
+
+fn webhooks_update() -> (Value, Value) {
+    let old = with_meta(webhooks(REQUEST_NS), 1, "helm", "admissionregistration.k8s.io/v1");
+    let mut new = old.clone();
+    new["webhooks"][0]["timeoutSeconds"] = json!(5);
+    (new, old)
+}
+
+/// The request bodies of the new kinds, by name: `service` (an UPDATE of Service `app-000`, the
+/// backend of `policy-ns-042`) and `webhooks` (an UPDATE of that configuration: the apiserver does
+/// not send these to webhooks, but `check` and a direct review judge them the same way).
+pub fn webhook_requests() -> Vec<(&'static str, Vec<u8>)> {
+    let (new_svc, old_svc) = service_update();
+    let service_review = review(
+        "4d5e6f7a-8b9c-4d0e-9f1a-2b3c4d5e6f80",
+        ("", "v1", "Service"),
+        ("", "services"),
+        None,
+        "app-000",
+        "UPDATE",
+        new_svc,
+        Some(old_svc),
+        "system:serviceaccount:ci:helm",
+    );
+    let (new_hooks, old_hooks) = webhooks_update();
+    let mut hooks_review = review(
+        "5e6f7a8b-9c0d-4e1f-8a2b-3c4d5e6f7a90",
+        ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration"),
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+        None,
+        &format!("policy-{REQUEST_NS}"),
+        "UPDATE",
+        new_hooks,
+        Some(old_hooks),
+        "system:serviceaccount:ci:helm",
+    );
+    hooks_review["request"].as_object_mut().unwrap().remove("namespace");
+    [("service", service_review), ("webhooks", hooks_review)]
+        .into_iter()
+        .map(|(name, v)| (name, serde_json::to_vec(&v).unwrap()))
+        .collect()
+}
+
+/// The subjects of [`webhook_requests`].
+pub fn webhook_subjects() -> Vec<Case> {
+    let (new_svc, old_svc) = service_update();
+    let (new_hooks, old_hooks) = webhooks_update();
+    vec![
+        Case { name: "service", new: subject(&new_svc), old: Some(subject(&old_svc)), scale: false },
+        Case { name: "webhooks", new: subject(&new_hooks), old: Some(subject(&old_hooks)), scale: false },
+    ]
+}
