@@ -447,3 +447,38 @@ fn an_exemption_on_any_object_of_the_relation_counts() {
     let d = decided(&subject, &docs(&[&backend(1, ""), &service("policy-webhook", "policy")]), false, &config);
     assert_eq!(actions(&d), [(RULE, Decision::Deny)]);
 }
+
+#[test]
+fn an_exemption_on_the_configuration_in_the_view_counts_for_the_service_write() {
+    let config = edit(
+        &vwc(&[hook("h", "policy-webhook", "")]),
+        "metadata:\n  name:",
+        "metadata:\n  annotations:\n    ha-guard.io/allow-webhook-fail-closed-unavailable: \"drained by hand\"\n  name:",
+    );
+    let d =
+        decided(&service("policy-webhook", "policy"), &docs(&[&backend(1, ""), &config]), false, &Config::default());
+    assert_eq!(actions(&d), [(RULE, Decision::Allowed)], "{d:#?}");
+}
+
+/// While a configuration is under review, the Services it calls are the ones of the version
+/// written, not of the one the view holds.
+#[test]
+fn the_backends_of_a_namespace_follow_the_configuration_under_review() {
+    use crate::core::view::{Overlay, View};
+    let old = vwc(&[hook("a", "old-webhook", ""), hook("b", "kept-webhook", "")]);
+    let other = config("MutatingWebhookConfiguration", "other", &[hook("m", "old-webhook", "")]);
+    let base = view(&docs(&[&old, &other]), false);
+    assert_eq!(base.webhook_services_in("default"), ["kept-webhook", "old-webhook"]);
+    let new = subject(&vwc(&[hook("b", "kept-webhook", ""), hook("c", "new-webhook", "")]));
+    let overlay = Overlay::new(&base, &new);
+    assert_eq!(overlay.webhook_services_in("default"), ["kept-webhook", "new-webhook", "old-webhook"]);
+    let names = |cs: Vec<std::sync::Arc<crate::core::view::WebhookConfigInfo>>| {
+        cs.iter().map(|c| c.id.to_string()).collect::<Vec<_>>()
+    };
+    assert_eq!(names(overlay.webhooks_calling("default", "old-webhook")), ["MutatingWebhookConfiguration/other"]);
+    assert_eq!(names(overlay.webhooks_calling("default", "new-webhook")), ["ValidatingWebhookConfiguration/policy"]);
+    // Without the other configuration, the old Service is no backend any more.
+    let base = view(&old, false);
+    let overlay = Overlay::new(&base, &new);
+    assert_eq!(overlay.webhook_services_in("default"), ["kept-webhook", "new-webhook"]);
+}
