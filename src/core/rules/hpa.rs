@@ -1,17 +1,18 @@
 //! HorizontalPodAutoscalers the apiserver or the cluster cannot honour, or that fight the
-//! manifest: `hpa-replica-bounds`, `hpa-target-missing`, `hpa-replicas-conflict`.
+//! manifest: `hpa-replica-bounds`, `hpa-target-missing`, `hpa-replicas-conflict` (the last for
+//! KEDA ScaledObjects too: they own the count as an HPA does).
 
 use std::sync::Arc;
 
 use super::context::{Ctx, Emitter};
 use crate::core::catalogue::Rule;
-use crate::core::model::{ReplicasSource, Subject};
+use crate::core::model::{Kind, ReplicasSource, Subject};
 use crate::core::view::{HpaInfo, View, WorkloadInfo};
 use crate::declare_rule;
 
 declare_rule!(pub HPA_REPLICA_BOUNDS, "hpa-replica-bounds", Deny, "an HPA's minReplicas is above maxReplicas, or below 1");
 declare_rule!(pub HPA_TARGET_MISSING, "hpa-target-missing", Warn, "an HPA's scaleTargetRef names no workload (complete view)");
-declare_rule!(pub HPA_REPLICAS_CONFLICT, "hpa-replicas-conflict", Warn, "a workload sets spec.replicas while an HPA scales it: every apply resets the count");
+declare_rule!(pub HPA_REPLICAS_CONFLICT, "hpa-replicas-conflict", Warn, "a workload sets spec.replicas while an HPA or ScaledObject scales it: every apply resets the count");
 
 pub static RULES: &[&Rule] = &[&HPA_REPLICA_BOUNDS, &HPA_TARGET_MISSING, &HPA_REPLICAS_CONFLICT];
 
@@ -41,20 +42,31 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     }
 }
 
-/// How messages name the HPAs of a workload: "HPA web (min 2, max 10)".
+/// How messages name the autoscalers of a workload: "HPA web (min 2, max 10)", "ScaledObject web
+/// (min 0, max 100)".
 fn describe_hpas(hpas: &[Arc<HpaInfo>]) -> String {
     let each: Vec<String> =
-        hpas.iter().map(|h| format!("HPA {} (min {}, max {})", h.id.name, h.min_replicas, h.max_replicas)).collect();
+        hpas.iter().map(|h| format!("{} (min {}, max {})", h.short_name(), h.min_replicas, h.max_replicas)).collect();
     each.join(" and ")
 }
 
-const CONFLICT_FIX: &str = "remove spec.replicas from the workload's manifest (and from the chart's values) and let \
-    the HPA own the count. With client-side kubectl apply, first drop it from the last-applied configuration \
-    (kubectl apply edit-last-applied), or the apply that removes the field resets the workload to 1 replica.";
+/// What owns the count: "HPA" while only HPAs scale the workload, else "autoscaler" (a KEDA
+/// ScaledObject, and on a live cluster the HPA KEDA makes for it).
+fn owner(hpas: &[Arc<HpaInfo>]) -> &'static str {
+    if hpas.iter().all(|h| h.id.kind == Kind::HorizontalPodAutoscaler) { "HPA" } else { "autoscaler" }
+}
+
+fn conflict_fix(owner: &str) -> String {
+    format!(
+        "remove spec.replicas from the workload's manifest (and from the chart's values) and let the {owner} own \
+         the count. With client-side kubectl apply, first drop it from the last-applied configuration (kubectl \
+         apply edit-last-applied), or the apply that removes the field resets the workload to 1 replica."
+    )
+}
 
 /// `hpa-replicas-conflict`: on the workload's write (its manifest, or at admission this write,
-/// sets the count) and on the HPA's (the workload in the view has a manifest that sets it). Scale
-/// writes (the HPA controller's own) are not judged.
+/// sets the count) and on the autoscaler's (the workload in the view has a manifest that sets it).
+/// Scale writes (the HPA controller's own, and KEDA's) are not judged.
 fn replicas_conflict(ctx: &Ctx, out: &mut Emitter) {
     match ctx.subject {
         Subject::Workload(w) => {
@@ -67,28 +79,29 @@ fn replicas_conflict(ctx: &Ctx, out: &mut Emitter) {
                 return;
             }
             let by = format!("{} {}", describe_hpas(&hpas), if hpas.len() == 1 { "scales" } else { "scale" });
+            let owner = owner(&hpas);
             let what = match w.replicas_source {
                 ReplicasSource::Changed { from } => format!(
                     "this write sets spec.replicas of {id} to {} (it was {from}) while {by} it: applying a \
-                     manifest that sets replicas resets the count the HPA chose, scaling the workload down in the \
-                     middle of a peak (or up past what the load needs) until the HPA corrects it.",
+                     manifest that sets replicas resets the count the {owner} chose, scaling the workload down in \
+                     the middle of a peak (or up past what the load needs) until the {owner} corrects it.",
                     w.replicas
                 ),
                 source => {
                     let n = manifest_count(source, w.replicas);
                     format!(
                         "{id} sets spec.replicas: {n} while {by} it: every kubectl apply of this manifest resets \
-                         the count the HPA chose to {n}, scaling a workload the HPA had grown back down in the \
-                         middle of a peak."
+                         the count the {owner} chose to {n}, scaling a workload the {owner} had grown back down in \
+                         the middle of a peak."
                     )
                 }
             };
-            out.emit(&HPA_REPLICAS_CONFLICT, "spec.replicas", what, CONFLICT_FIX)
+            out.emit(&HPA_REPLICAS_CONFLICT, "spec.replicas", what, conflict_fix(owner))
                 .related(hpas.iter().map(|h| h.id.clone()).collect());
         }
-        Subject::Hpa(_) => {
+        Subject::Hpa(_) | Subject::ScaledObject(_) => {
             let id = ctx.subject.id();
-            let Some(hpa) = ctx.view.hpa(&id.namespace, &id.name) else { return };
+            let Some(hpa) = ctx.view.autoscaler(id.kind, &id.namespace, &id.name) else { return };
             let Some(target) = &hpa.target else { return };
             let Some(workload) = ctx.view.workload(target.kind, &target.namespace, &target.name) else { return };
             if !workload.replicas_source.is_set() {
@@ -98,7 +111,7 @@ fn replicas_conflict(ctx: &Ctx, out: &mut Emitter) {
                 &HPA_REPLICAS_CONFLICT,
                 "spec.scaleTargetRef",
                 conflict_from_the_hpa(&hpa, &workload),
-                CONFLICT_FIX,
+                conflict_fix(if id.kind == Kind::ScaledObject { "ScaledObject" } else { "HPA" }),
             )
             .related(vec![workload.id.clone()])
             .anchored_at(Some(workload.id.clone()));
@@ -116,10 +129,11 @@ fn manifest_count(source: ReplicasSource, replicas: i32) -> i32 {
 
 fn conflict_from_the_hpa(hpa: &HpaInfo, w: &WorkloadInfo) -> String {
     let n = manifest_count(w.replicas_source, w.replicas);
+    let this = if hpa.id.kind == Kind::ScaledObject { "ScaledObject" } else { "HPA" };
     format!(
         "{} (min {}, max {}) scales {}, whose manifest sets spec.replicas: {n}: every kubectl apply of that \
-         manifest resets the count this HPA chose to {n}, scaling a workload the HPA had grown back down in the \
-         middle of a peak.",
+         manifest resets the count this {this} chose to {n}, scaling a workload the {this} had grown back down in \
+         the middle of a peak.",
         hpa.id, hpa.min_replicas, hpa.max_replicas, w.id
     )
 }

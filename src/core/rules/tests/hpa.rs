@@ -396,6 +396,47 @@ mod replicas_conflict {
         none(&evaluate(&admitted(&stored(&web_with("replicas: 3"), "{}"), Some(9)), ""), RULE);
     }
 
+    /// A KEDA ScaledObject `web` on Deployment web (unset counts: 0 and 100).
+    fn scaled_object() -> String {
+        "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata:\n  name: web\n  namespace: default\nspec:\n  \
+         scaleTargetRef:\n    name: web\n  triggers:\n  - type: cpu\n    metadata: {value: '60'}\n"
+            .to_string()
+    }
+
+    #[test]
+    fn a_scaled_object_owns_the_count_too_from_either_side() {
+        let so = ObjectRef::new(Kind::ScaledObject, "default", "web");
+        let fs = findings(&web_with("replicas: 3"), &scaled_object(), false);
+        let f = one(&fs, RULE);
+        assert_eq!((f.path.as_str(), f.related.clone()), ("spec.replicas", vec![so.clone()]));
+        assert_mentions(
+            &f.message(),
+            &[
+                "Deployment default/web sets spec.replicas: 3 while ScaledObject web (min 0, max 100) scales it",
+                "resets the count the autoscaler chose to 3",
+                "let the autoscaler own the count",
+            ],
+        );
+        let fs = findings(&scaled_object(), &web_with("replicas: 3"), false);
+        let f = one(&fs, RULE);
+        assert_eq!((f.object.clone(), f.anchor.clone(), f.path.as_str()), (so, dep(), "spec.scaleTargetRef"));
+        assert_mentions(
+            &f.message(),
+            &[
+                "ScaledObject default/web (min 0, max 100) scales Deployment default/web",
+                "this ScaledObject chose to 3",
+            ],
+        );
+        none(&findings(&scaled_object(), &web_with(""), false), RULE);
+        // With the HPA KEDA makes for it, both are named.
+        let keda_hpa = hpa(Some(1), 100).replace("name: web\nspec", "name: keda-hpa-web\nspec");
+        let fs = findings(&web_with("replicas: 3"), &format!("{}\n---\n{keda_hpa}", scaled_object()), false);
+        assert_mentions(
+            &one(&fs, RULE).what,
+            &["while HPA keda-hpa-web (min 1, max 100) and ScaledObject web (min 0, max 100) scale it"],
+        );
+    }
+
     #[test]
     fn never_on_a_scale_write() {
         // The HPA controller's own writes go through deployments/scale.
