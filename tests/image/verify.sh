@@ -162,7 +162,7 @@ version_line=$(in_image 'image --version')
 log "ok: --version as 65532 in the image: $version_line"
 
 # The development build the test suite runs (built as for `cargo test`, so a no-op right after it).
-cargo test --quiet --no-run --test cli_version
+cargo test --quiet --no-run --test it
 host_bin="$(cargo metadata --format-version 1 --no-deps --offline | jq -r .target_directory)/debug/ha-guard"
 set +e
 image_out=$(in_image 'image check -f -' <"$sample" 2>"$tmp/check.err")
