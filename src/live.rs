@@ -9,18 +9,19 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::core::model::{Kind, defaults, name_of, ns_of};
 use crate::core::view::{HpaInfo, Index, NodeInfo, PdbInfo, PvcInfo, View, ViewSource, WorkloadInfo};
+
+mod retry;
+pub use retry::RetryPolicy;
 
 /// What one object contributes to the index, already in the `Arc` the index keeps (a relist buffers
 /// thousands of these: a pointer each, not a projection each, and no move when swapped in).
@@ -140,6 +141,8 @@ pub const KINDS: [Kind; 7] = [
 pub struct LiveSource {
     index: RwLock<Index>,
     synced: [AtomicBool; 7],
+    /// How a failing watch is retried ([`retry`]).
+    retry: RetryPolicy,
 }
 
 impl Default for LiveSource {
@@ -150,11 +153,16 @@ impl Default for LiveSource {
 
 impl LiveSource {
     pub fn new() -> Self {
+        Self::with_retry(RetryPolicy::default())
+    }
+
+    /// A live view whose watches retry as `retry` says (tests shorten the delays).
+    pub fn with_retry(retry: RetryPolicy) -> Self {
         let mut index = Index::new();
         // The cluster is the whole truth: rules asserting absence run, nodes are known.
         index.set_complete(true);
         index.set_knows_nodes(true);
-        LiveSource { index: RwLock::new(index), synced: Default::default() }
+        LiveSource { index: RwLock::new(index), synced: Default::default(), retry }
     }
 
     fn slot(kind: Kind) -> usize {
@@ -193,8 +201,8 @@ impl LiveSource {
         }
     }
 
-    /// Starts a watcher per kind, cluster-wide. They retry with backoff forever; while one is
-    /// failing, its kind keeps its last known state.
+    /// Starts a watcher per kind, cluster-wide. They retry with a growing delay forever
+    /// ([`retry`]); while one is failing, its kind keeps its last known state.
     pub fn start(self: &Arc<Self>, client: Client) {
         self.spawn::<Deployment>(client.clone());
         self.spawn::<StatefulSet>(client.clone());
@@ -209,16 +217,9 @@ impl LiveSource {
         let this = self.clone();
         tokio::spawn(async move {
             let api: Api<K> = Api::all(client);
-            let mut stream = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
+            let stream = watcher::watcher(api, watcher::Config::default());
             let mut buffer = None;
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(event) => this.apply(event, &mut buffer),
-                    Err(e) => {
-                        tracing::warn!(kind = %K::KIND, error = %e, "watch failed; serving the last known state and retrying")
-                    }
-                }
-            }
+            retry::follow(stream, K::KIND, this.retry, |event| this.apply(event, &mut buffer)).await;
         });
     }
 }

@@ -717,7 +717,7 @@ fn apiserver_restart(cp: &ControlPlane, hg: &HaGuard) {
         let failed = text
             .lines()
             .skip(log_lines)
-            .filter(|l| l.contains("watch failed; serving the last known state and retrying"))
+            .filter(|l| l.contains("watch failing; serving the last known state and retrying"))
             .count();
         if failed > 0 { Ok(()) } else { Err("no such line yet".to_string()) }
     })
