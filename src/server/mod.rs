@@ -244,7 +244,7 @@ fn record(state: &AppState, webhook: Webhook, o: &review::Outcome) {
         .requests
         .get_or_create(&RequestLabels {
             webhook: webhook.as_str(),
-            kind: o.kind.clone(),
+            kind: metrics::kind_label(&o.kind),
             operation: o.operation.clone(),
             decision: o.decision.as_str(),
             dry_run: if o.dry_run { "true" } else { "false" },
@@ -270,7 +270,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 
 async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
     for (kind, objects, synced) in state.view.stats() {
-        let labels = metrics::KindLabels { kind: kind.as_str().to_string() };
+        let labels = metrics::KindLabels { kind: kind.as_str() };
         state.metrics.cache_objects.get_or_create(&labels).set(objects as i64);
         state.metrics.cache_synced.get_or_create(&labels).set(i64::from(synced));
     }
@@ -663,20 +663,46 @@ fn tls_digest(material: &tls::Material, client_ca: Option<&tls::ClientCa>) -> [u
     hasher.finalize().into()
 }
 
+/// The bytes of the TLS files as they are now (an unreadable file by its error), hashed: what
+/// tells [`reload_tls`] that something changed, before anything is parsed.
+fn tls_files_seen(options: &ServeOptions) -> [u8; 32] {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    for path in [Some(&options.tls_cert), Some(&options.tls_key), options.client_ca.as_ref()].into_iter().flatten() {
+        match std::fs::read(path) {
+            Ok(bytes) => hasher.update(&bytes),
+            Err(e) => hasher.update(format!("\0{:?}", e.kind())),
+        }
+    }
+    hasher.finalize().into()
+}
+
+/// Polls the TLS files and loads them when they change. A change is acted on once, however long
+/// the files then stay as they are: loaded (`ha_guard_tls_reloads_total{result="success"}`), or
+/// refused with the current certificate kept (`{result="failure"}`) and one warning.
 async fn reload_tls(
     options: ServeOptions,
     config: axum_server::tls_rustls::RustlsConfig,
     mut digest: [u8; 32],
     state: Arc<AppState>,
 ) {
+    let counted = |result: &'static str| state.metrics.tls_reloads.get_or_create(&ResultLabels { result }).inc();
     let mut tick = tokio::time::interval(options.reload_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // None: the first look compares the files with what serving started with.
+    let mut seen = None;
     loop {
         tick.tick().await;
+        let now = tls_files_seen(&options);
+        if seen == Some(now) {
+            continue;
+        }
+        seen = Some(now);
         let material = match tls::read(&options.tls_cert, &options.tls_key) {
             Ok(m) => m,
             Err(e) => {
                 // A Secret update can be seen half-written; keep the current material.
+                counted("failure");
                 tracing::warn!(error = %e, "TLS files unreadable; keeping the current certificate");
                 continue;
             }
@@ -685,6 +711,7 @@ async fn reload_tls(
             Ok(ca) => ca,
             Err(e) => {
                 // Never fall back to accepting every caller: keep the CA (and certificate) in force.
+                counted("failure");
                 tracing::warn!(error = %e, "client CA unreadable; keeping the current TLS configuration");
                 continue;
             }
@@ -697,6 +724,7 @@ async fn reload_tls(
             Ok(c) => {
                 config.reload_from_config(c);
                 digest = new_digest;
+                counted("success");
                 if let Some(t) = material.not_after {
                     state.metrics.tls_not_after.set(t);
                 }
@@ -707,7 +735,10 @@ async fn reload_tls(
                     None => tracing::info!(cert = %options.tls_cert.display(), "reloaded the TLS certificate"),
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "new TLS files rejected; keeping the current certificate"),
+            Err(e) => {
+                counted("failure");
+                tracing::warn!(error = %e, "new TLS files rejected; keeping the current certificate")
+            }
         }
     }
 }
