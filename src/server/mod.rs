@@ -55,7 +55,31 @@ pub fn webhook_router(state: Arc<AppState>, request_timeout: Duration) -> Router
         .layer(CatchPanicLayer::custom(|_| {
             json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal error while answering")
         }))
+        .layer(axum::middleware::from_fn(refuse_declared_oversize))
         .with_state(state)
+}
+
+/// The Content-Length a request declares, if it declares one.
+fn declared_length(req: &axum::extract::Request) -> Option<u64> {
+    req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+}
+
+/// A request whose Content-Length is past [`MAX_BODY_BYTES`] gets 413 at once, its body unread:
+/// reading it only to refuse it would hold the connection (and its share of the body memory)
+/// until the request timeout when the client sends slowly or not at all.
+async fn refuse_declared_oversize(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    match declared_length(&req) {
+        Some(n) if n > MAX_BODY_BYTES as u64 => {
+            tracing::warn!(path = %req.uri().path(), content_length = n, "request body over the limit: refused unread");
+            json_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!(
+                    "the request declares a body of {n} bytes (Content-Length), over the limit of {MAX_BODY_BYTES} bytes"
+                ),
+            )
+        }
+        _ => next.run(req).await,
+    }
 }
 
 /// Bounds on the requests answered at once.
@@ -88,6 +112,10 @@ pub fn limited_webhook_router(state: Arc<AppState>, request_timeout: Duration, l
                     response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
                     response
                 };
+                // Refused at once by the router (413), before any slot is taken.
+                if declared_length(&req).is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+                    return next.run(req).await;
+                }
                 let Ok(permit) = requests.try_acquire_owned() else {
                     return refuse(
                         "max-concurrent-requests",
@@ -97,12 +125,9 @@ pub fn limited_webhook_router(state: Arc<AppState>, request_timeout: Duration, l
                         ),
                     );
                 };
-                // A body longer than the limit is refused (413) when read; count at most the limit.
-                let length = req
-                    .headers()
-                    .get(header::CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                    .map_or(MAX_BODY_BYTES, |n| usize::try_from(n).unwrap_or(usize::MAX).min(MAX_BODY_BYTES));
+                // Without a Content-Length, a body counts as the limit (it is refused, 413, past it).
+                let length =
+                    declared_length(&req).map_or(MAX_BODY_BYTES, |n| usize::try_from(n).unwrap_or(MAX_BODY_BYTES));
                 let kib = u32::try_from(length.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
                 let Ok(body_permit) = body_kib.try_acquire_many_owned(kib) else {
                     return refuse(
