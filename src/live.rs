@@ -217,9 +217,9 @@ impl LiveSource {
         let this = self.clone();
         tokio::spawn(async move {
             let api: Api<K> = Api::all(client);
-            let stream = watcher::watcher(api, watcher::Config::default());
+            let watch = || watcher::watcher(api.clone(), watcher::Config::default());
             let mut buffer = None;
-            retry::follow(stream, K::KIND, this.retry, |event| this.apply(event, &mut buffer)).await;
+            retry::follow(watch, K::KIND, this.retry, |event| this.apply(event, &mut buffer)).await;
         });
     }
 }

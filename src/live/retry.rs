@@ -5,7 +5,8 @@
 //! errors the delay never grows past its first step (~0.8 s), and one WARN per attempt and kind
 //! came out (252 lines in 40 s). Here the delay grows until the watch makes progress (objects
 //! listed, an event), and it starts over only once the watch has stayed healthy for a while, so a
-//! watch that lists and then fails again at once keeps backing off. The log says each change of
+//! watch that lists and then fails again at once keeps backing off. After a failure the watcher is
+//! made anew (a new list): its arrival is the recovery, seen in every kind. The log says each change of
 //! state once: failing (with the error, the attempt and the next delay), recovered (with the
 //! attempts it took); the attempts in between are at debug level.
 
@@ -124,49 +125,53 @@ impl WatchHealth {
     }
 }
 
-/// Follows a watcher's `stream` for `kind`, handing each event to `apply`, until the stream ends
-/// (it does not: a watcher retries forever). After an error it waits as `policy` says before
-/// polling again (the watcher then lists anew).
-pub async fn follow<K, E: Display>(
-    stream: impl Stream<Item = Result<Event<K>, E>>,
+/// Follows the watcher that `watch` makes for `kind`, handing each event to `apply`, forever.
+/// After an error it waits as `policy` says, then starts a new watcher, which lists anew: so a
+/// recovery is seen (the list comes in) and logged, even for a kind in which nothing happens. A
+/// watcher that only re-opened its watch would say nothing when it worked again.
+pub async fn follow<K, E: Display, S: Stream<Item = Result<Event<K>, E>>>(
+    mut watch: impl FnMut() -> S,
     kind: Kind,
     policy: RetryPolicy,
     mut apply: impl FnMut(Event<K>),
 ) {
-    let mut stream = std::pin::pin!(stream);
     let mut health = WatchHealth::new(policy);
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(event) => {
-                // `Init` only says a (re)list begins: no progress yet.
-                if !matches!(event, Event::Init)
-                    && let Some(Change::Recovered { attempts, failing_for }) = health.progressed()
-                {
-                    tracing::info!(
-                        kind = %kind,
-                        attempts,
-                        failing_for_s = failing_for.as_secs(),
-                        "watch recovered; the view of this kind is current again"
-                    );
-                }
-                apply(event);
-            }
-            Err(e) => {
-                let (retry_in, change) = health.failed();
-                let retry_in_ms = retry_in.as_millis() as u64;
-                match change {
-                    Some(Change::Failing { attempt, .. }) => tracing::warn!(
-                        kind = %kind,
-                        error = %e,
-                        attempt,
-                        retry_in_ms,
-                        "watch failing; serving the last known state and retrying with backoff"
-                    ),
-                    _ => {
-                        tracing::debug!(kind = %kind, error = %e, attempt = health.attempts(), retry_in_ms, "watch still failing")
+    loop {
+        let mut stream = std::pin::pin!(watch());
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(event) => {
+                    // `Init` only says a (re)list begins: no progress yet.
+                    if !matches!(event, Event::Init)
+                        && let Some(Change::Recovered { attempts, failing_for }) = health.progressed()
+                    {
+                        tracing::info!(
+                            kind = %kind,
+                            attempts,
+                            failing_for_s = failing_for.as_secs(),
+                            "watch recovered; the view of this kind is current again"
+                        );
                     }
+                    apply(event);
                 }
-                tokio::time::sleep(retry_in).await;
+                Err(e) => {
+                    let (retry_in, change) = health.failed();
+                    let retry_in_ms = retry_in.as_millis() as u64;
+                    match change {
+                        Some(Change::Failing { attempt, .. }) => tracing::warn!(
+                            kind = %kind,
+                            error = %e,
+                            attempt,
+                            retry_in_ms,
+                            "watch failing; serving the last known state and retrying with backoff"
+                        ),
+                        _ => {
+                            tracing::debug!(kind = %kind, error = %e, attempt = health.attempts(), retry_in_ms, "watch still failing")
+                        }
+                    }
+                    tokio::time::sleep(retry_in).await;
+                    break;
+                }
             }
         }
     }

@@ -112,6 +112,8 @@ impl Captured {
 #[derive(Clone, Default)]
 struct Fake {
     failing: Arc<AtomicBool>,
+    /// Only the watches fail (the lists work).
+    failing_watches: Arc<AtomicBool>,
     asked: Arc<Mutex<BTreeMap<String, Vec<tokio::time::Instant>>>>,
 }
 
@@ -129,7 +131,7 @@ async fn fake_apiserver(fake: Fake) -> std::net::SocketAddr {
                 fake.asked.lock().unwrap().entry(uri.path().to_string()).or_default().push(tokio::time::Instant::now());
             }
             let json = [(axum::http::header::CONTENT_TYPE, "application/json")];
-            if fake.failing.load(Ordering::SeqCst) {
+            if fake.failing.load(Ordering::SeqCst) || (watch && fake.failing_watches.load(Ordering::SeqCst)) {
                 let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcdserver: request timed out","reason":"InternalError","code":500}"#;
                 (StatusCode::INTERNAL_SERVER_ERROR, json, status).into_response()
             } else if watch {
@@ -145,10 +147,8 @@ async fn fake_apiserver(fake: Fake) -> std::net::SocketAddr {
     addr
 }
 
-/// Against an apiserver that answers 500: one WARN line per kind however long it lasts, retries
-/// spaced out more and more, then one INFO line per kind when it answers again.
-#[test]
-fn against_an_apiserver_answering_errors_one_line_per_kind_and_state_change() {
+/// Log lines written on this thread, from now until the guard is dropped.
+fn capture() -> (Captured, tracing::subscriber::DefaultGuard) {
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -156,7 +156,40 @@ fn against_an_apiserver_answering_errors_one_line_per_kind_and_state_change() {
         .with_max_level(tracing::Level::INFO)
         .with_ansi(false)
         .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    (captured, tracing::subscriber::set_default(subscriber))
+}
+
+/// Lists work, watches fail, then work again, in kinds where nothing happens (no event would
+/// tell): the recovery is seen all the same, because a failed watcher is made anew and lists.
+#[test]
+fn a_watch_that_comes_back_in_a_quiet_kind_is_seen_to_recover() {
+    let (captured, _guard) = capture();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let fake = Fake::default();
+        fake.failing_watches.store(true, Ordering::SeqCst);
+        let addr = fake_apiserver(fake.clone()).await;
+        let client = kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
+        let live = Arc::new(LiveSource::with_retry(policy(20, 200, 60_000)));
+        live.start(client);
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert!(live.synced(), "the lists worked");
+        let failing = captured.lines("watch failing").len();
+        assert!(failing >= KINDS.len(), "each kind's watch failed: {failing}");
+        fake.failing_watches.store(false, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let (failing, recovered) = (captured.lines("watch failing").len(), captured.lines("watch recovered").len());
+        assert_eq!(failing, recovered, "every failure was followed by its recovery");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(captured.lines("watch failing").len(), failing, "and stays healthy");
+    });
+}
+
+/// Against an apiserver that answers 500: one WARN line per kind however long it lasts, retries
+/// spaced out more and more, then one INFO line per kind when it answers again.
+#[test]
+fn against_an_apiserver_answering_errors_one_line_per_kind_and_state_change() {
+    let (captured, _guard) = capture();
     // One thread: every task (the watchers, the fake) logs through the subscriber set here.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
