@@ -483,6 +483,7 @@ pub async fn serve_with_listeners(
                     served.clone(),
                     tls_config.clone(),
                     ca.digest,
+                    state.metrics.tls_reloads.clone(),
                 ));
             }
             background.spawn(managed_tls::run(managed, served, state.clone(), options.reload_interval));
