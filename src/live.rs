@@ -15,14 +15,12 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource};
 use serde::Deserialize;
@@ -34,6 +32,9 @@ use crate::core::model::{Kind, defaults, name_of, ns_of};
 use crate::core::view::{
     HpaInfo, Index, NodeInfo, PdbInfo, PvcInfo, ServiceInfo, View, ViewSource, WebhookConfigInfo, WorkloadInfo,
 };
+
+mod retry;
+pub use retry::RetryPolicy;
 
 /// What one object contributes to the index, already in the `Arc` the index keeps (a relist buffers
 /// thousands of these: a pointer each, not a projection each, and no move when swapped in).
@@ -265,6 +266,8 @@ pub const KINDS: [Kind; 11] = [
 pub struct LiveSource {
     index: RwLock<Index>,
     synced: [AtomicBool; KINDS.len()],
+    /// How a failing watch is retried ([`retry`]).
+    retry: RetryPolicy,
 }
 
 impl Default for LiveSource {
@@ -275,11 +278,16 @@ impl Default for LiveSource {
 
 impl LiveSource {
     pub fn new() -> Self {
+        Self::with_retry(RetryPolicy::default())
+    }
+
+    /// A live view whose watches retry as `retry` says (tests shorten the delays).
+    pub fn with_retry(retry: RetryPolicy) -> Self {
         let mut index = Index::new();
         // The cluster is the whole truth: rules asserting absence run, nodes are known.
         index.set_complete(true);
         index.set_knows_nodes(true);
-        LiveSource { index: RwLock::new(index), synced: Default::default() }
+        LiveSource { index: RwLock::new(index), synced: Default::default(), retry }
     }
 
     fn slot(kind: Kind) -> usize {
@@ -325,8 +333,8 @@ impl LiveSource {
         self.synced[Self::slot(kind)].store(true, Ordering::SeqCst);
     }
 
-    /// Starts a watcher per kind, cluster-wide. They retry with backoff forever; while one is
-    /// failing, its kind keeps its last known state.
+    /// Starts a watcher per kind, cluster-wide. They retry with a growing delay forever
+    /// ([`retry`]); while one is failing, its kind keeps its last known state.
     pub fn start(self: &Arc<Self>, client: Client) {
         self.spawn::<Deployment>(client.clone());
         self.spawn::<StatefulSet>(client.clone());
@@ -345,30 +353,29 @@ impl LiveSource {
         let this = self.clone();
         tokio::spawn(async move {
             let api: Api<K> = Api::all(client);
-            let mut stream = watcher::watcher(api, watcher::Config::default()).default_backoff().boxed();
+            let watch = || watcher::watcher(api.clone(), watcher::Config::default());
             let mut buffer = None;
-            let mut absent = false;
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(event) => {
-                        // Every attempt to list starts with `Init`, the ones that then fail too.
-                        if !matches!(event, Event::Init) {
-                            absent = false;
-                        }
-                        this.apply(event, &mut buffer)
-                    }
-                    Err(e) if K::OPTIONAL && is_not_found(&e) => {
-                        if !absent {
-                            tracing::info!(kind = %K::KIND, "not served by the cluster (its CRD is not installed): none; checking again");
-                            this.not_served(K::KIND);
-                            absent = true;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(kind = %K::KIND, error = %e, "watch failed; serving the last known state and retrying")
-                    }
+            let absent = AtomicBool::new(false);
+            let apply = |event: Event<K>| {
+                // Every attempt to list starts with `Init`, the ones that then fail too.
+                if !matches!(event, Event::Init) {
+                    absent.store(false, Ordering::Relaxed);
                 }
-            }
+                this.apply(event, &mut buffer)
+            };
+            // A kind the cluster does not serve (its CRD is not installed) is not a failure: none
+            // of it, said once, and looked for again at the slowest retry pace.
+            let not_served = |e: &watcher::Error| {
+                if !(K::OPTIONAL && is_not_found(e)) {
+                    return false;
+                }
+                if !absent.swap(true, Ordering::Relaxed) {
+                    tracing::info!(kind = %K::KIND, "not served by the cluster (its CRD is not installed): none; checking again");
+                    this.not_served(K::KIND);
+                }
+                true
+            };
+            retry::follow(watch, K::KIND, this.retry, apply, not_served).await;
         });
     }
 }

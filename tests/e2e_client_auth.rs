@@ -107,6 +107,7 @@ fn apiserver_authenticates_to_ha_guard() {
         args: vec!["--client-ca".into(), dir.join("ca.crt").display().to_string()],
         ..Spec::new(&cp, "ha-guard")
     };
+    let fail_open = FailOpen::start(&cp);
     let hg = HaGuard::start_spec(&cp, &spec).unwrap_or_else(|e| panic!("ha-guard: {e}"));
     assert!(hg.log_tail(50).contains("client certificates required"), "{}", hg.log_tail(50));
     register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating])
@@ -123,6 +124,8 @@ fn apiserver_authenticates_to_ha_guard() {
     steps.run("5 an apiserver without the client certificate cannot reach ha-guard", || {
         apiserver_without_certificate(&hg)
     });
+    // The second apiserver's calls fail open on purpose; this one's never do.
+    steps.run("no call of the apiserver with the client certificate failed or failed open", || fail_open.finish(&cp));
     steps.finish();
 }
 

@@ -8,7 +8,10 @@
 //!   request may fail: every write expected to be admitted is, every write expected to be denied
 //!   is denied with its rule ID, and no webhook call fails open (the shipped failurePolicy is
 //!   Ignore, so a failed call would pass a write unchecked: the apiserver's own
-//!   `apiserver_admission_webhook_fail_open_count` must not move).
+//!   `apiserver_admission_webhook_fail_open_count` must not move). The apiserver reaches ha-guard
+//!   through a relay: right after the rotation the relay cuts its connections (between requests),
+//!   so the apiserver connects anew and handshakes with the rotated certificate, not only the
+//!   test's own probes.
 //! - (b) ha-guard killed with SIGKILL and started again: once `/readyz` is 200 its view holds what
 //!   was written while it was down, without waiting for anything else.
 //! - (a) kube-apiserver stopped and started again on the same port and etcd: meanwhile ha-guard
@@ -17,7 +20,8 @@
 //!
 //! They run in the order c, b, a on one control plane and one ha-guard: so (b) and (a) also show
 //! that a restarted ha-guard and a restarted apiserver (new connections, new handshakes) work
-//! with the rotated certificate and the reloaded config.
+//! with the rotated certificate and the reloaded config. Last, the apiserver's counters must show
+//! no webhook call that failed or failed open but while ha-guard was down in (b), on purpose.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -185,19 +189,27 @@ fn faults_around_a_real_apiserver() {
         args: vec!["--config".into(), config.display().to_string(), "--reload-interval".into(), "0.5".into()],
         ..Spec::new(&cp, "ha-guard")
     };
+    let mut fail_open = FailOpen::start(&cp);
     let mut hg = HaGuard::start_spec(&cp, &spec).unwrap_or_else(|e| panic!("ha-guard: {e}"));
-    register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating])
+    // The apiserver reaches ha-guard through a relay that can cut its connections: so that after
+    // the rotation it connects anew, and handshakes with the rotated certificate.
+    let mut relay = Relay::new(std::net::SocketAddr::from(([127, 0, 0, 1], hg.webhook_port)));
+    relay.open().unwrap_or_else(|e| panic!("relay: {e}"));
+    register_at(&cp, &hg, relay.port, &[Webhooks::Mutating, Webhooks::Validating])
         .unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
 
     let log = hg.log_path();
     let mut steps = Steps::new(move || format!("ha-guard log (last lines):\n{}", tail(&log, 12)));
     steps.run("c 60 s of writes with a certificate rotation and a config reload: none fails", || {
-        load(&cp, &hg, &ca, &first, &config)
+        load(&cp, &hg, &ca, &first, &config, &mut relay)
     });
-    steps.run("b ha-guard killed (SIGKILL) and restarted: ready with what it missed", || killed(&cp, &mut hg, &ca));
+    steps.run("b ha-guard killed (SIGKILL) and restarted: ready with what it missed", || {
+        killed(&cp, &mut hg, &ca, &mut fail_open)
+    });
     steps.run("a kube-apiserver restarted: ready on the last state meanwhile, watches resume", || {
-        apiserver_restart(&cp, &hg)
+        apiserver_restart(&cp, &hg, &mut fail_open)
     });
+    steps.run("no webhook call failed or failed open but while ha-guard was down on purpose", || fail_open.finish(&cp));
     steps.finish();
 }
 
@@ -240,6 +252,8 @@ struct Load {
     client: kube::Client,
     tally: Mutex<Tally>,
     gate: tokio::sync::RwLock<Phase>,
+    /// Held (read) by each request; taken (write) to cut the relay's connections between requests.
+    cut: tokio::sync::RwLock<()>,
 }
 
 fn api(client: &kube::Client, kind: &str, ns: &str) -> Api<DynamicObject> {
@@ -274,6 +288,7 @@ impl Load {
             Op::MergePatch(kind, name, _) => (format!("patch {kind} {ns}/{name}"), true),
             Op::Delete(kind, name) => (format!("delete {kind} {ns}/{name}"), false),
         };
+        let _between_cuts = self.cut.read().await;
         let started = Instant::now();
         let result: Result<(), kube::Error> = match op {
             Op::Create(o) => {
@@ -440,7 +455,7 @@ fn webhook_calls(m: &Metrics) -> WebhookCalls {
     }
 }
 
-fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path) {
+fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path, relay: &mut Relay) {
     let namespaces: Vec<String> = (0..WORKERS).map(|w| format!("load-{w}")).collect();
     for ns in &namespaces {
         hg.created("Namespace", 1, || cp.namespace(ns, &[]));
@@ -470,6 +485,7 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
         client: cp.kube_client(&rt),
         tally: Mutex::default(),
         gate: tokio::sync::RwLock::new(Phase::Warn),
+        cut: tokio::sync::RwLock::new(()),
     });
     let started = Instant::now();
     let until = started + LOAD;
@@ -485,6 +501,15 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
     let serial = poll("the rotated certificate is served", Duration::from_secs(10), Duration::from_millis(100), || {
         served_serial(hg, &ca.pem).and_then(|s| if s == SERIAL_2 { Ok(s) } else { Err(format!("serial {s:02x?}")) })
     });
+    // The apiserver keeps its connections open while they are busy: cut them (no request in
+    // flight), so that it connects anew and handshakes with the rotated certificate, which is
+    // all that new connections get (as the probe above shows).
+    let calls_at_cut = {
+        let _paused = load.cut.blocking_write();
+        relay.close();
+        relay.open().unwrap_or_else(|e| panic!("relay: {e}"));
+        webhook_calls(&cp.metrics()).calls
+    };
     report(&format!(
         "certificate rotated at {:.1?}: {}",
         rotated - started,
@@ -574,10 +599,10 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
         validated - probes as f64,
         t.not_for_mutate
     ));
-    // Informative: a rotation reaches new connections; the apiserver keeps its HTTP/2
-    // connections open while they are busy (steps b and a make it connect anew).
+    let calls_after_cut = api_after.calls - calls_at_cut;
     report(&format!(
-        "load: apiserver connections to ha-guard at the rotation {old_connections:?}, at the end {connections:?} ({} opened after the rotation)",
+        "load: relayed connections to ha-guard at the rotation {old_connections:?}, at the end {connections:?} \
+         ({} opened after the rotation, when the relay cut the old ones); {calls_after_cut} calls after the cut",
         connections.difference(&old_connections).count()
     ));
 
@@ -609,6 +634,15 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
         t.not_for_mutate
     );
     assert_eq!(handshakes_failed, 0.0, "no TLS handshake failed");
+    // The rotation reached the apiserver: every connection it had before was cut, the ones it
+    // has now were opened after the rotation (so handshook with certificate 2, the only one
+    // served to new connections), and its calls through them were answered (none failed, above).
+    assert!(!old_connections.is_empty(), "the apiserver was connected before the rotation");
+    assert!(
+        !connections.is_empty() && connections.is_disjoint(&old_connections),
+        "after the cut the apiserver connected anew: before {old_connections:?}, at the end {connections:?}"
+    );
+    assert!(calls_after_cut > 20.0, "the apiserver called ha-guard on its new connections: {calls_after_cut}");
     assert_eq!(reloads(&hg_after, "failure"), 0.0, "the config reload did not fail");
     assert_eq!(
         hg_after.get("ha_guard_tls_cert_not_after_seconds", &[]),
@@ -627,16 +661,33 @@ fn load(cp: &ControlPlane, hg: &HaGuard, ca: &Ca, first: &Serving, config: &Path
 
 // --- (b) ha-guard killed -----------------------------------------------------------------------
 
-fn killed(cp: &ControlPlane, hg: &mut HaGuard, ca: &Ca) {
-    use std::os::unix::process::ExitStatusExt;
+fn killed(cp: &ControlPlane, hg: &mut HaGuard, ca: &Ca, fail_open: &mut FailOpen) {
     let ns = "crash";
     hg.created("Namespace", 1, || cp.namespace(ns, &[]));
     // In the view before the crash, deleted while ha-guard is down.
     hg.created("PodDisruptionBudget", 1, || cp.apply(pdb(ns, "gone", "gone", json!({"minAvailable": 1}))).success());
     cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &deployment(ns, "gone", 1).to_string())
         .denied(&["pdb-blocks-eviction"]);
-    let pdbs = hg.cache_objects("PodDisruptionBudget");
 
+    // From the kill until the webhook answers again, calls fail open: on purpose.
+    fail_open.on_purpose(cp, "ha-guard killed until it answers again", || down_and_up(cp, hg, ns));
+    // The new process serves the rotated certificate (the files as they are now) ...
+    assert_eq!(
+        served_serial(hg, &ca.pem).unwrap_or_else(|e| panic!("{e}")),
+        SERIAL_2.to_vec(),
+        "the rotated certificate"
+    );
+    // The second object of the pair whose first was written while ha-guard was down.
+    cp.apply(deployment(ns, "late", 1)).denied(&["pdb-blocks-eviction"]).shows(&["PodDisruptionBudget crash/late"]);
+    cp.kubectl(&["get", "deployment", "late", "-n", ns]).failure().shows(&["NotFound"]);
+    // And the PDB deleted meanwhile no longer counts.
+    cp.apply(deployment(ns, "gone", 1)).success().no_warnings();
+}
+
+/// Kills ha-guard, writes while it is down, starts it again and waits until the apiserver calls it.
+fn down_and_up(cp: &ControlPlane, hg: &mut HaGuard, ns: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    let pdbs = hg.cache_objects("PodDisruptionBudget");
     let pid = hg.pid().expect("running");
     let status = hg.kill().expect("it was running");
     assert_eq!(status.signal(), Some(9), "killed by SIGKILL: {status:?}");
@@ -657,21 +708,10 @@ fn killed(cp: &ControlPlane, hg: &mut HaGuard, ca: &Ca) {
     let m = hg.metrics();
     assert!(m.all("ha_guard_cache_synced", &[]).iter().all(|(_, v)| *v == 1.0), "{m:?}");
     assert_eq!(hg.cache_objects("PodDisruptionBudget"), pdbs, "late in, gone out");
-    // The new process serves the rotated certificate (the files as they are now) ...
-    assert_eq!(
-        served_serial(hg, &ca.pem).unwrap_or_else(|e| panic!("{e}")),
-        SERIAL_2.to_vec(),
-        "the rotated certificate"
-    );
-    // ... and the apiserver reaches it on a new connection, so with a new handshake against the
+    // The apiserver reaches it on a new connection, so with a new handshake against the
     // unchanged caBundle (its connection to the old process is gone).
     poll("the validating webhook answers again", WAIT, Duration::from_millis(200), || validating_live(cp, CANARY_NS))
         .unwrap_or_else(|e| panic!("{e}"));
-    // The second object of the pair whose first was written while ha-guard was down.
-    cp.apply(deployment(ns, "late", 1)).denied(&["pdb-blocks-eviction"]).shows(&["PodDisruptionBudget crash/late"]);
-    cp.kubectl(&["get", "deployment", "late", "-n", ns]).failure().shows(&["NotFound"]);
-    // And the PDB deleted meanwhile no longer counts.
-    cp.apply(deployment(ns, "gone", 1)).success().no_warnings();
 }
 
 // --- (a) kube-apiserver restarted --------------------------------------------------------------
@@ -690,7 +730,7 @@ fn direct(hg: &HaGuard, ca_pem: &str, obj: &Value) -> (bool, String) {
     }
 }
 
-fn apiserver_restart(cp: &ControlPlane, hg: &HaGuard) {
+fn apiserver_restart(cp: &ControlPlane, hg: &HaGuard, fail_open: &mut FailOpen) {
     let ns = "restart";
     hg.created("Namespace", 1, || cp.namespace(ns, &[]));
     hg.created("PodDisruptionBudget", 1, || {
@@ -707,6 +747,8 @@ fn apiserver_restart(cp: &ControlPlane, hg: &HaGuard) {
     let last_state = counts(&hg.metrics());
     let log_lines = std::fs::read_to_string(hg.log_path()).unwrap_or_default().lines().count();
 
+    // Its counters start over.
+    fail_open.checkpoint(cp);
     let stopped = Instant::now();
     cp.stop_apiserver(Duration::from_secs(5)).unwrap_or_else(|e| panic!("{e}"));
     let stop_took = stopped.elapsed();
@@ -717,7 +759,7 @@ fn apiserver_restart(cp: &ControlPlane, hg: &HaGuard) {
         let failed = text
             .lines()
             .skip(log_lines)
-            .filter(|l| l.contains("watch failed; serving the last known state and retrying"))
+            .filter(|l| l.contains("watch failing; serving the last known state and retrying"))
             .count();
         if failed > 0 { Ok(()) } else { Err("no such line yet".to_string()) }
     })

@@ -53,6 +53,7 @@ fn kubectl_against_a_real_apiserver() {
     cp.namespace("ratchet", &[]);
     cp.apply(slow_prestop(deployment("ratchet", "legacy", 1))).success();
 
+    let mut fail_open = FailOpen::start(&cp);
     let mut hg = HaGuard::start(&cp).unwrap_or_else(|e| panic!("ha-guard: {e}"));
     register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating])
         .unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
@@ -70,7 +71,10 @@ fn kubectl_against_a_real_apiserver() {
     steps.run("5 ratcheting", || ratcheting(&cp));
     steps.run("6 exemptions and namespace modes", || exemptions(&cp, &hg));
     steps.run("8 fail-closed webhooks from every side", || fail_closed_webhooks_step(&cp, &hg));
-    steps.run("7 failure policy", || failure_policy(&cp, &mut hg));
+    steps.run("7 failure policy", || failure_policy(&cp, &mut hg, &mut fail_open));
+    steps.run("no webhook call failed or failed open but while ha-guard was down on purpose (7)", || {
+        fail_open.finish(&cp)
+    });
     steps.finish();
 }
 
@@ -584,7 +588,19 @@ fn exemptions(cp: &ControlPlane, hg: &HaGuard) {
 
 /// (7) With ha-guard down, writes go through unchecked (failurePolicy Ignore, as shipped); once it
 /// is back they are checked again.
-fn failure_policy(cp: &ControlPlane, hg: &mut HaGuard) {
+fn failure_policy(cp: &ControlPlane, hg: &mut HaGuard, fail_open: &mut FailOpen) {
+    fail_open.on_purpose(cp, "step 7, ha-guard stopped until it answers again", || down_and_up(cp, hg));
+    let ns = "failure";
+    cp.apply(slow_prestop(deployment(ns, "after", 1))).denied(&["prestop-exceeds-grace"]);
+    absent(cp, ns, "deployment", "after");
+    // What slipped in while it was down is now pre-existing: its image can still be updated.
+    cp.kubectl(&["set", "image", "deployment/while-down", "app=nginx:1.28", "-n", ns])
+        .success()
+        .shows(&["[prestop-exceeds-grace] (pre-existing) "]);
+}
+
+/// ha-guard stopped, a write that passes unchecked, ha-guard started again and called.
+fn down_and_up(cp: &ControlPlane, hg: &mut HaGuard) {
     let ns = "failure";
     namespace(cp, hg, ns, &[]);
     let shipped = webhook_configuration(hg, Webhooks::Validating);
@@ -607,12 +623,6 @@ fn failure_policy(cp: &ControlPlane, hg: &mut HaGuard) {
         validating_live(cp, CANARY_NS)
     })
     .unwrap_or_else(|e| panic!("{e}"));
-    cp.apply(slow_prestop(deployment(ns, "after", 1))).denied(&["prestop-exceeds-grace"]);
-    absent(cp, ns, "deployment", "after");
-    // What slipped in while it was down is now pre-existing: its image can still be updated.
-    cp.kubectl(&["set", "image", "deployment/while-down", "app=nginx:1.28", "-n", ns])
-        .success()
-        .shows(&["[prestop-exceeds-grace] (pre-existing) "]);
 }
 
 /// Deletes the webhook configurations it names when dropped, even after a failed assertion (they

@@ -153,6 +153,7 @@ fn live_view_follows_the_apiserver() {
     let mut relay = Relay::new(target);
     let relayed = relay.kubeconfig(&cp.kubeconfig(), &cp.root().join("relayed.kubeconfig"));
     let k = Kube::new(&cp);
+    let fail_open = FailOpen::start(&cp);
 
     // ha-guard starts while its apiserver is not reachable.
     let mut hg = HaGuard::spawn_with(&cp, "ha-guard", &relayed).unwrap_or_else(|e| panic!("ha-guard: {e}"));
@@ -177,6 +178,7 @@ fn live_view_follows_the_apiserver() {
     steps.run("an apiserver outage keeps the last state, then catches up", || outage(&cp, &k, &hg, &mut relay));
     steps.run("--cluster auto finds the kubeconfig; live without one fails", || cluster_modes(&cp));
     steps.run("the shipped RBAC: ready only once every kind can be watched", || shipped_rbac(&cp));
+    steps.run("no webhook call failed or failed open", || fail_open.finish(&cp));
     steps.finish();
 }
 

@@ -291,6 +291,7 @@ fn probe(rt: tokio::runtime::Runtime, client: kube::Client, ports: [u16; 2], sto
 fn managed_certificates_on_a_real_apiserver() {
     let cp = ControlPlane::start().unwrap_or_else(|e| panic!("control plane: {e}"));
     cp.nodes(&["node-a", "node-b", "node-c"]);
+    let fail_open = FailOpen::start(&cp);
     let replicas = ["replica-a", "replica-b"];
     let ports = [free_port(), free_port()];
     let balancer = Balancer::start(ports.to_vec());
@@ -390,6 +391,7 @@ fn managed_certificates_on_a_real_apiserver() {
             );
         }
     });
+    steps.run("no webhook call failed or failed open, from the install on", || fail_open.finish(&cp));
     steps.finish();
 }
 

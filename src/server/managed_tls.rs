@@ -768,21 +768,41 @@ pub fn server_config(served: Arc<ServedCert>, client_ca: Option<&ClientCa>) -> R
 }
 
 /// Polls the client CA file (`serve --client-ca`) in managed mode and swaps in a new TLS
-/// configuration when it changes; an unreadable file keeps the CA in force.
+/// configuration when it changes. A change is acted on once, however long the file then stays as
+/// it is: loaded (`reloads{result="success"}`, `ha_guard_tls_reloads_total`), or refused with the
+/// CA in force kept (`{result="failure"}`) and one warning.
 pub async fn reload_client_ca(
     path: std::path::PathBuf,
     interval: Duration,
     served: Arc<ServedCert>,
     config: axum_server::tls_rustls::RustlsConfig,
     mut digest: [u8; 32],
+    reloads: prometheus_client::metrics::family::Family<
+        super::metrics::ResultLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
 ) {
+    use sha2::Digest;
+    let counted = |result: &'static str| reloads.get_or_create(&super::metrics::ResultLabels { result }).inc();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The file's bytes (or its read error) at the last look; None: compare with what serving
+    // started with.
+    let mut seen: Option<[u8; 32]> = None;
     loop {
         tick.tick().await;
+        let now: [u8; 32] = match std::fs::read(&path) {
+            Ok(bytes) => sha2::Sha256::digest(&bytes).into(),
+            Err(e) => sha2::Sha256::digest(format!("\0{:?}", e.kind())).into(),
+        };
+        if seen == Some(now) {
+            continue;
+        }
+        seen = Some(now);
         let ca = match super::tls::read_client_ca(&path) {
             Ok(ca) => ca,
             Err(e) => {
+                counted("failure");
                 tracing::warn!(error = %e, "client CA unreadable; keeping the current TLS configuration");
                 continue;
             }
@@ -794,9 +814,13 @@ pub async fn reload_client_ca(
             Ok(c) => {
                 config.reload_from_config(c);
                 digest = ca.digest;
+                counted("success");
                 tracing::info!(client_ca = %path.display(), "reloaded the client CA");
             }
-            Err(e) => tracing::warn!(error = %e, "new client CA rejected; keeping the current one"),
+            Err(e) => {
+                counted("failure");
+                tracing::warn!(error = %e, "new client CA rejected; keeping the current one")
+            }
         }
     }
 }

@@ -1,4 +1,11 @@
-//! The metrics of DESIGN.md §5, in Prometheus text format on the probe port.
+//! The metrics of DESIGN.md §5, in Prometheus text format on the probe port, and more: overload
+//! refusals, TLS reloads, build info and the standard `process_*` metrics ([`process`]).
+//!
+//! Every label value comes from a fixed set (a request's kind outside it counts as `other`), so
+//! no caller can mint series; and the counters whose label sets are known up front start at 0,
+//! so that `increase()` sees their first event.
+
+pub mod process;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -7,10 +14,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::core::finding::Decision;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub webhook: &'static str,
-    pub kind: String,
+    /// [`kind_label`] of the request's kind.
+    pub kind: &'static str,
     pub operation: String,
     pub decision: &'static str,
     pub dry_run: &'static str,
@@ -29,8 +39,40 @@ pub struct FindingLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
-    pub kind: String,
+    pub kind: &'static str,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+    pub commit: &'static str,
+}
+
+/// The `kind` label values of `ha_guard_admission_requests_total`: the kinds the shipped webhook
+/// configurations send (a scale as `<resource>/scale`, as [`super::review`] names it). A test
+/// holds this list to the chart's webhook rules.
+pub const ADMISSION_KINDS: [&str; 8] = [
+    "Deployment",
+    "StatefulSet",
+    "PodDisruptionBudget",
+    "HorizontalPodAutoscaler",
+    "ScaledObject",
+    "Service",
+    "deployments/scale",
+    "statefulsets/scale",
+];
+
+/// The `kind` label of a request: one of [`ADMISSION_KINDS`], else `other` (whatever a caller
+/// puts in a request, the series stay bounded).
+pub fn kind_label(kind: &str) -> &'static str {
+    ADMISSION_KINDS.iter().find(|k| **k == kind).copied().unwrap_or("other")
+}
+
+/// The `reason` values of `ha_guard_rejected_total`.
+pub const REJECT_REASONS: [&str; 3] = ["max-concurrent-requests", "max-body-memory", "max-connections"];
+
+/// The `result` values of the reload counters.
+pub const RELOAD_RESULTS: [&str; 2] = ["success", "failure"];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -65,6 +107,9 @@ pub struct Metrics {
     pub cache_objects: Family<KindLabels, Gauge>,
     pub cache_synced: Family<KindLabels, Gauge>,
     pub config_reloads: Family<ResultLabels, Counter>,
+    /// Reloads of the TLS files (serving pair, client CA) after they changed: `success`, or
+    /// `failure` when the new files were refused and the previous ones kept.
+    pub tls_reloads: Family<ResultLabels, Counter>,
     pub tls_not_after: Gauge,
     /// notAfter of the CA that signed the serving certificate (`--tls-mode managed`; no sample
     /// in files mode, where the CA is not known).
@@ -77,6 +122,8 @@ pub struct Metrics {
     /// TLS handshakes that failed or timed out (a caller without an accepted client certificate
     /// included).
     pub tls_handshake_failures: Counter,
+    /// `ha_guard_build_info{version,commit} 1`.
+    pub build_info: Family<BuildLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -135,6 +182,36 @@ impl Metrics {
             "TLS handshakes that failed or timed out (a refused client certificate included)",
             tls_handshake_failures.clone(),
         );
+        let tls_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "ha_guard_tls_reloads",
+            "Reloads of changed TLS files (serving certificate and key, client CA), by result",
+            tls_reloads.clone(),
+        );
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        registry.register("ha_guard_build_info", "The version and commit ha-guard was built from", build_info.clone());
+        build_info
+            .get_or_create(&BuildLabels { version: crate::build_info::VERSION, commit: crate::build_info::COMMIT })
+            .set(1);
+        registry.register_collector(Box::new(process::ProcessCollector));
+
+        // Start at 0 what has a known, small label set. Not `ha_guard_admission_requests_total`:
+        // its five labels make hundreds of combinations, most of which never occur.
+        for webhook in ["validate", "mutate"] {
+            let _ = duration.get_or_create(&WebhookLabels { webhook });
+        }
+        for rule in crate::core::registry::rules() {
+            for action in [Decision::Deny, Decision::Warn, Decision::Allowed] {
+                let _ = findings.get_or_create(&FindingLabels { rule: rule.id, action: action.as_str() });
+            }
+        }
+        for result in RELOAD_RESULTS {
+            let _ = config_reloads.get_or_create(&ResultLabels { result });
+            let _ = tls_reloads.get_or_create(&ResultLabels { result });
+        }
+        for reason in REJECT_REASONS {
+            let _ = rejected.get_or_create(&ReasonLabels { reason });
+        }
         Metrics {
             registry,
             requests,
@@ -143,11 +220,13 @@ impl Metrics {
             cache_objects,
             cache_synced,
             config_reloads,
+            tls_reloads,
             tls_not_after,
             tls_ca_not_after,
             in_flight,
             rejected,
             tls_handshake_failures,
+            build_info,
         }
     }
 
@@ -155,5 +234,128 @@ impl Metrics {
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(text: &str, line_start: &str) -> Option<f64> {
+        text.lines().find_map(|l| l.strip_prefix(line_start)).map(|v| v.trim().parse().unwrap())
+    }
+
+    #[test]
+    fn a_requests_kind_outside_the_known_ones_is_other() {
+        for kind in ADMISSION_KINDS {
+            assert_eq!(kind_label(kind), kind);
+        }
+        for made_up in ["", "Pod", "deployment", "Deployment ", "x/scale", "{\"a\":1}"] {
+            assert_eq!(kind_label(made_up), "other", "{made_up:?}");
+        }
+    }
+
+    /// Every resource the shipped webhook configurations send has a kind label of its own: a
+    /// resource added to the chart's rules without a label here would be counted as `other`.
+    #[test]
+    fn the_known_kinds_are_those_the_shipped_webhooks_send() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/ha-guard.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+        let mut sent = std::collections::BTreeSet::new();
+        for doc in docs.iter().filter(|d| d["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration"))) {
+            for hook in doc["webhooks"].as_array().unwrap() {
+                for rule in hook["rules"].as_array().unwrap() {
+                    for resource in rule["resources"].as_array().unwrap() {
+                        let resource = resource.as_str().unwrap();
+                        let label = match resource {
+                            "deployments" => "Deployment",
+                            "statefulsets" => "StatefulSet",
+                            "poddisruptionbudgets" => "PodDisruptionBudget",
+                            "horizontalpodautoscalers" => "HorizontalPodAutoscaler",
+                            "scaledobjects" => "ScaledObject",
+                            "services" => "Service",
+                            scale if scale.ends_with("/scale") => scale,
+                            other => panic!("{}: the webhooks send {other}: give it a kind label", path.display()),
+                        };
+                        sent.insert(label.to_string());
+                    }
+                }
+            }
+        }
+        let known: std::collections::BTreeSet<String> = ADMISSION_KINDS.iter().map(|k| k.to_string()).collect();
+        assert_eq!(sent, known);
+    }
+
+    #[test]
+    fn counters_with_known_labels_start_at_zero() {
+        let text = Metrics::new().encode();
+        for reason in REJECT_REASONS {
+            assert_eq!(sample(&text, &format!("ha_guard_rejected_total{{reason=\"{reason}\"}} ")), Some(0.0), "{text}");
+        }
+        for result in RELOAD_RESULTS {
+            for name in ["ha_guard_config_reloads_total", "ha_guard_tls_reloads_total"] {
+                assert_eq!(sample(&text, &format!("{name}{{result=\"{result}\"}} ")), Some(0.0), "{name} {result}");
+            }
+        }
+        let rules: Vec<_> = crate::core::registry::rules().collect();
+        assert!(rules.len() > 10);
+        for rule in rules {
+            for action in ["deny", "warn", "allowed"] {
+                let line = format!("ha_guard_findings_total{{rule=\"{}\",action=\"{action}\"}} ", rule.id);
+                assert_eq!(sample(&text, &line), Some(0.0), "{line}");
+            }
+        }
+        for webhook in ["validate", "mutate"] {
+            assert_eq!(
+                sample(&text, &format!("ha_guard_admission_duration_seconds_count{{webhook=\"{webhook}\"}} ")),
+                Some(0.0)
+            );
+        }
+        assert_eq!(sample(&text, "ha_guard_tls_handshake_failures_total "), Some(0.0));
+    }
+
+    #[test]
+    fn build_info_names_the_version_and_commit() {
+        let text = Metrics::new().encode();
+        let line = format!(
+            "ha_guard_build_info{{version=\"{}\",commit=\"{}\"}} ",
+            crate::build_info::VERSION,
+            crate::build_info::COMMIT
+        );
+        assert_eq!(sample(&text, &line), Some(1.0), "{text}");
+        assert!(text.contains("# TYPE ha_guard_build_info gauge"), "{text}");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn process_metrics_describe_this_process() {
+        // Some CPU time first (the counter moves in clock ticks of 10 ms).
+        let spin = std::time::Instant::now();
+        let mut x = 0u64;
+        while spin.elapsed() < std::time::Duration::from_millis(100) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let text = Metrics::new().encode();
+        let rss = sample(&text, "process_resident_memory_bytes ").expect("rss");
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let vm_rss_kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        // Read a moment apart, by two ways: within 20%.
+        assert!((rss / 1024.0 - vm_rss_kib).abs() < vm_rss_kib * 0.2, "rss {rss} B vs VmRSS {vm_rss_kib} KiB");
+        let fds = std::fs::read_dir("/proc/self/fd").unwrap().count() as f64;
+        let open = sample(&text, "process_open_fds ").expect("open fds");
+        assert!(open >= 3.0 && (open - fds).abs() <= 8.0, "{open} vs {fds}");
+        let start = sample(&text, "process_start_time_seconds ").expect("start time");
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+        assert!(start <= now + 1.0 && now - start < 3600.0, "started {start}, now {now}");
+        let cpu = sample(&text, "process_cpu_seconds_total ").expect("cpu");
+        assert!(cpu > 0.0 && cpu < (now - start + 1.0) * 64.0, "{cpu} s of CPU");
+        assert!(text.contains("# TYPE process_cpu_seconds counter"), "{text}");
+        assert!(sample(&text, "process_threads ").unwrap() >= 1.0);
+        assert!(sample(&text, "process_virtual_memory_bytes ").unwrap() >= rss);
     }
 }

@@ -55,7 +55,31 @@ pub fn webhook_router(state: Arc<AppState>, request_timeout: Duration) -> Router
         .layer(CatchPanicLayer::custom(|_| {
             json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal error while answering")
         }))
+        .layer(axum::middleware::from_fn(refuse_declared_oversize))
         .with_state(state)
+}
+
+/// The Content-Length a request declares, if it declares one.
+fn declared_length(req: &axum::extract::Request) -> Option<u64> {
+    req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+}
+
+/// A request whose Content-Length is past [`MAX_BODY_BYTES`] gets 413 at once, its body unread:
+/// reading it only to refuse it would hold the connection (and its share of the body memory)
+/// until the request timeout when the client sends slowly or not at all.
+async fn refuse_declared_oversize(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    match declared_length(&req) {
+        Some(n) if n > MAX_BODY_BYTES as u64 => {
+            tracing::warn!(path = %req.uri().path(), content_length = n, "request body over the limit: refused unread");
+            json_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &format!(
+                    "the request declares a body of {n} bytes (Content-Length), over the limit of {MAX_BODY_BYTES} bytes"
+                ),
+            )
+        }
+        _ => next.run(req).await,
+    }
 }
 
 /// Bounds on the requests answered at once.
@@ -88,6 +112,10 @@ pub fn limited_webhook_router(state: Arc<AppState>, request_timeout: Duration, l
                     response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
                     response
                 };
+                // Refused at once by the router (413), before any slot is taken.
+                if declared_length(&req).is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+                    return next.run(req).await;
+                }
                 let Ok(permit) = requests.try_acquire_owned() else {
                     return refuse(
                         "max-concurrent-requests",
@@ -97,12 +125,9 @@ pub fn limited_webhook_router(state: Arc<AppState>, request_timeout: Duration, l
                         ),
                     );
                 };
-                // A body longer than the limit is refused (413) when read; count at most the limit.
-                let length = req
-                    .headers()
-                    .get(header::CONTENT_LENGTH)
-                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-                    .map_or(MAX_BODY_BYTES, |n| usize::try_from(n).unwrap_or(usize::MAX).min(MAX_BODY_BYTES));
+                // Without a Content-Length, a body counts as the limit (it is refused, 413, past it).
+                let length =
+                    declared_length(&req).map_or(MAX_BODY_BYTES, |n| usize::try_from(n).unwrap_or(MAX_BODY_BYTES));
                 let kib = u32::try_from(length.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
                 let Ok(body_permit) = body_kib.try_acquire_many_owned(kib) else {
                     return refuse(
@@ -244,7 +269,7 @@ fn record(state: &AppState, webhook: Webhook, o: &review::Outcome) {
         .requests
         .get_or_create(&RequestLabels {
             webhook: webhook.as_str(),
-            kind: o.kind.clone(),
+            kind: metrics::kind_label(&o.kind),
             operation: o.operation.clone(),
             decision: o.decision.as_str(),
             dry_run: if o.dry_run { "true" } else { "false" },
@@ -270,7 +295,7 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 
 async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
     for (kind, objects, synced) in state.view.stats() {
-        let labels = metrics::KindLabels { kind: kind.as_str().to_string() };
+        let labels = metrics::KindLabels { kind: kind.as_str() };
         state.metrics.cache_objects.get_or_create(&labels).set(objects as i64);
         state.metrics.cache_synced.get_or_create(&labels).set(i64::from(synced));
     }
@@ -458,6 +483,7 @@ pub async fn serve_with_listeners(
                     served.clone(),
                     tls_config.clone(),
                     ca.digest,
+                    state.metrics.tls_reloads.clone(),
                 ));
             }
             background.spawn(managed_tls::run(managed, served, state.clone(), options.reload_interval));
@@ -663,20 +689,46 @@ fn tls_digest(material: &tls::Material, client_ca: Option<&tls::ClientCa>) -> [u
     hasher.finalize().into()
 }
 
+/// The bytes of the TLS files as they are now (an unreadable file by its error), hashed: what
+/// tells [`reload_tls`] that something changed, before anything is parsed.
+fn tls_files_seen(options: &ServeOptions) -> [u8; 32] {
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    for path in [Some(&options.tls_cert), Some(&options.tls_key), options.client_ca.as_ref()].into_iter().flatten() {
+        match std::fs::read(path) {
+            Ok(bytes) => hasher.update(&bytes),
+            Err(e) => hasher.update(format!("\0{:?}", e.kind())),
+        }
+    }
+    hasher.finalize().into()
+}
+
+/// Polls the TLS files and loads them when they change. A change is acted on once, however long
+/// the files then stay as they are: loaded (`ha_guard_tls_reloads_total{result="success"}`), or
+/// refused with the current certificate kept (`{result="failure"}`) and one warning.
 async fn reload_tls(
     options: ServeOptions,
     config: axum_server::tls_rustls::RustlsConfig,
     mut digest: [u8; 32],
     state: Arc<AppState>,
 ) {
+    let counted = |result: &'static str| state.metrics.tls_reloads.get_or_create(&ResultLabels { result }).inc();
     let mut tick = tokio::time::interval(options.reload_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // None: the first look compares the files with what serving started with.
+    let mut seen = None;
     loop {
         tick.tick().await;
+        let now = tls_files_seen(&options);
+        if seen == Some(now) {
+            continue;
+        }
+        seen = Some(now);
         let material = match tls::read(&options.tls_cert, &options.tls_key) {
             Ok(m) => m,
             Err(e) => {
                 // A Secret update can be seen half-written; keep the current material.
+                counted("failure");
                 tracing::warn!(error = %e, "TLS files unreadable; keeping the current certificate");
                 continue;
             }
@@ -685,6 +737,7 @@ async fn reload_tls(
             Ok(ca) => ca,
             Err(e) => {
                 // Never fall back to accepting every caller: keep the CA (and certificate) in force.
+                counted("failure");
                 tracing::warn!(error = %e, "client CA unreadable; keeping the current TLS configuration");
                 continue;
             }
@@ -697,6 +750,7 @@ async fn reload_tls(
             Ok(c) => {
                 config.reload_from_config(c);
                 digest = new_digest;
+                counted("success");
                 if let Some(t) = material.not_after {
                     state.metrics.tls_not_after.set(t);
                 }
@@ -707,7 +761,10 @@ async fn reload_tls(
                     None => tracing::info!(cert = %options.tls_cert.display(), "reloaded the TLS certificate"),
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "new TLS files rejected; keeping the current certificate"),
+            Err(e) => {
+                counted("failure");
+                tracing::warn!(error = %e, "new TLS files rejected; keeping the current certificate")
+            }
         }
     }
 }

@@ -1148,6 +1148,13 @@ fn every_file_loads_and_is_checked_without_crashing() {
     let corpus = corpus();
     let files = corpus_files(&corpus);
     assert!(files.len() >= 38, "the corpus has {} manifest files, expected at least 38: {files:?}", files.len());
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sarif-2.1.0.schema.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let sarif_schema = jsonschema::draft4::options().build(&schema).unwrap();
+    let mut sarif_results = 0;
     for f in &files {
         let path = path_in(&corpus, f);
         let loaded =
@@ -1162,9 +1169,15 @@ fn every_file_loads_and_is_checked_without_crashing() {
             let _ = check::output::text(&report, Default::default());
             let json = check::output::json(&report);
             assert!(json["findings"].is_array() && json["summary"].is_object(), "{f}: {json}");
-            let _ = check::output::sarif(&report);
+            // The SARIF of every file is valid against the SARIF 2.1.0 schema.
+            let sarif = check::output::sarif(&report);
+            let errors: Vec<String> =
+                sarif_schema.iter_errors(&sarif).map(|e| format!("{e} at {}", e.instance_path)).collect();
+            assert!(errors.is_empty(), "{f} (complete: {complete}): SARIF not valid against the schema: {errors:?}");
+            sarif_results += sarif["runs"][0]["results"].as_array().map_or(0, Vec::len);
         }
     }
+    assert!(sarif_results >= 20, "the SARIF logs held {sarif_results} results only: were the findings left out?");
     // Every file is in exactly one reviewed group: a file added to the corpus needs a review.
     let grouped: Vec<&str> = GROUPS.iter().flat_map(|g| g.files.iter().copied()).collect();
     let unique: BTreeSet<&str> = grouped.iter().copied().collect();

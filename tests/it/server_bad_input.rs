@@ -89,6 +89,44 @@ async fn a_body_at_the_limit_is_read() {
     server.still_serving().await;
 }
 
+/// A request that declares a body past the limit is answered 413 at once, before any of its body
+/// is sent: not after the request timeout (408), which is what reading it first would take with a
+/// client that sends slowly or not at all. The body memory it would have claimed is not taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_oversize_body_gets_413_before_it_is_read() {
+    let server = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), Config::default(), |o| {
+        o.request_timeout = Duration::from_secs(60);
+    })
+    .await;
+    for (path, declared) in [("/validate", MAX_BODY_BYTES + 1), ("/mutate", 1 << 40)] {
+        let (addr, ca) = (server.addr, server.ca_pem.clone());
+        let started = std::time::Instant::now();
+        let answered = tokio::task::spawn_blocking(move || {
+            let mut stream = tls_connect(addr, &ca);
+            write_head(&mut stream, path, declared)?;
+            stream.write_all(b"{")?;
+            stream.flush()?;
+            read_response(&mut stream)
+        });
+        let response = tokio::time::timeout(Duration::from_secs(10), answered)
+            .await
+            .expect("answered within 10 s, not after the 60 s request timeout")
+            .unwrap()
+            .expect("a response");
+        assert_eq!(response.status, 413, "{path}: {response:?}");
+        assert!(
+            response.body.contains(&format!("declares a body of {declared} bytes"))
+                && response.body.contains("over the limit of 8388608 bytes"),
+            "{}",
+            response.body
+        );
+        assert!(started.elapsed() < Duration::from_secs(5), "{path}: answered after {:?}", started.elapsed());
+    }
+    let (_, metrics) = server.get_probe("/metrics").await;
+    assert!(metrics.contains("ha_guard_requests_in_flight 0"), "{metrics}");
+    server.still_serving().await;
+}
+
 #[tokio::test]
 async fn wrong_method_and_path() {
     let server = Server::start().await;

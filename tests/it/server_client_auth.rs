@@ -332,7 +332,10 @@ async fn rotating_the_client_ca_takes_effect_without_restart() {
 
     // A file that is not a CA (a Secret seen half-written, a bad edit): B stays in force.
     replace("not a certificate\n");
-    tokio::time::sleep(Duration::from_millis(500)).await; // five reload intervals
+    eventually(Duration::from_secs(15), "the broken CA file is refused (and counted)", async || {
+        server.get_probe("/metrics").await.1.contains(r#"ha_guard_tls_reloads_total{result="failure"} 1"#)
+    })
+    .await;
     assert_eq!(call(&server, Some(&client_id(&b))).await.expect("B is still answered"), 200);
     assert_refused(&server, None, "no certificate, with a broken CA file").await;
     assert_refused(&server, Some(&client_id(&a)), "A, with a broken CA file").await;

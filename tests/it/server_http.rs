@@ -403,6 +403,43 @@ async fn probes_and_metrics() {
     server.stop().await;
 }
 
+/// The request's kind is the caller's to choose: kinds the webhooks are not registered for are
+/// counted as `other`, so a caller that reaches the port cannot mint series. The counters whose
+/// label sets are known are there before their first event, with the build info and the process
+/// metrics.
+#[tokio::test]
+async fn made_up_kinds_are_counted_as_other_and_counters_start_at_zero() {
+    let server = Server::start().await;
+    let (_, before) = server.get_probe("/metrics").await;
+    for needle in [
+        r#"ha_guard_rejected_total{reason="max-connections"} 0"#,
+        r#"ha_guard_config_reloads_total{result="failure"} 0"#,
+        r#"ha_guard_tls_reloads_total{result="failure"} 0"#,
+        r#"ha_guard_findings_total{rule="pdb-blocks-eviction",action="deny"} 0"#,
+        "ha_guard_build_info{version=\"",
+        "process_resident_memory_bytes ",
+        "process_cpu_seconds_total ",
+        "process_open_fds ",
+        "process_start_time_seconds ",
+    ] {
+        assert!(before.contains(needle), "missing {needle}\n{before}");
+    }
+    for i in 0..20 {
+        let mut review = fixture("deployment-spread-ok.json");
+        review["request"]["kind"]["kind"] = Value::String(format!("MadeUp{i}"));
+        server.review("/validate", &review).await;
+    }
+    let (_, metrics) = server.get_probe("/metrics").await;
+    assert!(!metrics.contains("MadeUp"), "{metrics}");
+    let other: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("ha_guard_admission_requests_total{") && l.contains(r#"kind="other""#))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(other, 20.0, "{metrics}");
+    server.stop().await;
+}
+
 /// A view source whose first lookup panics, as a bug in the engine would.
 struct PanicsOnce {
     inner: Index,
@@ -462,6 +499,13 @@ async fn config_reload() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, "ratchet: true\n").unwrap();
+    // Each new version is written beside and renamed into place: written in place, the 100 ms
+    // reloader could read it half-written (and count a failure that is not the test's).
+    let replace = |text: &str| {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    };
     let config = ha_guard::config_file::load(&path).unwrap();
     let server = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |o| {
         o.config = Some(path.clone());
@@ -471,7 +515,7 @@ async fn config_reload() {
     let name = "deployment-spread-no-selector.json";
     assert_decision(&server.respond("/validate", name).await, &["spread-selector-missing"], &["replicas-colocated"]);
 
-    std::fs::write(&path, "rules: {spread-selector-missing: warn, replicas-colocated: off}\n").unwrap();
+    replace("rules: {spread-selector-missing: warn, replicas-colocated: off}\n");
     let start = std::time::Instant::now();
     while server.respond("/validate", name).await["allowed"] != true {
         assert!(start.elapsed() < std::time::Duration::from_secs(10), "the new config is not picked up");
@@ -481,7 +525,7 @@ async fn config_reload() {
     let metrics = server.get_probe("/metrics").await.1;
     assert!(metrics.contains(r#"ha_guard_config_reloads_total{result="success"} 1"#), "{metrics}");
 
-    std::fs::write(&path, "rules: {no-such-rule: deny}\n").unwrap();
+    replace("rules: {no-such-rule: deny}\n");
     let start = std::time::Instant::now();
     while !server.get_probe("/metrics").await.1.contains(r#"ha_guard_config_reloads_total{result="failure"} 1"#) {
         assert!(start.elapsed() < std::time::Duration::from_secs(10), "the bad config is not noticed");

@@ -113,9 +113,11 @@ async fn rotate_under_load(swap: Swap) {
         Swap::RenameEach => {
             std::fs::write(dir.join("tls.crt.tmp"), &b.cert_pem).unwrap();
             std::fs::rename(dir.join("tls.crt.tmp"), dir.join("tls.crt")).unwrap();
-            // Certificate B beside key A, for longer than a reload interval: the pair is refused
-            // and A is still served.
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            // Certificate B beside key A: the pair is refused (and counted), and A is still served.
+            eventually(Duration::from_secs(15), "the mismatched pair is refused", async || {
+                server.get_probe("/metrics").await.1.contains(r#"ha_guard_tls_reloads_total{result="failure"} 1"#)
+            })
+            .await;
             assert!(accepted_by(&a.ca_pem, &server).await.is_ok(), "A is kept while the pair does not match");
             std::fs::write(dir.join("tls.key.tmp"), &b.key_pem).unwrap();
             std::fs::rename(dir.join("tls.key.tmp"), dir.join("tls.key")).unwrap();
@@ -139,6 +141,8 @@ async fn rotate_under_load(swap: Swap) {
     .await;
     stop.store(true, Ordering::SeqCst);
     looping.await.unwrap();
+    let metrics = server.get_probe("/metrics").await.1;
+    assert!(metrics.contains(r#"ha_guard_tls_reloads_total{result="success"} 1"#), "{metrics}");
     let err = accepted_by(&a.ca_pem, &server).await.expect_err("certificate A is no longer served");
     assert!(err.to_lowercase().contains("certificate") || err.contains("UnknownIssuer"), "{err}");
 

@@ -1127,6 +1127,12 @@ pub fn shipped_manifests() -> Vec<Value> {
 /// namespaceSelector, matchConditions, ...) pointed at `hg`: each `clientConfig.service` becomes
 /// `url: https://127.0.0.1:PORT<service.path>` with `caBundle` set to ha-guard's CA.
 pub fn webhook_configurations(hg: &HaGuard) -> Vec<Value> {
+    webhook_configurations_at(hg, hg.webhook_port)
+}
+
+/// [`webhook_configurations`] with the calls sent to `port` (a relay or balancer in front of
+/// ha-guard) instead of ha-guard's own.
+pub fn webhook_configurations_at(hg: &HaGuard, port: u16) -> Vec<Value> {
     let path = repo().join(SHIPPED);
     let mut docs: Vec<Value> = shipped_manifests()
         .into_iter()
@@ -1144,7 +1150,8 @@ pub fn webhook_configurations(hg: &HaGuard) -> Vec<Value> {
                     panic!("{}: webhook {} has no clientConfig.service.path", path.display(), hook["name"])
                 })
                 .to_string();
-            hook["clientConfig"] = json!({"url": hg.url(&service_path), "caBundle": hg.ca_bundle()});
+            let url = format!("https://127.0.0.1:{port}{service_path}");
+            hook["clientConfig"] = json!({"url": url, "caBundle": hg.ca_bundle()});
         }
     }
     docs
@@ -1198,11 +1205,18 @@ pub const CANARY_NS: &str = "e2e-canary";
 /// Registers `which` of the shipped webhook configurations for `hg`, then waits until the
 /// apiserver calls it (its configuration informer picks new configurations up asynchronously).
 pub fn register(cp: &ControlPlane, hg: &HaGuard, which: &[Webhooks]) -> Result<(), String> {
+    register_at(cp, hg, hg.webhook_port, which)
+}
+
+/// [`register`] with the calls sent to `port` (a relay or balancer in front of `hg`).
+pub fn register_at(cp: &ControlPlane, hg: &HaGuard, port: u16, which: &[Webhooks]) -> Result<(), String> {
     if cp.kubectl(&["get", "namespace", CANARY_NS]).code != 0 {
         cp.namespace(CANARY_NS, &[]);
     }
+    let configurations = webhook_configurations_at(hg, port);
     for w in which {
-        let out = cp.kubectl_in(&["apply", "-f", "-"], &webhook_configuration(hg, *w).to_string());
+        let doc = configurations.iter().find(|d| d["kind"] == w.kind()).expect("both configurations");
+        let out = cp.kubectl_in(&["apply", "-f", "-"], &doc.to_string());
         if !out.ok() {
             return Err(format!("registering the {}: {}", w.kind(), out.output()));
         }
@@ -1776,4 +1790,134 @@ pub fn admission_review(obj: &Value) -> Value {
             "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
         }
     })
+}
+
+// --- the apiserver's count of its calls to ha-guard -------------------------------------------
+
+/// The apiserver's counts of its calls to ha-guard's webhooks (those named `*.ha-guard.io`), from
+/// its `/metrics`. With the shipped `failurePolicy: Ignore`, a write that ha-guard should have
+/// checked also passes when the call failed or timed out: a test that only sees "admitted" cannot
+/// tell, these counters can.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ApiserverCalls {
+    /// All calls.
+    pub calls: f64,
+    /// Answered with a denial.
+    pub rejected: f64,
+    /// Neither allowed (HTTP 200) nor a denial: calls that failed.
+    pub failed: f64,
+    /// Failed and let through (`apiserver_admission_webhook_fail_open_count`).
+    pub fail_open: f64,
+    /// `apiserver_admission_webhook_rejection_count` for an error rather than a denial
+    /// (`error_type` other than `no_error`).
+    pub rejected_for_errors: f64,
+}
+
+impl ApiserverCalls {
+    pub fn of(m: &Metrics) -> ApiserverCalls {
+        let ours = |l: &BTreeMap<String, String>| l.get("name").is_some_and(|n| n.ends_with(".ha-guard.io"));
+        let is = |l: &BTreeMap<String, String>, k: &str, v: &str| l.get(k).map(String::as_str) == Some(v);
+        let sum = |name: &str, f: &dyn Fn(&BTreeMap<String, String>) -> bool| -> f64 {
+            m.all(name, &[]).iter().filter(|(l, _)| ours(l) && f(l)).map(|(_, v)| v).sum()
+        };
+        ApiserverCalls {
+            calls: sum("apiserver_admission_webhook_request_total", &|_| true),
+            rejected: sum("apiserver_admission_webhook_request_total", &|l| is(l, "rejected", "true")),
+            failed: sum("apiserver_admission_webhook_request_total", &|l| {
+                !is(l, "rejected", "true") && !is(l, "code", "200")
+            }),
+            fail_open: sum("apiserver_admission_webhook_fail_open_count", &|_| true),
+            rejected_for_errors: sum("apiserver_admission_webhook_rejection_count", &|l| {
+                !is(l, "error_type", "no_error")
+            }),
+        }
+    }
+
+    fn zip(self, o: ApiserverCalls, f: impl Fn(f64, f64) -> f64) -> ApiserverCalls {
+        ApiserverCalls {
+            calls: f(self.calls, o.calls),
+            rejected: f(self.rejected, o.rejected),
+            failed: f(self.failed, o.failed),
+            fail_open: f(self.fail_open, o.fail_open),
+            rejected_for_errors: f(self.rejected_for_errors, o.rejected_for_errors),
+        }
+    }
+
+    pub fn minus(self, o: ApiserverCalls) -> ApiserverCalls {
+        self.zip(o, |a, b| a - b)
+    }
+
+    pub fn plus(self, o: ApiserverCalls) -> ApiserverCalls {
+        self.zip(o, |a, b| a + b)
+    }
+
+    /// Calls that failed, failed open or were refused for an error.
+    pub fn went_wrong(&self) -> f64 {
+        self.failed + self.fail_open + self.rejected_for_errors
+    }
+}
+
+/// Follows [`ApiserverCalls`] over a whole test. The steps that make calls fail on purpose (ha-guard
+/// stopped while writes go on) run inside [`FailOpen::on_purpose`], which sets their counts aside
+/// by name; [`FailOpen::finish`] asserts that no other call failed, failed open or was refused for
+/// an error. The apiserver's counters start over when it restarts: call [`FailOpen::checkpoint`]
+/// just before stopping it.
+pub struct FailOpen {
+    last: ApiserverCalls,
+    elsewhere: ApiserverCalls,
+    on_purpose: Vec<(String, ApiserverCalls)>,
+}
+
+impl FailOpen {
+    pub fn start(cp: &ControlPlane) -> FailOpen {
+        FailOpen { last: ApiserverCalls::of(&cp.metrics()), elsewhere: Default::default(), on_purpose: Vec::new() }
+    }
+
+    /// What the counters moved by since the last look (all of them after a restart, when a
+    /// counter went down).
+    fn advance(&mut self, cp: &ControlPlane) -> ApiserverCalls {
+        let now = ApiserverCalls::of(&cp.metrics());
+        let restarted = now.calls < self.last.calls || now.fail_open < self.last.fail_open;
+        let moved = if restarted { now } else { now.minus(self.last) };
+        self.last = now;
+        moved
+    }
+
+    /// Counts what happened since the last look as outside the on-purpose sections.
+    pub fn checkpoint(&mut self, cp: &ControlPlane) {
+        let moved = self.advance(cp);
+        self.elsewhere = self.elsewhere.plus(moved);
+    }
+
+    /// Runs `f`, whose failed calls are on purpose (`what` names them in the report).
+    pub fn on_purpose<T>(&mut self, cp: &ControlPlane, what: &str, f: impl FnOnce() -> T) -> T {
+        self.checkpoint(cp);
+        let out = f();
+        let moved = self.advance(cp);
+        self.on_purpose.push((what.to_string(), moved));
+        out
+    }
+
+    /// Asserts that no call failed, failed open or was refused for an error outside the
+    /// on-purpose sections, and prints what happened inside them.
+    #[track_caller]
+    pub fn finish(mut self, cp: &ControlPlane) {
+        self.checkpoint(cp);
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "[e2e] apiserver calls to ha-guard outside the on-purpose steps: {:?}",
+            self.elsewhere
+        );
+        for (what, calls) in &self.on_purpose {
+            let _ = writeln!(std::io::stderr().lock(), "[e2e]   on purpose, {what}: {calls:?}");
+        }
+        assert!(self.elsewhere.calls > 0.0, "the apiserver called ha-guard: {:?}", self.elsewhere);
+        assert_eq!(
+            self.elsewhere.went_wrong(),
+            0.0,
+            "webhook calls failed, failed open or were refused for an error outside the steps that do it on purpose \
+             (a write 'admitted' there may have passed unchecked): {:?}",
+            self.elsewhere
+        );
+    }
 }

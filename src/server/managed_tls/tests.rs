@@ -526,3 +526,52 @@ fn the_served_certificate_is_swapped_and_a_mismatched_pair_refused() {
     assert!(served.load(&bad).is_err());
     assert_eq!(served.serial(), Some(s.leaf.serial), "the good one stays");
 }
+
+/// The client CA file in managed mode: a broken file is refused once (counted, the CA in force
+/// kept), however long it stays; a good new one is loaded once.
+#[tokio::test]
+async fn a_client_ca_change_is_counted_once_loaded_or_refused() {
+    use super::super::metrics::ResultLabels;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("client-ca.crt");
+    let replace = |text: &str| {
+        std::fs::write(dir.path().join("tmp"), text).unwrap();
+        std::fs::rename(dir.path().join("tmp"), &path).unwrap();
+    };
+    let ca = |name: &str| crate::server::certs::generate_with_client(&[name.into()], &[], None).unwrap().ca_pem;
+    replace(&ca("a"));
+    let first = super::super::tls::read_client_ca(&path).unwrap();
+    let served = ServedCert::new();
+    let config =
+        axum_server::tls_rustls::RustlsConfig::from_config(server_config(served.clone(), Some(&first)).unwrap());
+    let reloads = prometheus_client::metrics::family::Family::<
+        ResultLabels,
+        prometheus_client::metrics::counter::Counter,
+    >::default();
+    let task = tokio::spawn(reload_client_ca(
+        path.clone(),
+        Duration::from_millis(20),
+        served,
+        config,
+        first.digest,
+        reloads.clone(),
+    ));
+    let count = |result: &'static str| reloads.get_or_create(&ResultLabels { result }).get();
+    let wait = async |what: &str, f: &dyn Fn() -> bool| {
+        let started = std::time::Instant::now();
+        while !f() {
+            assert!(started.elapsed() < Duration::from_secs(10), "{what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!((count("success"), count("failure")), (0, 0), "unchanged: nothing to count");
+    replace("not a certificate\n");
+    wait("the broken file is refused", &|| count("failure") == 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(count("failure"), 1, "refused once, not at every look");
+    replace(&ca("b"));
+    wait("the new CA is loaded", &|| count("success") == 1).await;
+    assert_eq!(count("failure"), 1);
+    task.abort();
+}

@@ -171,14 +171,32 @@ mod tests {
     use crate::server::review::wire::{parse, parse_via_tree};
 
     /// The fast ways of decoding (straight into the review; the typed subject without a JSON
-    /// tree) give what the tree ways give, for every fixture and for both objects of an UPDATE.
+    /// tree) give what the tree ways give, for every fixture and for both objects of an UPDATE:
+    /// both accept a body or both refuse it, and what they accept is the same.
     #[test]
     fn fast_decoding_matches_the_tree_way_on_every_fixture() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
         let mut subjects = 0;
+        let mut refused = 0;
         for entry in std::fs::read_dir(&dir).unwrap().flatten() {
             let body = std::fs::read(entry.path()).unwrap();
-            let (Ok(fast), Ok(tree)) = (parse(&body), parse_via_tree(&body)) else { continue };
+            // The AdmissionReviews (not the README or the SARIF schema beside them).
+            if !String::from_utf8_lossy(&body).contains("\"AdmissionReview\"") {
+                continue;
+            }
+            let (fast, tree) = match (parse(&body), parse_via_tree(&body)) {
+                (Ok(fast), Ok(tree)) => (fast, tree),
+                (Err(_), Err(_)) => {
+                    refused += 1;
+                    continue;
+                }
+                (fast, tree) => panic!(
+                    "{}: one way accepts and the other refuses: fast {:?}, tree {:?}",
+                    entry.path().display(),
+                    fast.map(|r| r.header.uid),
+                    tree.map(|r| r.header.uid)
+                ),
+            };
             assert_eq!(format!("{:?}", fast.header), format!("{:?}", tree.header), "{}", entry.path().display());
             assert_eq!(fast.object_values(), tree.object_values(), "{}", entry.path().display());
             let namespace = fast.header.namespace.clone().unwrap_or_default();
@@ -193,6 +211,54 @@ mod tests {
             }
         }
         assert!(subjects >= 20, "the typed way was taken for {subjects} objects only");
+        // Every fixture is an AdmissionReview the wire accepts (bad ones are the tree-way's
+        // tests below); the count shows none was passed over.
+        assert_eq!(refused, 0, "fixtures refused by both ways");
+    }
+
+    /// Bodies the wire must refuse are refused by both ways, and bodies it must accept are
+    /// accepted by both: the one case the fixtures cannot show, one way accepting what the other
+    /// refuses.
+    #[test]
+    fn fast_and_tree_decoding_accept_and_refuse_the_same_bodies() {
+        let good = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deployment-spread-ok.json"),
+        )
+        .unwrap();
+        let edited = |edit: &dyn Fn(&mut Value)| {
+            let mut v: Value = serde_json::from_str(&good).unwrap();
+            edit(&mut v);
+            v.to_string()
+        };
+        let cases: Vec<(&str, String)> = vec![
+            ("the fixture", good.clone()),
+            ("not JSON", "nope".into()),
+            ("empty", String::new()),
+            ("an array", "[1]".into()),
+            ("no request", r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.into()),
+            ("null request", edited(&|v| v["request"] = Value::Null)),
+            ("uid a number", edited(&|v| v["request"]["uid"] = serde_json::json!(42))),
+            ("no uid", edited(&|v| drop(v["request"].as_object_mut().unwrap().remove("uid")))),
+            ("wrong apiVersion", edited(&|v| v["apiVersion"] = serde_json::json!("admission.k8s.io/v1beta1"))),
+            ("wrong kind", edited(&|v| v["kind"] = serde_json::json!("ConfigMap"))),
+            ("operation unknown", edited(&|v| v["request"]["operation"] = serde_json::json!("PATCH"))),
+            ("dryRun a string", edited(&|v| v["request"]["dryRun"] = serde_json::json!("yes"))),
+            ("object a string", edited(&|v| v["request"]["object"] = serde_json::json!("x"))),
+            ("object null", edited(&|v| v["request"]["object"] = Value::Null)),
+            ("extra field", edited(&|v| v["request"]["extra"] = serde_json::json!({"a": [1, 2]}))),
+            ("trailing garbage", format!("{good} x")),
+            ("duplicate key", good.replacen("\"kind\"", "\"kind\": \"AdmissionReview\", \"kind\"", 1)),
+        ];
+        for (what, body) in &cases {
+            let (fast, tree) = (parse(body.as_bytes()), parse_via_tree(body.as_bytes()));
+            assert_eq!(
+                fast.is_ok(),
+                tree.is_ok(),
+                "{what}: fast {:?} / tree {:?}",
+                fast.as_ref().map(|r| &r.header.uid).map_err(|e| &e.0),
+                tree.as_ref().map(|r| &r.header.uid).map_err(|e| &e.0)
+            );
+        }
     }
 
     fn review_of(object: Value) -> Vec<u8> {

@@ -1,0 +1,1511 @@
+//! Soak: two ha-guard replicas behind one webhook on the e2e control plane (`tests/support`,
+//! `tests/e2e/control-plane`), under churn and faults for a configurable time. Not part of
+//! `cargo test`; run it with
+//!
+//!     cargo bench --bench soak -- --duration 30m [--out DIR] [--writers 4]
+//!
+//! (`--profile dev` builds it and ha-guard without optimisation, reusing `cargo test`'s build:
+//! what CI's 3-minute smoke does). benches/SOAK.md records a 30-minute run.
+//!
+//! The setup is the chart's shape: replicas `a` and `b` serve the same certificate (a CA of the
+//! harness, laid out as the kubelet mounts a TLS Secret), the same config file, and the apiserver
+//! reaches them through one round-robin TCP balancer on loopback (kube-proxy's part). Each
+//! replica watches the apiserver through a relay of its own, which the harness can cut.
+//!
+//! Writers (tokio tasks, one kube client) each create a namespace, run scenarios in it, then
+//! delete it (emptied and finalized, as the namespace controller would: none runs here), and
+//! start over in a new one. Scenarios create, update, scale and delete Deployments,
+//! StatefulSets, PDBs and HPAs with known answers: admitted ones, refused single objects
+//! (`prestop-exceeds-grace`), refused second objects of pairs (`pdb-blocks-eviction` from either
+//! side, `pdb-overlap`, a scale below a PDB's floor), `recreate-multi-replica` as the config
+//! says, and now and then a pair written at the same instant (the documented window: either
+//! outcome). Before the second write of a pair the harness waits until every replica that is up
+//! and watching would refuse it (a direct call to each), which is also how a replica whose watch
+//! silently stopped would show.
+//!
+//! Faults, in turn, one every `--fault-every`: rotate the serving certificate (then the balancer
+//! cuts its connections, so that the apiserver handshakes with the new one), reload the config
+//! (`recreate-multi-replica` warn <-> deny), kill -9 replica `b` and start it again, cut replica
+//! `a`'s watch for `--cut-for`, restart the apiserver. Replica `a` is never killed: its RSS over
+//! the whole run is the memory series.
+//!
+//! The oracle: every write and its answer is logged (`writes.jsonl` in `--out`); a write whose
+//! answer differs from the expected one is a wrong verdict unless a fault window was open
+//! (replica `b` down, apiserver restarting, replica `a`'s view stale while its watch is cut) or it
+//! was a concurrent pair, counted apart by window. At checkpoints and at the end, the stored
+//! objects of each namespace (kubectl) go through `ha-guard check --complete`: every deny finding
+//! must be explained by such a write, else it is a wrong verdict too. The rotation and the reload
+//! are done between writes (the writers pause), so they get no window: any failure there counts.
+//! At the end, each replica's `ha_guard_cache_objects` must equal what the apiserver holds (no
+//! leak from deleted namespaces), and replica `a`'s RSS must be flat over the last 2/3.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use support::*;
+
+// --- options -------------------------------------------------------------------------------------
+
+struct Options {
+    duration: Duration,
+    writers: usize,
+    pace: Duration,
+    fault_every: Duration,
+    cut_for: Duration,
+    checkpoint_every: Duration,
+    out: PathBuf,
+}
+
+impl Options {
+    fn parse() -> Options {
+        let mut o = Options {
+            duration: Duration::from_secs(30 * 60),
+            writers: 4,
+            pace: Duration::from_millis(250),
+            fault_every: Duration::ZERO,
+            cut_for: Duration::ZERO,
+            checkpoint_every: Duration::ZERO,
+            out: repo().join("target/soak"),
+        };
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let mut i = 0;
+        let dur = |s: &str| humantime::parse_duration(s).unwrap_or_else(|e| usage(&format!("{s}: {e}")));
+        while i < args.len() {
+            let value = || args.get(i + 1).cloned().unwrap_or_else(|| usage(&format!("{} needs a value", args[i])));
+            match args[i].as_str() {
+                "--duration" => o.duration = dur(&value()),
+                "--writers" => o.writers = value().parse().unwrap_or_else(|e| usage(&format!("--writers: {e}"))),
+                "--pace" => o.pace = dur(&value()),
+                "--fault-every" => o.fault_every = dur(&value()),
+                "--cut-for" => o.cut_for = dur(&value()),
+                "--checkpoint-every" => o.checkpoint_every = dur(&value()),
+                "--out" => o.out = PathBuf::from(value()),
+                // What `cargo bench` passes to every bench target.
+                "--bench" => {
+                    i += 1;
+                    continue;
+                }
+                other => usage(&format!("unknown argument {other}")),
+            }
+            i += 2;
+        }
+        // Five rounds of faults in the run, a checkpoint per round; the watch cut a minute, or
+        // less in a short run.
+        if o.fault_every.is_zero() {
+            o.fault_every = (o.duration / 26).max(Duration::from_secs(6));
+        }
+        if o.cut_for.is_zero() {
+            o.cut_for = Duration::from_secs(60).min(o.fault_every * 9 / 10);
+        }
+        if o.checkpoint_every.is_zero() {
+            o.checkpoint_every = (o.duration / 5).max(Duration::from_secs(30));
+        }
+        o
+    }
+}
+
+fn usage(problem: &str) -> ! {
+    eprintln!(
+        "soak: {problem}\nusage: cargo bench --bench soak -- [--duration 30m] [--writers 4] [--pace 250ms] \
+         [--fault-every D] [--cut-for D] [--checkpoint-every D] [--out DIR]"
+    );
+    std::process::exit(2)
+}
+
+/// Printed at once, past any capture.
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "[soak {}] {line}", clock());
+}
+
+fn clock() -> String {
+    let secs = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_secs();
+    format!("{:02}:{:02}:{:02}", (secs / 3600) % 24, (secs / 60) % 60, secs % 60)
+}
+
+// --- the Service stood in for: a round-robin balancer that can cut its connections ---------------
+
+/// Relays each connection to the next backend in turn, skipping one that refuses (a killed
+/// replica: kube-proxy would have dropped its endpoint).
+struct Balancer {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+    accepted: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Balancer {
+    fn start(backends: Vec<u16>) -> Balancer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the balancer");
+        let port = listener.local_addr().expect("addr").port();
+        listener.set_nonblocking(true).expect("nonblocking");
+        let stop = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let (stop2, conns2, accepted2) = (stop.clone(), conns.clone(), accepted.clone());
+        let thread = std::thread::spawn(move || {
+            let mut next = 0usize;
+            while !stop2.load(Ordering::SeqCst) {
+                let client = match listener.accept() {
+                    Ok((c, _)) => c,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    }
+                    Err(_) => continue,
+                };
+                let _ = client.set_nonblocking(false);
+                let server = (0..backends.len()).find_map(|i| {
+                    let port = backends[(next + i) % backends.len()];
+                    TcpStream::connect(("127.0.0.1", port)).ok()
+                });
+                next += 1;
+                let Some(server) = server else { continue };
+                accepted2.fetch_add(1, Ordering::SeqCst);
+                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) =
+                    (client.try_clone(), server.try_clone(), client.try_clone(), server.try_clone())
+                else {
+                    continue;
+                };
+                {
+                    let mut conns = conns2.lock().unwrap_or_else(|p| p.into_inner());
+                    // Forget the ones already closed, so a long run does not pile them up.
+                    conns.retain(|c| c.peer_addr().is_ok());
+                    conns.extend([c3, s3]);
+                }
+                for (mut from, mut to) in [(client, s2), (server, c2)] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Balancer { port, stop, conns, accepted, thread: Some(thread) }
+    }
+
+    /// Cuts every relayed connection: callers open new ones (new TLS handshakes).
+    fn cut(&self) -> usize {
+        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        let n = conns.len() / 2;
+        for c in conns.drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+        n
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.cut();
+    }
+}
+
+// --- certificates and config ---------------------------------------------------------------------
+
+fn now() -> time::OffsetDateTime {
+    time::OffsetDateTime::now_utc()
+}
+
+/// A serving certificate and key for 127.0.0.1 from `ca`.
+fn issue(ca: &ha_guard::server::certs::Ca) -> (String, String) {
+    ca.issue_serving(
+        &["localhost".into()],
+        &[std::net::IpAddr::from([127, 0, 0, 1])],
+        now() - time::Duration::hours(1),
+        now() + time::Duration::days(7),
+    )
+    .expect("a serving certificate")
+}
+
+/// `cert` and `key` laid out in `dir` as the kubelet mounts a TLS Secret (`tls.crt ->
+/// ..data/tls.crt`, `..data -> ..VERSION`, swapped with one rename): the same Secret in both
+/// replicas' pods.
+fn install_secret(dir: &Path, version: u32, ca: &ha_guard::server::certs::Ca, (cert, key): &(String, String)) {
+    let payload = dir.join(format!("..v{version}"));
+    std::fs::create_dir_all(&payload).expect("secret payload dir");
+    std::fs::write(payload.join("tls.crt"), cert).expect("tls.crt");
+    std::fs::write(payload.join("tls.key"), key).expect("tls.key");
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(format!("..v{version}"), &tmp).expect("..data_tmp");
+    std::fs::rename(&tmp, dir.join("..data")).expect("swap ..data");
+    if !dir.join("ca.crt").exists() {
+        std::fs::write(dir.join("ca.crt"), &ca.cert_pem).expect("ca.crt");
+        std::os::unix::fs::symlink("..data/tls.crt", dir.join("tls.crt")).expect("tls.crt link");
+        std::os::unix::fs::symlink("..data/tls.key", dir.join("tls.key")).expect("tls.key link");
+    }
+    // The one before the previous: nothing reads it any more.
+    if version > 2 {
+        let _ = std::fs::remove_dir_all(dir.join(format!("..v{}", version - 2)));
+    }
+}
+
+fn config_text(deny_recreate: bool) -> String {
+    format!("rules:\n  recreate-multi-replica: {}\n", if deny_recreate { "deny" } else { "warn" })
+}
+
+fn write_atomically(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}
+
+// --- windows -------------------------------------------------------------------------------------
+
+/// A fault window: from `from` to `to` (open while `None`), seconds since the start.
+#[derive(Clone, Debug)]
+struct Window {
+    what: &'static str,
+    from: f64,
+    to: Option<f64>,
+}
+
+/// The fault windows, open and closed, and the run's clock.
+struct Windows {
+    started: Instant,
+    all: Mutex<Vec<Window>>,
+}
+
+impl Windows {
+    fn t(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    fn open(&self, what: &'static str) -> usize {
+        let mut all = self.all.lock().unwrap_or_else(|p| p.into_inner());
+        all.push(Window { what, from: self.t(), to: None });
+        all.len() - 1
+    }
+
+    fn close(&self, id: usize) {
+        let t = self.t();
+        self.all.lock().unwrap_or_else(|p| p.into_inner())[id].to = Some(t);
+    }
+
+    /// The windows that overlap `[from, to]`.
+    fn during(&self, from: f64, to: f64) -> Vec<&'static str> {
+        let all = self.all.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<&'static str> =
+            all.iter().filter(|w| w.from <= to && w.to.is_none_or(|end| end >= from)).map(|w| w.what).collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+// --- writes and their answers --------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expect {
+    Allowed,
+    Denied(&'static str),
+    /// A concurrent pair: either.
+    Either,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Answer {
+    Admitted,
+    Denied(String),
+    /// Neither: the call failed (apiserver down, a timeout, ...), with the error.
+    Failed(String),
+}
+
+/// One object, as the check's findings name them.
+type Id = (String, String, String);
+
+#[derive(Default)]
+struct Tally {
+    writes: u64,
+    /// Writes whose call overlapped a fault window.
+    writes_in_windows: u64,
+    answered_as_expected: u64,
+    denied_as_expected: BTreeMap<&'static str, u64>,
+    concurrent_pairs: u64,
+    /// Scale-subresource writes to a PDB's floor: warned, not refused, by design.
+    scaled_below_floor: u64,
+    concurrent_both_admitted: u64,
+    /// Answers other than expected inside fault windows, by window.
+    in_window_mismatch: BTreeMap<String, u64>,
+    /// Failed calls inside fault windows, by window.
+    in_window_failed: BTreeMap<String, u64>,
+    wrong_verdicts: Vec<String>,
+    failed_outside: Vec<String>,
+    /// The view of a replica that is up and watching did not converge in time.
+    not_converged: Vec<String>,
+    converged_ms: Vec<u64>,
+    /// Objects admitted when they should not have been, inside a window (or a concurrent pair):
+    /// the deny findings they cause at checkpoints are explained.
+    excused: BTreeSet<Id>,
+}
+
+struct Run {
+    client: kube::Client,
+    windows: Arc<Windows>,
+    tally: Mutex<Tally>,
+    log: Mutex<std::fs::File>,
+    /// Held (read) by each write; taken (write) to rotate the certificate and cut the balancer,
+    /// or to reload the config, between writes.
+    pause: tokio::sync::RwLock<()>,
+    /// `recreate-multi-replica` is deny (the config as last reloaded by both replicas).
+    deny_recreate: AtomicBool,
+    /// Replicas' webhook ports and whether each is up and watching now.
+    replicas: [u16; 2],
+    up: [AtomicBool; 2],
+    watching: [AtomicBool; 2],
+    ca_pem: String,
+    stop: AtomicBool,
+    /// Between a writer's writes.
+    pace: Duration,
+    /// Namespaces a writer could not finalize (apiserver down): retried at the end.
+    unfinished: Mutex<Vec<String>>,
+}
+
+fn ar(kind: &str) -> ApiResource {
+    match kind {
+        "Deployment" => ApiResource::erase::<Deployment>(&()),
+        "StatefulSet" => ApiResource::erase::<StatefulSet>(&()),
+        "PodDisruptionBudget" => ApiResource::erase::<PodDisruptionBudget>(&()),
+        "HorizontalPodAutoscaler" => ApiResource::erase::<HorizontalPodAutoscaler>(&()),
+        other => panic!("no API for {other}"),
+    }
+}
+
+/// What a write does.
+enum Op {
+    Create(Value),
+    Patch(&'static str, String, Value),
+    Scale(&'static str, String, i64),
+    Delete(&'static str, String),
+}
+
+impl Run {
+    fn api(&self, kind: &str, ns: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), ns, &ar(kind))
+    }
+
+    async fn call(&self, ns: &str, op: &Op) -> Answer {
+        let result: Result<(), kube::Error> = match op {
+            Op::Create(o) => {
+                let kind = o["kind"].as_str().unwrap_or_default();
+                match serde_json::from_value::<DynamicObject>(o.clone()) {
+                    Ok(obj) => self.api(kind, ns).create(&PostParams::default(), &obj).await.map(drop),
+                    Err(e) => return Answer::Failed(format!("not an object: {e}")),
+                }
+            }
+            Op::Patch(kind, name, patch) => {
+                self.api(kind, ns).patch(name, &PatchParams::default(), &Patch::Merge(patch)).await.map(drop)
+            }
+            Op::Scale(kind, name, replicas) => self
+                .api(kind, ns)
+                .patch_scale(name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": replicas}})))
+                .await
+                .map(drop),
+            Op::Delete(kind, name) => self.api(kind, ns).delete(name, &DeleteParams::default()).await.map(drop),
+        };
+        match result {
+            Ok(()) => Answer::Admitted,
+            Err(kube::Error::Api(s))
+                if s.code == 403 && s.message.contains("admission webhook \"validate.ha-guard.io\" denied") =>
+            {
+                Answer::Denied(s.message.clone())
+            }
+            Err(e) => Answer::Failed(e.to_string()),
+        }
+    }
+
+    /// Sends `op` in `ns`, logs it and judges the answer against `expect`. True when admitted.
+    async fn write(&self, ns: &str, op: Op, expect: Expect) -> bool {
+        let _between_pauses = self.pause.read().await;
+        self.write_unpaused(ns, op, expect).await
+    }
+
+    /// [`Run::write`] for a caller that holds `pause` already.
+    async fn write_unpaused(&self, ns: &str, op: Op, expect: Expect) -> bool {
+        let (verb, kind, name) = describe(&op);
+        let from = self.windows.t();
+        let answer = self.call(ns, &op).await;
+        let to = self.windows.t();
+        let windows = self.windows.during(from, to);
+        self.judge(ns, verb, kind, &name, expect, &answer, &windows, from, to);
+        answer == Answer::Admitted
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn judge(
+        &self,
+        ns: &str,
+        verb: &str,
+        kind: &str,
+        name: &str,
+        expect: Expect,
+        answer: &Answer,
+        windows: &[&'static str],
+        from: f64,
+        to: f64,
+    ) {
+        let what = format!("{verb} {kind} {ns}/{name}");
+        let answer_text = match answer {
+            Answer::Admitted => "admitted".to_string(),
+            Answer::Denied(m) => format!("denied: {}", rules_in(m).join(",")),
+            Answer::Failed(e) => format!("failed: {e}"),
+        };
+        let line = json!({"t": from, "took_ms": ((to - from) * 1000.0) as u64, "write": what,
+            "expect": format!("{expect:?}"), "answer": answer_text, "windows": windows});
+        let _ = writeln!(self.log.lock().unwrap_or_else(|p| p.into_inner()), "{line}");
+        let mut t = self.tally.lock().unwrap_or_else(|p| p.into_inner());
+        t.writes += 1;
+        t.writes_in_windows += u64::from(!windows.is_empty());
+        let as_expected = match (expect, answer) {
+            (Expect::Either, Answer::Admitted | Answer::Denied(_)) => true,
+            (Expect::Allowed, Answer::Admitted) => true,
+            (Expect::Denied(rule), Answer::Denied(m)) => m.contains(&format!("[{rule}] ")),
+            _ => false,
+        };
+        if as_expected {
+            t.answered_as_expected += 1;
+            if let Expect::Denied(rule) = expect {
+                *t.denied_as_expected.entry(rule).or_default() += 1;
+            }
+            return;
+        }
+        let at = format!("{what} at {from:.1}s: expected {expect:?}, {answer_text}");
+        let in_window = windows.join("+");
+        match answer {
+            Answer::Failed(_) if windows.is_empty() => t.failed_outside.push(at),
+            Answer::Failed(_) => *t.in_window_failed.entry(in_window).or_default() += 1,
+            _ if windows.is_empty() => t.wrong_verdicts.push(at),
+            _ => {
+                *t.in_window_mismatch.entry(in_window).or_default() += 1;
+                if *answer == Answer::Admitted {
+                    t.excused.insert((kind.to_string(), ns.to_string(), name.to_string()));
+                }
+            }
+        }
+    }
+
+    /// Waits until every replica that is up and watching would refuse `second` (a direct call to
+    /// each): the first object of its pair has reached their views.
+    async fn converged(&self, second: &Value, rule: &str) {
+        let review = admission_review(second).to_string();
+        let started = Instant::now();
+        let mut pending: Vec<usize> = (0..2).collect();
+        while !pending.is_empty() {
+            pending.retain(|&r| {
+                if !self.up[r].load(Ordering::SeqCst) || !self.watching[r].load(Ordering::SeqCst) {
+                    return false;
+                }
+                // A blocking call of a few milliseconds, off the runtime's threads' async work.
+                let answer = tokio::task::block_in_place(|| {
+                    webhook_call(self.replicas[r], &self.ca_pem, None, None, "/validate", review.as_bytes())
+                });
+                !matches!(answer, Ok(Call::Answered { status: 200, ref body, .. }) if body.contains(&format!("[{rule}] ")))
+            });
+            if pending.is_empty() {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                let windows = self.windows.during(self.windows.t() - 10.0, self.windows.t());
+                let mut t = self.tally.lock().unwrap_or_else(|p| p.into_inner());
+                if windows.is_empty() {
+                    t.not_converged.push(format!(
+                        "replicas {pending:?} did not see the first of the pair of {} {} within 10 s",
+                        second["kind"], second["metadata"]["name"]
+                    ));
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.tally.lock().unwrap_or_else(|p| p.into_inner()).converged_ms.push(started.elapsed().as_millis() as u64);
+    }
+}
+
+fn describe(op: &Op) -> (&'static str, &'static str, String) {
+    match op {
+        Op::Create(o) => (
+            "create",
+            match o["kind"].as_str() {
+                Some("Deployment") => "Deployment",
+                Some("StatefulSet") => "StatefulSet",
+                Some("PodDisruptionBudget") => "PodDisruptionBudget",
+                Some("HorizontalPodAutoscaler") => "HorizontalPodAutoscaler",
+                _ => "?",
+            },
+            o["metadata"]["name"].as_str().unwrap_or("?").to_string(),
+        ),
+        Op::Patch(kind, name, _) => ("update", kind, name.clone()),
+        Op::Scale(kind, name, _) => ("scale", kind, name.clone()),
+        Op::Delete(kind, name) => ("delete", kind, name.clone()),
+    }
+}
+
+/// The `[rule-id]`s in a denial's message.
+fn rules_in(message: &str) -> Vec<String> {
+    let mut out: Vec<String> = message
+        .match_indices('[')
+        .filter_map(|(i, _)| {
+            let rest = &message[i + 1..];
+            let end = rest.find(']')?;
+            let id = &rest[..end];
+            (!id.is_empty() && id.chars().all(|c| c.is_ascii_lowercase() || c == '-')).then(|| id.to_string())
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+// --- the writers ---------------------------------------------------------------------------------
+
+/// xorshift64*: the scenario mix needs a cheap, seedable sequence, not a random-number crate.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn statefulset(ns: &str, name: &str, replicas: i64) -> Value {
+    let mut s = spread_out(deployment(ns, name, replicas));
+    s["kind"] = json!("StatefulSet");
+    s["spec"]["serviceName"] = json!(name);
+    s
+}
+
+fn image(tag: &str) -> Value {
+    json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": format!("nginx:{tag}")}]}}}})
+}
+
+async fn writer(run: Arc<Run>, w: usize, scenarios_per_namespace: u64) {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (w as u64 + 1));
+    let mut generation = 0u64;
+    while !run.stop.load(Ordering::SeqCst) {
+        let ns = format!("soak-w{w}-g{generation}");
+        generation += 1;
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": ns, "labels": {"ha-guard-soak": "true"}}});
+        let created = Api::<Namespace>::all(run.client.clone())
+            .create(&PostParams::default(), &serde_json::from_value(namespace).expect("a namespace"))
+            .await;
+        if created.is_err() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
+        for n in 0..scenarios_per_namespace {
+            if run.stop.load(Ordering::SeqCst) {
+                break;
+            }
+            let app = format!("app-{n}");
+            match rng.below(10) {
+                0 | 1 => good_app(&run, &ns, &app).await,
+                2 => good_statefulset(&run, &ns, &app).await,
+                3 => pair_workload_first(&run, &ns, &app).await,
+                4 => pair_pdb_first(&run, &ns, &app).await,
+                5 => scale_below_floor(&run, &ns, &app).await,
+                6 => overlap(&run, &ns, &app).await,
+                7 => recreate(&run, &ns, &app).await,
+                8 => refused_single(&run, &ns, &app).await,
+                _ => concurrent_pair(&run, &ns, &app).await,
+            }
+        }
+        if run.stop.load(Ordering::SeqCst) {
+            // Kept for the last checkpoint; deleted after it.
+            run.unfinished.lock().unwrap_or_else(|p| p.into_inner()).push(ns);
+            break;
+        }
+        delete_namespace(&run, &ns).await;
+    }
+}
+
+async fn pace(run: &Run) {
+    tokio::time::sleep(run.pace).await;
+}
+
+/// A 2-replica Deployment spread out, a PDB over it (maxUnavailable 1), an HPA (2..4); updated,
+/// scaled, and deleted: all admitted.
+async fn good_app(run: &Run, ns: &str, app: &str) {
+    if !run.write(ns, Op::Create(spread_out(deployment(ns, app, 2))), Expect::Allowed).await {
+        return;
+    }
+    pace(run).await;
+    let pdb_ok = run.write(ns, Op::Create(pdb(ns, app, app, json!({"maxUnavailable": 1}))), Expect::Allowed).await;
+    pace(run).await;
+    let hpa_ok = run.write(ns, Op::Create(hpa(ns, app, app, 2, 4)), Expect::Allowed).await;
+    pace(run).await;
+    run.write(ns, Op::Patch("Deployment", app.to_string(), image("1.28")), Expect::Allowed).await;
+    pace(run).await;
+    run.write(ns, Op::Scale("Deployment", app.to_string(), 3), Expect::Allowed).await;
+    pace(run).await;
+    if hpa_ok {
+        let bounds = json!({"spec": {"minReplicas": 3, "maxReplicas": 6}});
+        run.write(ns, Op::Patch("HorizontalPodAutoscaler", app.to_string(), bounds), Expect::Allowed).await;
+        pace(run).await;
+        run.write(ns, Op::Delete("HorizontalPodAutoscaler", app.to_string()), Expect::Allowed).await;
+        pace(run).await;
+    }
+    if pdb_ok {
+        run.write(ns, Op::Delete("PodDisruptionBudget", app.to_string()), Expect::Allowed).await;
+        pace(run).await;
+    }
+    run.write(ns, Op::Delete("Deployment", app.to_string()), Expect::Allowed).await;
+    pace(run).await;
+}
+
+async fn good_statefulset(run: &Run, ns: &str, app: &str) {
+    if !run.write(ns, Op::Create(statefulset(ns, app, 3)), Expect::Allowed).await {
+        return;
+    }
+    pace(run).await;
+    let pdb_ok = run.write(ns, Op::Create(pdb(ns, app, app, json!({"maxUnavailable": 1}))), Expect::Allowed).await;
+    pace(run).await;
+    run.write(ns, Op::Patch("StatefulSet", app.to_string(), image("1.28")), Expect::Allowed).await;
+    pace(run).await;
+    run.write(ns, Op::Scale("StatefulSet", app.to_string(), 4), Expect::Allowed).await;
+    pace(run).await;
+    if pdb_ok {
+        run.write(ns, Op::Delete("PodDisruptionBudget", app.to_string()), Expect::Allowed).await;
+        pace(run).await;
+    }
+    run.write(ns, Op::Delete("StatefulSet", app.to_string()), Expect::Allowed).await;
+    pace(run).await;
+}
+
+/// A 1-replica Deployment, then a PDB with minAvailable 1 over it: the PDB is refused.
+async fn pair_workload_first(run: &Run, ns: &str, app: &str) {
+    if !run.write(ns, Op::Create(deployment(ns, app, 1)), Expect::Allowed).await {
+        return;
+    }
+    let second = pdb(ns, app, app, json!({"minAvailable": 1}));
+    run.converged(&second, "pdb-blocks-eviction").await;
+    run.write(ns, Op::Create(second), Expect::Denied("pdb-blocks-eviction")).await;
+    pace(run).await;
+    run.write(ns, Op::Delete("Deployment", app.to_string()), Expect::Allowed).await;
+    pace(run).await;
+}
+
+/// A PDB with minAvailable 1, then a 1-replica Deployment under it: the Deployment is refused.
+async fn pair_pdb_first(run: &Run, ns: &str, app: &str) {
+    if !run.write(ns, Op::Create(pdb(ns, app, app, json!({"minAvailable": 1}))), Expect::Allowed).await {
+        return;
+    }
+    let second = deployment(ns, app, 1);
+    run.converged(&second, "pdb-blocks-eviction").await;
+    run.write(ns, Op::Create(second), Expect::Denied("pdb-blocks-eviction")).await;
+    pace(run).await;
+    run.write(ns, Op::Delete("PodDisruptionBudget", app.to_string()), Expect::Allowed).await;
+    pace(run).await;
+}
+
+/// A 2-replica Deployment under a PDB with minAvailable 1 (admitted); its spec.replicas updated to
+/// 1: refused. Then scaled to 1 through the scale subresource: admitted with a warning, by design
+/// (it is how the HPA controller and `kubectl scale` write; README), so the stored pair is
+/// explained at the checkpoints; then scaled back.
+async fn scale_below_floor(run: &Run, ns: &str, app: &str) {
+    if !run.write(ns, Op::Create(spread_out(deployment(ns, app, 2))), Expect::Allowed).await {
+        return;
+    }
+    pace(run).await;
+    let budget = pdb(ns, app, app, json!({"minAvailable": 1}));
+    if run.write(ns, Op::Create(budget), Expect::Allowed).await {
+        // Wait until the views have the PDB: a 1-replica Deployment of this app is refused.
+        run.converged(&deployment(ns, app, 1), "pdb-blocks-eviction").await;
+        let one = json!({"spec": {"replicas": 1}});
+        run.write(ns, Op::Patch("Deployment", app.to_string(), one), Expect::Denied("pdb-blocks-eviction")).await;
+        pace(run).await;
+        {
+            let mut t = run.tally.lock().unwrap_or_else(|p| p.into_inner());
+            t.scaled_below_floor += 1;
+            t.excused.insert(("Deployment".into(), ns.into(), app.into()));
+        }
+        if run.write(ns, Op::Scale("Deployment", app.to_string(), 1), Expect::Allowed).await {
+            pace(run).await;
+            run.write(ns, Op::Scale("Deployment", app.to_string(), 2), Expect::Allowed).await;
+        }
+        pace(run).await;
+        run.write(ns, Op::Delete("PodDisruptionBudget", app.to_string()), Expect::Allowed).await;
+        pace(run).await;
+    }
+    run.write(ns, Op::Delete("Deployment", app.to_string()), Expect::Allowed).await;
+    pace(run).await;
+}
+
+/// Two PDBs over the same Deployment: the second is refused.
+async fn overlap(run: &Run, ns: &str, app: &str) {
+    if !run.write(ns, Op::Create(spread_out(deployment(ns, app, 3))), Expect::Allowed).await {
+        return;
+    }
+    pace(run).await;
+    if run.write(ns, Op::Create(pdb(ns, app, app, json!({"maxUnavailable": 1}))), Expect::Allowed).await {
+        let second = pdb(ns, &format!("{app}-again"), app, json!({"maxUnavailable": 1}));
+        run.converged(&second, "pdb-overlap").await;
+        run.write(ns, Op::Create(second), Expect::Denied("pdb-overlap")).await;
+        pace(run).await;
+        run.write(ns, Op::Delete("PodDisruptionBudget", app.to_string()), Expect::Allowed).await;
+        pace(run).await;
+    }
+    run.write(ns, Op::Delete("Deployment", app.to_string()), Expect::Allowed).await;
+    pace(run).await;
+}
+
+/// A 2-replica Recreate Deployment: admitted while the config says warn, refused when deny.
+async fn recreate(run: &Run, ns: &str, app: &str) {
+    let obj = merge(spread_out(deployment(ns, app, 2)), json!({"spec": {"strategy": {"type": "Recreate"}}}));
+    // The config cannot change while this write is in flight (a reload takes `pause`).
+    let admitted = {
+        let _between_reloads = run.pause.read().await;
+        let expect = if run.deny_recreate.load(Ordering::SeqCst) {
+            Expect::Denied("recreate-multi-replica")
+        } else {
+            Expect::Allowed
+        };
+        run.write_unpaused(ns, Op::Create(obj), expect).await
+    };
+    if admitted {
+        pace(run).await;
+        run.write(ns, Op::Delete("Deployment", app.to_string()), Expect::Allowed).await;
+    }
+    pace(run).await;
+}
+
+/// A Deployment whose preStop outlasts its grace period: refused whatever the view.
+async fn refused_single(run: &Run, ns: &str, app: &str) {
+    run.write(ns, Op::Create(slow_prestop(deployment(ns, app, 1))), Expect::Denied("prestop-exceeds-grace")).await;
+    pace(run).await;
+}
+
+/// A 1-replica Deployment and a PDB with minAvailable 1 over it, written at the same instant:
+/// neither may see the other (the documented window), so either answer goes; if both are
+/// admitted the check at the next checkpoint finds the pair, explained by this write.
+async fn concurrent_pair(run: &Run, ns: &str, app: &str) {
+    let (a, b) = tokio::join!(
+        run.write(ns, Op::Create(deployment(ns, app, 1)), Expect::Either),
+        run.write(ns, Op::Create(pdb(ns, app, app, json!({"minAvailable": 1}))), Expect::Either),
+    );
+    {
+        let mut t = run.tally.lock().unwrap_or_else(|p| p.into_inner());
+        t.concurrent_pairs += 1;
+        if a && b {
+            t.concurrent_both_admitted += 1;
+            t.excused.insert(("Deployment".into(), ns.into(), app.into()));
+            t.excused.insert(("PodDisruptionBudget".into(), ns.into(), app.into()));
+        }
+    }
+    pace(run).await;
+    if b {
+        run.write(ns, Op::Delete("PodDisruptionBudget", app.to_string()), Expect::Allowed).await;
+        pace(run).await;
+    }
+    if a {
+        run.write(ns, Op::Delete("Deployment", app.to_string()), Expect::Allowed).await;
+        pace(run).await;
+    }
+}
+
+/// What the namespace controller would do: the namespace deleted, what is left in it deleted,
+/// the `kubernetes` finalizer dropped through the finalize subresource.
+async fn delete_namespace(run: &Run, ns: &str) {
+    let _between_pauses = run.pause.read().await;
+    let namespaces = Api::<Namespace>::all(run.client.clone());
+    let mut done = namespaces.delete(ns, &DeleteParams::default()).await.is_ok();
+    for kind in ["HorizontalPodAutoscaler", "PodDisruptionBudget", "StatefulSet", "Deployment"] {
+        let api = run.api(kind, ns);
+        match api.list(&ListParams::default()).await {
+            Ok(list) => {
+                for o in list {
+                    done &= api.delete(&o.metadata.name.unwrap_or_default(), &DeleteParams::default()).await.is_ok();
+                }
+            }
+            Err(_) => done = false,
+        }
+    }
+    done = done && finalize(run, ns).await;
+    if !done {
+        run.unfinished.lock().unwrap_or_else(|p| p.into_inner()).push(ns.to_string());
+    }
+}
+
+async fn finalize(run: &Run, ns: &str) -> bool {
+    let namespaces = Api::<Namespace>::all(run.client.clone());
+    let Ok(mut current) = namespaces.get(ns).await else { return true };
+    if let Some(spec) = current.spec.as_mut() {
+        spec.finalizers = Some(Vec::new());
+    }
+    namespaces.replace_subresource("finalize", ns, &PostParams::default(), &current).await.is_ok()
+}
+
+// --- checkpoints: the stored objects against the check ---------------------------------------------
+
+#[derive(Default, Debug)]
+struct Checked {
+    namespaces: usize,
+    objects: usize,
+    deny_findings: usize,
+    explained: usize,
+    unexplained: Vec<String>,
+}
+
+fn checkpoint(cp: &ControlPlane, run: &Run, dir: &Path, label: &str) -> Checked {
+    let mut out = Checked::default();
+    let list = cp.kubectl(&["get", "namespaces", "-l", "ha-guard-soak=true", "-o", "json"]);
+    if !list.ok() {
+        return out;
+    }
+    let config = dir.join("check-config.yaml");
+    // The check judges with recreate-multi-replica at warn: Recreate Deployments admitted while
+    // the config said warn stay stored (the config's deny phase is judged write by write).
+    write_atomically(&config, &config_text(false));
+    for ns in list.json()["items"].as_array().cloned().unwrap_or_default() {
+        let name = ns["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        if ns["metadata"]["deletionTimestamp"].is_string() {
+            continue;
+        }
+        let dump = cp.kubectl(&[
+            "get",
+            "deployments,statefulsets,poddisruptionbudgets,horizontalpodautoscalers",
+            "-n",
+            &name,
+            "-o",
+            "json",
+        ]);
+        if !dump.ok() {
+            continue;
+        }
+        let items = dump.json()["items"].as_array().map_or(0, Vec::len);
+        let file = dir.join(format!("checkpoint-{label}-{name}.json"));
+        std::fs::write(&file, &dump.stdout).expect("dump");
+        let check = std::process::Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+            .args(["check", "--complete", "--format", "json", "--namespace", &name, "--config"])
+            .arg(&config)
+            .arg("-f")
+            .arg(&file)
+            .output()
+            .expect("ha-guard check");
+        let report: Value = serde_json::from_slice(&check.stdout).unwrap_or_else(|e| {
+            panic!("check of {}: not JSON ({e}): {}", file.display(), String::from_utf8_lossy(&check.stderr))
+        });
+        out.namespaces += 1;
+        out.objects += items;
+        let tally = run.tally.lock().unwrap_or_else(|p| p.into_inner());
+        for f in report["findings"].as_array().cloned().unwrap_or_default() {
+            if f["action"] != "deny" {
+                continue;
+            }
+            out.deny_findings += 1;
+            let id = |v: &Value| -> Id {
+                (
+                    v["kind"].as_str().unwrap_or_default().to_string(),
+                    v["namespace"].as_str().unwrap_or_default().to_string(),
+                    v["name"].as_str().unwrap_or_default().to_string(),
+                )
+            };
+            let mut involved = vec![id(&f)];
+            involved.extend(f["related"].as_array().into_iter().flatten().map(id));
+            if involved.iter().any(|i| tally.excused.contains(i)) {
+                out.explained += 1;
+            } else {
+                out.unexplained.push(format!("[{}] {}/{}: {}", f["rule"], f["namespace"], f["name"], f["message"]));
+            }
+        }
+        if out.deny_findings == 0 {
+            let _ = std::fs::remove_file(&file);
+        }
+    }
+    out
+}
+
+// --- memory and the view -----------------------------------------------------------------------------
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// The apiserver's calls to ha-guard, added up across its restarts and split by whether a fault
+/// window overlapped the interval between two looks.
+#[derive(Default)]
+struct CallsSeen {
+    last: ApiserverCalls,
+    last_t: f64,
+    inside: ApiserverCalls,
+    outside: ApiserverCalls,
+}
+
+impl CallsSeen {
+    fn look(&mut self, cp: &ControlPlane, windows: &Windows) {
+        let raw = cp.kubectl(&["get", "--raw", "/metrics"]);
+        if !raw.ok() {
+            return;
+        }
+        let now = ApiserverCalls::of(&Metrics::parse(&raw.stdout));
+        let t = windows.t();
+        // A counter that went down: the apiserver restarted, and counts from 0.
+        let moved = if now.calls < self.last.calls { now } else { now.minus(self.last) };
+        if windows.during(self.last_t, t).is_empty() {
+            self.outside = self.outside.plus(moved);
+        } else {
+            self.inside = self.inside.plus(moved);
+        }
+        (self.last, self.last_t) = (now, t);
+    }
+}
+
+/// The apiserver's counts of the kinds the view holds.
+fn apiserver_counts(cp: &ControlPlane) -> Option<BTreeMap<&'static str, u64>> {
+    let mut out = BTreeMap::new();
+    for (kind, resource) in [
+        ("Deployment", "deployments"),
+        ("StatefulSet", "statefulsets"),
+        ("PodDisruptionBudget", "poddisruptionbudgets"),
+        ("HorizontalPodAutoscaler", "horizontalpodautoscalers"),
+        ("PersistentVolumeClaim", "persistentvolumeclaims"),
+        ("Node", "nodes"),
+        ("Namespace", "namespaces"),
+    ] {
+        let got = cp.kubectl(&["get", resource, "-A", "-o", "name"]);
+        if !got.ok() {
+            return None;
+        }
+        out.insert(kind, got.stdout.lines().filter(|l| !l.trim().is_empty()).count() as u64);
+    }
+    Some(out)
+}
+
+fn view_counts(hg: &HaGuard) -> Result<BTreeMap<&'static str, u64>, String> {
+    let m = hg.metrics_opt()?;
+    Ok(WATCHED_KINDS
+        .iter()
+        .map(|k| (*k, m.get("ha_guard_cache_objects", &[("kind", k)]).unwrap_or(0.0) as u64))
+        .collect())
+}
+
+/// Every watch of `hg` that logged "watch failing" has logged "watch recovered" since.
+fn watches_recovered(hg: &HaGuard) -> Result<(), String> {
+    let text = std::fs::read_to_string(hg.log_path()).map_err(|e| e.to_string())?;
+    let mut failing = BTreeMap::<String, i64>::new();
+    for l in text.lines() {
+        let Ok(v) = serde_json::from_str::<Value>(l) else { continue };
+        let kind = v["kind"].as_str().unwrap_or_default().to_string();
+        match v["message"].as_str() {
+            Some(m) if m.starts_with("watch failing") => *failing.entry(kind).or_default() = 1,
+            Some(m) if m.starts_with("watch recovered") => *failing.entry(kind).or_default() = 0,
+            _ => {}
+        }
+    }
+    let still: Vec<&String> = failing.iter().filter(|(_, v)| **v == 1).map(|(k, _)| k).collect();
+    if still.is_empty() { Ok(()) } else { Err(format!("still failing: {still:?}")) }
+}
+
+/// The DER of the first certificate of the PEM file `path`.
+fn cert_der(path: &Path) -> Vec<u8> {
+    use rustls_pki_types::pem::PemObject;
+    let pem = std::fs::read(path).unwrap_or_default();
+    rustls_pki_types::CertificateDer::pem_slice_iter(&pem)
+        .next()
+        .and_then(Result::ok)
+        .map(|c| c.to_vec())
+        .unwrap_or_default()
+}
+
+// --- the run ---------------------------------------------------------------------------------------
+
+fn main() {
+    let o = Options::parse();
+    std::fs::create_dir_all(&o.out).unwrap_or_else(|e| panic!("{}: {e}", o.out.display()));
+    say(&format!(
+        "{:?} with {} writers (pace {:?}), a fault every {:?} (watch cut {:?}), a checkpoint every {:?}; output in {}",
+        o.duration,
+        o.writers,
+        o.pace,
+        o.fault_every,
+        o.cut_for,
+        o.checkpoint_every,
+        o.out.display()
+    ));
+    let code = match soak(&o) {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            say(&format!("could not run: {e}"));
+            2
+        }
+    };
+    std::process::exit(code);
+}
+
+fn soak(o: &Options) -> Result<bool, String> {
+    let cp = ControlPlane::start()?;
+    cp.nodes(&["node-a", "node-b", "node-c"]);
+    let apiserver: SocketAddr = cp.server().trim_start_matches("https://").parse().map_err(|e| format!("{e}"))?;
+    let ca = ha_guard::server::certs::Ca::generate(
+        "ha-guard soak CA",
+        now() - time::Duration::hours(1),
+        now() + time::Duration::days(30),
+    )
+    .map_err(|e| e.to_string())?;
+
+    // Two replicas: same certificate and config, each watching through a relay of its own.
+    let first_cert = issue(&ca);
+    let names = ["replica-a", "replica-b"];
+    let mut relays: Vec<Relay> = Vec::new();
+    let mut guards: Vec<HaGuard> = Vec::new();
+    let mut configs = Vec::new();
+    let mut cert_version = 1;
+    for name in names {
+        let dir = HaGuard::dir_of(cp.root(), name);
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        install_secret(&dir, cert_version, &ca, &first_cert);
+        let config = dir.join("config.yaml");
+        write_atomically(&config, &config_text(false));
+        let mut relay = Relay::new(apiserver);
+        relay.open()?;
+        let kubeconfig = relay.kubeconfig(&cp.kubeconfig(), &dir.join("relayed.kubeconfig"));
+        let spec = Spec {
+            kubeconfig: Some(kubeconfig),
+            generate_certs: false,
+            args: vec!["--config".into(), config.display().to_string(), "--reload-interval".into(), "0.5".into()],
+            ..Spec::new(&cp, name)
+        };
+        guards.push(HaGuard::start_spec(&cp, &spec)?);
+        relays.push(relay);
+        configs.push(config);
+    }
+    let balancer = Balancer::start(guards.iter().map(|g| g.webhook_port).collect());
+    register_at(&cp, &guards[0], balancer.port, &[Webhooks::Mutating, Webhooks::Validating])?;
+    say(&format!(
+        "control plane up; replicas on {} and {}, behind the balancer on {}",
+        guards[0].webhook_port, guards[1].webhook_port, balancer.port
+    ));
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let windows = Arc::new(Windows { started: Instant::now(), all: Mutex::default() });
+    let log = std::fs::File::create(o.out.join("writes.jsonl")).map_err(|e| e.to_string())?;
+    let run = Arc::new(Run {
+        client: cp.kube_client(&rt),
+        windows: windows.clone(),
+        tally: Mutex::default(),
+        log: Mutex::new(log),
+        pause: tokio::sync::RwLock::new(()),
+        deny_recreate: AtomicBool::new(false),
+        replicas: [guards[0].webhook_port, guards[1].webhook_port],
+        up: [AtomicBool::new(true), AtomicBool::new(true)],
+        watching: [AtomicBool::new(true), AtomicBool::new(true)],
+        ca_pem: ca.cert_pem.clone(),
+        stop: AtomicBool::new(false),
+        pace: o.pace,
+        unfinished: Mutex::default(),
+    });
+    let writers: Vec<_> = (0..o.writers).map(|w| rt.spawn(writer(run.clone(), w, 8))).collect();
+
+    // The faults, in turn; RSS and the views sampled every 10 s; checkpoints.
+    let started = Instant::now();
+    let end = started + o.duration;
+    let mut rss: Vec<(f64, [Option<u64>; 2])> = Vec::new();
+    let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut fault_log: Vec<String> = Vec::new();
+    let mut checks: Vec<(f64, Checked)> = Vec::new();
+    let (mut next_fault, mut next_sample, mut next_check) =
+        (started + o.fault_every, started, started + o.checkpoint_every);
+    let mut turn = 0usize;
+    let mut cut_until: Option<(Instant, usize)> = None;
+    let mut kills_b = 0;
+    let mut calls = CallsSeen::default();
+    calls.look(&cp, &windows);
+    while Instant::now() < end {
+        let now = Instant::now();
+        if now >= next_sample {
+            let t = windows.t();
+            rss.push((t, [guards[0].pid().and_then(rss_kib), guards[1].pid().and_then(rss_kib)]));
+            calls.look(&cp, &windows);
+            next_sample = now + Duration::from_secs(10);
+        }
+        if let Some((until, id)) = cut_until
+            && now >= until
+        {
+            relays[0].open()?;
+            // Stale until every watch has recovered: its retry delay may have grown to a
+            // minute (30 s, jittered).
+            let opened = Instant::now();
+            let resumed =
+                poll("replica a's watches recover", Duration::from_secs(120), Duration::from_millis(500), || {
+                    watches_recovered(&guards[0])
+                })
+                .map(|()| format!("recovered {:.1?} after the relay opened", opened.elapsed()));
+            run.watching[0].store(true, Ordering::SeqCst);
+            windows.close(id);
+            let line = format!("{:.0}s: replica a's watch restored: {resumed:?}", windows.t());
+            say(&line);
+            fault_log.push(line);
+            if let Err(e) = resumed {
+                run.tally.lock().unwrap_or_else(|p| p.into_inner()).failed_outside.push(e);
+            }
+            cut_until = None;
+        }
+        if now >= next_check {
+            let label = format!("{:04.0}s", windows.t());
+            let c = checkpoint(&cp, &run, &o.out, &label);
+            say(&format!("checkpoint {label}: {c:?}"));
+            checks.push((windows.t(), c));
+            next_check = now + o.checkpoint_every;
+        }
+        if now >= next_fault && now + o.fault_every / 2 < end {
+            let what = match turn % 5 {
+                0 => "rotate the serving certificate, cut the balancer's connections",
+                1 => "reload the config",
+                2 => "kill -9 replica b, start it again",
+                3 => "cut replica a's watch",
+                _ => "restart the apiserver",
+            };
+            let at = windows.t();
+            let result: Result<String, String> = match turn % 5 {
+                0 => {
+                    let _paused = rt.block_on(run.pause.write());
+                    cert_version += 1;
+                    let next = issue(&ca);
+                    for g in &guards {
+                        install_secret(g.dir(), cert_version, &ca, &next);
+                    }
+                    let new_cert = cert_der(&guards[0].dir().join("tls.crt"));
+                    let reloaded = poll(
+                        "both replicas serve the new certificate",
+                        WAIT,
+                        Duration::from_millis(100),
+                        || {
+                            let body = admission_review(&deployment("default", "probe", 1)).to_string();
+                            let n = guards
+                            .iter()
+                            .filter(|g| {
+                                matches!(webhook_call(g.webhook_port, &ca.cert_pem, None, None, "/validate", body.as_bytes()),
+                                    Ok(Call::Answered { ref server_cert, .. }) if *server_cert == new_cert)
+                            })
+                            .count();
+                            if n == 2 { Ok(()) } else { Err(format!("{n} of 2")) }
+                        },
+                    );
+                    let cut = balancer.cut();
+                    std::thread::sleep(Duration::from_millis(300));
+                    reloaded.map(|()| format!("certificate v{cert_version}, {cut} connections cut"))
+                }
+                1 => {
+                    let _paused = rt.block_on(run.pause.write());
+                    let deny = !run.deny_recreate.load(Ordering::SeqCst);
+                    let before: Vec<f64> = guards
+                        .iter()
+                        .map(|g| {
+                            g.metrics().get("ha_guard_config_reloads_total", &[("result", "success")]).unwrap_or(0.0)
+                        })
+                        .collect();
+                    for c in &configs {
+                        write_atomically(c, &config_text(deny));
+                    }
+                    let reloaded = poll("both replicas reload the config", WAIT, Duration::from_millis(100), || {
+                        let n = guards
+                            .iter()
+                            .zip(&before)
+                            .filter(|(g, b)| {
+                                g.metrics_opt()
+                                    .ok()
+                                    .and_then(|m| m.get("ha_guard_config_reloads_total", &[("result", "success")]))
+                                    > Some(**b)
+                            })
+                            .count();
+                        if n == 2 { Ok(()) } else { Err(format!("{n} of 2")) }
+                    });
+                    run.deny_recreate.store(deny, Ordering::SeqCst);
+                    reloaded.map(|()| format!("recreate-multi-replica: {}", if deny { "deny" } else { "warn" }))
+                }
+                2 => {
+                    let id = windows.open("replica b down");
+                    run.up[1].store(false, Ordering::SeqCst);
+                    guards[1].kill();
+                    kills_b += 1;
+                    std::thread::sleep(Duration::from_secs(2));
+                    let restarted = guards[1].restart();
+                    run.up[1].store(true, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_secs(2));
+                    windows.close(id);
+                    restarted.map(|()| "ready again".to_string())
+                }
+                3 => {
+                    let id = windows.open("replica a's watch cut");
+                    run.watching[0].store(false, Ordering::SeqCst);
+                    relays[0].close();
+                    cut_until = Some((Instant::now() + o.cut_for, id));
+                    Ok(format!("for {:?}", o.cut_for))
+                }
+                _ => {
+                    // Its counters start over: count what they hold first.
+                    calls.look(&cp, &windows);
+                    let id = windows.open("apiserver restarting");
+                    let stopped = cp.stop_apiserver(Duration::from_secs(5));
+                    std::thread::sleep(Duration::from_secs(2));
+                    let started_again = stopped.and_then(|()| cp.start_apiserver());
+                    // Stale views until every watch of both replicas has recovered.
+                    let up = Instant::now();
+                    let recovered = started_again.and_then(|()| {
+                        poll(
+                            "both replicas' watches recover",
+                            Duration::from_secs(120),
+                            Duration::from_millis(500),
+                            || watches_recovered(&guards[0]).and_then(|()| watches_recovered(&guards[1])),
+                        )
+                    });
+                    std::thread::sleep(Duration::from_secs(2));
+                    windows.close(id);
+                    recovered.map(|()| format!("up again; the watches recovered {:.1?} later", up.elapsed()))
+                }
+            };
+            *faults.entry(what).or_default() += 1;
+            let line =
+                format!("{at:.0}s: {what}: {}", result.as_ref().map_or_else(|e| format!("FAILED: {e}"), |s| s.clone()));
+            say(&line);
+            fault_log.push(line);
+            if let Err(e) = result {
+                run.tally.lock().unwrap_or_else(|p| p.into_inner()).failed_outside.push(format!("fault {what}: {e}"));
+            }
+            turn += 1;
+            next_fault = Instant::now() + o.fault_every;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if let Some((_, id)) = cut_until.take() {
+        relays[0].open()?;
+        run.watching[0].store(true, Ordering::SeqCst);
+        windows.close(id);
+    }
+
+    // The end: writers stop, unfinished namespaces are finalized, the last checkpoint.
+    run.stop.store(true, Ordering::SeqCst);
+    rt.block_on(async {
+        for w in writers {
+            let _ = w.await;
+        }
+    });
+    let elapsed = started.elapsed();
+    let last = checkpoint(&cp, &run, &o.out, "end");
+    say(&format!("last checkpoint: {last:?}"));
+    checks.push((windows.t(), last));
+
+    // No leak: each replica's view holds what the apiserver holds, with the writers' last
+    // namespaces and then once every namespace of the run is deleted.
+    let mut views = Vec::new();
+    let mut expected = BTreeMap::new();
+    for when in ["with the last namespaces", "after deleting every namespace"] {
+        if when.starts_with("after") {
+            let unfinished: Vec<String> =
+                std::mem::take(&mut *run.unfinished.lock().unwrap_or_else(|p| p.into_inner()));
+            for ns in &unfinished {
+                rt.block_on(delete_namespace(&run, ns));
+            }
+        }
+        expected = apiserver_counts(&cp).ok_or("kubectl get at the end failed")?;
+        for (name, g) in names.iter().zip(&guards) {
+            let got = poll("the view equals the apiserver", WAIT, Duration::from_millis(500), || {
+                let v = view_counts(g)?;
+                if v == expected { Ok(v) } else { Err(format!("{v:?}")) }
+            });
+            say(&format!("{name}'s view {when}: {}", if got.is_ok() { "equal to the apiserver's" } else { "DIFFERS" }));
+            views.push(got.map(|v| format!("{when}: {v:?}")));
+        }
+    }
+    let answers: Vec<usize> = guards
+        .iter()
+        .map(|g| {
+            std::fs::read_to_string(g.log_path())
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains(r#""message":"admission""#))
+                .count()
+        })
+        .collect();
+    let watch_lines: Vec<(usize, usize)> = guards
+        .iter()
+        .map(|g| {
+            let text = std::fs::read_to_string(g.log_path()).unwrap_or_default();
+            (text.matches("watch failing").count(), text.matches("watch recovered").count())
+        })
+        .collect();
+    calls.look(&cp, &windows);
+    for g in &guards {
+        let _ = std::fs::copy(
+            g.log_path(),
+            o.out.join(format!("{}.log", g.dir().file_name().unwrap_or_default().to_string_lossy())),
+        );
+    }
+    drop(rt);
+
+    let t = run.tally.lock().unwrap_or_else(|p| p.into_inner());
+    let unexplained: usize = checks.iter().map(|(_, c)| c.unexplained.len()).sum();
+    let rss_verdict = rss_flat(&rss);
+    let mut ok = true;
+    let mut report = String::new();
+    let mut line = |s: String| {
+        say(&s);
+        report.push_str(&s);
+        report.push('\n');
+    };
+    line(format!("ran {elapsed:.0?} with {} writers; commit {}", o.writers, ha_guard::build_info::long_version()));
+    line(format!(
+        "writes {} ({:.1}/s), answered as expected {}; denied as expected {:?}; concurrent pairs {} (both admitted {}); \
+         scaled to a PDB's floor through the scale subresource (warned by design) {}",
+        t.writes,
+        t.writes as f64 / elapsed.as_secs_f64(),
+        t.answered_as_expected,
+        t.denied_as_expected,
+        t.concurrent_pairs,
+        t.concurrent_both_admitted,
+        t.scaled_below_floor
+    ));
+    line(format!("faults: {faults:?}; replica b killed {kills_b} times"));
+    line(format!(
+        "inside fault windows ({} writes): other answers than expected {:?}, failed calls {:?}",
+        t.writes_in_windows, t.in_window_mismatch, t.in_window_failed
+    ));
+    line(format!(
+        "WRONG VERDICTS outside windows: {} by the answers, {unexplained} by the checkpoints (deny findings in stored objects not explained by a window)",
+        t.wrong_verdicts.len()
+    ));
+    line(format!(
+        "failed calls outside windows: {}; views that did not converge: {}",
+        t.failed_outside.len(),
+        t.not_converged.len()
+    ));
+    let mut conv = t.converged_ms.clone();
+    conv.sort_unstable();
+    let pct = |p: f64| conv.get(((conv.len() as f64 - 1.0) * p) as usize).copied().unwrap_or(0);
+    line(format!(
+        "view convergence before a pair's second write: n {} p50 {} ms p99 {} ms max {} ms",
+        conv.len(),
+        pct(0.5),
+        pct(0.99),
+        pct(1.0)
+    ));
+    line(format!(
+        "checkpoints: {}",
+        checks
+            .iter()
+            .map(|(at, c)| format!(
+                "{at:.0}s {} ns/{} objects, {} deny ({} explained)",
+                c.namespaces, c.objects, c.deny_findings, c.explained
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    ));
+    line(format!(
+        "admission answers logged: replica a {}, replica b {}; the balancer relayed {} connections",
+        answers[0],
+        answers[1],
+        balancer.accepted.load(Ordering::SeqCst)
+    ));
+    line(format!(
+        "the apiserver's calls to ha-guard (its metrics, across restarts): outside fault windows {:?}; inside {:?}",
+        calls.outside, calls.inside
+    ));
+    line(format!("watch log lines (failing, recovered): a {:?}, b {:?}", watch_lines[0], watch_lines[1]));
+    line(format!("apiserver after deleting every namespace of the run: {expected:?}"));
+    for (g, v) in names.iter().cycle().zip(&views) {
+        line(format!(
+            "view of {g} equal to the apiserver {}",
+            match v {
+                Ok(v) => v.clone(),
+                Err(e) => format!("NOT: {e}"),
+            }
+        ));
+    }
+    line(format!("RSS: {}", rss_verdict.as_ref().map_or_else(|e| format!("GROWS: {e}"), |s| s.clone())));
+    for e in t.wrong_verdicts.iter().chain(&t.failed_outside).chain(&t.not_converged).take(30) {
+        line(format!("  {e}"));
+    }
+    for (_, c) in &checks {
+        for e in c.unexplained.iter().take(10) {
+            line(format!("  unexplained: {e}"));
+        }
+    }
+    ok &= t.wrong_verdicts.is_empty() && unexplained == 0 && t.failed_outside.is_empty() && t.not_converged.is_empty();
+    ok &= views.iter().all(Result::is_ok) && rss_verdict.is_ok();
+    // No call failed or failed open outside the windows (the answers above would not show a
+    // failed call whose write was to be admitted anyway).
+    ok &= calls.outside.went_wrong() == 0.0 && calls.outside.calls > 0.0;
+    ok &= t.writes > 0 && faults.len() == 5.min(turn);
+    line(format!("soak: {}", if ok { "PASSED" } else { "FAILED" }));
+
+    // The record: report, faults, RSS table.
+    let mut md = format!("# soak run\n\n```\n{report}```\n\n## Faults\n\n");
+    for f in &fault_log {
+        md.push_str(&format!("- {f}\n"));
+    }
+    md.push_str("\n## RSS (KiB, VmRSS)\n\n| t (s) | replica a | replica b |\n|---:|---:|---:|\n");
+    let step = (rss.len() / 30).max(1);
+    for (t, [a, b]) in rss.iter().step_by(step) {
+        let show = |v: &Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
+        md.push_str(&format!("| {t:.0} | {} | {} |\n", show(a), show(b)));
+    }
+    std::fs::write(o.out.join("report.md"), md).map_err(|e| e.to_string())?;
+    let csv: String = rss.iter().map(|(t, [a, b])| format!("{t:.1},{},{}\n", a.unwrap_or(0), b.unwrap_or(0))).collect();
+    std::fs::write(o.out.join("rss.csv"), format!("t_s,replica_a_kib,replica_b_kib\n{csv}"))
+        .map_err(|e| e.to_string())?;
+    drop(balancer);
+    drop(guards);
+    drop(relays);
+    Ok(ok)
+}
+
+/// Replica a's RSS (never killed) over the last 2/3 of the run: its growth (median of the last
+/// five samples minus median of the first five of that span) within noise, max(4 MiB, 5%).
+fn rss_flat(rss: &[(f64, [Option<u64>; 2])]) -> Result<String, String> {
+    let a: Vec<(f64, u64)> = rss.iter().filter_map(|(t, [a, _])| a.map(|v| (*t, v))).collect();
+    if a.len() < 12 {
+        return Ok(format!("{} samples of replica a only: too short a run to judge", a.len()));
+    }
+    let span = &a[a.len() / 3..];
+    let median = |xs: &[(f64, u64)]| {
+        let mut v: Vec<u64> = xs.iter().map(|(_, r)| *r).collect();
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let (first, last) = (median(&span[..5]), median(&span[span.len() - 5..]));
+    let (min, max) = (span.iter().map(|x| x.1).min().unwrap_or(0), span.iter().map(|x| x.1).max().unwrap_or(0));
+    let growth = last as i64 - first as i64;
+    let noise = (4 * 1024).max(first as i64 / 20);
+    let text = format!(
+        "replica a over the last 2/3 ({:.0}s..{:.0}s): {first} -> {last} KiB (growth {growth} KiB, noise bound {noise} KiB; min {min}, max {max})",
+        span[0].0,
+        span[span.len() - 1].0
+    );
+    if growth <= noise { Ok(text) } else { Err(text) }
+}
