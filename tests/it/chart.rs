@@ -295,16 +295,28 @@ fn match_conditions_only_where_the_cluster_has_them() {
     ];
     for version in ["1.30.0", "1.34.2"] {
         let d = objects(&["--kube-version", version]);
-        let conditions = &mutating(&d)["matchConditions"];
-        assert_eq!(conditions[0]["name"], "workload-or-pdb-without-eviction-policy", "{version}");
-        assert_eq!(conditions.as_array().unwrap().len(), 1, "{version}");
-        assert!(validating(&d).get("matchConditions").is_none(), "{version}: the validating webhook sees every write");
+        let names = |hook: &Value| -> Vec<String> {
+            hook["matchConditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(
+            names(mutating(&d)),
+            ["workload-or-pdb-without-eviction-policy", "changes-what-ha-guard-reads"],
+            "{version}"
+        );
+        assert_eq!(names(validating(&d)), ["changes-what-ha-guard-reads"], "{version}");
+        // Both webhooks skip the same writes (tests/e2e_match_conditions.rs runs the condition).
+        assert_eq!(mutating(&d)["matchConditions"][1], validating(&d)["matchConditions"][0]);
         // The user's conditions go to both webhooks, after ha-guard's own.
         let mut args = vec!["--kube-version", version];
         args.extend_from_slice(&extra);
         let d = objects(&args);
-        assert_eq!(mutating(&d)["matchConditions"][1]["name"], "not-argo");
-        assert_eq!(validating(&d)["matchConditions"], json!([{"name": "not-argo", "expression": "true"}]));
+        assert_eq!(mutating(&d)["matchConditions"][2], json!({"name": "not-argo", "expression": "true"}));
+        assert_eq!(validating(&d)["matchConditions"][1], json!({"name": "not-argo", "expression": "true"}));
     }
     for version in ["1.29.9", "1.27.0"] {
         let d = objects(&["--kube-version", version]);

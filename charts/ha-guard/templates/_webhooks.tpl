@@ -33,12 +33,14 @@ webhooks:
     {{- if $matchConditions }}
     # The only PDB mutation sets unhealthyPodEvictionPolicy where it is missing (and there is a
     # spec): a PDB that has it is not sent at all, which spares most PDB updates a round trip.
-    # Workloads are always sent (what they get depends on ha-guard's config).
+    # Workloads are sent (what they get depends on ha-guard's config) unless nothing ha-guard
+    # reads changed (the second condition).
     matchConditions:
       - name: workload-or-pdb-without-eviction-policy
         expression: >-
           request.resource.resource != 'poddisruptionbudgets' ||
           (has(object.spec) && !has(object.spec.unhealthyPodEvictionPolicy))
+      {{- include "ha-guard.changesWhatHaGuardReads" $ | nindent 6 }}
       {{- with $.Values.webhook.matchConditions }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
@@ -79,9 +81,12 @@ webhooks:
     failurePolicy: {{ $.Values.webhook.failurePolicy }}
     timeoutSeconds: {{ $.Values.webhook.timeoutSeconds }}
     matchPolicy: Equivalent
-    {{- if and $matchConditions $.Values.webhook.matchConditions }}
+    {{- if $matchConditions }}
     matchConditions:
-      {{- toYaml $.Values.webhook.matchConditions | nindent 6 }}
+      {{- include "ha-guard.changesWhatHaGuardReads" $ | nindent 6 }}
+      {{- with $.Values.webhook.matchConditions }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
     {{- end }}
     clientConfig:
       {{- include "ha-guard.clientConfig" (list $ "/validate") | trim | nindent 6 }}
@@ -107,6 +112,36 @@ webhooks:
         resources: ["horizontalpodautoscalers"]
         operations: ["CREATE", "UPDATE"]
         scope: Namespaced
+{{- end }}
+
+{{/*
+The matchCondition of both webhooks that leaves out the writes no rule or mutation can read: an
+UPDATE of a Deployment, StatefulSet, PDB or HPA (or of a workload's scale) whose spec, labels,
+ha-guard.io/* annotations (exemptions) and kubectl's last-applied-configuration annotation
+(hpa-replicas-conflict reads its spec.replicas) are all as before, such as the deployment
+controller's revision annotation, a finalizer, an ownerReference or any other metadata-only write.
+ha-guard answers such an UPDATE, if it is sent anyway (before 1.30, or a configuration without this
+condition), as if it had not been: allowed, with no warning and no patch
+(src/server/review/unchanged.rs, which names the same resources and fields). Other resources and
+operations are always sent. Every field is tested with has() first: labels and annotations may be
+absent, and an error here would make the apiserver apply failurePolicy.
+*/}}
+{{- define "ha-guard.changesWhatHaGuardReads" -}}
+{{- $reads := "(k.startsWith('ha-guard.io/') || k == 'kubectl.kubernetes.io/last-applied-configuration')" -}}
+- name: changes-what-ha-guard-reads
+  expression: >-
+    request.operation != 'UPDATE' ||
+    !(request.resource.group + '/' + request.resource.resource in
+    ['apps/deployments', 'apps/statefulsets', 'policy/poddisruptionbudgets', 'autoscaling/horizontalpodautoscalers']) ||
+    has(object.spec) != has(oldObject.spec) ||
+    (has(object.spec) && object.spec != oldObject.spec) ||
+    has(object.metadata.labels) != has(oldObject.metadata.labels) ||
+    (has(object.metadata.labels) && object.metadata.labels != oldObject.metadata.labels) ||
+    (has(object.metadata.annotations) && object.metadata.annotations.exists(k, {{ $reads }} &&
+    !(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations &&
+    oldObject.metadata.annotations[k] == object.metadata.annotations[k]))) ||
+    (has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, {{ $reads }} &&
+    !(has(object.metadata.annotations) && k in object.metadata.annotations)))
 {{- end }}
 
 {{/* The metadata.annotations of a webhook configuration, with the hook's when it is one. */}}
