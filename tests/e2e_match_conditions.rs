@@ -1,12 +1,13 @@
-//! End-to-end: the webhooks' matchCondition `changes-what-ha-guard-reads` (charts/ha-guard,
-//! `_webhooks.tpl`) changes which writes reach ha-guard, never what the user gets.
+//! End-to-end: the webhooks' matchConditions `changes-what-ha-guard-reads` and (mutating)
+//! `needs-a-mutation` (charts/ha-guard, `_webhooks.tpl`) change which writes reach ha-guard, never
+//! what the user gets.
 //!
 //! The same script of writes (creates that are denied, warned and mutated; spec, label, exemption
 //! and last-applied changes; metadata-only updates of objects with and without labels and
 //! annotations, of objects that predate ha-guard and still violate a rule or miss a mutation; scale
 //! writes that keep or change the count; server-side and client-side apply; a dry run) runs twice
 //! against one kube-apiserver and one ha-guard, in two namespaces: once with the shipped webhook
-//! configurations, once with that one condition taken out. Every write must end the same way:
+//! configurations, once with those two conditions taken out. Every write must end the same way:
 //! the same exit, the same denial, the same warnings, the same stored spec. And the condition must
 //! be doing something: the writes marked metadata-only reached ha-guard only without it.
 
@@ -17,47 +18,21 @@ use serde_json::{Value, json};
 use support::*;
 
 const CONDITION: &str = "changes-what-ha-guard-reads";
+/// The mutating webhook's other condition: only what an enabled mutation could change.
+const NEEDS_A_MUTATION: &str = "needs-a-mutation";
 
-/// The shipped webhook configurations, or those without [`CONDITION`], registered for `hg`; then
-/// waits until the apiserver uses them (a metadata-only write of a probe reaches ha-guard only
-/// without the condition).
+/// The shipped webhook configurations, or those without [`CONDITION`] and [`NEEDS_A_MUTATION`], registered for `hg`, and
+/// in effect (the probe's metadata-only write reaches both webhooks without it, neither with it).
 fn configure(cp: &ControlPlane, hg: &HaGuard, with_condition: bool) {
-    let mut docs = webhook_configurations(hg);
-    let mut found = 0;
-    for doc in &mut docs {
-        for hook in doc["webhooks"].as_array_mut().expect("webhooks") {
-            let conditions = hook["matchConditions"].as_array_mut().expect("the shipped webhooks have matchConditions");
-            let before = conditions.len();
-            if !with_condition {
-                conditions.retain(|c| c["name"] != CONDITION);
-            }
-            found += before - conditions.len();
-            if conditions.is_empty() {
-                hook.as_object_mut().expect("webhook").remove("matchConditions");
-            }
-        }
-        cp.kubectl_in(&["apply", "-f", "-"], &doc.to_string()).success();
-    }
-    if !with_condition {
-        assert_eq!(found, 2, "both shipped webhooks carry {CONDITION}");
-    }
-    if cp.kubectl(&["get", "deployment", "probe", "-n", CANARY_NS]).code != 0 {
-        cp.apply(spread_out(deployment(CANARY_NS, "probe", 1))).success();
-    }
-    // The validating and the mutating configuration are picked up separately: both must be in
-    // effect (the probe reaches both webhooks, or neither).
-    let want = if with_condition { 0.0 } else { 2.0 };
-    let mut n = 0;
-    let what = format!("the webhooks {} {CONDITION}", if with_condition { "with" } else { "without" });
-    poll(&what, WAIT, std::time::Duration::from_millis(200), || {
-        n += 1;
-        let before = requests(hg);
-        let probe = format!("e2e.ha-guard.io/probe={n}");
-        cp.kubectl(&["annotate", "--overwrite", "deployment", "probe", "-n", CANARY_NS, &probe]).success();
-        let sent = requests(hg) - before;
-        if sent == want { Ok(()) } else { Err(format!("the probe's metadata-only write reached {sent} webhook(s)")) }
-    })
-    .unwrap_or_else(|e| panic!("{e}"));
+    let shipped = webhook_configurations(hg);
+    let carrying = shipped
+        .iter()
+        .flat_map(|d| d["webhooks"].as_array().into_iter().flatten())
+        .filter(|h| h["matchConditions"].as_array().into_iter().flatten().any(|c| c["name"] == CONDITION))
+        .count();
+    assert_eq!(carrying, 2, "both shipped webhooks carry {CONDITION}");
+    let (without, probe_calls) = if with_condition { (vec![], 0.0) } else { (vec![CONDITION, NEEDS_A_MUTATION], 2.0) };
+    register_variant(cp, hg, &without, probe_calls).unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Every admission request ha-guard answered.
