@@ -1,27 +1,49 @@
-//! Through the real apiserver: what registering ha-guard costs the writes it intercepts.
+//! Through the real apiserver: what registering ha-guard costs the writes it intercepts, and what
+//! the matchConditions save.
 //!
 //!     cargo bench --bench apiserver            # or benches/run.sh, which adds it to RESULTS.md
 //!
 //! One control plane (etcd + kube-apiserver from `tests/e2e/control-plane/`, built on first use)
 //! and the real `ha-guard serve --cluster live` watching it, both from the end-to-end harness
-//! (`tests/support/mod.rs`). Then, in rounds, a batch of writes with ha-guard's webhook
-//! configurations (from `manifests/ha-guard.yaml`, pointed at it) registered and a batch with them
-//! deleted; the order alternates per round so that neither side always runs on the fuller etcd.
-//! A batch, each in a namespace of its own: create 1,000 Deployments (2 replicas, a hostname spread,
-//! about 0.8 KB) and 1,000 PodDisruptionBudgets over them (`maxUnavailable: 1`), then update all
-//! 2,000 (a new image; a new annotation), from `--concurrency` tasks of one kube-rs client. Every
-//! write must succeed: these objects pass every rule (the mutating webhook adds
-//! `unhealthyPodEvictionPolicy` to the PDBs), and any error is counted and fails the run.
+//! (`tests/support/mod.rs`). Then, in rounds, one batch of writes per mode, the order of the modes
+//! rotating from round to round (so that no mode always runs first), and what a batch wrote
+//! deleted after it (not measured), so that every batch starts from the same etcd and heap:
 //!
-//! Reported: writes per second by phase, the ratio registered / not (median over rounds), and for
-//! the registered batches the apiserver's own `apiserver_admission_webhook_admission_duration_seconds`
-//! for ha-guard's two webhooks (the time the apiserver waited for a call, its TLS and HTTP/2 included)
-//! with ha-guard's `ha_guard_admission_duration_seconds` beside it (the time inside the handler).
+//! - `none`: no admission webhook registered;
+//! - `before`: ha-guard's webhook configurations as shipped before the matchConditions work
+//!   (commit 15eabd4): the mutating webhook with `workload-or-pdb-without-eviction-policy`, the
+//!   validating one without conditions;
+//! - `shipped`: the configurations of `manifests/ha-guard.yaml`, pointed at the local ha-guard;
+//! - experiments (`--modes`): `all-conditioned` (both webhooks with `changes-what-ha-guard-reads`,
+//!   the mutating one with the old PDB condition too), `split` (the validating webhook split in a
+//!   CREATE webhook without conditions and an UPDATE one with `changes-what-ha-guard-reads`; the
+//!   mutating one as shipped), `mutating-only` (the validating webhook without conditions; the
+//!   mutating one as shipped).
+//!
+//! A batch, in a namespace of its own, is `--objects` apps, each a Deployment (2 replicas, a
+//! hostname spread, labels, resources and probes as a chart writes them: about 2 KB as stored),
+//! its PDB and its HPA, written as a cluster writes them. **Create phase**, per app: create the
+//! Deployment, the PDB and the HPA, then the deployment controller's `deployment.kubernetes.io/revision:
+//! "1"` annotation (a metadata-only UPDATE). **Update phase**, per app: a new image (a strategic
+//! merge patch, as `kubectl set image`), the revision annotation "2" that the rollout brings, the HPA
+//! controller's scale write (`deployments/scale` 2 → 3) and a tool's annotation on the PDB (another
+//! metadata-only UPDATE). So 8 writes per app, 3 of them metadata-only, from `--concurrency` tasks
+//! of one kube-rs client (each task writes one app's phase in order). Every write must succeed: the
+//! objects pass every rule (the mutating webhook adds `unhealthyPodEvictionPolicy` to the PDBs).
+//!
+//! Reported: writes per second by phase and mode; CPU time per write of each process
+//! (`/proc/PID/stat`) and, the figure this bench is for, the **apiserver CPU added per write** by
+//! registering ha-guard (a mode's apiserver CPU per write minus that of `none` in the same round);
+//! the apiserver's own `apiserver_admission_webhook_admission_duration_seconds` for ha-guard's two
+//! webhooks (the time the apiserver waited for a call, its TLS and HTTP/2 included) with ha-guard's
+//! `ha_guard_admission_duration_seconds` beside it (the time inside the handler); the calls made
+//! and the calls the matchConditions left out (`apiserver_admission_match_condition_exclusions_total`).
 //! The apiserver's histogram has buckets at 5, 25, 100 ms, ...: a quantile is interpolated within a
 //! bucket as Prometheus' `histogram_quantile` does, so the share of calls under 5 ms is given too.
 //!
-//! Flags (after `--`): `--rounds N` (2), `--objects N` Deployments (and as many PDBs) per batch
-//! (1,000), `--concurrency N` (16), `--out FILE` (also write the markdown there).
+//! Flags (after `--`): `--rounds N` (3), `--objects N` apps per batch (500), `--concurrency N`
+//! (16), `--modes none,before,shipped` (the default; also `all-conditioned`, `split`, `mutating-only`),
+//! `--out FILE` (also write the markdown there).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -32,8 +54,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::*;
 
@@ -41,11 +64,18 @@ struct Args {
     rounds: usize,
     objects: usize,
     concurrency: usize,
+    modes: Vec<Mode>,
     out: Option<String>,
 }
 
 fn args() -> Args {
-    let mut a = Args { rounds: 2, objects: 1_000, concurrency: 16, out: None };
+    let mut a = Args {
+        rounds: 3,
+        objects: 500,
+        concurrency: 16,
+        modes: vec![Mode::None, Mode::Before, Mode::Shipped],
+        out: None,
+    };
     // `cargo bench` passes `--bench`.
     let list: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let mut it = list.iter();
@@ -66,35 +96,255 @@ fn args() -> Args {
             "--rounds" => a.rounds = number("--rounds", value("--rounds")),
             "--objects" => a.objects = number("--objects", value("--objects")),
             "--concurrency" => a.concurrency = number("--concurrency", value("--concurrency")),
+            "--modes" => {
+                a.modes = value("--modes")
+                    .split(',')
+                    .map(|m| {
+                        Mode::ALL.iter().copied().find(|x| x.flag() == m).unwrap_or_else(|| {
+                            eprintln!("--modes: unknown mode {m:?}");
+                            std::process::exit(2)
+                        })
+                    })
+                    .collect();
+                a.modes.sort();
+                a.modes.dedup();
+            }
             "--out" => a.out = Some(value("--out").clone()),
             other => {
-                eprintln!("unknown argument {other:?}: --rounds N --objects N --concurrency N --out FILE");
+                eprintln!(
+                    "unknown argument {other:?}: --rounds N --objects N --concurrency N --modes none,before,shipped --out FILE"
+                );
                 std::process::exit(2)
             }
         }
+    }
+    if !a.modes.contains(&Mode::None) {
+        eprintln!("--modes: `none` is needed (what registering adds is measured against it)");
+        std::process::exit(2)
     }
     a
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Mode {
-    Without,
-    With,
+    None,
+    Before,
+    Shipped,
+    AllConditioned,
+    Split,
+    MutatingOnly,
+}
+
+/// One webhook of a variant: name, operations, the names of its matchConditions (see [`conditions`]).
+type Hook = (&'static str, &'static [&'static str], &'static [&'static str]);
+
+/// A variant of the webhook configurations: the validating webhooks, the mutating webhook's
+/// conditions, and how many webhooks the probe writes reach (metadata, spec).
+struct Variant {
+    validating: &'static [Hook],
+    mutating: &'static [&'static str],
+    probes: (f64, f64),
 }
 
 impl Mode {
-    fn name(self) -> &'static str {
+    const ALL: [Mode; 6] =
+        [Mode::None, Mode::Before, Mode::Shipped, Mode::AllConditioned, Mode::Split, Mode::MutatingOnly];
+
+    fn flag(self) -> &'static str {
         match self {
-            Mode::Without => "without ha-guard",
-            Mode::With => "with ha-guard",
+            Mode::None => "none",
+            Mode::Before => "before",
+            Mode::Shipped => "shipped",
+            Mode::AllConditioned => "all-conditioned",
+            Mode::Split => "split",
+            Mode::MutatingOnly => "mutating-only",
         }
     }
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::None => "no webhook",
+            Mode::Before => {
+                "ha-guard's webhooks as shipped before this work (commit 15eabd4): the mutating one with \
+                 `workload-or-pdb-without-eviction-policy`, the validating one without conditions"
+            }
+            Mode::Shipped => "ha-guard's webhooks as `manifests/ha-guard.yaml` ships them now",
+            Mode::AllConditioned => {
+                "both webhooks with `changes-what-ha-guard-reads` (the mutating one also with \
+                 `workload-or-pdb-without-eviction-policy`)"
+            }
+            Mode::Split => {
+                "validating split: CREATE without conditions, UPDATE with `changes-what-ha-guard-reads`; mutating \
+                 with `needs-a-mutation` and `changes-what-ha-guard-reads`"
+            }
+            Mode::MutatingOnly => {
+                "validating without conditions; mutating with `needs-a-mutation` and `changes-what-ha-guard-reads`"
+            }
+        }
+    }
+
+    /// The variant a mode registers (`None` for `none` and `shipped`).
+    fn variant(self) -> Option<Variant> {
+        const BOTH: &[&str] = &["CREATE", "UPDATE"];
+        let (validating, mutating, probes): (&'static [Hook], &'static [&'static str], _) = match self {
+            Mode::None | Mode::Shipped => return None,
+            Mode::Before => (&[("validate.ha-guard.io", BOTH, &[])], &[OLD_PDB], (2.0, 2.0)),
+            Mode::AllConditioned => {
+                (&[("validate.ha-guard.io", BOTH, &[CONDITION])], &[OLD_PDB, CONDITION], (0.0, 2.0))
+            }
+            Mode::Split => (
+                &[
+                    ("validate.ha-guard.io", &["CREATE"], &[]),
+                    ("validate-update.ha-guard.io", &["UPDATE"], &[CONDITION]),
+                ],
+                &[NEEDS_MUTATION, CONDITION],
+                (0.0, 1.0),
+            ),
+            Mode::MutatingOnly => (&[("validate.ha-guard.io", BOTH, &[])], &[NEEDS_MUTATION, CONDITION], (1.0, 1.0)),
+        };
+        Some(Variant { validating, mutating, probes })
+    }
+
+    /// Registers what the mode needs (and nothing else), waiting until the apiserver uses it.
+    fn configure(self, cp: &ControlPlane, hg: &HaGuard) -> Result<(), String> {
+        if self == Mode::None {
+            for w in [Webhooks::Mutating, Webhooks::Validating] {
+                if cp.kubectl(&["get", w.resource(), "ha-guard"]).ok() {
+                    unregister(cp, w)?;
+                }
+            }
+            return Ok(());
+        }
+        let shipped = webhook_configurations(hg);
+        let Some(Variant { validating, mutating, probes: (metadata, spec) }) = self.variant() else {
+            // As shipped: the probes as the shipped conditions treat them.
+            return register_configurations(cp, hg, &shipped, &[(Probe::Metadata, 0.0), (Probe::Spec, 1.0)]);
+        };
+        let text = conditions(&shipped);
+        let mut docs = shipped;
+        for doc in &mut docs {
+            let is_mutating = doc["kind"] == Webhooks::Mutating.kind();
+            let hooks = doc["webhooks"].as_array_mut().ok_or("no webhooks")?;
+            let template = hooks[0].clone();
+            let with = |names: &[&str]| -> Value {
+                Value::Array(names.iter().map(|n| json!({"name": n, "expression": text[n]})).collect())
+            };
+            *hooks = if is_mutating {
+                let mut m = template;
+                m["matchConditions"] = with(mutating);
+                vec![m]
+            } else {
+                validating
+                    .iter()
+                    .map(|(name, operations, names)| {
+                        let mut v = template.clone();
+                        v["name"] = json!(name);
+                        for rule in v["rules"].as_array_mut().into_iter().flatten() {
+                            rule["operations"] = json!(operations);
+                        }
+                        let obj = v.as_object_mut().expect("a webhook");
+                        obj.remove("matchConditions");
+                        if !names.is_empty() {
+                            obj.insert("matchConditions".into(), with(names));
+                        }
+                        v
+                    })
+                    .collect()
+            };
+        }
+        register_configurations(cp, hg, &docs, &[(Probe::Metadata, metadata), (Probe::Spec, spec)])
+    }
+}
+
+/// The shipped matchCondition that skips UPDATEs changing nothing ha-guard reads.
+const CONDITION: &str = "changes-what-ha-guard-reads";
+/// The mutating webhook's only condition before this work.
+const OLD_PDB: &str = "workload-or-pdb-without-eviction-policy";
+/// A condition that sends the mutating webhook only what a default mutation can change.
+const NEEDS_MUTATION: &str = "needs-a-mutation";
+
+/// The expressions of the conditions the variants use: `changes-what-ha-guard-reads` as shipped,
+/// the two others as written here (the default configuration's mutations).
+fn conditions(shipped: &[Value]) -> BTreeMap<&'static str, String> {
+    let changes = shipped
+        .iter()
+        .flat_map(|d| d["webhooks"].as_array().into_iter().flatten())
+        .flat_map(|h| h["matchConditions"].as_array().into_iter().flatten())
+        .find(|c| c["name"] == CONDITION)
+        .and_then(|c| c["expression"].as_str())
+        .unwrap_or_else(|| fail(&format!("{SHIPPED} has no matchCondition {CONDITION}")))
+        .to_string();
+    BTreeMap::from([
+        (CONDITION, changes),
+        (
+            OLD_PDB,
+            "request.resource.resource != 'poddisruptionbudgets' || \
+             (has(object.spec) && !has(object.spec.unhealthyPodEvictionPolicy))"
+                .to_string(),
+        ),
+        (
+            NEEDS_MUTATION,
+            "request.resource.resource == 'poddisruptionbudgets' ? \
+             (has(object.spec) && !has(object.spec.unhealthyPodEvictionPolicy)) : \
+             (has(object.spec) && has(object.spec.template) && has(object.spec.template.spec) && \
+             has(object.spec.template.spec.topologySpreadConstraints) && \
+             object.spec.template.spec.topologySpreadConstraints.exists(c, !has(c.labelSelector)))"
+                .to_string(),
+        ),
+    ])
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Phase {
     Create,
     Update,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Create => "create",
+            Phase::Update => "update",
+        }
+    }
+
+    /// What each app gets in the phase, in order.
+    fn writes(self) -> [Write; 4] {
+        match self {
+            Phase::Create => [Write::CreateDeployment, Write::CreatePdb, Write::CreateHpa, Write::Revision(1)],
+            Phase::Update => [Write::Image, Write::Revision(2), Write::Scale, Write::PdbAnnotation],
+        }
+    }
+}
+
+/// One write of the mix.
+#[derive(Clone, Copy, Debug)]
+enum Write {
+    CreateDeployment,
+    CreatePdb,
+    CreateHpa,
+    /// The deployment controller's `deployment.kubernetes.io/revision` (metadata only).
+    Revision(u32),
+    /// A new image, as `kubectl set image` sends it.
+    Image,
+    /// `deployments/scale` to 3, as the HPA controller writes it.
+    Scale,
+    /// A tool's annotation on the PDB (metadata only).
+    PdbAnnotation,
+}
+
+impl Write {
+    fn what(self) -> &'static str {
+        match self {
+            Write::CreateDeployment => "create Deployment",
+            Write::CreatePdb => "create PDB",
+            Write::CreateHpa => "create HPA",
+            Write::Revision(_) => "Deployment revision annotation (metadata only)",
+            Write::Image => "Deployment image (strategic merge patch)",
+            Write::Scale => "deployments/scale 2 → 3",
+            Write::PdbAnnotation => "PDB annotation (metadata only)",
+        }
+    }
 }
 
 /// One phase of one batch.
@@ -119,15 +369,36 @@ fn cpu_seconds(pid: &str) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
 impl Run {
     fn rate(&self) -> f64 {
         self.writes as f64 / self.took.as_secs_f64()
     }
+
+    /// CPU milliseconds per write of process `i`.
+    fn per_write(&self, i: usize) -> f64 {
+        self.cpu[i] * 1e3 / self.writes as f64
+    }
+}
+
+/// What the apiserver's metrics say of one mode and phase, summed over its batches.
+#[derive(Default)]
+struct Seen {
+    apiserver: Histogram,
+    ha_guard: Histogram,
+    /// Calls left out by a matchCondition of ha-guard's webhooks.
+    excluded: f64,
 }
 
 fn main() {
     let args = args();
     let started = Instant::now();
+    let load_before = loadavg();
     eprintln!("apiserver bench: starting etcd + kube-apiserver (built on first use) and ha-guard");
     let cp = ControlPlane::start().unwrap_or_else(|e| fail(&format!("control plane: {e}")));
     let hg = HaGuard::start(&cp).unwrap_or_else(|e| fail(&format!("ha-guard: {e}")));
@@ -135,8 +406,7 @@ fn main() {
     let client = cp.kube_client(&rt);
 
     let mut runs: BTreeMap<(Mode, Phase), Vec<Run>> = BTreeMap::new();
-    let mut apiserver_hist: BTreeMap<Phase, Histogram> = BTreeMap::new();
-    let mut ha_guard_hist: BTreeMap<Phase, Histogram> = BTreeMap::new();
+    let mut seen: BTreeMap<(Mode, Phase), Seen> = BTreeMap::new();
     let pid_file = |name: &str| {
         std::fs::read_to_string(cp.dir().join(name))
             .map(|s| s.trim().to_string())
@@ -149,21 +419,13 @@ fn main() {
         "self".to_string(),
     ];
     let cpu_now = || -> [f64; 4] { std::array::from_fn(|i| cpu_seconds(&pids[i])) };
-    let mut registered = false;
     for round in 0..args.rounds {
-        let order = if round % 2 == 0 { [Mode::Without, Mode::With] } else { [Mode::With, Mode::Without] };
+        let mut order = args.modes.clone();
+        let len = order.len();
+        order.rotate_left(round % len);
         for mode in order {
-            let want = mode == Mode::With;
-            if want && !registered {
-                register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating])
-                    .unwrap_or_else(|e| fail(&format!("registering: {e}")));
-            } else if !want && registered {
-                for w in [Webhooks::Mutating, Webhooks::Validating] {
-                    unregister(&cp, w).unwrap_or_else(|e| fail(&format!("unregistering: {e}")));
-                }
-            }
-            registered = want;
-            let ns = format!("bench-{}-{round}", if want { "with" } else { "without" });
+            mode.configure(&cp, &hg).unwrap_or_else(|e| fail(&format!("{}: {e}", mode.name())));
+            let ns = format!("bench-{}-{round}", mode.flag());
             cp.namespace(&ns, &[]);
             for phase in [Phase::Create, Phase::Update] {
                 let before = (cp.metrics(), hg.metrics());
@@ -172,39 +434,46 @@ fn main() {
                 let cpu_after = cpu_now();
                 run.cpu = std::array::from_fn(|i| cpu_after[i] - cpu_before[i]);
                 eprintln!(
-                    "apiserver bench: round {} {} {:?}: {} writes in {:.2?} ({:.0}/s), {} errors",
+                    "apiserver bench: round {} {} {}: {} writes in {:.2?} ({:.0}/s), apiserver {:.3} ms CPU/write, {} errors",
                     round + 1,
-                    mode.name(),
-                    phase,
+                    mode.flag(),
+                    phase.name(),
                     run.writes,
                     run.took,
                     run.rate(),
+                    run.per_write(0),
                     run.errors
                 );
-                if want {
-                    let after = (cp.metrics(), hg.metrics());
-                    apiserver_hist.entry(phase).or_default().add_difference(
-                        &after.0,
-                        &before.0,
-                        "apiserver_admission_webhook_admission_duration_seconds",
-                        &|l| l.get("name").is_some_and(|n| n.ends_with(".ha-guard.io")),
-                    );
-                    ha_guard_hist.entry(phase).or_default().add_difference(
-                        &after.1,
-                        &before.1,
-                        "ha_guard_admission_duration_seconds",
-                        &|_| true,
-                    );
-                }
+                let after = (cp.metrics(), hg.metrics());
+                let s = seen.entry((mode, phase)).or_default();
+                let ours = |l: &BTreeMap<String, String>| l.get("name").is_some_and(|n| n.ends_with(".ha-guard.io"));
+                s.apiserver.add_difference(
+                    &after.0,
+                    &before.0,
+                    "apiserver_admission_webhook_admission_duration_seconds",
+                    &ours,
+                );
+                s.ha_guard.add_difference(&after.1, &before.1, "ha_guard_admission_duration_seconds", &|_| true);
+                let excluded = |m: &Metrics| -> f64 {
+                    m.all("apiserver_admission_match_condition_exclusions_total", &[])
+                        .iter()
+                        .filter(|(l, _)| ours(l))
+                        .map(|(_, v)| v)
+                        .sum()
+                };
+                s.excluded += excluded(&after.0) - excluded(&before.0);
                 runs.entry((mode, phase)).or_default().push(run);
             }
+            // The next batch starts from the same etcd and apiserver heap (no controller-manager
+            // runs here to empty a deleted namespace).
+            rt.block_on(cleanup(&client, &ns));
         }
     }
     drop(hg);
     drop(cp);
 
     let errors: u64 = runs.values().flatten().map(|r| r.errors).sum();
-    let markdown = report(&args, &runs, &apiserver_hist, &ha_guard_hist, started.elapsed());
+    let markdown = report(&args, &runs, &seen, started.elapsed(), (&load_before, &loadavg()));
     println!("{markdown}");
     if let Some(out) = &args.out {
         std::fs::write(out, &markdown).unwrap_or_else(|e| fail(&format!("writing {out}: {e}")));
@@ -219,54 +488,109 @@ fn fail(why: &str) -> ! {
     std::process::exit(1)
 }
 
-/// Deployment `app-i` (2 replicas kept apart) and the PDB `app-i` over it.
-fn pair(ns: &str, i: usize) -> [Value; 2] {
-    let name = format!("app-{i}");
-    [spread_out(deployment(ns, &name, 2)), pdb(ns, &name, &name, json!({"maxUnavailable": 1}))]
+/// Deletes what a batch wrote (not measured), and lets the watchers catch up.
+async fn cleanup(client: &kube::Client, ns: &str) {
+    let api = |r: ApiResource| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &r);
+    for r in [
+        ApiResource::erase::<HorizontalPodAutoscaler>(&()),
+        ApiResource::erase::<PodDisruptionBudget>(&()),
+        ApiResource::erase::<Deployment>(&()),
+    ] {
+        if let Err(e) = api(r).delete_collection(&DeleteParams::default(), &ListParams::default()).await {
+            fail(&format!("cleaning {ns} up: {e}"));
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
 }
 
-async fn batch(client: &kube::Client, ns: &str, phase: Phase, objects: usize, concurrency: usize) -> Run {
-    let deployments: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns, &kube::api::ApiResource::erase::<Deployment>(&()));
-    let pdbs: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns, &kube::api::ApiResource::erase::<PodDisruptionBudget>(&()));
+/// Deployment `app-i` as a chart writes it: 2 replicas kept apart, recommended labels, resources
+/// and probes (about 2 KB once stored with the apiserver's defaults).
+fn app_deployment(ns: &str, name: &str) -> Value {
+    let labels = json!({"app": name, "app.kubernetes.io/name": name, "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/part-of": "shop", "app.kubernetes.io/managed-by": "Helm", "helm.sh/chart": "shop-1.4.2"});
+    let probe = |path: &str| json!({"httpGet": {"path": path, "port": "http"}, "periodSeconds": 10});
+    merge(
+        spread_out(deployment(ns, name, 2)),
+        json!({
+            "metadata": {"labels": labels},
+            "spec": {"template": {"metadata": {"labels": labels}, "spec": {
+                "containers": [{
+                    "name": "app", "image": "nginx:1.27",
+                    "ports": [{"name": "http", "containerPort": 8080}],
+                    "env": [{"name": "LOG_LEVEL", "value": "info"}, {"name": "PORT", "value": "8080"}],
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+                    "readinessProbe": probe("/ready"), "livenessProbe": probe("/healthz")
+                }]
+            }}}
+        }),
+    )
+}
+
+async fn batch(client: &kube::Client, ns: &str, phase: Phase, apps: usize, concurrency: usize) -> Run {
+    let api = |r: ApiResource| Api::<DynamicObject>::namespaced_with(client.clone(), ns, &r);
+    let deployments = api(ApiResource::erase::<Deployment>(&()));
+    let pdbs = api(ApiResource::erase::<PodDisruptionBudget>(&()));
+    let hpas = api(ApiResource::erase::<HorizontalPodAutoscaler>(&()));
     let next = Arc::new(AtomicUsize::new(0));
     let errors = Arc::new(AtomicU64::new(0));
-    let total = objects * 2;
     let started = Instant::now();
     let tasks: Vec<_> = (0..concurrency)
         .map(|_| {
-            let (deployments, pdbs, next, errors) = (deployments.clone(), pdbs.clone(), next.clone(), errors.clone());
-            let ns = ns.to_string();
+            let (deployments, pdbs, hpas) = (deployments.clone(), pdbs.clone(), hpas.clone());
+            let (next, errors, ns) = (next.clone(), errors.clone(), ns.to_string());
             tokio::spawn(async move {
                 loop {
-                    let n = next.fetch_add(1, Ordering::Relaxed);
-                    if n >= total {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= apps {
                         break;
                     }
-                    // Alternate Deployment and PDB, so that both kinds are written throughout.
-                    let (i, is_pdb) = (n / 2, n % 2 == 1);
-                    let api = if is_pdb { &pdbs } else { &deployments };
                     let name = format!("app-{i}");
-                    let result = match phase {
-                        Phase::Create => {
-                            let obj: DynamicObject =
-                                serde_json::from_value(pair(&ns, i)[usize::from(is_pdb)].clone()).expect("object");
-                            api.create(&PostParams::default(), &obj).await.map(drop)
+                    for w in phase.writes() {
+                        let object = |v: Value| -> DynamicObject { serde_json::from_value(v).expect("object") };
+                        let merge_patch = |v: Value| Patch::Merge(v);
+                        let pp = PatchParams::default();
+                        let result = match w {
+                            Write::CreateDeployment => deployments
+                                .create(&PostParams::default(), &object(app_deployment(&ns, &name)))
+                                .await
+                                .map(drop),
+                            Write::CreatePdb => pdbs
+                                .create(&PostParams::default(), &object(pdb(&ns, &name, &name, json!({"maxUnavailable": 1}))))
+                                .await
+                                .map(drop),
+                            Write::CreateHpa => {
+                                hpas.create(&PostParams::default(), &object(hpa(&ns, &name, &name, 2, 5))).await.map(drop)
+                            }
+                            Write::Revision(n) => deployments
+                                .patch(
+                                    &name,
+                                    &pp,
+                                    &merge_patch(json!({"metadata": {"annotations": {"deployment.kubernetes.io/revision": n.to_string()}}})),
+                                )
+                                .await
+                                .map(drop),
+                            Write::Image => deployments
+                                .patch(
+                                    &name,
+                                    &pp,
+                                    &Patch::Strategic(json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:1.28"}]}}}})),
+                                )
+                                .await
+                                .map(drop),
+                            Write::Scale => {
+                                deployments.patch_scale(&name, &pp, &merge_patch(json!({"spec": {"replicas": 3}}))).await.map(drop)
+                            }
+                            Write::PdbAnnotation => pdbs
+                                .patch(&name, &pp, &merge_patch(json!({"metadata": {"annotations": {"example.com/synced-by": "gitops"}}})))
+                                .await
+                                .map(drop),
+                        };
+                        if let Err(e) = result
+                            && errors.fetch_add(1, Ordering::Relaxed) < 5
+                        {
+                            eprintln!("apiserver bench: {} {ns}/{name}: {e}", w.what());
                         }
-                        Phase::Update => {
-                            let patch = if is_pdb {
-                                json!({"metadata": {"annotations": {"bench.ha-guard.io/updated": "true"}}})
-                            } else {
-                                json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:1.28"}]}}}})
-                            };
-                            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(drop)
-                        }
-                    };
-                    if let Err(e) = result
-                        && errors.fetch_add(1, Ordering::Relaxed) < 5 {
-                            eprintln!("apiserver bench: {phase:?} {ns}/{name} ({}): {e}", if is_pdb { "PDB" } else { "Deployment" });
-                        }
+                    }
                 }
             })
         })
@@ -274,7 +598,8 @@ async fn batch(client: &kube::Client, ns: &str, phase: Phase, objects: usize, co
     for t in tasks {
         t.await.expect("a write task panicked");
     }
-    Run { writes: total as u64, errors: errors.load(Ordering::Relaxed), took: started.elapsed(), cpu: [0.0; 4] }
+    let writes = (apps * phase.writes().len()) as u64;
+    Run { writes, errors: errors.load(Ordering::Relaxed), took: started.elapsed(), cpu: [0.0; 4] }
 }
 
 /// A cumulative histogram: upper bound -> count, summed over series.
@@ -365,124 +690,234 @@ impl Histogram {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
     if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+}
+
+/// `median (min–max)` of `v`, each with `digits` decimals.
+fn spread(v: &[f64], digits: usize) -> String {
+    if v.is_empty() {
+        return "-".into();
+    }
+    let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if v.len() == 1 {
+        return format!("{:.*}", digits, v[0]);
+    }
+    format!("{:.*} ({:.*}–{:.*})", digits, median(v.to_vec()), digits, min, digits, max)
 }
 
 fn ms(seconds: Option<f64>) -> String {
     seconds.map_or("-".to_string(), |s| format!("{:.2} ms", s * 1e3))
 }
 
+/// The phases a table row covers: one, or both (the whole mix).
+#[derive(Clone, Copy)]
+enum Rows {
+    One(Phase),
+    Mix,
+}
+
+impl Rows {
+    const ALL: [Rows; 3] = [Rows::One(Phase::Create), Rows::One(Phase::Update), Rows::Mix];
+
+    fn name(self) -> &'static str {
+        match self {
+            Rows::One(p) => p.name(),
+            Rows::Mix => "**the whole mix**",
+        }
+    }
+
+    fn phases(self) -> &'static [Phase] {
+        match self {
+            Rows::One(Phase::Create) => &[Phase::Create],
+            Rows::One(Phase::Update) => &[Phase::Update],
+            Rows::Mix => &[Phase::Create, Phase::Update],
+        }
+    }
+}
+
+/// Per round, process `i`'s CPU milliseconds per write over `rows` in `mode`.
+fn per_round(runs: &BTreeMap<(Mode, Phase), Vec<Run>>, mode: Mode, rows: Rows, i: usize) -> Vec<f64> {
+    let n = rows.phases().iter().map(|p| runs.get(&(mode, *p)).map_or(0, Vec::len)).min().unwrap_or(0);
+    (0..n)
+        .map(|round| {
+            let batch: Vec<&Run> = rows.phases().iter().map(|p| &runs[&(mode, *p)][round]).collect();
+            batch.iter().map(|r| r.cpu[i]).sum::<f64>() * 1e3 / batch.iter().map(|r| r.writes).sum::<u64>() as f64
+        })
+        .collect()
+}
+
 fn report(
     args: &Args,
     runs: &BTreeMap<(Mode, Phase), Vec<Run>>,
-    apiserver: &BTreeMap<Phase, Histogram>,
-    ha_guard: &BTreeMap<Phase, Histogram>,
+    seen: &BTreeMap<(Mode, Phase), Seen>,
     elapsed: Duration,
+    load: (&str, &str),
 ) -> String {
     use std::fmt::Write as _;
     let mut md = String::new();
+    let modes = args.modes.join_flags();
     let _ = writeln!(
         md,
-        "Writes through kube-apiserver {} (etcd on loopback), {} rounds, each a batch without and a batch \
-         with ha-guard registered (order alternating); a batch is {} Deployments and {} PDBs created, then \
-         all {} updated, by {} concurrent tasks of one kube-rs client. `cargo bench --bench apiserver -- \
-         --rounds {} --objects {} --concurrency {}`; {:.0} s in all.\n",
+        "Writes through kube-apiserver {} (etcd on loopback), {} rounds, each a batch per mode (modes: \
+         {modes}; their order rotating by round); a batch is {} apps (a Deployment, its PDB and its HPA) \
+         written as a cluster writes them, {} writes per app ({} of them metadata-only), by {} concurrent \
+         tasks of one kube-rs client: {} writes per batch. `cargo bench --bench apiserver -- --rounds {} \
+         --objects {} --concurrency {} --modes {modes}`; {:.0} s in all; load average (1, 5, 15 min) \
+         before {}, after {}.\n",
         kube_apiserver_version(),
         args.rounds,
         args.objects,
-        args.objects,
-        args.objects * 2,
+        Phase::Create.writes().len() + Phase::Update.writes().len(),
+        Phase::Create
+            .writes()
+            .iter()
+            .chain(&Phase::Update.writes())
+            .filter(|w| matches!(w, Write::Revision(_) | Write::PdbAnnotation))
+            .count(),
         args.concurrency,
+        args.objects * (Phase::Create.writes().len() + Phase::Update.writes().len()),
         args.rounds,
         args.objects,
         args.concurrency,
-        elapsed.as_secs_f64()
+        elapsed.as_secs_f64(),
+        load.0,
+        load.1,
     );
-    let _ = writeln!(md, "| phase | without ha-guard, writes/s | with ha-guard, writes/s | with / without | errors |");
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|");
+    let _ = writeln!(md, "| modes | what is registered |\n|---|---|");
+    for m in &args.modes {
+        let _ = writeln!(md, "| `{}` | {} |", m.flag(), m.name());
+    }
+    let _ = writeln!(
+        md,
+        "\nThe mix, per app: create phase: {}; update phase: {}.\n",
+        Phase::Create.writes().map(Write::what).join(", "),
+        Phase::Update.writes().map(Write::what).join(", ")
+    );
+
+    // The figure this bench is for.
+    let registered: Vec<Mode> = args.modes.iter().copied().filter(|m| *m != Mode::None).collect();
+    let _ = writeln!(
+        md,
+        "**kube-apiserver CPU per write** (ms; median over rounds, min–max in brackets). *Added* is the \
+         mode's figure minus `none`'s of the same round; *saved* is 1 − added(`shipped`) ÷ added(`before`), \
+         per round:\n"
+    );
+    let mut header = "| phase | `none` |".to_string();
+    for m in &registered {
+        let _ = write!(header, " `{}` | added by `{}` |", m.flag(), m.flag());
+    }
+    let both = registered.contains(&Mode::Before) && registered.contains(&Mode::Shipped);
+    if both {
+        header.push_str(" saved: `shipped` against `before` |");
+    }
+    let _ = writeln!(md, "{header}\n|---|{}", "---:|".repeat(header.matches('|').count() - 2));
+    for rows in Rows::ALL {
+        let none = per_round(runs, Mode::None, rows, 0);
+        let mut line = format!("| {} | {} |", rows.name(), spread(&none, 3));
+        let mut added: BTreeMap<Mode, Vec<f64>> = BTreeMap::new();
+        for m in &registered {
+            let with = per_round(runs, *m, rows, 0);
+            let a: Vec<f64> = with.iter().zip(&none).map(|(w, n)| w - n).collect();
+            let _ = write!(line, " {} | {} |", spread(&with, 3), spread(&a, 3));
+            added.insert(*m, a);
+        }
+        if both {
+            let saved: Vec<f64> =
+                added[&Mode::Shipped].iter().zip(&added[&Mode::Before]).map(|(s, e)| (1.0 - s / e) * 100.0).collect();
+            let _ = write!(line, " **{} %** |", spread(&saved, 0));
+        }
+        let _ = writeln!(md, "{line}");
+    }
+
+    let _ = writeln!(md, "\nWrites per second (median over rounds, min–max in brackets):\n");
+    let _ = writeln!(
+        md,
+        "| phase | {} |\n|---|{}",
+        args.modes.iter().map(|m| format!("`{}`", m.flag())).collect::<Vec<_>>().join(" | "),
+        "---:|".repeat(args.modes.len())
+    );
     for phase in [Phase::Create, Phase::Update] {
-        let rates = |mode| -> Vec<f64> { runs.get(&(mode, phase)).into_iter().flatten().map(Run::rate).collect() };
-        let (without, with) = (rates(Mode::Without), rates(Mode::With));
-        let ratios: Vec<f64> = without.iter().zip(&with).map(|(a, b)| b / a).collect();
-        let errors: u64 = [Mode::Without, Mode::With]
+        let cells: Vec<String> = args
+            .modes
             .iter()
-            .flat_map(|m| runs.get(&(*m, phase)).into_iter().flatten())
-            .map(|r| r.errors)
-            .sum();
-        let list = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(", ");
-        let _ = writeln!(
-            md,
-            "| {} | {:.0} ({}) | {:.0} ({}) | **{:.2}** (per round: {}) | {} |",
-            if phase == Phase::Create { "create" } else { "update" },
-            median(without.clone()),
-            list(&without),
-            median(with.clone()),
-            list(&with),
-            median(ratios.clone()),
-            ratios.iter().map(|r| format!("{r:.2}")).collect::<Vec<_>>().join(", "),
-            errors
-        );
+            .map(|m| spread(&runs.get(&(*m, phase)).into_iter().flatten().map(Run::rate).collect::<Vec<_>>(), 0))
+            .collect();
+        let _ = writeln!(md, "| {} | {} |", phase.name(), cells.join(" | "));
     }
+
     let _ = writeln!(
         md,
-        "\nRates: the median over rounds (each round's value in brackets); the ratio is the median of the per-round ratios.\n"
-    );
-    let _ = writeln!(
-        md,
-        "| phase, registered batches | webhook calls | apiserver: p50 | apiserver: p99 | apiserver: calls ≤ 5 ms | apiserver: mean | ha-guard handler: p50 | p99 |"
-    );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|");
-    for phase in [Phase::Create, Phase::Update] {
-        let (Some(a), Some(h)) = (apiserver.get(&phase), ha_guard.get(&phase)) else { continue };
-        let _ = writeln!(
-            md,
-            "| {} | {:.0} | {} | {} | {} | {} | {} | {} |",
-            if phase == Phase::Create { "create" } else { "update" },
-            a.count,
-            ms(a.quantile(0.5)),
-            ms(a.quantile(0.99)),
-            a.share_under(0.005).map_or("-".to_string(), |s| format!("{:.2}%", s * 100.0)),
-            ms((a.count > 0.0).then(|| a.sum / a.count)),
-            ms(h.quantile(0.5)),
-            ms(h.quantile(0.99)),
-        );
-    }
-    let _ = writeln!(
-        md,
-        "\nCPU time per write (ms, summed over the phase's batches and divided by their writes; \
-         `/proc/PID/stat`, 10 ms ticks):\n"
+        "\nCPU time per write of every process (ms, median over rounds; `/proc/PID/stat`, 10 ms ticks):\n"
     );
     let _ = writeln!(md, "| phase | mode | {} | all |", PROCESSES.join(" | "));
     let _ = writeln!(md, "|---|---|{}---:|", "---:|".repeat(PROCESSES.len()));
-    for phase in [Phase::Create, Phase::Update] {
-        for mode in [Mode::Without, Mode::With] {
-            let batches: Vec<&Run> = runs.get(&(mode, phase)).into_iter().flatten().collect();
-            let writes: u64 = batches.iter().map(|r| r.writes).sum();
-            if writes == 0 {
-                continue;
-            }
-            let per: Vec<f64> = (0..PROCESSES.len())
-                .map(|i| batches.iter().map(|r| r.cpu[i]).sum::<f64>() * 1e3 / writes as f64)
-                .collect();
+    for rows in Rows::ALL {
+        for m in &args.modes {
+            let per: Vec<f64> = (0..PROCESSES.len()).map(|i| median(per_round(runs, *m, rows, i))).collect();
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {:.2} |",
-                if phase == Phase::Create { "create" } else { "update" },
-                mode.name(),
+                "| {} | `{}` | {} | {:.2} |",
+                rows.name(),
+                m.flag(),
                 per.iter().map(|c| format!("{c:.2}")).collect::<Vec<_>>().join(" | "),
                 per.iter().sum::<f64>()
+            );
+        }
+    }
+
+    let _ = writeln!(
+        md,
+        "\nha-guard's webhooks as the apiserver saw them (all rounds; `calls/write`: webhook calls per write; \
+         `left out/write`: calls a matchCondition of ha-guard's webhooks left out):\n"
+    );
+    let _ = writeln!(
+        md,
+        "| phase | mode | calls/write | left out/write | apiserver: p50 | p99 | calls ≤ 5 ms | mean | ha-guard handler: p50 | p99 |"
+    );
+    let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for phase in [Phase::Create, Phase::Update] {
+        for m in &registered {
+            let (Some(s), Some(batches)) = (seen.get(&(*m, phase)), runs.get(&(*m, phase))) else { continue };
+            let writes: u64 = batches.iter().map(|r| r.writes).sum();
+            let (a, h) = (&s.apiserver, &s.ha_guard);
+            let _ = writeln!(
+                md,
+                "| {} | `{}` | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} |",
+                phase.name(),
+                m.flag(),
+                a.count / writes as f64,
+                s.excluded / writes as f64,
+                ms(a.quantile(0.5)),
+                ms(a.quantile(0.99)),
+                a.share_under(0.005).map_or("-".to_string(), |s| format!("{:.1}%", s * 100.0)),
+                ms((a.count > 0.0).then(|| a.sum / a.count)),
+                ms(h.quantile(0.5)),
+                ms(h.quantile(0.99)),
             );
         }
     }
     let _ = writeln!(
         md,
         "\n`apiserver:` is `apiserver_admission_webhook_admission_duration_seconds` summed over \
-         `validate.ha-guard.io` and `mutate.ha-guard.io` (one call each per write); its first bucket ends at \
-         5 ms, so a p50 or p99 under 5 ms is an interpolation inside that bucket and the share of calls \
-         ≤ 5 ms is the exact figure. `ha-guard handler:` is `ha_guard_admission_duration_seconds` (buckets \
-         doubling from 50 µs)."
+         `validate.ha-guard.io` and `mutate.ha-guard.io`; its first bucket ends at 5 ms, so a p50 or p99 \
+         under 5 ms is an interpolation inside that bucket and the share of calls ≤ 5 ms is the exact \
+         figure. `ha-guard handler:` is `ha_guard_admission_duration_seconds` (buckets doubling from 50 µs)."
     );
     md
+}
+
+trait JoinFlags {
+    fn join_flags(&self) -> String;
+}
+
+impl JoinFlags for Vec<Mode> {
+    fn join_flags(&self) -> String {
+        self.iter().map(|m| m.flag()).collect::<Vec<_>>().join(",")
+    }
 }
 
 fn kube_apiserver_version() -> String {

@@ -381,9 +381,13 @@ fn mutation(cp: &ControlPlane, hg: &HaGuard) {
         hg.metrics().sum("ha_guard_admission_requests_total", &[("webhook", webhook), ("kind", "PodDisruptionBudget")])
     };
     let (mutate_before, validate_before) = (calls("mutate"), calls("validate"));
-    cp.kubectl(&["annotate", "pdb", "web", "-n", ns, "e2e.ha-guard.io/touched=yes"]).success();
+    cp.kubectl(&["patch", "pdb", "web", "-n", ns, "--type=merge", "-p", r#"{"spec":{"maxUnavailable":2}}"#]).success();
     assert_eq!(calls("validate"), validate_before + 1.0, "the PDB update reached /validate once");
     assert_eq!(calls("mutate"), mutate_before, "a PDB with unhealthyPodEvictionPolicy was sent to /mutate");
+    // Both webhooks' other matchCondition: an update that changes nothing ha-guard reads (here an
+    // annotation that is not ha-guard's) is sent to neither (tests/e2e_match_conditions.rs).
+    cp.kubectl(&["annotate", "pdb", "web", "-n", ns, "e2e.ha-guard.io/touched=yes"]).success();
+    assert_eq!(calls("validate"), validate_before + 1.0, "a metadata-only PDB update was sent to /validate");
     // One without it still is.
     // (It covers no workload: a warning, pdb-selects-nothing.)
     cp.apply(pdb(ns, "bare", "no-such-app", json!({"maxUnavailable": 1}))).success();

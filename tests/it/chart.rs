@@ -295,16 +295,24 @@ fn match_conditions_only_where_the_cluster_has_them() {
     ];
     for version in ["1.30.0", "1.34.2"] {
         let d = objects(&["--kube-version", version]);
-        let conditions = &mutating(&d)["matchConditions"];
-        assert_eq!(conditions[0]["name"], "workload-or-pdb-without-eviction-policy", "{version}");
-        assert_eq!(conditions.as_array().unwrap().len(), 1, "{version}");
-        assert!(validating(&d).get("matchConditions").is_none(), "{version}: the validating webhook sees every write");
+        let names = |hook: &Value| -> Vec<String> {
+            hook["matchConditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(names(mutating(&d)), ["needs-a-mutation", "changes-what-ha-guard-reads"], "{version}");
+        assert_eq!(names(validating(&d)), ["changes-what-ha-guard-reads"], "{version}");
+        // Both webhooks skip the same writes (tests/e2e_match_conditions.rs runs the condition).
+        assert_eq!(mutating(&d)["matchConditions"][1], validating(&d)["matchConditions"][0]);
         // The user's conditions go to both webhooks, after ha-guard's own.
         let mut args = vec!["--kube-version", version];
         args.extend_from_slice(&extra);
         let d = objects(&args);
-        assert_eq!(mutating(&d)["matchConditions"][1]["name"], "not-argo");
-        assert_eq!(validating(&d)["matchConditions"], json!([{"name": "not-argo", "expression": "true"}]));
+        assert_eq!(mutating(&d)["matchConditions"][2], json!({"name": "not-argo", "expression": "true"}));
+        assert_eq!(validating(&d)["matchConditions"][1], json!({"name": "not-argo", "expression": "true"}));
     }
     for version in ["1.29.9", "1.27.0"] {
         let d = objects(&["--kube-version", version]);
@@ -319,6 +327,37 @@ fn match_conditions_only_where_the_cluster_has_them() {
     // with (v1.37 for v3.22): the conditions are there, as with a released helm.
     let d = objects(&[]);
     assert!(mutating(&d).get("matchConditions").is_some());
+}
+
+/// The mutating webhook is sent only what a mutation that is on could add to: the chart's table of
+/// defaults is the registry's, and each switch changes the condition.
+#[test]
+fn the_mutating_webhook_is_sent_what_an_enabled_mutation_could_change() {
+    let condition = |args: &[&str]| -> String {
+        let mut all = vec!["--kube-version", "1.34.2"];
+        all.extend_from_slice(args);
+        let d = objects(&all);
+        let first = &mutating(&d)["matchConditions"][0];
+        assert_eq!(first["name"], "needs-a-mutation");
+        first["expression"].as_str().unwrap().to_string()
+    };
+    let spreads = "object.spec.template.spec.topologySpreadConstraints.exists(c, !has(c.labelSelector))";
+    let policy = "!has(object.spec.unhealthyPodEvictionPolicy)";
+    let defaults = condition(&[]);
+    assert!(defaults.contains(spreads) && defaults.contains(policy), "{defaults}");
+    // The chart assumes the registry's defaults: on for these two, off for the two others.
+    let on: BTreeSet<&str> =
+        ha_guard::core::registry::mutations().iter().filter(|m| m.default_on).map(|m| m.id).collect();
+    assert_eq!(on, BTreeSet::from(["inject-spread-selector", "inject-unhealthy-pod-eviction-policy"]));
+    assert_eq!(condition(&["--set", "config.mutations.inject-spread-selector=true"]), defaults);
+    for off_by_default in ["inject-default-spread", "inject-match-label-keys"] {
+        let e = condition(&["--set", &format!("config.mutations.{off_by_default}=true")]);
+        assert!(e.ends_with(": (true)") && e.contains(policy), "{off_by_default}: {e}");
+    }
+    let e = condition(&["--set", "config.mutations.inject-spread-selector=false"]);
+    assert!(e.ends_with(": (false)") && e.contains(policy), "{e}");
+    let e = condition(&["--set", "config.mutations.inject-unhealthy-pod-eviction-policy=false"]);
+    assert!(e.contains("? (false) :") && e.contains(spreads), "{e}");
 }
 
 #[test]

@@ -1256,6 +1256,87 @@ pub fn unregister(cp: &ControlPlane, which: Webhooks) -> Result<(), String> {
     })
 }
 
+/// Registers both shipped webhook configurations for `hg` with the matchConditions named in
+/// `without` taken out (none: as shipped), then waits until the apiserver uses exactly these:
+/// both webhooks answer the canaries, and a metadata-only write of a probe Deployment (which the
+/// shipped condition `changes-what-ha-guard-reads` leaves out) reaches `probe_calls` of them.
+pub fn register_variant(cp: &ControlPlane, hg: &HaGuard, without: &[&str], probe_calls: f64) -> Result<(), String> {
+    let mut docs = webhook_configurations(hg);
+    for doc in &mut docs {
+        for hook in doc["webhooks"].as_array_mut().into_iter().flatten() {
+            let Some(conditions) = hook["matchConditions"].as_array_mut() else { continue };
+            conditions.retain(|c| !without.iter().any(|w| c["name"] == *w));
+            if conditions.is_empty() {
+                hook.as_object_mut().map(|h| h.remove("matchConditions"));
+            }
+        }
+    }
+    register_configurations(cp, hg, &docs, &[(Probe::Metadata, probe_calls)])
+}
+
+/// A write of the probe Deployment (in [`CANARY_NS`]) that tells webhook configurations apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// An annotation that is not ha-guard's: changes nothing ha-guard reads.
+    Metadata,
+    /// A new image: a spec change.
+    Spec,
+}
+
+/// Applies the webhook configurations `docs` (pointed at `hg`), then waits until the apiserver
+/// uses them: both webhooks answer the canaries, and each probe write reaches as many webhooks as
+/// `probes` says (which is how a change of matchConditions is seen to have been picked up).
+pub fn register_configurations(
+    cp: &ControlPlane,
+    hg: &HaGuard,
+    docs: &[Value],
+    probes: &[(Probe, f64)],
+) -> Result<(), String> {
+    if cp.kubectl(&["get", "namespace", CANARY_NS]).code != 0 {
+        cp.namespace(CANARY_NS, &[]);
+    }
+    for doc in docs {
+        let out = cp.kubectl_in(&["apply", "-f", "-"], &doc.to_string());
+        if !out.ok() {
+            return Err(format!("registering the {}: {}", doc["kind"], out.output()));
+        }
+    }
+    if cp.kubectl(&["get", "deployment", "probe", "-n", CANARY_NS]).code != 0 {
+        let out = cp.apply(spread_out(deployment(CANARY_NS, "probe", 1)));
+        if !out.ok() {
+            return Err(format!("creating the probe: {}", out.output()));
+        }
+    }
+    let requests = || hg.metrics_opt().map(|m| m.sum("ha_guard_admission_requests_total", &[]));
+    let mut n = 0;
+    poll("the webhook configurations in effect", WAIT, Duration::from_millis(200), || {
+        validating_live(cp, CANARY_NS)?;
+        mutating_live(cp, CANARY_NS)?;
+        for (probe, calls) in probes {
+            n += 1;
+            let before = requests()?;
+            let out = match probe {
+                Probe::Metadata => {
+                    let value = format!("e2e.ha-guard.io/probe={n}");
+                    cp.kubectl(&["annotate", "--overwrite", "deployment", "probe", "-n", CANARY_NS, &value])
+                }
+                Probe::Spec => {
+                    let image = format!("app=nginx:1.{n}");
+                    cp.kubectl(&["set", "image", "deployment/probe", "-n", CANARY_NS, &image])
+                }
+            };
+            if !out.ok() {
+                return Err(out.output());
+            }
+            let sent = requests()? - before;
+            if sent != *calls {
+                return Err(format!("the {probe:?} probe reached {sent} webhook(s), not {calls}"));
+            }
+        }
+        Ok(())
+    })
+}
+
 // --- steps -----------------------------------------------------------------------------------
 
 /// Runs named steps, each caught on its own: a failed step is reported by name (with its panic

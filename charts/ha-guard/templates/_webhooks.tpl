@@ -31,14 +31,13 @@ webhooks:
     # Another webhook may add a spread after ours: run again to fill its selector.
     reinvocationPolicy: IfNeeded
     {{- if $matchConditions }}
-    # The only PDB mutation sets unhealthyPodEvictionPolicy where it is missing (and there is a
-    # spec): a PDB that has it is not sent at all, which spares most PDB updates a round trip.
-    # Workloads are always sent (what they get depends on ha-guard's config).
+    # Only what a mutation that config.mutations turns on could add to (see
+    # "ha-guard.needsAMutation"), and only when something ha-guard reads changed: the apiserver
+    # evaluates these for every Deployment, StatefulSet and PDB write anyway, and a call it skips
+    # costs it more than the evaluation.
     matchConditions:
-      - name: workload-or-pdb-without-eviction-policy
-        expression: >-
-          request.resource.resource != 'poddisruptionbudgets' ||
-          (has(object.spec) && !has(object.spec.unhealthyPodEvictionPolicy))
+      {{- include "ha-guard.needsAMutation" $ | nindent 6 }}
+      {{- include "ha-guard.changesWhatHaGuardReads" $ | nindent 6 }}
       {{- with $.Values.webhook.matchConditions }}
       {{- toYaml . | nindent 6 }}
       {{- end }}
@@ -79,9 +78,12 @@ webhooks:
     failurePolicy: {{ $.Values.webhook.failurePolicy }}
     timeoutSeconds: {{ $.Values.webhook.timeoutSeconds }}
     matchPolicy: Equivalent
-    {{- if and $matchConditions $.Values.webhook.matchConditions }}
+    {{- if $matchConditions }}
     matchConditions:
-      {{- toYaml $.Values.webhook.matchConditions | nindent 6 }}
+      {{- include "ha-guard.changesWhatHaGuardReads" $ | nindent 6 }}
+      {{- with $.Values.webhook.matchConditions }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
     {{- end }}
     clientConfig:
       {{- include "ha-guard.clientConfig" (list $ "/validate") | trim | nindent 6 }}
@@ -122,6 +124,61 @@ webhooks:
         resources: ["services"]
         operations: ["CREATE", "UPDATE"]
         scope: Namespaced
+{{- end }}
+
+{{/*
+The matchCondition of both webhooks that leaves out the writes no rule or mutation can read: an
+UPDATE of a Deployment, StatefulSet, PDB or HPA (or of a workload's scale) whose spec, labels,
+ha-guard.io/* annotations (exemptions) and kubectl's last-applied-configuration annotation
+(hpa-replicas-conflict reads its spec.replicas) are all as before, such as the deployment
+controller's revision annotation, a finalizer, an ownerReference or any other metadata-only write.
+ha-guard answers such an UPDATE, if it is sent anyway (before 1.30, or a configuration without this
+condition), as if it had not been: allowed, with no warning and no patch
+(src/server/review/unchanged.rs, which names the same resources and fields). Other resources and
+operations are always sent. Every field is tested with has() first: labels and annotations may be
+absent, and an error here would make the apiserver apply failurePolicy.
+*/}}
+{{- define "ha-guard.changesWhatHaGuardReads" -}}
+{{- $reads := "(k.startsWith('ha-guard.io/') || k == 'kubectl.kubernetes.io/last-applied-configuration')" -}}
+- name: changes-what-ha-guard-reads
+  expression: >-
+    request.operation != 'UPDATE' ||
+    !(request.resource.group + '/' + request.resource.resource in
+    ['apps/deployments', 'apps/statefulsets', 'policy/poddisruptionbudgets', 'autoscaling/horizontalpodautoscalers']) ||
+    has(object.spec) != has(oldObject.spec) ||
+    (has(object.spec) && object.spec != oldObject.spec) ||
+    has(object.metadata.labels) != has(oldObject.metadata.labels) ||
+    (has(object.metadata.labels) && object.metadata.labels != oldObject.metadata.labels) ||
+    (has(object.metadata.annotations) && object.metadata.annotations.exists(k, {{ $reads }} &&
+    !(has(oldObject.metadata.annotations) && k in oldObject.metadata.annotations &&
+    oldObject.metadata.annotations[k] == object.metadata.annotations[k]))) ||
+    (has(oldObject.metadata.annotations) && oldObject.metadata.annotations.exists(k, {{ $reads }} &&
+    !(has(object.metadata.annotations) && k in object.metadata.annotations)))
+{{- end }}
+
+{{/*
+The mutating webhook's first condition: the write could get a patch from a mutation
+config.mutations turns on (defaults as `ha-guard rules` lists them; tests/it/chart.rs holds this
+table to the registry). inject-unhealthy-pod-eviction-policy: a PDB with a spec and no
+unhealthyPodEvictionPolicy. inject-spread-selector: a workload with a topologySpreadConstraint
+that has no labelSelector. inject-default-spread and inject-match-label-keys depend on more than
+one object can tell (HPA floors, every spread), so with either on every workload write is sent.
+The chart knows only config.mutations: turning a mutation on by editing the ConfigMap by hand
+needs this condition re-rendered too (helm upgrade with the value set).
+*/}}
+{{- define "ha-guard.needsAMutation" -}}
+{{- $on := dict "inject-spread-selector" true "inject-unhealthy-pod-eviction-policy" true "inject-default-spread" false "inject-match-label-keys" false }}
+{{- range $id, $value := .Values.config.mutations }}{{ $_ := set $on $id $value }}{{ end }}
+{{- $pdb := ternary "has(object.spec) && !has(object.spec.unhealthyPodEvictionPolicy)" "false" (index $on "inject-unhealthy-pod-eviction-policy") }}
+{{- $workload := "false" }}
+{{- if or (index $on "inject-default-spread") (index $on "inject-match-label-keys") }}
+{{- $workload = "true" }}
+{{- else if index $on "inject-spread-selector" }}
+{{- $workload = "has(object.spec) && has(object.spec.template) && has(object.spec.template.spec) && has(object.spec.template.spec.topologySpreadConstraints) && object.spec.template.spec.topologySpreadConstraints.exists(c, !has(c.labelSelector))" }}
+{{- end -}}
+- name: needs-a-mutation
+  expression: >-
+    request.resource.resource == 'poddisruptionbudgets' ? ({{ $pdb }}) : ({{ $workload }})
 {{- end }}
 
 {{/* The metadata.annotations of a webhook configuration, with the hook's when it is one. */}}

@@ -6,6 +6,7 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
 
 use super::subject::{old_replicas, subject, subject_of};
+use super::unchanged::changes_nothing_read;
 use super::wire::{BadRequest, Request};
 use crate::core::catalogue::{Mutation, Rule};
 use crate::core::config::Config;
@@ -52,7 +53,8 @@ pub enum AdmissionDecision {
     Denied,
     Warned,
     Patched,
-    /// Not a kind or operation ha-guard checks, or a namespace it skips.
+    /// Not a kind or operation ha-guard checks, a namespace it skips, or an UPDATE that changes
+    /// nothing it reads and would otherwise have been warned, denied or patched.
     #[default]
     Skipped,
 }
@@ -72,6 +74,10 @@ impl AdmissionDecision {
 /// The apiserver's limit on the sum of warnings, and what it cuts each one to past it.
 pub const WARNINGS_TOTAL_LIMIT: usize = 4096;
 pub const WARNING_ITEM_LIMIT: usize = 256;
+
+/// Why an UPDATE got a plain allow (audit annotation `skipped`): see [`super::unchanged`].
+pub const UNCHANGED: &str = "an UPDATE that changes nothing ha-guard reads (spec, labels, ha-guard.io/* and \
+                             last-applied annotations)";
 
 /// Answers one request.
 pub fn review(
@@ -121,6 +127,14 @@ pub fn review(
     let verdict = judge(&Review { subject: &subject, old: Some(&old), view, config, asks });
     if let Some(reason) = verdict.skipped {
         response.audit_annotations.insert("skipped".into(), reason);
+        return Ok((response, outcome));
+    }
+    // Asked only when there is something to say, so that the usual answer costs nothing more:
+    // the answer is the same either way.
+    let says_something =
+        !verdict.plan.is_empty() || !verdict.decided.findings.is_empty() || !verdict.decided.warnings.is_empty();
+    if says_something && changes_nothing_read(request) {
+        response.audit_annotations.insert("skipped".into(), UNCHANGED.into());
         return Ok((response, outcome));
     }
     match webhook {
