@@ -136,3 +136,44 @@ pub fn edit(yaml: &str, from: &str, to: &str) -> String {
     assert!(yaml.contains(from), "{from:?} not found in:\n{yaml}");
     yaml.replace(from, to)
 }
+
+/// A Running, Ready pod `name` of Deployment `owner` on `node` (none when empty), labelled
+/// `app: <owner>` like the pods of [`workload`]; adjust the fields for other states.
+pub fn pod(name: &str, owner: &str, node: &str) -> crate::core::view::PodInfo {
+    use crate::core::view::{PodInfo, PodOwner, PodPhase};
+    PodInfo {
+        name: name.into(),
+        owner: PodOwner::Workload(model::Kind::Deployment, owner.into()),
+        node: (!node.is_empty()).then(|| node.into()),
+        labels: std::sync::Arc::new([("app".to_string(), owner.to_string())].into()),
+        unschedulable: None,
+        phase: PodPhase::Running,
+        ready: true,
+        terminating: false,
+        tolerates_cordon: false,
+    }
+}
+
+/// [`live_view`] of `yaml` with `pods` in namespace `default`.
+pub fn view_with_pods(yaml: &str, pods: Vec<crate::core::view::PodInfo>) -> Index {
+    let mut index = live_view(yaml);
+    for p in pods {
+        index.upsert_pod("default", p);
+    }
+    index
+}
+
+/// Node objects: `(name, zone, cordoned)` (no zone label when the zone is empty).
+pub fn nodes(list: &[(&str, &str, bool)]) -> String {
+    list.iter()
+        .map(|(name, zone, cordoned)| {
+            let zone =
+                if zone.is_empty() { String::new() } else { format!("    topology.kubernetes.io/zone: {zone}\n") };
+            format!(
+                "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n\
+                 {zone}spec:\n  unschedulable: {cordoned}\n"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}

@@ -2,13 +2,14 @@
 //! ([`object`]), decoding manifests into them ([`decode`]) with the apiserver's defaults
 //! ([`defaults`]), what a pod template says about placement and shutdown ([`pod`]), label
 //! selectors ([`selector`]) and the disruption arithmetic ([`arith`]); the kinds k8s-openapi has no
-//! type for, or a type that decodes more than is read ([`keda`], [`webhook`]). Nothing here knows of views,
+//! type for, or a type that decodes more than is read ([`keda`], [`webhook`], [`live_pod`]). Nothing here knows of views,
 //! rules or I/O.
 
 pub mod arith;
 pub mod decode;
 pub mod defaults;
 pub mod keda;
+pub mod live_pod;
 pub mod object;
 pub mod pod;
 pub mod selector;

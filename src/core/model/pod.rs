@@ -1,11 +1,42 @@
 //! What a workload's pod template says about where its replicas may run and how they are
 //! replaced: the facts the rules, the view's projections and the mutations all read.
 
-use k8s_openapi::api::core::v1::{PodAffinityTerm, PodSpec, TopologySpreadConstraint};
+use k8s_openapi::api::core::v1::{PodAffinityTerm, PodSpec, Toleration, TopologySpreadConstraint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::object::{Kind, Strategy, Workload};
 use super::selector;
+
+/// The taint `kubectl cordon` (and `drain`) puts on a node: `node.kubernetes.io/unschedulable:NoSchedule`.
+pub const CORDON_TAINT: &str = "node.kubernetes.io/unschedulable";
+
+/// Why a toleration lets pods onto a cordoned node, and the field that makes it so, or `None`.
+pub fn tolerates_cordon(t: &Toleration) -> Option<(&'static str, String)> {
+    let exists = t.operator.as_deref() == Some("Exists");
+    let effect = t.effect.as_deref().unwrap_or("");
+    // An empty effect matches every effect; the cordon taint's is NoSchedule.
+    if !(effect.is_empty() || effect == "NoSchedule") {
+        return None;
+    }
+    match t.key.as_deref().unwrap_or("") {
+        "" if exists => Some((
+            "operator",
+            format!(
+                "{} the cordon's {CORDON_TAINT}:NoSchedule included",
+                if effect.is_empty() {
+                    "(operator: Exists, no key, no effect) tolerates every taint,"
+                } else {
+                    "(operator: Exists, no key, effect: NoSchedule) tolerates every NoSchedule taint,"
+                }
+            ),
+        )),
+        // The cordon taint has no value: `Equal` (the default operator) matches it only with none.
+        CORDON_TAINT if exists || t.value.as_deref().unwrap_or("").is_empty() => {
+            Some(("key", format!("(key: {CORDON_TAINT}) tolerates the cordon taint {CORDON_TAINT}:NoSchedule itself")))
+        }
+        _ => None,
+    }
+}
 
 /// The node topology key.
 pub const HOSTNAME: &str = "kubernetes.io/hostname";

@@ -96,7 +96,7 @@ fn spread_over_zones(w: &Workload) -> bool {
 /// Whether a pod with `spec` may be scheduled on `node`: not cordoned, its NoSchedule and
 /// NoExecute taints tolerated, its nodeSelector and required node affinity met.
 // The toleration test is the one `spread-unsatisfiable` (colocation.rs) makes; they could share it.
-fn takes(node: &NodeInfo, spec: &PodSpec) -> bool {
+pub fn takes(node: &NodeInfo, spec: &PodSpec) -> bool {
     let tolerations = spec.tolerations.as_deref().unwrap_or_default();
     !node.unschedulable
         && node

@@ -11,8 +11,9 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::lookup::View;
+use super::pods::Pods;
 use super::projection::{
-    HpaInfo, NodeInfo, PdbInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo, spreads_over,
+    HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo, spreads_over,
 };
 use crate::core::model::{Kind, Object, ObjectRef, Subject, name_of, selector};
 
@@ -169,6 +170,8 @@ pub struct Index {
     /// Service's or a workload's write finds the webhooks it backs without a scan.
     webhook_backends: HashMap<String, BTreeMap<String, Vec<(Kind, String)>>>,
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    /// Pods: only the audit's view holds them (the live posture rules and the drain read them).
+    pods: Pods,
     complete: bool,
     knows_nodes: bool,
 }
@@ -376,6 +379,24 @@ impl Index {
         }
     }
 
+    /// Adds (or replaces) a pod of `namespace`.
+    pub fn upsert_pod(&mut self, namespace: &str, pod: PodInfo) {
+        self.pods.upsert(namespace, pod);
+    }
+
+    pub fn remove_pod(&mut self, namespace: &str, name: &str) {
+        self.pods.remove(namespace, name);
+    }
+
+    /// Drops every pod (before a relist replaces them).
+    pub fn clear_pods(&mut self) {
+        self.pods.clear();
+    }
+
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
     pub fn remove_namespace(&mut self, name: &str) {
         self.namespace_labels.remove(name);
     }
@@ -519,6 +540,22 @@ impl View for Index {
 
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
         self.namespace_labels.get(namespace).cloned()
+    }
+
+    fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
+        self.nodes.get(name).cloned()
+    }
+
+    fn pods_of(&self, workload: &ObjectRef) -> Vec<Arc<PodInfo>> {
+        self.pods.of(workload.kind, &workload.namespace, &workload.name)
+    }
+
+    fn pods_in(&self, namespace: &str) -> Vec<Arc<PodInfo>> {
+        self.pods.in_namespace(namespace)
+    }
+
+    fn pods_on_nodes(&self, nodes: &[String]) -> Vec<(String, Arc<PodInfo>)> {
+        self.pods.on_nodes(nodes)
     }
 }
 

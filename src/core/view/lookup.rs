@@ -6,7 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::projection::{
-    HpaInfo, NodeInfo, PdbInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo, spreads_over,
+    HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo, spreads_over,
 };
 use crate::core::model::{Exemptions, Kind, ObjectRef};
 
@@ -47,6 +47,14 @@ pub trait View: Send + Sync {
     fn nodes(&self) -> Vec<Arc<NodeInfo>>;
     /// Labels of a namespace the view knows, `None` if it does not know it.
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>>;
+    fn node(&self, name: &str) -> Option<Arc<NodeInfo>>;
+    /// The pods a workload runs, sorted by name. Only the audit's view holds pods: elsewhere none.
+    fn pods_of(&self, workload: &ObjectRef) -> Vec<Arc<PodInfo>>;
+    /// Every pod of `namespace`, sorted by name.
+    fn pods_in(&self, namespace: &str) -> Vec<Arc<PodInfo>>;
+    /// The pods on `nodes` with their namespace, by node in the order given, then namespace and
+    /// name. The one scan of the cluster: a drain simulation asks once a run, no rule does.
+    fn pods_on_nodes(&self, nodes: &[String]) -> Vec<(String, Arc<PodInfo>)>;
 
     /// Exemption annotations of an object the view knows.
     fn exemptions(&self, r: &ObjectRef) -> Exemptions {

@@ -10,6 +10,7 @@ pub mod bounds;
 pub mod index;
 pub mod lookup;
 pub mod overlay;
+pub mod pods;
 pub mod projection;
 pub mod source;
 
@@ -18,6 +19,7 @@ pub use index::Index;
 pub use lookup::View;
 pub use overlay::Overlay;
 pub use projection::{
-    Backend, FailClosedWebhook, HpaInfo, NodeInfo, PdbInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo,
+    Backend, FailClosedWebhook, HpaInfo, NodeInfo, PdbInfo, PdbStatus, PodInfo, PodOwner, PodPhase, PvcInfo,
+    ServiceInfo, WebhookConfigInfo, WorkloadInfo,
 };
 pub use source::{StaticSource, ViewSource};

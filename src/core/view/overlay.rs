@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::lookup::View;
 use super::projection::{
-    HpaInfo, NodeInfo, PdbInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo, spreads_over,
+    HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo, spreads_over,
 };
 use crate::core::model::{Kind, ObjectRef, Subject, selector};
 
@@ -201,5 +201,21 @@ impl View for Overlay<'_> {
 
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
         self.base.namespace_labels(namespace)
+    }
+
+    fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
+        self.base.node(name)
+    }
+
+    fn pods_of(&self, workload: &ObjectRef) -> Vec<Arc<PodInfo>> {
+        self.base.pods_of(workload)
+    }
+
+    fn pods_in(&self, namespace: &str) -> Vec<Arc<PodInfo>> {
+        self.base.pods_in(namespace)
+    }
+
+    fn pods_on_nodes(&self, nodes: &[String]) -> Vec<(String, Arc<PodInfo>)> {
+        self.base.pods_on_nodes(nodes)
     }
 }

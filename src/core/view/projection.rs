@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use crate::core::model::arith::Budget;
 use crate::core::model::defaults::{HPA_MIN_REPLICAS, KEDA_MAX_REPLICAS, KEDA_MIN_REPLICAS};
 use crate::core::model::keda::ScaledObject;
+use crate::core::model::live_pod::LivePod;
 use crate::core::model::webhook::WebhookConfiguration;
 use crate::core::model::{
     Exemptions, Kind, ObjectRef, ReplicasSource, Workload, exemptions_of, name_of, ns_of, pod, selector,
@@ -74,6 +75,20 @@ pub struct PdbInfo {
     pub min_available: Option<IntOrString>,
     pub max_unavailable: Option<IntOrString>,
     pub exemptions: Exemptions,
+    /// `unhealthyPodEvictionPolicy: AlwaysAllow`: a pod that is not Ready may be evicted whatever
+    /// the budget (the drain simulation reads it).
+    pub always_allow_unhealthy: bool,
+    /// What the disruption controller last wrote in `status`, if it has (`pdb-disruptions-blocked`).
+    pub status: Option<PdbStatus>,
+}
+
+/// A PDB's `status` as the disruption controller writes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PdbStatus {
+    pub disruptions_allowed: i32,
+    pub expected_pods: i32,
+    pub current_healthy: i32,
+    pub desired_healthy: i32,
 }
 
 impl PdbInfo {
@@ -85,6 +100,13 @@ impl PdbInfo {
             min_available: spec.min_available,
             max_unavailable: spec.max_unavailable,
             exemptions: exemptions_of(&p.metadata),
+            always_allow_unhealthy: spec.unhealthy_pod_eviction_policy.as_deref() == Some("AlwaysAllow"),
+            status: p.status.as_ref().map(|s| PdbStatus {
+                disruptions_allowed: s.disruptions_allowed,
+                expected_pods: s.expected_pods,
+                current_healthy: s.current_healthy,
+                desired_healthy: s.desired_healthy,
+            }),
         }
     }
 
@@ -318,6 +340,130 @@ impl NodeInfo {
                 .into_iter()
                 .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
                 .collect(),
+        }
+    }
+}
+
+/// Who runs a pod, as the posture rules and the drain simulation read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodOwner {
+    /// A Deployment (through the ReplicaSet that is the pod's controller) or a StatefulSet.
+    Workload(Kind, Arc<str>),
+    /// A DaemonSet: `kubectl drain --ignore-daemonsets` leaves its pods, which tolerate the cordon.
+    DaemonSet,
+    /// The API mirror of a static pod (the kubelet runs it; the API cannot evict it).
+    Mirror,
+    /// Another controller: a Job, a ReplicaSet of no Deployment, an operator's own kind.
+    Other,
+    /// No controller: `kubectl drain` refuses such a pod without `--force`.
+    Unmanaged,
+}
+
+impl PodOwner {
+    /// The owner of a pod whose controller is `controller` (`kind`, `name`), `mirror` when it is a
+    /// static pod's mirror; `replica_set_owner` names the Deployment a ReplicaSet belongs to.
+    pub fn resolve(
+        controller: Option<(&str, &str)>,
+        mirror: bool,
+        replica_set_owner: impl FnOnce(&str) -> Option<Arc<str>>,
+    ) -> PodOwner {
+        if mirror {
+            return PodOwner::Mirror;
+        }
+        match controller {
+            None => PodOwner::Unmanaged,
+            Some(("ReplicaSet", rs)) => match replica_set_owner(rs) {
+                Some(deployment) => PodOwner::Workload(Kind::Deployment, deployment),
+                None => PodOwner::Other,
+            },
+            Some(("StatefulSet", name)) => PodOwner::Workload(Kind::StatefulSet, name.into()),
+            Some(("DaemonSet", _)) => PodOwner::DaemonSet,
+            Some(("Node", _)) => PodOwner::Mirror,
+            Some(_) => PodOwner::Other,
+        }
+    }
+}
+
+/// `status.phase`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodPhase {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Unknown,
+}
+
+impl PodPhase {
+    pub fn parse(phase: Option<&str>) -> PodPhase {
+        match phase {
+            Some("Pending") => PodPhase::Pending,
+            Some("Running") => PodPhase::Running,
+            Some("Succeeded") => PodPhase::Succeeded,
+            Some("Failed") => PodPhase::Failed,
+            _ => PodPhase::Unknown,
+        }
+    }
+
+    /// Succeeded or Failed: it runs nothing and no budget counts it.
+    pub fn terminal(self) -> bool {
+        matches!(self, PodPhase::Succeeded | PodPhase::Failed)
+    }
+}
+
+/// A pod as the view keeps it: who runs it, where, whether it is ready, its labels (for PDB
+/// selectors), and, only for a pod the scheduler could not place, the scheduler's message. Pods
+/// are the most numerous objects of a cluster, so this is kept small: strings that many pods
+/// share (labels of one ReplicaSet, node names, owner names) are shared, not copied
+/// (`benches/audit.rs` measures the bytes per pod).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodInfo {
+    pub name: Arc<str>,
+    pub owner: PodOwner,
+    pub node: Option<Arc<str>>,
+    pub labels: Arc<BTreeMap<String, String>>,
+    /// The scheduler's message when it could not place the pod (PodScheduled False, Unschedulable).
+    pub unschedulable: Option<Box<str>>,
+    pub phase: PodPhase,
+    /// Its `Ready` condition is `True`.
+    pub ready: bool,
+    /// It has a deletionTimestamp: on its way out, counted healthy by no budget.
+    pub terminating: bool,
+    /// One of its tolerations lets it onto a cordoned node (see `toleration-wildcard`).
+    pub tolerates_cordon: bool,
+}
+
+impl PodInfo {
+    /// The projection of `p`, whose owner the caller resolved (it needs the pod's ReplicaSet).
+    pub fn of(p: &LivePod, owner: PodOwner) -> Self {
+        PodInfo {
+            name: p.metadata.name.as_str().into(),
+            owner,
+            node: p.spec.node_name.as_deref().filter(|n| !n.is_empty()).map(Arc::from),
+            labels: Arc::new(p.metadata.labels.clone()),
+            unschedulable: p.unschedulable().map(Box::from),
+            phase: PodPhase::parse(p.status.phase.as_deref()),
+            ready: p.ready(),
+            terminating: p.metadata.deletion_timestamp.is_some(),
+            tolerates_cordon: p.spec.tolerations.iter().any(|t| pod::tolerates_cordon(t).is_some()),
+        }
+    }
+
+    /// Running, Ready and not terminating: what the disruption controller counts as healthy.
+    pub fn healthy(&self) -> bool {
+        self.phase == PodPhase::Running && self.ready && !self.terminating
+    }
+
+    /// Running on a node and not terminating (ready or not).
+    pub fn running(&self) -> bool {
+        self.phase == PodPhase::Running && self.node.is_some() && !self.terminating
+    }
+
+    /// The workload it belongs to, if any.
+    pub fn workload(&self) -> Option<(Kind, &str)> {
+        match &self.owner {
+            PodOwner::Workload(kind, name) => Some((*kind, name)),
+            _ => None,
         }
     }
 }

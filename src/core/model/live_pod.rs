@@ -1,0 +1,124 @@
+//! A running Pod as the live posture rules and the drain simulation read it: only the fields they
+//! need, so that decoding a page of thousands of pods skips everything else (containers, volumes,
+//! status details). k8s-openapi's `Pod` would decode every field of every pod.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+/// The annotation the kubelet puts on the API mirror of a static pod.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// A Pod, as much of it as is read.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct LivePod {
+    pub metadata: LivePodMeta,
+    pub spec: LivePodSpec,
+    pub status: LivePodStatus,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LivePodMeta {
+    pub name: String,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    /// Only the keys matter (the mirror annotation); the values are skipped.
+    pub annotations: BTreeMap<String, IgnoredAny>,
+    pub owner_references: Vec<OwnerReference>,
+    pub deletion_timestamp: Option<IgnoredAny>,
+}
+
+/// An `ownerReferences` item.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct OwnerReference {
+    pub kind: String,
+    pub name: String,
+    pub controller: Option<bool>,
+}
+
+/// The controller among `owners` (the one `controller: true` marks), if any.
+pub fn controller_of(owners: &[OwnerReference]) -> Option<&OwnerReference> {
+    owners.iter().find(|o| o.controller == Some(true))
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LivePodSpec {
+    pub node_name: Option<String>,
+    pub tolerations: Vec<Toleration>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct LivePodStatus {
+    pub phase: Option<String>,
+    pub conditions: Vec<PodCondition>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct PodCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+impl LivePod {
+    fn condition(&self, type_: &str) -> Option<&PodCondition> {
+        self.status.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// Its `Ready` condition is `True`.
+    pub fn ready(&self) -> bool {
+        self.condition("Ready").is_some_and(|c| c.status == "True")
+    }
+
+    /// The scheduler's message when it could not place the pod (`PodScheduled` is `False` with
+    /// reason `Unschedulable`).
+    pub fn unschedulable(&self) -> Option<&str> {
+        self.condition("PodScheduled")
+            .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+            .map(|c| c.message.as_deref().unwrap_or(""))
+    }
+
+    pub fn mirror(&self) -> bool {
+        self.metadata.annotations.contains_key(MIRROR_ANNOTATION)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_only_what_is_needed_and_ignores_the_rest() {
+        let pod: LivePod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "shop", "labels": {"app": "web"},
+                "annotations": {"kubernetes.io/config.mirror": "abc", "big": {"nested": [1, 2]}},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d9", "uid": "u", "controller": true}],
+                "managedFields": [{"manager": "x"}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}],
+                "tolerations": [{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/3 nodes are available: 3 node(s) didn't match pod topology spread constraints."},
+                {"type": "Ready", "status": "False"}]}
+        }))
+        .unwrap();
+        assert_eq!(pod.metadata.name, "web-1");
+        assert!(pod.mirror());
+        assert!(!pod.ready());
+        assert_eq!(controller_of(&pod.metadata.owner_references).map(|o| o.name.as_str()), Some("web-5d9"));
+        assert!(pod.unschedulable().unwrap().contains("topology spread"));
+        assert_eq!(pod.spec.tolerations.len(), 1);
+        let empty: LivePod = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert!(!empty.ready() && empty.unschedulable().is_none() && !empty.mirror());
+    }
+}
