@@ -56,6 +56,38 @@ pub struct Verdict {
 
 /// Judges one object: pure, no I/O.
 pub fn judge(review: &Review) -> Verdict {
+    judge_with(review, rules::evaluate)
+}
+
+/// [`judge`] for `ha-guard audit`: the live posture rules run too ([`rules::audit`]). Only the
+/// audit calls it; the webhook's and `check`'s entry is [`judge`].
+pub fn audit(review: &Review) -> Verdict {
+    judge_with(review, rules::audit)
+}
+
+/// A drain of `nodes` replayed on the view ([`rules::drain`]), its findings decided as any
+/// other: config actions, exemptions (on the PDB or the workload), namespace modes.
+pub fn drain(view: &dyn View, config: &Config, nodes: &[String], drained: &str) -> Decided {
+    let mut all = Decided::default();
+    for f in rules::drain::simulate(view, nodes, drained) {
+        if config.is_off(f.rule) {
+            continue;
+        }
+        let namespace = f.object.namespace.clone();
+        let ctx = Context { subject_exemptions: view.exemptions(&f.object), ..Default::default() };
+        let eval = rules::Evaluation { findings: vec![f], unchecked: Vec::new() };
+        let decided = decide::decide(eval, &namespace, view, config, &ctx);
+        all.findings.extend(decided.findings);
+        all.warnings.extend(decided.warnings);
+    }
+    all.warnings.sort();
+    all.warnings.dedup();
+    all
+}
+
+type Evaluate = fn(&Subject, &dyn View, &Config) -> rules::Evaluation;
+
+fn judge_with(review: &Review, evaluate: Evaluate) -> Verdict {
     let Review { subject, view, config, asks, .. } = *review;
     let namespace = subject.id().namespace;
     let unchecked = if asks.findings() { rules::unchecked(subject, view) } else { Vec::new() };
@@ -67,12 +99,12 @@ pub fn judge(review: &Review) -> Verdict {
     if !asks.findings() {
         return Verdict { plan, ..Default::default() };
     }
-    let mut eval = rules::evaluate(subject, view, config);
+    let mut eval = evaluate(subject, view, config);
     eval.unchecked.clear();
     let scale = matches!(subject, Subject::Scale { .. });
     let old = match review.old {
         Some(old) if decide::needs_old_findings(&eval, config, scale) => {
-            old().map(|old| rules::evaluate(&old, view, config).findings)
+            old().map(|old| evaluate(&old, view, config).findings)
         }
         _ => None,
     };

@@ -177,3 +177,8 @@ pub fn nodes(list: &[(&str, &str, bool)]) -> String {
         .collect::<Vec<_>>()
         .join("---\n")
 }
+
+/// The findings of `subject_yaml` with the live posture rules (`rules::audit`), default config.
+pub fn audit_findings(subject_yaml: &str, view: &Index) -> Vec<Finding> {
+    rules::audit(&subject(subject_yaml), view, &Config::default()).findings
+}

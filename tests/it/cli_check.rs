@@ -743,6 +743,12 @@ fn rules_lists_every_rule_and_mutation_with_its_default() {
         ("toleration-wildcard", "warn"),
         ("spread-zone-missing", "warn"),
         ("exemption-unknown-rule", "warn"),
+        ("replicas-share-node", "warn"),
+        ("pdb-disruptions-blocked", "warn"),
+        ("spread-pending", "warn"),
+        ("pod-on-cordoned-node", "warn"),
+        ("drain-blocked", "warn"),
+        ("drain-takes-all-replicas", "warn"),
     ];
     let expected_mutations = [
         ("inject-spread-selector", "on"),

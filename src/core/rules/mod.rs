@@ -1,11 +1,18 @@
 //! The rules, one file per family. Each family declares its rules ([`declare_rule!`](crate::declare_rule)),
 //! lists them in its `RULES`, and has an `evaluate` that runs them on the subject in context.
+//!
+//! Two entries: [`evaluate`] (admission and `check`: what a write or a manifest says) and
+//! [`audit`] (`ha-guard audit`: the same, plus the live posture family, which judges where pods
+//! are now). The posture and drain families are reached only from `audit` and the drain
+//! simulation: admission never runs them, whatever view it has.
 
 pub mod colocation;
 pub mod context;
+pub mod drain;
 pub mod exemptions;
 pub mod hpa;
 pub mod pdb;
+pub mod posture;
 pub mod spread;
 pub mod strategy;
 pub mod termination;
@@ -34,6 +41,8 @@ pub static FAMILIES: &[&[&Rule]] = &[
     tolerations::RULES,
     zones::RULES,
     exemptions::RULES,
+    posture::RULES,
+    drain::RULES,
 ];
 
 /// Every rule, in catalogue order.
@@ -50,8 +59,18 @@ pub struct Evaluation {
     pub unchecked: Vec<String>,
 }
 
-/// Evaluates every rule on `subject`: pure, no I/O. Rules turned `off` in config are dropped.
+/// Evaluates every admission rule on `subject`: pure, no I/O. Rules turned `off` in config are
+/// dropped. The live posture rules are not among them (see [`audit`]).
 pub fn evaluate(subject: &Subject, view: &dyn View, config: &Config) -> Evaluation {
+    evaluate_with(subject, view, config, false)
+}
+
+/// [`evaluate`] plus the live posture rules: the audit's entry.
+pub fn audit(subject: &Subject, view: &dyn View, config: &Config) -> Evaluation {
+    evaluate_with(subject, view, config, true)
+}
+
+fn evaluate_with(subject: &Subject, view: &dyn View, config: &Config, posture: bool) -> Evaluation {
     let overlay = Overlay::new(view, subject);
     let ctx = Ctx { subject, view: &overlay, config };
     let mut findings = Vec::new();
@@ -67,6 +86,9 @@ pub fn evaluate(subject: &Subject, view: &dyn View, config: &Config) -> Evaluati
     tolerations::evaluate(&ctx, &mut out);
     zones::evaluate(&ctx, &mut out);
     exemptions::evaluate(&ctx, &mut out, FAMILIES);
+    if posture {
+        posture::evaluate(&ctx, &mut out);
+    }
     findings.retain(|f| !config.is_off(f.rule));
     Evaluation { findings, unchecked: unchecked(subject, &overlay) }
 }

@@ -6,7 +6,7 @@ use crate::core::catalogue::Action;
 use crate::core::registry::*;
 
 /// Rule IDs and their order are contract (DESIGN.md §2).
-const CONTRACT_RULES: [&str; 25] = [
+const CONTRACT_RULES: [&str; 31] = [
     "spread-selector-missing",
     "spread-selector-mismatch",
     "spread-selector-overlap",
@@ -32,6 +32,12 @@ const CONTRACT_RULES: [&str; 25] = [
     "toleration-wildcard",
     "spread-zone-missing",
     "exemption-unknown-rule",
+    "replicas-share-node",
+    "pdb-disruptions-blocked",
+    "spread-pending",
+    "pod-on-cordoned-node",
+    "drain-blocked",
+    "drain-takes-all-replicas",
 ];
 
 #[test]
@@ -71,6 +77,12 @@ fn the_defaults_are_the_contract() {
         "termination-grace-zero",
         "toleration-wildcard",
         "exemption-unknown-rule",
+        "replicas-share-node",
+        "pdb-disruptions-blocked",
+        "spread-pending",
+        "pod-on-cordoned-node",
+        "drain-blocked",
+        "drain-takes-all-replicas",
     ];
     for r in rules() {
         let expected = if warn.contains(&r.id) { Action::Warn } else { Action::Deny };

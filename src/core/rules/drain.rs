@@ -1,0 +1,276 @@
+//! What would a drain do? `ha-guard audit --drain NODE...` / `--drain-zone ZONE` replays a
+//! `kubectl drain` of those nodes against the pods and budgets of the view: `drain-blocked` (an
+//! eviction a PDB would refuse) and `drain-takes-all-replicas` (a workload whose every ready
+//! replica is on them).
+//!
+//! The replay follows `kubectl drain` and the eviction API: every node is cordoned first, then
+//! the nodes are drained one after the other, each node's pods in name order. DaemonSet pods
+//! (`--ignore-daemonsets`) and static pods' mirrors are left; finished, terminating and Pending
+//! pods are deleted without asking a budget. A pod covered by more than one PDB cannot be
+//! evicted at all. Otherwise its PDB's arithmetic (DESIGN.md §3) decides, on the pods actually
+//! running and ready now: a Ready pod goes while the budget allows a disruption, and each eviction
+//! takes one healthy pod and one disruption away; a pod that is not Ready goes if the budget is
+//! met (or its PDB says `unhealthyPodEvictionPolicy: AlwaysAllow`). Nothing replaces an evicted
+//! pod during the replay: a refused eviction is one the drain waits on until a replacement is
+//! Ready elsewhere, and hangs on if none can start.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use super::context::Emitter;
+use super::posture::pod_names;
+use super::zones::ZONE;
+use crate::core::catalogue::Rule;
+use crate::core::finding::Finding;
+use crate::core::model::arith::{self, Amount, Budget};
+use crate::core::model::{Kind, ObjectRef, selector};
+use crate::core::view::{PdbInfo, PodInfo, PodOwner, PodPhase, View};
+use crate::declare_rule;
+
+declare_rule!(pub DRAIN_BLOCKED, "drain-blocked", Warn, "audit --drain: a PDB would refuse an eviction of the drain (the PDB, the pods, why)");
+declare_rule!(pub DRAIN_TAKES_ALL_REPLICAS, "drain-takes-all-replicas", Warn, "audit --drain: a workload would lose every ready replica");
+
+pub static RULES: &[&Rule] = &[&DRAIN_BLOCKED, &DRAIN_TAKES_ALL_REPLICAS];
+
+/// The nodes labelled with `zone` (`topology.kubernetes.io/zone`), by name.
+pub fn nodes_in_zone(view: &dyn View, zone: &str) -> Vec<String> {
+    view.nodes().iter().filter(|n| n.labels.get(ZONE).is_some_and(|z| z == zone)).map(|n| n.name.clone()).collect()
+}
+
+/// A PDB's state during the replay.
+struct Ledger {
+    pdb: Arc<PdbInfo>,
+    healthy_before: i32,
+    current: i32,
+    desired: i32,
+    allowed: i32,
+    evicted: Vec<Arc<str>>,
+    /// Refused evictions: the pod and why.
+    refused: Vec<(Arc<str>, String)>,
+    /// Workloads of the refused pods.
+    workloads: BTreeSet<ObjectRef>,
+}
+
+impl Ledger {
+    /// The budget over the namespace's pods it selects, as the disruption controller counts:
+    /// expected pods are the pods themselves for an integer minAvailable (or no budget), else the
+    /// scale of the workloads running them.
+    fn open(view: &dyn View, namespace: &str, pdb: Arc<PdbInfo>) -> Ledger {
+        let selected: Vec<Arc<PodInfo>> = match &pdb.selector {
+            Some(sel) => view
+                .pods_in(namespace)
+                .into_iter()
+                .filter(|p| !p.phase.terminal() && selector::matches(sel, &p.labels))
+                .collect(),
+            None => Vec::new(),
+        };
+        let current = selected.iter().filter(|p| p.healthy()).count() as i32;
+        let budget = pdb.budget();
+        let by_pods = match &budget {
+            Budget::MinAvailable(v) => matches!(arith::amount(v), Ok(Amount::Int(_))),
+            Budget::MaxUnavailable(_) => false,
+            Budget::Unset => true,
+        };
+        let expected = if by_pods {
+            selected.len() as i32
+        } else {
+            let owners: BTreeSet<(Kind, &str)> = selected.iter().filter_map(|p| p.workload()).collect();
+            let scale: i32 =
+                owners.iter().map(|(kind, name)| view.workload(*kind, namespace, name).map_or(0, |w| w.replicas)).sum();
+            scale + selected.iter().filter(|p| p.workload().is_none()).count() as i32
+        };
+        // A value that is no amount (refused by the apiserver anyway) protects everything.
+        let desired = arith::disruption(&budget, expected).map_or(expected, |d| d.desired_healthy);
+        Ledger {
+            pdb,
+            healthy_before: current,
+            current,
+            desired,
+            allowed: current - desired,
+            evicted: Vec::new(),
+            refused: Vec::new(),
+            workloads: BTreeSet::new(),
+        }
+    }
+
+    /// Asks to evict `pod`: true when the eviction API would take it.
+    fn evict(&mut self, pod: &PodInfo) -> bool {
+        if !pod.healthy() {
+            // Not Ready: it counts toward nothing.
+            if self.pdb.always_allow_unhealthy || (self.current >= self.desired && self.desired > 0) {
+                self.evicted.push(pod.name.clone());
+                return true;
+            }
+        }
+        if self.allowed > 0 {
+            self.allowed -= 1;
+            if pod.healthy() {
+                self.current -= 1;
+            }
+            self.evicted.push(pod.name.clone());
+            return true;
+        }
+        let why = if pod.healthy() {
+            format!("{} healthy, {} needed: 0 disruptions allowed", self.current, self.desired)
+        } else {
+            format!(
+                "it is not Ready and the budget is not met ({} healthy, {} needed); unhealthyPodEvictionPolicy \
+                 IfHealthyBudget (the default) keeps it",
+                self.current, self.desired
+            )
+        };
+        self.refused.push((pod.name.clone(), why));
+        if let Some((kind, name)) = pod.workload() {
+            self.workloads.insert(ObjectRef::new(kind, &self.pdb.id.namespace, name));
+        }
+        false
+    }
+}
+
+/// A workload with pods on the drained nodes.
+#[derive(Default)]
+struct Loss {
+    ready_drained: Vec<Arc<str>>,
+    pdbs: BTreeSet<ObjectRef>,
+    refused: bool,
+}
+
+/// Replays a drain of `nodes` (`drained`: how the user asked, e.g. "node a" or "zone z") and
+/// returns its findings (rule defaults; the caller decides them).
+pub fn simulate(view: &dyn View, nodes: &[String], drained: &str) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let mut ledgers: BTreeMap<ObjectRef, Ledger> = BTreeMap::new();
+    // Pods covered by several PDBs: (namespace, pod) → the PDBs.
+    let mut multiple: Vec<(String, Arc<str>, Option<ObjectRef>, Vec<ObjectRef>)> = Vec::new();
+    let mut losses: BTreeMap<ObjectRef, Loss> = BTreeMap::new();
+    for (namespace, pod) in view.pods_on_nodes(nodes) {
+        if matches!(pod.owner, PodOwner::DaemonSet | PodOwner::Mirror) || pod.phase.terminal() || pod.terminating {
+            continue;
+        }
+        let workload = pod.workload().map(|(kind, name)| ObjectRef::new(kind, &namespace, name));
+        let covering: Vec<Arc<PdbInfo>> = view
+            .pdbs_in(&namespace)
+            .into_iter()
+            .filter(|p| p.selector.as_ref().is_some_and(|s| selector::matches(s, &pod.labels)))
+            .collect();
+        let mut refused = false;
+        // The eviction API deletes a Pending pod without asking a budget.
+        if pod.phase != PodPhase::Pending {
+            match covering.as_slice() {
+                [] => {}
+                [one] => {
+                    let ledger =
+                        ledgers.entry(one.id.clone()).or_insert_with(|| Ledger::open(view, &namespace, one.clone()));
+                    refused = !ledger.evict(&pod);
+                }
+                many => {
+                    refused = true;
+                    multiple.push((
+                        namespace.clone(),
+                        pod.name.clone(),
+                        workload.clone(),
+                        many.iter().map(|p| p.id.clone()).collect(),
+                    ));
+                }
+            }
+        }
+        if let Some(w) = workload {
+            let loss = losses.entry(w).or_default();
+            if pod.healthy() {
+                loss.ready_drained.push(pod.name.clone());
+            }
+            loss.pdbs.extend(covering.iter().map(|p| p.id.clone()));
+            loss.refused |= refused;
+        }
+    }
+    for ledger in ledgers.values().filter(|l| !l.refused.is_empty()) {
+        let pdb = &ledger.pdb;
+        let first = &ledger.refused[0];
+        let evicted = if ledger.evicted.is_empty() {
+            "evicts none of them".to_string()
+        } else {
+            format!("evicts {}", pod_names(ledger.evicted.iter().map(|n| &**n)))
+        };
+        let refused: Vec<String> = ledger.refused.iter().map(|(pod, _)| pod.to_string()).collect();
+        let mut out = Emitter::new(pdb.id.clone(), &mut findings);
+        out.emit(
+            &DRAIN_BLOCKED,
+            pdb.budget().path(),
+            format!(
+                "a drain of {drained} (cordoned first, then each pod evicted, as kubectl drain does) meets {} \
+                 ({}; {} of its pods healthy now, {} needed): it {evicted}, then refuses the eviction of {} \
+                 ({}). The drain waits on it until a replacement is Ready on another node, and hangs if none can \
+                 start there.",
+                pdb.id,
+                pdb.budget().describe(),
+                ledger.healthy_before,
+                ledger.desired,
+                pod_names(refused.iter().map(String::as_str)),
+                first.1,
+            ),
+            "before the drain, make room for the replacements off these nodes (capacity, and spreads and \
+             affinities they can meet), keep the replicas on different nodes so a drain takes one at a time \
+             (see replicas-share-node), or run more replicas than the budget needs.",
+        )
+        .related(ledger.workloads.iter().cloned().collect());
+    }
+    for (namespace, pod, workload, pdbs) in multiple {
+        let mut out = Emitter::new(pdbs[0].clone(), &mut findings);
+        let names: Vec<String> = pdbs.iter().map(|p| p.name.clone()).collect();
+        out.emit(
+            &DRAIN_BLOCKED,
+            "spec.selector",
+            format!(
+                "a drain of {drained} cannot evict pod {namespace}/{pod}: {} PodDisruptionBudgets ({}) select it, \
+                 and the eviction API refuses every eviction of a pod with more than one. The drain hangs on it.",
+                pdbs.len(),
+                names.join(", ")
+            ),
+            "make exactly one PDB cover each pod (see pdb-overlap): narrow or merge the selectors.",
+        )
+        .related(pdbs[1..].iter().cloned().chain(workload).collect());
+    }
+    for (id, loss) in losses {
+        if loss.ready_drained.is_empty() {
+            continue;
+        }
+        let ready_total = view.pods_of(&id).iter().filter(|p| p.healthy()).count();
+        if loss.ready_drained.len() < ready_total {
+            continue;
+        }
+        let pdbs: Vec<String> = loss.pdbs.iter().map(|p| p.name.clone()).collect();
+        let how = if pdbs.is_empty() {
+            "No PDB covers it, so the drain evicts them all at once: an outage until replacements are scheduled \
+             elsewhere and Ready."
+                .to_string()
+        } else if loss.refused {
+            format!(
+                "Its PDB ({}) makes the drain wait for replacements (see drain-blocked), which holds only while \
+                 they can start elsewhere; losing these nodes outright (a zone outage, a forced drain) takes every \
+                 replica at once.",
+                pdbs.join(", ")
+            )
+        } else {
+            format!("Its PDB ({}) lets the drain evict them all.", pdbs.join(", "))
+        };
+        let scale = view.workload(id.kind, &id.namespace, &id.name).map(|w| format!(" (replicas {})", w.replicas));
+        let mut out = Emitter::new(id.clone(), &mut findings);
+        out.emit(
+            &DRAIN_TAKES_ALL_REPLICAS,
+            "spec.replicas",
+            format!(
+                "{id}{}: every ready replica ({}) runs on {drained}: the drain takes them all. {how}",
+                scale.unwrap_or_default(),
+                pod_names(loss.ready_drained.iter().map(|n| &**n)),
+            ),
+            "run the replicas on different nodes and zones (a topologySpreadConstraint on kubernetes.io/hostname \
+             and topology.kubernetes.io/zone), with a PDB that allows one disruption, before draining.",
+        )
+        .related(loss.pdbs.into_iter().collect());
+    }
+    findings
+}
+
+#[cfg(test)]
+#[path = "tests/drain.rs"]
+mod tests;

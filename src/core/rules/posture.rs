@@ -1,0 +1,316 @@
+//! Live posture: what only a running cluster can answer, from its pods, nodes and PDB status.
+//! `replicas-share-node`, `pdb-disruptions-blocked`, `spread-pending`, `pod-on-cordoned-node`.
+//!
+//! These rules judge where pods are now, not what a write asks for: they run in `ha-guard audit`
+//! (and the background audit) through [`super::audit`], never at admission ([`super::evaluate`]
+//! does not call this family; a test holds it to that).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use super::context::{Ctx, Emitter, pod_path};
+use super::zones::{ZONE, takes};
+use crate::core::catalogue::Rule;
+use crate::core::model::pod::{HOSTNAME, kept_apart, spread_constraints};
+use crate::core::model::{Subject, Workload, selector};
+use crate::core::view::{PdbInfo, PodInfo, PodPhase, View, bounds};
+use crate::declare_rule;
+
+declare_rule!(pub REPLICAS_SHARE_NODE, "replicas-share-node", Warn, "running replicas share a node (or a zone) that one failure or drain takes at once (audit)");
+declare_rule!(pub PDB_DISRUPTIONS_BLOCKED, "pdb-disruptions-blocked", Warn, "a PDB allows no disruption now (status.disruptionsAllowed 0): a drain would hang (audit)");
+declare_rule!(pub SPREAD_PENDING, "spread-pending", Warn, "pods stay Pending because a DoNotSchedule topology spread cannot be met (audit)");
+declare_rule!(pub POD_ON_CORDONED_NODE, "pod-on-cordoned-node", Warn, "pods tolerate the cordon taint and run on a cordoned node (audit)");
+
+pub static RULES: &[&Rule] = &[&REPLICAS_SHARE_NODE, &PDB_DISRUPTIONS_BLOCKED, &SPREAD_PENDING, &POD_ON_CORDONED_NODE];
+
+/// Pods named in a message before "and N more".
+const NAMED: usize = 5;
+
+/// `web-1, web-2 and 3 more`.
+pub fn pod_names<'a>(pods: impl IntoIterator<Item = &'a str>) -> String {
+    let all: Vec<&str> = pods.into_iter().collect();
+    let shown = all.iter().take(NAMED).copied().collect::<Vec<_>>().join(", ");
+    match all.len().saturating_sub(NAMED) {
+        0 => shown,
+        more => format!("{shown} and {more} more"),
+    }
+}
+
+pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
+    match ctx.subject {
+        Subject::Workload(w) => {
+            replicas_share_node(ctx, w, out);
+            spread_pending(ctx, w, out);
+            pod_on_cordoned_node(ctx, w, out);
+        }
+        Subject::Pdb(_) => {
+            let id = ctx.subject.id();
+            if let Some(pdb) = ctx.view.pdb(&id.namespace, &id.name) {
+                pdb_disruptions_blocked(ctx.view, &pdb, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The most pods in one place, the place, and how many places the pods could use.
+struct Crowd<'p, 'k> {
+    place: &'k str,
+    pods: Vec<&'p PodInfo>,
+    places: usize,
+}
+
+/// Groups `running` by `key` (pods without one are left out) and returns the largest group.
+fn crowd<'p, 'k>(
+    running: &[&'p PodInfo],
+    key: impl Fn(&'p PodInfo) -> Option<&'k str>,
+    places: usize,
+) -> Option<Crowd<'p, 'k>> {
+    let mut groups: BTreeMap<&str, Vec<&PodInfo>> = BTreeMap::new();
+    for p in running {
+        if let Some(k) = key(p) {
+            groups.entry(k).or_default().push(p);
+        }
+    }
+    let used = groups.len();
+    // The first of the largest groups in name order (max_by_key keeps the last of equals): a
+    // stable message.
+    let (place, pods) = groups.into_iter().rev().max_by_key(|(_, pods)| pods.len())?;
+    Some(Crowd { place, pods, places: places.max(used) })
+}
+
+/// `replicas-share-node`: a workload with floor > 1 whose running pods crowd one node (or one
+/// zone) more than an even placement over the nodes (zones) they may use would: more than
+/// `ceil(running / places)` there, and either more than half of them or, when its spread or
+/// anti-affinity asks to keep replicas apart, any such excess.
+fn replicas_share_node(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
+    let Some(w) = ctx.view.subject_workload() else { return };
+    let b = bounds(w, ctx.view);
+    if b.floor <= 1 {
+        return;
+    }
+    let pods = ctx.view.pods_of(&w.id);
+    let running: Vec<&PodInfo> = pods.iter().map(Arc::as_ref).filter(|p| p.running()).collect();
+    let n = running.len();
+    if n < 2 {
+        return;
+    }
+    let apart = kept_apart(full);
+    // The nodes (zones) these pods may be placed on: schedulable, taints tolerated, selectors met.
+    let nodes = ctx.view.nodes();
+    let usable: Vec<_> = match full.pod_spec() {
+        Some(spec) => nodes.iter().filter(|node| takes(node, spec)).collect(),
+        None => Vec::new(),
+    };
+    let zones: BTreeSet<&str> = usable.iter().filter_map(|n| n.labels.get(ZONE).map(String::as_str)).collect();
+    let zone_by_node: BTreeMap<&str, &str> =
+        nodes.iter().filter_map(|n| Some((n.name.as_str(), n.labels.get(ZONE)?.as_str()))).collect();
+    let zone_of = |p: &PodInfo| zone_by_node.get(p.node.as_deref()?).copied();
+    let crowded = |c: &Crowd<'_, '_>| {
+        let even = n.div_ceil(c.places.max(1));
+        c.pods.len() > even && (apart || c.pods.len() * 2 > n)
+    };
+    let on_node = crowd(&running, |p| p.node.as_deref(), usable.len()).filter(|c| crowded(c));
+    // Zones count only where the pods could use two or more: one zone cannot be spread over.
+    let in_zone = crowd(&running, zone_of, zones.len())
+        .filter(|c| c.places >= 2 && c.pods.len() * 2 > n && crowded(c))
+        // The same pods as on the node (one node a zone): said once.
+        .filter(|z| on_node.as_ref().is_none_or(|c| c.pods.len() != z.pods.len()));
+    if on_node.is_none() && in_zone.is_none() {
+        return;
+    }
+    let mut what = Vec::new();
+    if let Some(c) = &on_node {
+        what.push(format!(
+            "{} of its {n} running pods are on node {} ({}) although {} nodes could hold them apart{}",
+            c.pods.len(),
+            c.place,
+            pod_names(c.pods.iter().map(|p| &*p.name)),
+            c.places,
+            if apart { " and its spread/anti-affinity asks to keep replicas apart" } else { "" }
+        ));
+    }
+    if let Some(c) = &in_zone {
+        what.push(format!(
+            "{} of its {n} running pods are in zone {} ({}) of the {} zones it may use",
+            c.pods.len(),
+            c.place,
+            pod_names(c.pods.iter().map(|p| &*p.name)),
+            c.places
+        ));
+    }
+    let fix = if apart {
+        "delete the crowded pods one at a time (kubectl delete pod) so the scheduler places the replacements \
+         apart, make the spread whenUnsatisfiable: DoNotSchedule (or the anti-affinity required) so it cannot \
+         happen again, and let a descheduler (RemovePodsViolatingTopologySpreadConstraint) keep them apart as \
+         nodes come and go."
+            .to_string()
+    } else {
+        let sel =
+            w.selector.as_deref().map(selector::render).unwrap_or_else(|| selector::render_labels(&w.template_labels));
+        format!(
+            "add a topologySpreadConstraint {{maxSkew: 1, topologyKey: {HOSTNAME}, whenUnsatisfiable: \
+             DoNotSchedule, labelSelector: {sel}}} (and one on {ZONE}) to the pod template, then roll the pods \
+             (kubectl rollout restart) so they are placed apart."
+        )
+    };
+    out.emit(
+        &REPLICAS_SHARE_NODE,
+        pod_path("topologySpreadConstraints"),
+        format!(
+            "{}: {}: one node failure, drain or consolidation takes those replicas at once (two replicas on one \
+             node are one replica).",
+            b.describe(w),
+            what.join("; and ")
+        ),
+        fix,
+    )
+    .related(b.hpas.iter().map(|h| h.id.clone()).collect());
+}
+
+/// `spread-pending`: pods of the workload the scheduler leaves Pending because a topology spread
+/// (a `DoNotSchedule` one: `ScheduleAnyway` never blocks) cannot be met.
+fn spread_pending(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
+    let id = full.id();
+    let pods = ctx.view.pods_of(&id);
+    let pending: Vec<&PodInfo> = pods
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|p| p.phase == PodPhase::Pending && !p.terminating)
+        .filter(|p| p.unschedulable.as_deref().is_some_and(|m| m.contains("topology spread constraints")))
+        .collect();
+    let Some(first) = pending.first() else { return };
+    let hard: Vec<(usize, &str)> = spread_constraints(full)
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.when_unsatisfiable == "DoNotSchedule")
+        .map(|(i, c)| (i, c.topology_key.as_str()))
+        .collect();
+    let (path, constraint) = match hard.as_slice() {
+        [(i, key)] => (
+            pod_path(&format!("topologySpreadConstraints[{i}]")),
+            format!("topologySpreadConstraints[{i}] (topologyKey {key}, DoNotSchedule)"),
+        ),
+        _ => (pod_path("topologySpreadConstraints"), "a DoNotSchedule topology spread".to_string()),
+    };
+    out.emit(
+        &SPREAD_PENDING,
+        path,
+        format!(
+            "{id}: {} of its pods {} Pending ({}) because the scheduler cannot meet {constraint} (it says: {}). \
+             The workload runs short of its replicas until a node in the missing domain appears.",
+            pending.len(),
+            if pending.len() == 1 { "is" } else { "are" },
+            pod_names(pending.iter().map(|p| &*p.name)),
+            first.unschedulable.as_deref().unwrap_or_default().trim_end_matches('.'),
+        ),
+        "add schedulable nodes in the topology domain the spread is short of (a zone, a node), check that the \
+         nodes carry the topology label, lower the replicas or raise maxSkew, or make the spread \
+         whenUnsatisfiable: ScheduleAnyway (a preference, placed even when uneven).",
+    );
+}
+
+/// `pod-on-cordoned-node`: the workload's pods tolerate the cordon taint and sit on a cordoned
+/// node (a drain evicts them and the scheduler can put them straight back).
+fn pod_on_cordoned_node(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
+    let id = full.id();
+    let pods = ctx.view.pods_of(&id);
+    let mut by_node: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for p in &pods {
+        if p.tolerates_cordon
+            && !p.phase.terminal()
+            && !p.terminating
+            && let Some(node) = p.node.as_deref()
+            && ctx.view.node(node).is_some_and(|n| n.unschedulable)
+        {
+            by_node.entry(node).or_default().push(&p.name);
+        }
+    }
+    if by_node.is_empty() {
+        return;
+    }
+    let count: usize = by_node.values().map(Vec::len).sum();
+    let places: Vec<String> =
+        by_node.iter().map(|(node, pods)| format!("{} on {node}", pod_names(pods.iter().copied()))).collect();
+    out.emit(
+        &POD_ON_CORDONED_NODE,
+        pod_path("tolerations"),
+        format!(
+            "{id} has {count} {} on cordoned nodes ({}) that tolerate the cordon taint \
+             node.kubernetes.io/unschedulable:NoSchedule: a drain evicts them and the scheduler may place the \
+             replacements straight back on the node being drained, so the drain never empties it and the pods die \
+             with the node.",
+            if count == 1 { "pod" } else { "pods" },
+            places.join("; ")
+        ),
+        "remove the toleration of node.kubernetes.io/unschedulable (and any operator: Exists wildcard) from the \
+         pod template (see toleration-wildcard), then delete these pods so they are rescheduled on schedulable \
+         nodes.",
+    );
+}
+
+/// `pdb-disruptions-blocked`: the disruption controller says the PDB allows no eviction now, while
+/// it expects pods: every drain of their nodes waits (and `kubectl drain` hangs) until that changes.
+fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
+    let Some(status) = pdb.status else { return };
+    if status.disruptions_allowed > 0 || status.expected_pods < 1 {
+        return;
+    }
+    let budget = pdb.budget().describe();
+    let covered = pdb.selector.as_ref().map(|s| view.workloads_selected_by(&pdb.id.namespace, s)).unwrap_or_default();
+    let (reason, fix) = if status.current_healthy < status.desired_healthy {
+        let unhealthy: Vec<Arc<PodInfo>> = match &pdb.selector {
+            Some(sel) => view
+                .pods_in(&pdb.id.namespace)
+                .into_iter()
+                .filter(|p| !p.phase.terminal() && !p.healthy() && selector::matches(sel, &p.labels))
+                .collect(),
+            None => Vec::new(),
+        };
+        let named = if unhealthy.is_empty() {
+            String::new()
+        } else {
+            format!(" (not Ready: {})", pod_names(unhealthy.iter().map(|p| &*p.name)))
+        };
+        let policy = if pdb.always_allow_unhealthy {
+            ""
+        } else {
+            " With unhealthyPodEvictionPolicy IfHealthyBudget (the default) even the unhealthy pods cannot be evicted."
+        };
+        (
+            format!(
+                "unhealthy pods: {} of {} expected pods are healthy{named}, and {budget} needs {}.{policy}",
+                status.current_healthy, status.expected_pods, status.desired_healthy
+            ),
+            "make the unhealthy pods Ready again or replace them (kubectl describe pod, then fix or delete them); set \
+             unhealthyPodEvictionPolicy: AlwaysAllow so a drain can evict pods that are already broken.",
+        )
+    } else {
+        (
+            format!(
+                "too few replicas: all {} healthy pods are needed, as {budget} over {} expected pods leaves no \
+                 disruption even when every pod is healthy.",
+                status.current_healthy, status.expected_pods
+            ),
+            "run more replicas than the budget requires (raise replicas or the HPA's minReplicas), or loosen the \
+             budget (a lower minAvailable, or maxUnavailable: 1).",
+        )
+    };
+    let workloads: Vec<String> = covered.iter().map(|w| format!("{} {}", w.id.kind, w.id.name)).collect();
+    let covering = if workloads.is_empty() { String::new() } else { format!(" (covering {})", workloads.join(", ")) };
+    out.emit(
+        &PDB_DISRUPTIONS_BLOCKED,
+        "status.disruptionsAllowed",
+        format!(
+            "{}{covering} allows 0 disruptions now: {reason} Every eviction of its pods is refused, so a drain of \
+             their nodes (kubectl drain, node upgrades, autoscaler consolidation) hangs until that changes.",
+            pdb.id
+        ),
+        fix,
+    )
+    .related(covered.iter().map(|w| w.id.clone()).collect());
+}
+
+#[cfg(test)]
+#[path = "tests/posture.rs"]
+mod tests;

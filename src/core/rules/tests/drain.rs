@@ -1,0 +1,197 @@
+//! The drain simulation: drain-blocked and drain-takes-all-replicas.
+
+use super::{nodes_in_zone, simulate};
+use crate::core::config::Config;
+use crate::core::finding::{Decision, Finding};
+use crate::core::judge;
+use crate::core::testing::*;
+use crate::core::view::{Index, PodInfo, PodOwner, PodPhase};
+
+const BLOCKED: &str = "drain-blocked";
+const TAKES_ALL: &str = "drain-takes-all-replicas";
+
+fn web(replicas: i32) -> String {
+    deployment("web", &format!("replicas: {replicas}"), "")
+}
+
+fn pdb(budget: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: web\n  namespace: default\n{extra}spec:\n  \
+         {budget}\n  selector:\n    matchLabels:\n      app: web\n"
+    )
+}
+
+fn placed(nodes: &[&str]) -> Vec<PodInfo> {
+    nodes.iter().enumerate().map(|(i, n)| pod(&format!("web-{}", i + 1), "web", n)).collect()
+}
+
+fn cluster(objects: &[&str], pods: Vec<PodInfo>) -> Index {
+    let n = nodes(&[("n1", "za", false), ("n2", "za", false), ("n3", "zb", false)]);
+    let mut all = vec![n.as_str()];
+    all.extend_from_slice(objects);
+    view_with_pods(&docs(&all), pods)
+}
+
+fn drain(view: &Index, nodes: &[&str]) -> Vec<Finding> {
+    let nodes: Vec<String> = nodes.iter().map(|n| n.to_string()).collect();
+    simulate(view, &nodes, &format!("node {}", nodes.join(", ")))
+}
+
+#[test]
+fn both_replicas_on_the_drained_node_with_one_disruption_allowed() {
+    let view = cluster(&[&web(2), &pdb("minAvailable: 1", "")], placed(&["n1", "n1"]));
+    let f = drain(&view, &["n1"]);
+    let blocked = of_rule(&f, BLOCKED);
+    assert_eq!(blocked.len(), 1, "{f:#?}");
+    let b = blocked[0];
+    assert_eq!(
+        (b.object.to_string().as_str(), b.path.as_str()),
+        ("PodDisruptionBudget default/web", "spec.minAvailable")
+    );
+    assert_eq!(b.related.iter().map(ToString::to_string).collect::<Vec<_>>(), ["Deployment default/web"]);
+    for part in [
+        "a drain of node n1 (cordoned first, then each pod evicted, as kubectl drain does)",
+        "PodDisruptionBudget default/web (minAvailable 1; 2 of its pods healthy now, 1 needed)",
+        "it evicts web-1, then refuses the eviction of web-2 (1 healthy, 1 needed: 0 disruptions allowed)",
+        "until a replacement is Ready on another node",
+    ] {
+        assert!(b.what.contains(part), "{part:?} not in: {}", b.what);
+    }
+    let all = of_rule(&f, TAKES_ALL);
+    assert_eq!(all.len(), 1, "{f:#?}");
+    assert_eq!(all[0].object.to_string(), "Deployment default/web");
+    assert!(
+        all[0].what.contains("Deployment default/web (replicas 2): every ready replica (web-1, web-2) runs on node n1"),
+        "{}",
+        all[0].what
+    );
+    assert!(all[0].what.contains("Its PDB (web) makes the drain wait for replacements"), "{}", all[0].what);
+    assert_eq!(all[0].related.iter().map(ToString::to_string).collect::<Vec<_>>(), ["PodDisruptionBudget default/web"]);
+}
+
+#[test]
+fn one_of_three_replicas_drains_quietly() {
+    let view = cluster(&[&web(3), &pdb("maxUnavailable: 1", "")], placed(&["n1", "n2", "n3"]));
+    assert!(drain(&view, &["n1"]).is_empty());
+}
+
+#[test]
+fn no_pdb_means_everything_goes_at_once() {
+    let view = cluster(&[&web(2)], placed(&["n1", "n1"]));
+    let f = drain(&view, &["n1"]);
+    assert!(of_rule(&f, BLOCKED).is_empty(), "{f:#?}");
+    let all = of_rule(&f, TAKES_ALL);
+    assert_eq!(all.len(), 1, "{f:#?}");
+    assert!(all[0].what.contains("No PDB covers it, so the drain evicts them all at once"), "{}", all[0].what);
+}
+
+#[test]
+fn a_zone_drain_takes_the_nodes_of_the_zone() {
+    let view = cluster(&[&web(3), &pdb("maxUnavailable: 1", "")], placed(&["n1", "n2", "n3"]));
+    let za = nodes_in_zone(&view, "za");
+    assert_eq!(za, ["n1", "n2"]);
+    let f = simulate(&view, &za, "zone za");
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    assert!(
+        b[0].what.contains("a drain of zone za")
+            && b[0].what.contains("it evicts web-1, then refuses the eviction of web-2"),
+        "{}",
+        b[0].what
+    );
+    assert!(of_rule(&f, TAKES_ALL).is_empty(), "web-3 stays in zb: {f:#?}");
+    assert!(nodes_in_zone(&view, "zc").is_empty());
+}
+
+#[test]
+fn daemonset_mirror_finished_and_pending_pods_are_not_asked_of_a_budget() {
+    let mut pods = placed(&["n1", "n2"]);
+    // Other pods on n1, under a PDB of their own that allows nothing either.
+    let mut agent = pod("agent-x", "other", "n1");
+    agent.owner = PodOwner::DaemonSet;
+    let mut mirror = pod("etcd-n1", "other", "n1");
+    mirror.owner = PodOwner::Mirror;
+    let mut done = pod("job-1", "other", "n1");
+    done.phase = PodPhase::Succeeded;
+    let mut waiting = pod("web-9", "web", "n1");
+    (waiting.phase, waiting.ready) = (PodPhase::Pending, false);
+    pods.extend([agent, mirror, done, waiting]);
+    // minAvailable 2 over two healthy pods: no disruption allowed, so any pod asked of it is refused.
+    let others =
+        pdb("minAvailable: 100%", "").replace("name: web\n", "name: other\n").replace("app: web", "app: other");
+    let view = cluster(&[&web(2), &pdb("minAvailable: 2", ""), &others], pods);
+    let f = drain(&view, &["n1"]);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    assert!(
+        b[0].what.contains("it evicts none of them, then refuses the eviction of web-1 ("),
+        "only web-1 was asked: {}",
+        b[0].what
+    );
+}
+
+#[test]
+fn a_pod_under_two_pdbs_cannot_be_evicted() {
+    let other = pdb("minAvailable: 0", "").replace("name: web\n", "name: web-extra\n");
+    let view = cluster(&[&web(3), &pdb("maxUnavailable: 1", ""), &other], placed(&["n1", "n2", "n3"]));
+    let f = drain(&view, &["n1"]);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    assert!(
+        b[0].what.contains("cannot evict pod default/web-1: 2 PodDisruptionBudgets (web, web-extra) select it"),
+        "{}",
+        b[0].what
+    );
+    assert_eq!(
+        b[0].related.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        ["PodDisruptionBudget default/web-extra", "Deployment default/web"]
+    );
+}
+
+#[test]
+fn an_unready_pod_goes_with_always_allow_and_waits_with_if_healthy_budget() {
+    let pods = || {
+        let mut p = placed(&["n1", "n2", "n3"]);
+        p[0].ready = false;
+        p
+    };
+    // Two healthy of three, minAvailable 3: the budget is not met.
+    let strict = pdb("minAvailable: 3", "");
+    let view = cluster(&[&web(3), &strict], pods());
+    let f = drain(&view, &["n1"]);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    assert!(
+        b[0].what.contains("web-1 (it is not Ready and the budget is not met (2 healthy, 3 needed)"),
+        "{}",
+        b[0].what
+    );
+    let lenient = strict.replace("spec:\n", "spec:\n  unhealthyPodEvictionPolicy: AlwaysAllow\n");
+    let view = cluster(&[&web(3), &lenient], pods());
+    assert!(drain(&view, &["n1"]).is_empty());
+}
+
+#[test]
+fn percentages_count_the_workloads_scale() {
+    // minAvailable 50% of 4 replicas: 2 needed, so two of the four on n1 go and two wait.
+    let view = cluster(&[&web(4), &pdb("minAvailable: 50%", "")], placed(&["n1", "n1", "n1", "n1"]));
+    let f = drain(&view, &["n1"]);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    assert!(b[0].what.contains("it evicts web-1, web-2, then refuses the eviction of web-3, web-4"), "{}", b[0].what);
+}
+
+#[test]
+fn the_decision_applies_exemptions_and_namespace_modes() {
+    let exempt = pdb("minAvailable: 1", "  annotations:\n    ha-guard.io/allow-drain-blocked: \"drained by hand\"\n");
+    let view = cluster(&[&web(2), &exempt], placed(&["n1", "n1"]));
+    let d = judge::drain(&view, &Config::default(), &["n1".to_string()], "node n1");
+    let actions: Vec<_> = d.findings.iter().map(|f| (f.rule.id, f.action)).collect();
+    assert_eq!(actions, [(BLOCKED, Decision::Allowed), (TAKES_ALL, Decision::Warn)]);
+    let off = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: default\n  labels:\n    ha-guard.io/mode: \"off\"\n";
+    let view = cluster(&[&web(2), &pdb("minAvailable: 1", ""), off], placed(&["n1", "n1"]));
+    assert!(judge::drain(&view, &Config::default(), &["n1".to_string()], "node n1").findings.is_empty());
+    let config = crate::core::registry::parse_config("rules:\n  drain-takes-all-replicas: off\n", "c.yaml").unwrap();
+    let view = cluster(&[&web(2)], placed(&["n1", "n1"]));
+    assert!(judge::drain(&view, &config, &["n1".to_string()], "node n1").findings.is_empty());
+}

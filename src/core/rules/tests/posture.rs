@@ -1,0 +1,278 @@
+//! The live posture family: replicas-share-node, pdb-disruptions-blocked, spread-pending,
+//! pod-on-cordoned-node. Views hold nodes and pods as the audit builds them.
+
+use rstest::rstest;
+
+use crate::core::config::Config;
+use crate::core::finding::Decision;
+use crate::core::rules;
+use crate::core::testing::*;
+use crate::core::view::{PodInfo, PodPhase};
+
+const SHARE: &str = "replicas-share-node";
+const BLOCKED: &str = "pdb-disruptions-blocked";
+const PENDING: &str = "spread-pending";
+const CORDONED: &str = "pod-on-cordoned-node";
+
+/// A hostname spread (DoNotSchedule) against `app: <app>`.
+fn hostname_spread(app: &str) -> String {
+    format!(
+        "topologySpreadConstraints:\n- maxSkew: 1\n  topologyKey: kubernetes.io/hostname\n  whenUnsatisfiable: \
+         DoNotSchedule\n  labelSelector:\n    matchLabels:\n      app: {app}\n"
+    )
+}
+
+fn web(replicas: i32, pod_spec: &str) -> String {
+    deployment("web", &format!("replicas: {replicas}"), pod_spec)
+}
+
+/// `web-1`.. pods of web on the given nodes.
+fn placed(nodes: &[&str]) -> Vec<PodInfo> {
+    nodes.iter().enumerate().map(|(i, n)| pod(&format!("web-{}", i + 1), "web", n)).collect()
+}
+
+fn three_nodes() -> String {
+    nodes(&[("n1", "", false), ("n2", "", false), ("n3", "", false)])
+}
+
+#[test]
+fn two_replicas_on_one_node_warn_with_the_node_and_the_pods() {
+    let view = view_with_pods(&three_nodes(), placed(&["n1", "n1"]));
+    let f = audit_findings(&web(2, ""), &view);
+    let s = of_rule(&f, SHARE);
+    assert_eq!(s.len(), 1, "{f:#?}");
+    assert_eq!(s[0].action, Decision::Warn);
+    assert_eq!(s[0].path, "spec.template.spec.topologySpreadConstraints");
+    for part in [
+        "Deployment web (replicas 2): 2 of its 2 running pods are on node n1 (web-1, web-2) although 3 nodes could hold them apart",
+        "two replicas on one node are one replica",
+    ] {
+        assert!(s[0].what.contains(part), "{part:?} not in: {}", s[0].what);
+    }
+    assert!(
+        s[0].fix.contains("topologySpreadConstraint {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: app=web}"),
+        "{}",
+        s[0].fix
+    );
+}
+
+#[test]
+fn posture_never_runs_at_admission() {
+    // The same subject and view through the admission entry: no posture finding, whatever the pods.
+    let view = view_with_pods(&three_nodes(), placed(&["n1", "n1"]));
+    let admitted = rules::evaluate(&subject(&web(2, "")), &view, &Config::default()).findings;
+    let posture: Vec<_> = admitted
+        .iter()
+        .filter(|f| rules::posture::RULES.iter().chain(rules::drain::RULES).any(|r| *r == f.rule))
+        .collect();
+    assert!(posture.is_empty(), "{posture:#?}");
+    assert!(!of_rule(&audit_findings(&web(2, ""), &view), SHARE).is_empty(), "the audit entry does run it");
+}
+
+#[rstest]
+#[case::apart(&["n1", "n2"], "", false)]
+#[case::one_replica(&["n1"], "", false)]
+// Three on two nodes is as even as it gets: not more than an even placement puts there.
+#[case::three_on_two_nodes_of_two(&["n1", "n1", "n2"], "two-nodes", false)]
+// More than half on one node of three.
+#[case::majority(&["n1", "n1", "n2"], "", true)]
+// Two of four on one node: not more than half; only a spread that asks otherwise makes it a finding.
+#[case::half_without_spread(&["n1", "n1", "n2", "n3"], "four-nodes", false)]
+#[case::half_with_spread(&["n1", "n1", "n2", "n3"], "four-nodes spread", true)]
+// Four on three nodes: two share one whatever the spread.
+#[case::four_on_three_nodes(&["n1", "n1", "n2", "n3"], "spread", false)]
+// A single-node cluster cannot hold them apart.
+#[case::one_node(&["n1", "n1"], "one-node", false)]
+fn share_node_boundary(#[case] on: &[&str], #[case] variant: &str, #[case] fires: bool) {
+    let nodes_yaml = match variant {
+        "two-nodes" => nodes(&[("n1", "", false), ("n2", "", false)]),
+        "one-node" => nodes(&[("n1", "", false)]),
+        v if v.starts_with("four-nodes") => {
+            nodes(&[("n1", "", false), ("n2", "", false), ("n3", "", false), ("n4", "", false)])
+        }
+        _ => three_nodes(),
+    };
+    let spec = if variant.ends_with("spread") { hostname_spread("web") } else { String::new() };
+    let view = view_with_pods(&nodes_yaml, placed(on));
+    let f = audit_findings(&web(on.len() as i32, &spec), &view);
+    assert_eq!(of_rule(&f, SHARE).len(), usize::from(fires), "{f:#?}");
+}
+
+#[test]
+fn pods_that_are_not_running_do_not_count() {
+    let mut pods = placed(&["n1", "n1", "n2"]);
+    pods[1].phase = PodPhase::Pending;
+    let view = view_with_pods(&three_nodes(), pods);
+    assert!(of_rule(&audit_findings(&web(3, ""), &view), SHARE).is_empty());
+    let mut pods = placed(&["n1", "n1"]);
+    pods[0].terminating = true;
+    let view = view_with_pods(&three_nodes(), pods);
+    assert!(of_rule(&audit_findings(&web(2, ""), &view), SHARE).is_empty());
+}
+
+#[test]
+fn a_majority_in_one_zone_of_two_warns() {
+    let zoned = nodes(&[("a1", "za", false), ("a2", "za", false), ("b1", "zb", false)]);
+    let spec = hostname_spread("web");
+    let view = view_with_pods(&zoned, placed(&["a1", "a2", "b1", "a1"]));
+    let f = audit_findings(&web(4, &spec), &view);
+    let s = of_rule(&f, SHARE);
+    assert_eq!(s.len(), 1, "{f:#?}");
+    assert!(
+        s[0].what.contains("3 of its 4 running pods are in zone za (web-1, web-2, web-4) of the 2 zones it may use"),
+        "{}",
+        s[0].what
+    );
+    // Two in one zone, one in the other: as even as three replicas over two zones can be.
+    let view = view_with_pods(&zoned, placed(&["a1", "a2", "b1"]));
+    assert!(of_rule(&audit_findings(&web(3, &spec), &view), SHARE).is_empty());
+}
+
+fn pdb_with_status(min_available: i32, allowed: i32, expected: i32, healthy: i32, desired: i32) -> String {
+    format!(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: web\n  namespace: default\nspec:\n  \
+         minAvailable: {min_available}\n  selector:\n    matchLabels:\n      app: web\nstatus:\n  disruptionsAllowed: \
+         {allowed}\n  expectedPods: {expected}\n  currentHealthy: {healthy}\n  desiredHealthy: {desired}\n"
+    )
+}
+
+#[test]
+fn a_pdb_blocked_by_unhealthy_pods_names_them() {
+    let mut pods = placed(&["n1", "n2"]);
+    pods[1].ready = false;
+    let view = view_with_pods(&docs(&[&three_nodes(), &web(2, "")]), pods);
+    let f = audit_findings(&pdb_with_status(2, 0, 2, 1, 2), &view);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    assert_eq!(b[0].path, "status.disruptionsAllowed");
+    assert_eq!(b[0].related.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["web"]);
+    for part in [
+        "PodDisruptionBudget default/web (covering Deployment web) allows 0 disruptions now",
+        "unhealthy pods: 1 of 2 expected pods are healthy (not Ready: web-2), and minAvailable 2 needs 2",
+        "IfHealthyBudget (the default) even the unhealthy pods cannot be evicted",
+        "a drain of their nodes",
+    ] {
+        assert!(b[0].what.contains(part), "{part:?} not in: {}", b[0].what);
+    }
+    assert!(b[0].fix.contains("AlwaysAllow"), "{}", b[0].fix);
+}
+
+#[test]
+fn a_pdb_that_needs_every_pod_says_too_few_replicas() {
+    let view = view_with_pods(&web(1, ""), placed(&["n1"]));
+    let f = audit_findings(&pdb_with_status(1, 0, 1, 1, 1), &view);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    assert!(
+        b[0].what.contains("too few replicas: all 1 healthy pods are needed, as minAvailable 1 over 1 expected pods"),
+        "{}",
+        b[0].what
+    );
+    assert!(b[0].fix.contains("run more replicas"), "{}", b[0].fix);
+}
+
+#[rstest]
+#[case::allows_one(1, 2, 1, false)]
+#[case::expects_nothing(0, 0, 0, false)]
+#[case::blocked(0, 2, 2, true)]
+fn pdb_blocked_boundary(#[case] allowed: i32, #[case] expected: i32, #[case] desired: i32, #[case] fires: bool) {
+    let view = view_with_pods(&web(2, ""), placed(&["n1", "n2"]));
+    let f = audit_findings(&pdb_with_status(desired, allowed, expected, expected, desired), &view);
+    assert_eq!(of_rule(&f, BLOCKED).len(), usize::from(fires), "{f:#?}");
+}
+
+#[test]
+fn a_pdb_without_status_is_not_judged() {
+    let no_status = pdb_with_status(1, 0, 2, 2, 2);
+    let no_status = &no_status[..no_status.find("status:").unwrap()];
+    let view = view_with_pods(&web(2, ""), placed(&["n1", "n2"]));
+    assert!(of_rule(&audit_findings(no_status, &view), BLOCKED).is_empty());
+}
+
+fn pending(name: &str, message: &str) -> PodInfo {
+    let mut p = pod(name, "web", "");
+    p.phase = PodPhase::Pending;
+    p.ready = false;
+    p.unschedulable = Some(message.into());
+    p
+}
+
+const SPREAD_MESSAGE: &str = "0/3 nodes are available: 3 node(s) didn't match pod topology spread constraints.";
+
+#[test]
+fn pods_pending_on_a_spread_warn_with_the_schedulers_message() {
+    let mut pods = placed(&["n1", "n2", "n3"]);
+    pods.push(pending("web-4", SPREAD_MESSAGE));
+    let view = view_with_pods(&three_nodes(), pods);
+    let f = audit_findings(&web(4, &hostname_spread("web")), &view);
+    let p = of_rule(&f, PENDING);
+    assert_eq!(p.len(), 1, "{f:#?}");
+    assert_eq!(p[0].path, "spec.template.spec.topologySpreadConstraints[0]");
+    for part in [
+        "Deployment default/web: 1 of its pods is Pending (web-4)",
+        "topologySpreadConstraints[0] (topologyKey kubernetes.io/hostname, DoNotSchedule)",
+        "didn't match pod topology spread constraints",
+    ] {
+        assert!(p[0].what.contains(part), "{part:?} not in: {}", p[0].what);
+    }
+    assert!(p[0].fix.contains("ScheduleAnyway"), "{}", p[0].fix);
+}
+
+#[test]
+fn pods_pending_for_another_reason_are_not_a_spread_finding() {
+    let view = view_with_pods(&three_nodes(), vec![pending("web-1", "0/3 nodes are available: 3 Insufficient cpu.")]);
+    assert!(of_rule(&audit_findings(&web(1, &hostname_spread("web")), &view), PENDING).is_empty());
+    let mut scheduled = pending("web-1", SPREAD_MESSAGE);
+    scheduled.phase = PodPhase::Running;
+    let view = view_with_pods(&three_nodes(), vec![scheduled]);
+    assert!(of_rule(&audit_findings(&web(1, &hostname_spread("web")), &view), PENDING).is_empty());
+}
+
+#[rstest]
+#[case::tolerating_on_cordoned(true, true, true)]
+#[case::tolerating_on_schedulable(true, false, false)]
+#[case::not_tolerating_on_cordoned(false, true, false)]
+fn pods_on_cordoned_nodes(#[case] tolerates: bool, #[case] cordoned: bool, #[case] fires: bool) {
+    let mut p = pod("web-1", "web", "n1");
+    p.tolerates_cordon = tolerates;
+    let view = view_with_pods(&nodes(&[("n1", "", cordoned), ("n2", "", false)]), vec![p]);
+    let f = audit_findings(&web(1, ""), &view);
+    let c = of_rule(&f, CORDONED);
+    assert_eq!(c.len(), usize::from(fires), "{f:#?}");
+    if fires {
+        assert_eq!(c[0].path, "spec.template.spec.tolerations");
+        assert!(
+            c[0].what.contains(
+                "Deployment default/web has 1 pod on cordoned nodes (web-1 on n1) that tolerate the cordon taint"
+            ),
+            "{}",
+            c[0].what
+        );
+        assert!(c[0].fix.contains("remove the toleration of node.kubernetes.io/unschedulable"), "{}", c[0].fix);
+    }
+}
+
+#[test]
+fn the_projection_reads_the_cordon_toleration_and_the_schedulers_reason() {
+    use crate::core::model::live_pod::LivePod;
+    use crate::core::view::PodOwner;
+    let live: LivePod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web-1", "labels": {"app": "web"}},
+        "spec": {"tolerations": [{"operator": "Exists"}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": SPREAD_MESSAGE}]}
+    }))
+    .unwrap();
+    let p = PodInfo::of(&live, PodOwner::Unmanaged);
+    assert!(p.tolerates_cordon && p.node.is_none() && !p.ready && p.phase == PodPhase::Pending);
+    assert_eq!(p.unschedulable.as_deref(), Some(SPREAD_MESSAGE));
+    let rs = |name: &str| (name == "web-5d9").then(|| "web".into());
+    assert_eq!(
+        PodOwner::resolve(Some(("ReplicaSet", "web-5d9")), false, rs),
+        PodOwner::Workload(crate::core::model::Kind::Deployment, "web".into())
+    );
+    assert_eq!(PodOwner::resolve(Some(("ReplicaSet", "lone")), false, rs), PodOwner::Other);
+    assert_eq!(PodOwner::resolve(Some(("DaemonSet", "agent")), false, rs), PodOwner::DaemonSet);
+    assert_eq!(PodOwner::resolve(Some(("Node", "n1")), false, rs), PodOwner::Mirror);
+    assert_eq!(PodOwner::resolve(None, true, rs), PodOwner::Mirror);
+    assert_eq!(PodOwner::resolve(None, false, rs), PodOwner::Unmanaged);
+}
