@@ -13,8 +13,10 @@
 //! 3. [`config_file`]: reading the configuration file.
 //! 4. The shells, which only translate in and out of [`core::judge`]: [`live`] (watches → the
 //!    view), [`check`] (files → diagnostics), [`server`] (AdmissionReviews over HTTPS).
-//! 5. [`cli`]: the command line, one `Args` per command; `main.rs` parses and dispatches.
+//! 5. [`audit`]: the cluster as stored → `check`'s reports (it prints with `check`'s output).
+//! 6. [`cli`]: the command line, one `Args` per command; `main.rs` parses and dispatches.
 
+pub mod audit;
 pub mod build_info;
 pub mod check;
 pub mod cli;

@@ -14,6 +14,10 @@ use crate::manifest::Origin;
 use crate::manifest::skeleton::segments;
 
 fn location(origin: &Origin) -> String {
+    // Line 0: an object with no source text (`audit` reads it from the cluster): its path alone.
+    if origin.shown_line() == 0 {
+        return origin.shown_file().to_string();
+    }
     let item = origin.item.map(|i| format!(", items[{i}]")).unwrap_or_default();
     let column = origin.column.map(|c| format!(":{c}")).unwrap_or_default();
     let stream = match &origin.template {
@@ -99,6 +103,7 @@ fn finding_text(located: &Located, renderer: &Renderer) -> String {
                 .annotation(AnnotationKind::Primary.span(start..end).label(label))
                 .into()
         }
+        _ if origin.shown_line() == 0 => AnnotationOrigin::path(path).into(),
         _ => AnnotationOrigin::path(path).line(origin.shown_line()).into(),
     };
     let mut elements: Vec<Element> = vec![place, Level::NOTE.no_name().message(f.what.as_str()).into()];
@@ -151,12 +156,13 @@ pub fn text(report: &Report, style: TextStyle) -> String {
     let fixes: usize = report.fixes.iter().map(|f| f.changes.len()).sum();
     let _ = writeln!(
         out,
-        "{} deny, {} warn, {} allowed in {} from {}{}{}",
+        "{} deny, {} warn, {} allowed in {}{}{}{}",
         report.count(Decision::Deny),
         report.count(Decision::Warn),
         report.count(Decision::Allowed),
         plural(report.objects, "object", "objects"),
-        plural(report.files, "file", "files"),
+        // No files: objects read from a cluster (`audit`).
+        if report.files == 0 { String::new() } else { format!(" from {}", plural(report.files, "file", "files")) },
         if fixes > 0 {
             format!("; {} available (run with --fix to write them)", plural(fixes, "fix", "fixes"))
         } else {
@@ -336,6 +342,12 @@ pub fn sarif(report: &Report) -> Value {
             });
             if let Some(i) = registry::rules().position(|r| r.id == f.rule.id) {
                 result["ruleIndex"] = json!(i);
+            }
+            // Line 0 is no line (an object read from the cluster): no region.
+            if origin.shown_line() == 0
+                && let Some(physical) = result["locations"][0]["physicalLocation"].as_object_mut()
+            {
+                physical.remove("region");
             }
             if !f.related.is_empty() {
                 result["relatedLocations"] = json!(f

@@ -114,22 +114,42 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
         eprintln!("fixed: {f}");
     }
     let report = &run.report;
-    let text = match args.format {
+    let how = Output { format: args.format, fail_on: args.fail_on, color: args.color, quiet: args.quiet };
+    print(report, how, args.output.as_deref())?;
+    let code = ExitCode::from(report.exit_code(args.fail_on) as u8);
+    // The process ends here: freeing every document's JSON tree and skeleton one by one would
+    // take a tenth of a large run (perf, 10,000 objects), for memory the exit returns anyway.
+    std::mem::forget(run);
+    Ok(code)
+}
+
+/// How a report is printed: `check`'s flags, which `audit` shares.
+#[derive(Clone, Copy)]
+pub struct Output {
+    pub format: Format,
+    pub fail_on: FailOn,
+    pub color: Color,
+    pub quiet: bool,
+}
+
+/// Prints `report` as `how` says, to `output` or stdout; its errors go to stderr.
+pub(crate) fn print(report: &check::Report, how: Output, output: Option<&std::path::Path>) -> Result<(), Error> {
+    let text = match how.format {
         Format::Text => {
-            let color = match args.color {
+            let color = match how.color {
                 Color::Always => true,
                 Color::Never => false,
                 Color::Auto => {
-                    args.output.is_none() && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+                    output.is_none() && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
                 }
             };
-            output::text(report, output::TextStyle { color, quiet: args.quiet })
+            output::text(report, output::TextStyle { color, quiet: how.quiet })
         }
         Format::Json => serde_json::to_string_pretty(&output::json(report)).unwrap_or_default() + "\n",
         Format::Sarif => serde_json::to_string_pretty(&output::sarif(report)).unwrap_or_default() + "\n",
-        Format::Junit => output::junit(report, args.fail_on),
+        Format::Junit => output::junit(report, how.fail_on),
     };
-    match &args.output {
+    match output {
         Some(path) => std::fs::write(path, text).map_err(|e| Error(format!("--output {}: {e}", path.display())))?,
         None => {
             let _ = std::io::stdout().write_all(text.as_bytes());
@@ -140,15 +160,11 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
     for e in &report.errors {
         eprintln!("error: {e}");
     }
-    let code = ExitCode::from(report.exit_code(args.fail_on) as u8);
-    // The process ends here: freeing every document's JSON tree and skeleton one by one would
-    // take a tenth of a large run (perf, 10,000 objects), for memory the exit returns anyway.
-    std::mem::forget(run);
-    Ok(code)
+    Ok(())
 }
 
 /// `--disable` and `--enable`, applied over the configuration.
-fn toggle(config: &mut Config, disable: &[String], enable: &[String]) -> Result<(), Error> {
+pub(crate) fn toggle(config: &mut Config, disable: &[String], enable: &[String]) -> Result<(), Error> {
     for id in disable.iter().chain(enable) {
         if registry::rule(id).is_none() && registry::mutation(id).is_none() {
             let nearest = registry::rules()

@@ -2,6 +2,7 @@
 //! help), each command's `run` returning its exit code or an [`Error`]; `main` prints the error and
 //! exits 2 — the one error and exit path.
 
+pub mod audit;
 pub mod certs;
 pub mod check;
 pub mod error;
@@ -38,6 +39,10 @@ pub enum Command {
     Certs(certs::CertsArgs),
     /// Lint manifests: files, directories (recursively), `-` for stdin.
     Check(check::CheckArgs),
+    /// Audit the cluster as it is: every rule over the objects it stores (each namespace a
+    /// complete view), plus the live posture of its pods, nodes and budgets; or, with --drain,
+    /// what a drain would do.
+    Audit(audit::AuditArgs),
     /// List the rules and mutations.
     Rules,
     /// Print one rule's documentation.
@@ -50,6 +55,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Serve(args) => serve::run(args),
         Command::Certs(args) => certs::run(args),
         Command::Check(args) => check::run(args),
+        Command::Audit(args) => audit::run(args),
         Command::Rules => rules::list(),
         Command::Explain(args) => rules::explain(args),
     }

@@ -28,6 +28,8 @@ const LAYERS: &[(&str, u32)] = &[
     ("live", 120),
     ("check", 120),
     ("server", 120),
+    // The audit prints with check's output and reads what live reads.
+    ("audit", 125),
     ("cli", 130),
 ];
 

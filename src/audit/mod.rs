@@ -1,0 +1,122 @@
+//! `ha-guard audit`: the same engine over the objects a cluster already stores. The cluster is
+//! read ([`read`]) into one complete view (each namespace whole, nodes and pods known), every
+//! object of a kind the rules judge goes through [`judge::audit`] (the webhook's and `check`'s
+//! pipeline, plus the live posture rules), and the verdicts become a `check` [`Report`], printed
+//! in `check`'s formats with `check`'s exit codes.
+//!
+//! Where a finding is: an object read from the cluster has no file and no line. Its `file` is its
+//! API path without the leading slash (`apis/apps/v1/namespaces/shop/deployments/web`: unique,
+//! what `kubectl get --raw /apis/...` reads, and a relative URI as SARIF wants one), its
+//! `document` 0 and its `line` 0 (no line: the text output then shows the path alone). The same
+//! in text, JSON, SARIF and JUnit.
+//!
+//! `--drain NODE...` / `--drain-zone ZONE` answer another question ("what would this drain do?"):
+//! the report then holds only the drain's findings ([`judge::drain`]).
+
+pub mod progress;
+pub mod read;
+
+use std::collections::HashSet;
+
+use crate::check::{Located, Report};
+use crate::core::config::Config;
+use crate::core::finding::Finding;
+use crate::core::judge::{self, Asks, Review};
+use crate::core::model::ObjectRef;
+use crate::core::rules::drain::nodes_in_zone;
+use crate::core::view::View;
+use crate::manifest::Origin;
+use crate::manifest::cores::map_on_cores;
+pub use read::{Cluster, ReadOptions, read};
+
+/// Where findings on the object at `path` are reported.
+fn origin(path: &str) -> Origin {
+    Origin { file: path.to_string(), document: 0, item: None, line: 0, column: None, template: None }
+}
+
+/// Judges every subject of `cluster` (those the label selector selects, if one was given).
+pub fn audit(cluster: &Cluster, config: &Config) -> Report {
+    let judged: Vec<&read::Listed> = cluster
+        .subjects
+        .iter()
+        .filter(|l| cluster.selected.as_ref().is_none_or(|s| s.contains(&l.subject.id())))
+        .collect();
+    let view: &dyn View = &cluster.index;
+    let verdicts = map_on_cores(&judged, |l| {
+        judge::audit(&Review { subject: &l.subject, old: None, view, config, asks: Asks::Findings })
+    });
+    let checked: HashSet<ObjectRef> = judged.iter().map(|l| l.subject.id()).collect();
+    let mut report = Report { objects: judged.len(), files: 0, ..Default::default() };
+    for (path, why) in &cluster.unreadable {
+        report.unchecked.push((origin(path), why.clone()));
+    }
+    for (listed, verdict) in judged.iter().zip(verdicts) {
+        let id = listed.subject.id();
+        report.checked.push((listed.path.clone(), id.clone()));
+        for u in verdict.unchecked {
+            report.unchecked.push((origin(&listed.path), u));
+        }
+        for w in verdict.decided.warnings {
+            report.notices.push((origin(&listed.path), w));
+        }
+        for f in verdict.decided.findings {
+            // A cross-object finding is reported once, on the object it is about, when that is judged too.
+            if f.anchor != f.object && checked.contains(&f.anchor) {
+                continue;
+            }
+            report.findings.push(located(f, &listed.path));
+        }
+    }
+    report
+}
+
+fn located(finding: Finding, path: &str) -> Located {
+    Located { finding, origin: origin(path), missing: None, snippet: None }
+}
+
+/// What to drain.
+#[derive(Clone, Debug)]
+pub enum Drain {
+    Nodes(Vec<String>),
+    Zone(String),
+}
+
+/// The findings of a drain of `drain` replayed on `cluster`; an error names a node the cluster
+/// does not have, or a zone with no node.
+pub fn drain(cluster: &Cluster, config: &Config, drain: &Drain) -> Result<Report, String> {
+    let view: &dyn View = &cluster.index;
+    let (nodes, drained) = match drain {
+        Drain::Nodes(nodes) => {
+            let unknown: Vec<&str> = nodes.iter().filter(|n| view.node(n).is_none()).map(String::as_str).collect();
+            if !unknown.is_empty() {
+                return Err(format!(
+                    "--drain: no node named {} in the cluster (kubectl get nodes lists them)",
+                    unknown.join(", ")
+                ));
+            }
+            let plural = if nodes.len() == 1 { "node" } else { "nodes" };
+            (nodes.clone(), format!("{plural} {}", nodes.join(", ")))
+        }
+        Drain::Zone(zone) => {
+            let nodes = nodes_in_zone(view, zone);
+            if nodes.is_empty() {
+                return Err(format!(
+                    "--drain-zone: no node is labelled topology.kubernetes.io/zone={zone} (kubectl get nodes -L \
+                     topology.kubernetes.io/zone lists the zones)"
+                ));
+            }
+            (nodes, format!("zone {zone} (nodes {})", nodes_in_zone(view, zone).join(", ")))
+        }
+    };
+    let decided = judge::drain(view, config, &nodes, &drained);
+    let on_nodes = view.pods_on_nodes(&nodes);
+    let mut report = Report { objects: on_nodes.len(), files: 0, ..Default::default() };
+    for f in decided.findings {
+        let path = read::subject_path(&f.object);
+        report.findings.push(located(f, &path));
+    }
+    for w in decided.warnings {
+        report.notices.push((origin("cluster"), w));
+    }
+    Ok(report)
+}

@@ -1,0 +1,422 @@
+//! Reading the cluster: every kind the live view watches, plus Pods (and the ReplicaSets that say
+//! which Deployment a pod belongs to), with paged lists (`limit` + `continue`, as `kubectl get`
+//! reads large collections), all kinds at once, each page turned into engine objects as it
+//! arrives so that no kind is ever held whole as JSON.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ListMeta;
+use kube::Client;
+use kube::api::ListParams;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::progress::Progress;
+use crate::core::model::live_pod::{LivePod, OwnerReference, controller_of};
+use crate::core::model::{self, Kind, Object, ObjectRef, Subject};
+use crate::core::view::{Index, PodInfo, PodOwner};
+
+/// Where a kind is listed.
+#[derive(Clone, Copy, Debug)]
+pub struct Listing {
+    pub kind: Kind,
+    pub api_version: &'static str,
+    pub plural: &'static str,
+    /// A custom resource the cluster may not serve: a 404 means none.
+    pub optional: bool,
+}
+
+/// The kinds the live view watches (`live::KINDS`; a test holds the two lists together).
+pub const LISTINGS: [Listing; 11] = [
+    Listing { kind: Kind::Deployment, api_version: "apps/v1", plural: "deployments", optional: false },
+    Listing { kind: Kind::StatefulSet, api_version: "apps/v1", plural: "statefulsets", optional: false },
+    Listing {
+        kind: Kind::PodDisruptionBudget,
+        api_version: "policy/v1",
+        plural: "poddisruptionbudgets",
+        optional: false,
+    },
+    Listing {
+        kind: Kind::HorizontalPodAutoscaler,
+        api_version: "autoscaling/v2",
+        plural: "horizontalpodautoscalers",
+        optional: false,
+    },
+    Listing { kind: Kind::PersistentVolumeClaim, api_version: "v1", plural: "persistentvolumeclaims", optional: false },
+    Listing { kind: Kind::Node, api_version: "v1", plural: "nodes", optional: false },
+    Listing { kind: Kind::Namespace, api_version: "v1", plural: "namespaces", optional: false },
+    Listing { kind: Kind::Service, api_version: "v1", plural: "services", optional: false },
+    Listing {
+        kind: Kind::ValidatingWebhookConfiguration,
+        api_version: "admissionregistration.k8s.io/v1",
+        plural: "validatingwebhookconfigurations",
+        optional: false,
+    },
+    Listing {
+        kind: Kind::MutatingWebhookConfiguration,
+        api_version: "admissionregistration.k8s.io/v1",
+        plural: "mutatingwebhookconfigurations",
+        optional: false,
+    },
+    Listing { kind: Kind::ScaledObject, api_version: "keda.sh/v1alpha1", plural: "scaledobjects", optional: true },
+];
+
+/// `/api/v1` or `/apis/GROUP/VERSION`.
+fn base(api_version: &str) -> String {
+    if api_version.contains('/') { format!("/apis/{api_version}") } else { format!("/api/{api_version}") }
+}
+
+/// The collection's path: in `namespace` when given and the kind has namespaces.
+pub fn collection(api_version: &str, plural: &str, namespaced: bool, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(ns) if namespaced => format!("{}/namespaces/{ns}/{plural}", base(api_version)),
+        _ => format!("{}/{plural}", base(api_version)),
+    }
+}
+
+/// An object's API path without the leading `/` (`apis/apps/v1/namespaces/shop/deployments/web`):
+/// where findings on a cluster object say they are, in every format (see `audit`'s module doc).
+pub fn object_path(listing: &Listing, namespace: &str, name: &str) -> String {
+    let ns = (!listing.kind.is_cluster_scoped()).then_some(namespace);
+    let path = format!("{}/{name}", collection(listing.api_version, listing.plural, ns.is_some(), ns));
+    path.trim_start_matches('/').to_string()
+}
+
+/// The path of a subject's object.
+pub fn subject_path(id: &ObjectRef) -> String {
+    match LISTINGS.iter().find(|l| l.kind == id.kind) {
+        Some(listing) => object_path(listing, &id.namespace, &id.name),
+        None => id.to_string(),
+    }
+}
+
+/// One page of a list.
+#[derive(Deserialize)]
+struct Page<T> {
+    #[serde(default)]
+    metadata: ListMeta,
+    /// `null` in an empty metadata-only list.
+    #[serde(default = "Option::default")]
+    items: Option<Vec<T>>,
+}
+
+/// What is read, and how.
+#[derive(Clone, Debug, Default)]
+pub struct ReadOptions {
+    /// Only this namespace (cluster-scoped kinds are read whole).
+    pub namespace: Option<String>,
+    /// A label selector: which subjects are judged (the view keeps every object).
+    pub selector: Option<String>,
+    /// Items per list request.
+    pub page: u32,
+}
+
+/// A subject to judge and where it is.
+pub struct Listed {
+    pub subject: Subject,
+    pub path: String,
+}
+
+/// The cluster as read: the view (complete, nodes and pods known), the subjects to judge, and what
+/// could not be read.
+pub struct Cluster {
+    pub index: Index,
+    pub subjects: Vec<Listed>,
+    /// Objects that did not decode: their path and why (reported as not checked).
+    pub unreadable: Vec<(String, String)>,
+    /// With a label selector: the subjects it selects.
+    pub selected: Option<HashSet<ObjectRef>>,
+    pub namespaces: usize,
+    pub pods: usize,
+}
+
+/// Lists every page of `path`, handing each page's items to `each`; the total is counted in
+/// `progress` under `what`.
+async fn list<T: DeserializeOwned>(
+    client: &Client,
+    path: &str,
+    options: &ReadOptions,
+    selector: Option<&str>,
+    metadata_only: bool,
+    progress: &Progress,
+    what: &'static str,
+    mut each: impl FnMut(Vec<T>),
+) -> Result<(), kube::Error> {
+    let mut lp = ListParams::default().limit(options.page.max(1));
+    if let Some(s) = selector {
+        lp = lp.labels(s);
+    }
+    loop {
+        let request = kube::core::Request::new(path);
+        let request = if metadata_only { request.list_metadata(&lp) } else { request.list(&lp) };
+        let page: Page<T> = client.request(request.map_err(kube::Error::BuildRequest)?).await?;
+        let items = page.items.unwrap_or_default();
+        progress.add(what, items.len(), page.metadata.remaining_item_count);
+        each(items);
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => lp = lp.continue_token(&token),
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// Why a list failed, for the user: which collection, and what the apiserver said.
+fn failed(path: &str, e: kube::Error) -> String {
+    let hint = match &e {
+        kube::Error::Api(s) if s.code == 403 => " (the audit needs get and list on it: see README's Day 2 section)",
+        kube::Error::Api(s) if s.code == 410 => {
+            " (the list took longer than the apiserver keeps a paged list consistent: run the audit again, or with a \
+             larger --chunk-size)"
+        }
+        _ => "",
+    };
+    format!("cannot list {path}: {e}{hint}")
+}
+
+fn is_not_found(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+/// One listed object, decoded as `check` decodes a manifest (the same `model::decode`, so the
+/// same defaults and the same findings as `check` on a `kubectl get -o yaml` of it).
+fn decode(listing: &Listing, mut value: Value) -> Result<(Object, String), (String, String)> {
+    let meta = |key: &str| value.pointer(&format!("/metadata/{key}")).and_then(Value::as_str).unwrap_or("").to_string();
+    let (namespace, name) = (meta("namespace"), meta("name"));
+    let path = object_path(listing, &namespace, &name);
+    // Items of a list carry no apiVersion and kind of their own.
+    if let Some(map) = value.as_object_mut() {
+        map.insert("apiVersion".into(), listing.api_version.into());
+        map.insert("kind".into(), listing.kind.as_str().into());
+    }
+    match model::decode(&value, &namespace) {
+        Ok(Some(object)) => Ok((object, path)),
+        Ok(None) => Err((path, format!("{} is not a kind ha-guard reads", listing.kind))),
+        Err(e) => Err((path, format!("{e}: not checked"))),
+    }
+}
+
+/// The objects of every listing.
+async fn read_objects(
+    client: &Client,
+    options: &ReadOptions,
+    progress: &Progress,
+) -> Result<(Vec<(Object, String)>, Vec<(String, String)>), String> {
+    let lists = LISTINGS.iter().map(|listing| async move {
+        let path = collection(
+            listing.api_version,
+            listing.plural,
+            !listing.kind.is_cluster_scoped(),
+            options.namespace.as_deref(),
+        );
+        let mut objects = Vec::new();
+        let mut unreadable = Vec::new();
+        let listed = list::<Value>(client, &path, options, None, false, progress, "objects", |items| {
+            for item in items {
+                match decode(listing, item) {
+                    Ok(o) => objects.push(o),
+                    Err(e) => unreadable.push(e),
+                }
+            }
+        })
+        .await;
+        match listed {
+            Ok(()) => Ok((objects, unreadable)),
+            Err(e) if listing.optional && is_not_found(&e) => Ok((Vec::new(), Vec::new())),
+            Err(e) => Err(failed(&path, e)),
+        }
+    });
+    let mut objects = Vec::new();
+    let mut unreadable = Vec::new();
+    for (mut o, mut u) in futures::future::try_join_all(lists).await? {
+        objects.append(&mut o);
+        unreadable.append(&mut u);
+    }
+    Ok((objects, unreadable))
+}
+
+/// A ReplicaSet's metadata: which Deployment owns it.
+#[derive(Deserialize)]
+struct ReplicaSetMeta {
+    metadata: OwnedMeta,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct OwnedMeta {
+    name: String,
+    namespace: String,
+    owner_references: Vec<OwnerReference>,
+}
+
+/// (namespace, ReplicaSet) → its Deployment, from the ReplicaSets' metadata alone.
+async fn read_replica_sets(
+    client: &Client,
+    options: &ReadOptions,
+    progress: &Progress,
+) -> Result<HashMap<(String, String), Arc<str>>, String> {
+    let path = collection("apps/v1", "replicasets", true, options.namespace.as_deref());
+    let mut owners = HashMap::new();
+    list::<ReplicaSetMeta>(client, &path, options, None, true, progress, "replicasets", |items| {
+        for rs in items {
+            let m = rs.metadata;
+            if let Some(owner) = controller_of(&m.owner_references).filter(|o| o.kind == "Deployment") {
+                owners.insert((m.namespace, m.name), Arc::from(owner.name.as_str()));
+            }
+        }
+    })
+    .await
+    .map_err(|e| failed(&path, e))?;
+    Ok(owners)
+}
+
+/// A pod read, its owner resolved once the ReplicaSets are known.
+struct ReadPod {
+    namespace: String,
+    pod: PodInfo,
+    replica_set: Option<String>,
+}
+
+async fn read_pods(client: &Client, options: &ReadOptions, progress: &Progress) -> Result<Vec<ReadPod>, String> {
+    let path = collection("v1", "pods", true, options.namespace.as_deref());
+    let mut pods = Vec::new();
+    list::<LivePod>(client, &path, options, None, false, progress, "pods", |items| {
+        for p in items {
+            let controller = controller_of(&p.metadata.owner_references);
+            let replica_set = controller.filter(|c| c.kind == "ReplicaSet").map(|c| c.name.clone());
+            // A ReplicaSet's pods are resolved below; meanwhile they count as "another controller".
+            let owner = PodOwner::resolve(controller.map(|c| (c.kind.as_str(), c.name.as_str())), p.mirror(), |_| None);
+            pods.push(ReadPod { namespace: p.metadata.namespace.clone(), pod: PodInfo::of(&p, owner), replica_set });
+        }
+    })
+    .await
+    .map_err(|e| failed(&path, e))?;
+    Ok(pods)
+}
+
+/// The objects the label selector selects (metadata only), among the kinds judged.
+async fn read_selected(
+    client: &Client,
+    options: &ReadOptions,
+    selector: &str,
+    progress: &Progress,
+) -> Result<HashSet<ObjectRef>, String> {
+    let lists = LISTINGS.iter().filter(|l| judged(l.kind)).map(|listing| async move {
+        let path = collection(
+            listing.api_version,
+            listing.plural,
+            !listing.kind.is_cluster_scoped(),
+            options.namespace.as_deref(),
+        );
+        let mut found = Vec::new();
+        let listed =
+            list::<ReplicaSetMeta>(client, &path, options, Some(selector), true, progress, "selected", |items| {
+                found.extend(
+                    items.into_iter().map(|o| ObjectRef::new(listing.kind, o.metadata.namespace, o.metadata.name)),
+                )
+            })
+            .await;
+        match listed {
+            Ok(()) => Ok(found),
+            Err(e) if listing.optional && is_not_found(&e) => Ok(Vec::new()),
+            Err(e) => Err(failed(&path, e)),
+        }
+    });
+    Ok(futures::future::try_join_all(lists).await?.into_iter().flatten().collect())
+}
+
+/// Kinds whose objects are judged (the others only inform the view).
+fn judged(kind: Kind) -> bool {
+    !matches!(kind, Kind::PersistentVolumeClaim | Kind::Node | Kind::Namespace)
+}
+
+/// Reads the cluster (as `options` says) into a complete view and the subjects to judge.
+pub async fn read(client: &Client, options: &ReadOptions, progress: &Progress) -> Result<Cluster, String> {
+    let selected = async {
+        match &options.selector {
+            Some(s) => read_selected(client, options, s, progress).await.map(Some),
+            None => Ok(None),
+        }
+    };
+    let ((objects, unreadable), replica_sets, pods, selected) = futures::future::try_join4(
+        read_objects(client, options, progress),
+        read_replica_sets(client, options, progress),
+        read_pods(client, options, progress),
+        selected,
+    )
+    .await?;
+    let mut index = Index::new();
+    // The cluster is the whole truth for the namespaces read: the rules that assert absence run,
+    // and the nodes are known.
+    index.set_complete(true);
+    index.set_knows_nodes(true);
+    let mut subjects = Vec::new();
+    let mut namespaces: BTreeMap<String, ()> = BTreeMap::new();
+    for (object, path) in objects {
+        index.insert_object(&object);
+        if let Object::Subject(subject) = object {
+            let id = subject.id();
+            if !id.namespace.is_empty() {
+                namespaces.insert(id.namespace.clone(), ());
+            }
+            subjects.push(Listed { subject, path });
+        }
+    }
+    let pod_count = pods.len();
+    for ReadPod { namespace, mut pod, replica_set } in pods {
+        if let Some(rs) = replica_set {
+            pod.owner = PodOwner::resolve(Some(("ReplicaSet", &rs)), false, |rs| {
+                replica_sets.get(&(namespace.clone(), rs.to_string())).cloned()
+            });
+        }
+        namespaces.insert(namespace.clone(), ());
+        index.upsert_pod(&namespace, pod);
+    }
+    // In namespace order, then kind and name: the report reads namespace by namespace.
+    subjects.sort_by(|a, b| {
+        let (x, y) = (a.subject.id(), b.subject.id());
+        (&x.namespace, x.kind, &x.name).cmp(&(&y.namespace, y.kind, &y.name))
+    });
+    Ok(Cluster { index, subjects, unreadable, selected, namespaces: namespaces.len(), pods: pod_count })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_audit_reads_every_kind_the_live_view_watches() {
+        let listed: Vec<Kind> = LISTINGS.iter().map(|l| l.kind).collect();
+        assert_eq!(listed, crate::live::KINDS);
+    }
+
+    #[test]
+    fn paths_are_the_api_paths() {
+        let deployments = &LISTINGS[0];
+        assert_eq!(object_path(deployments, "shop", "web"), "apis/apps/v1/namespaces/shop/deployments/web");
+        let nodes = LISTINGS.iter().find(|l| l.kind == Kind::Node).unwrap();
+        assert_eq!(object_path(nodes, "", "n1"), "api/v1/nodes/n1");
+        assert_eq!(collection("v1", "pods", true, Some("shop")), "/api/v1/namespaces/shop/pods");
+        assert_eq!(collection("v1", "nodes", false, Some("shop")), "/api/v1/nodes");
+        assert_eq!(
+            subject_path(&ObjectRef::new(Kind::ValidatingWebhookConfiguration, "", "v")),
+            "apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/v"
+        );
+    }
+
+    #[test]
+    fn a_listed_item_decodes_as_a_manifest_would() {
+        let item = serde_json::json!({"metadata": {"name": "web", "namespace": "shop", "uid": "u"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+        let (object, path) = decode(&LISTINGS[0], item).unwrap();
+        assert_eq!(path, "apis/apps/v1/namespaces/shop/deployments/web");
+        let Object::Subject(Subject::Workload(w)) = object else { panic!() };
+        assert_eq!((w.replicas, w.id().to_string().as_str()), (1, "Deployment shop/web"), "defaulted");
+        let bad = serde_json::json!({"metadata": {"name": "x", "namespace": "shop"}, "spec": {"replicas": "three"}});
+        let (path, why) = decode(&LISTINGS[0], bad).unwrap_err();
+        assert_eq!(path, "apis/apps/v1/namespaces/shop/deployments/x");
+        assert!(why.contains("spec.replicas") && why.contains("not checked"), "{why}");
+    }
+}

@@ -1,0 +1,141 @@
+//! `ha-guard audit` (and `kubectl ha-guard audit`): the rules over the cluster as it is, printed as
+//! `check` prints, with `check`'s exit codes.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Args;
+
+use super::check::{Color, Format, Output, print, toggle};
+use super::error::Error;
+use crate::audit::progress::Progress;
+use crate::audit::{self, Drain, ReadOptions};
+use crate::check::FailOn;
+
+#[derive(Args)]
+pub struct AuditArgs {
+    /// Kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, else the in-cluster service
+    /// account).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: its current context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Audit one namespace (default: every namespace). Each namespace is read whole.
+    #[arg(short = 'n', long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Judge only the objects these labels select (kubectl's syntax, e.g. `app=web,tier!=db`); the
+    /// view still holds every object, so rules about absence stay right.
+    #[arg(short = 'l', long, value_name = "SELECTOR")]
+    pub selector: Option<String>,
+    /// Simulate a `kubectl drain` of these nodes against the live pods and budgets, and report only
+    /// what it would do (`drain-blocked`, `drain-takes-all-replicas`).
+    #[arg(long, num_args = 1.., value_name = "NODE", conflicts_with = "drain_zone")]
+    pub drain: Vec<String>,
+    /// Simulate a drain (or the loss) of every node labelled topology.kubernetes.io/zone=ZONE.
+    #[arg(long, value_name = "ZONE")]
+    pub drain_zone: Option<String>,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// Which findings make the exit code 1: deny ones, warn ones too, or none.
+    #[arg(long, value_enum, default_value = "deny")]
+    pub fail_on: FailOn,
+    /// Configuration file (the same file `serve --config` reads).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Turn a rule off, as `rules: {ID: off}` in the configuration would.
+    #[arg(long, value_name = "ID", value_delimiter = ',')]
+    pub disable: Vec<String>,
+    /// Turn a rule on at its default action (over an `off` in the configuration).
+    #[arg(long, value_name = "ID", value_delimiter = ',')]
+    pub enable: Vec<String>,
+    /// Print the findings only (no notes or summary).
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Write the report to FILE instead of stdout.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Colour in text output.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub color: Color,
+    /// Objects per list request: large collections are read in pages of this many.
+    #[arg(long, default_value = "500", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub chunk_size: u32,
+}
+
+pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
+    let mut config = args.config.as_deref().map(crate::config_file::load).transpose()?.unwrap_or_default();
+    toggle(&mut config, &args.disable, &args.enable)?;
+    let drain = match (&args.drain_zone, args.drain.is_empty()) {
+        (Some(zone), _) => Some(Drain::Zone(zone.clone())),
+        (None, false) => Some(Drain::Nodes(args.drain.clone())),
+        (None, true) => None,
+    };
+    let options =
+        ReadOptions { namespace: args.namespace.clone(), selector: args.selector.clone(), page: args.chunk_size };
+    let progress = Progress::on_terminal();
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error(format!("cannot start the runtime: {e}")))?;
+    let cluster = runtime.block_on(async {
+        let client = client(&args).await?;
+        audit::read(&client, &options, &progress).await.map_err(Error)
+    });
+    let cluster = match cluster {
+        Ok(c) => c,
+        Err(e) => {
+            progress.done();
+            return Err(e);
+        }
+    };
+    progress.stage(&format!(
+        "judging {} objects in {} namespaces ({} pods) ...",
+        cluster.subjects.len(),
+        cluster.namespaces,
+        cluster.pods
+    ));
+    let report = match &drain {
+        Some(d) => audit::drain(&cluster, &config, d).map_err(Error),
+        None => Ok(audit::audit(&cluster, &config)),
+    };
+    progress.done();
+    let report = report?;
+    let how = Output { format: args.format, fail_on: args.fail_on, color: args.color, quiet: args.quiet };
+    print(&report, how, args.output.as_deref())?;
+    if Progress::on_terminal().shown() {
+        eprintln!(
+            "audited {} objects and {} pods in {} namespaces in {:.1?}",
+            report.objects,
+            cluster.pods,
+            cluster.namespaces,
+            started.elapsed()
+        );
+    }
+    let code = ExitCode::from(report.exit_code(args.fail_on) as u8);
+    // The process ends here: the view and the subjects go with it.
+    std::mem::forget(cluster);
+    Ok(code)
+}
+
+/// A client as kubectl would make one: `--kubeconfig` (else $KUBECONFIG, else ~/.kube/config, else
+/// in-cluster) and `--context`.
+async fn client(args: &AuditArgs) -> Result<kube::Client, Error> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let options = KubeConfigOptions { context: args.context.clone(), ..Default::default() };
+    let config = match (&args.kubeconfig, &args.context) {
+        (Some(path), _) => {
+            let kc = Kubeconfig::read_from(path).map_err(|e| Error(format!("--kubeconfig {}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &options).await.map_err(|e| Error(format!("--kubeconfig: {e}")))?
+        }
+        (None, Some(context)) => {
+            kube::Config::from_kubeconfig(&options).await.map_err(|e| Error(format!("--context {context}: {e}")))?
+        }
+        (None, None) => kube::Config::infer()
+            .await
+            .map_err(|e| Error(format!("no cluster to audit: no kubeconfig and not in a cluster ({e})")))?,
+    };
+    kube::Client::try_from(config).map_err(|e| Error(format!("cannot make a client for the cluster: {e}")))
+}
