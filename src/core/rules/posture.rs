@@ -258,7 +258,11 @@ fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
     }
     let budget = pdb.budget().describe();
     let covered = pdb.selector.as_ref().map(|s| view.workloads_selected_by(&pdb.id.namespace, s)).unwrap_or_default();
-    let (reason, fix) = if status.current_healthy < status.desired_healthy {
+    // Unhealthy pods are the reason whenever some expected pod is not healthy, also when exactly
+    // the needed number still is (minAvailable 1 over 2, one not Ready: 1 healthy, 1 needed, 0
+    // allowed); too few replicas when even every pod healthy would leave no disruption.
+    let too_few = status.expected_pods <= status.desired_healthy;
+    let (reason, fix) = if status.current_healthy < status.expected_pods {
         let unhealthy: Vec<Arc<PodInfo>> = match &pdb.selector {
             Some(sel) => view
                 .pods_in(&pdb.id.namespace)
@@ -277,13 +281,21 @@ fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
         } else {
             " With unhealthyPodEvictionPolicy IfHealthyBudget (the default) even the unhealthy pods cannot be evicted."
         };
+        let also = if too_few {
+            " Even with every pod healthy it would allow none (too few replicas for the budget)."
+        } else {
+            ""
+        };
         (
             format!(
-                "unhealthy pods: {} of {} expected pods are healthy{named}, and {budget} needs {}.{policy}",
+                "unhealthy pods: {} of {} expected pods are healthy{named}, and {budget} needs {}.{also}{policy}",
                 status.current_healthy, status.expected_pods, status.desired_healthy
             ),
-            "make the unhealthy pods Ready again or replace them (kubectl describe pod, then fix or delete them); set \
-             unhealthyPodEvictionPolicy: AlwaysAllow so a drain can evict pods that are already broken.",
+            format!(
+                "make the unhealthy pods Ready again or replace them (kubectl describe pod, then fix or delete them); \
+                 set unhealthyPodEvictionPolicy: AlwaysAllow so a drain can evict pods that are already broken{}.",
+                if too_few { "; and run more replicas than the budget requires, or loosen the budget" } else { "" }
+            ),
         )
     } else {
         (
@@ -293,7 +305,8 @@ fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
                 status.current_healthy, status.expected_pods
             ),
             "run more replicas than the budget requires (raise replicas or the HPA's minReplicas), or loosen the \
-             budget (a lower minAvailable, or maxUnavailable: 1).",
+             budget (a lower minAvailable, or maxUnavailable: 1)."
+                .to_string(),
         )
     };
     let workloads: Vec<String> = covered.iter().map(|w| format!("{} {}", w.id.kind, w.id.name)).collect();

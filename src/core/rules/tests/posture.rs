@@ -158,6 +158,38 @@ fn a_pdb_blocked_by_unhealthy_pods_names_them() {
 }
 
 #[test]
+fn a_pdb_at_exactly_its_need_with_a_pod_not_ready_says_unhealthy_not_too_few() {
+    // minAvailable 1 over 2, one not Ready: 1 healthy, 1 needed, 0 allowed. With both Ready it
+    // would allow one: the reason is the unhealthy pod.
+    let mut pods = placed(&["n1", "n2"]);
+    pods[1].ready = false;
+    let view = view_with_pods(&docs(&[&three_nodes(), &web(2, "")]), pods);
+    let f = audit_findings(&pdb_with_status(1, 0, 2, 1, 1), &view);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    assert!(
+        b[0].what.contains(
+            "unhealthy pods: 1 of 2 expected pods are healthy (not Ready: web-2), and minAvailable 1 needs 1."
+        ),
+        "{}",
+        b[0].what
+    );
+    assert!(!b[0].what.contains("too few replicas"), "{}", b[0].what);
+    assert!(!b[0].fix.contains("run more replicas"), "{}", b[0].fix);
+}
+
+#[test]
+fn a_pdb_that_needs_every_pod_and_has_one_not_ready_says_both() {
+    let mut pods = placed(&["n1", "n2"]);
+    pods[1].ready = false;
+    let view = view_with_pods(&docs(&[&three_nodes(), &web(2, "")]), pods);
+    let f = audit_findings(&pdb_with_status(2, 0, 2, 1, 2), &view);
+    let b = of_rule(&f, BLOCKED);
+    assert!(b[0].what.contains("Even with every pod healthy it would allow none"), "{}", b[0].what);
+    assert!(b[0].fix.contains("run more replicas than the budget requires"), "{}", b[0].fix);
+}
+
+#[test]
 fn a_pdb_that_needs_every_pod_says_too_few_replicas() {
     let view = view_with_pods(&web(1, ""), placed(&["n1"]));
     let f = audit_findings(&pdb_with_status(1, 0, 1, 1, 1), &view);
