@@ -2,8 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 /// mimalloc instead of the system allocator: `check` builds and frees millions of small values
 /// (JSON trees, typed objects) on every core, where glibc's malloc spent a third of the time
 /// (benches/README.md, "check").
@@ -11,7 +9,7 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    match ha_guard::cli::run(ha_guard::cli::Cli::parse()) {
+    match ha_guard::cli::run(ha_guard::cli::parse()) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", e.0);

@@ -11,7 +11,7 @@ pub mod serve;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use error::Error;
 
@@ -47,6 +47,27 @@ pub enum Command {
     Rules,
     /// Print one rule's documentation.
     Explain(rules::ExplainArgs),
+}
+
+/// The name kubectl's plugin lookup finds (krew's convention: `kubectl ha-guard` runs the
+/// executable `kubectl-ha_guard` on PATH, a dash in the command being an underscore in the file).
+pub const KUBECTL_PLUGIN: &str = "kubectl-ha_guard";
+
+/// The name the usage and help show when the binary was started as `argv0`: `kubectl ha-guard`
+/// under the plugin's name (as the user typed it), else `ha-guard`.
+pub fn shown_name(argv0: &std::ffi::OsStr) -> &'static str {
+    match std::path::Path::new(argv0).file_name().and_then(|n| n.to_str()) {
+        Some(KUBECTL_PLUGIN) => "kubectl ha-guard",
+        _ => "ha-guard",
+    }
+}
+
+/// Parses the process's arguments. Under any name (a copy or symlink named [`KUBECTL_PLUGIN`])
+/// the commands are the same; only the name shown in usage and errors follows what was typed.
+pub fn parse() -> Cli {
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let matches = Cli::command().bin_name(shown_name(&argv0)).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 /// Runs the command; `Ok` carries its exit code.
