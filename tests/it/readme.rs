@@ -56,6 +56,10 @@ const ELSEWHERE: &[(&str, &str, &str)] = &[
         "\"create\", \"secret\", \"tls\", \"my-tls\"",
     ),
     ("kubectl label ns", "tests/e2e_install.rs", "[\"label\", \"ns\""),
+    // Day 2: every audit command of that section, read from README.md and run as written against
+    // the e2e cluster.
+    ("ha-guard audit", "tests/e2e_audit.rs", "fn readme_day_2("),
+    ("kubectl ha-guard audit", "tests/e2e_audit.rs", "fn readme_day_2("),
 ];
 
 /// Commands that cannot run on this machine, and why (each also appears in the closing notes).
