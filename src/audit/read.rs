@@ -132,18 +132,25 @@ pub struct Cluster {
     pub pods: usize,
 }
 
-/// Lists every page of `path`, handing each page's items to `each`; the total is counted in
-/// `progress` under `what`.
+/// One collection to list: where, which labels (none: all), whether metadata only, and what the
+/// progress line calls it.
+struct Query<'a> {
+    path: &'a str,
+    selector: Option<&'a str>,
+    metadata_only: bool,
+    what: &'static str,
+}
+
+/// Lists every page of `q.path`, handing each page's items to `each`; the total is counted in
+/// `progress` under `q.what`.
 async fn list<T: DeserializeOwned>(
     client: &Client,
-    path: &str,
+    q: Query<'_>,
     options: &ReadOptions,
-    selector: Option<&str>,
-    metadata_only: bool,
     progress: &Progress,
-    what: &'static str,
     mut each: impl FnMut(Vec<T>),
 ) -> Result<(), kube::Error> {
+    let Query { path, selector, metadata_only, what } = q;
     let mut lp = ListParams::default().limit(options.page.max(1));
     if let Some(s) = selector {
         lp = lp.labels(s);
@@ -212,14 +219,20 @@ async fn read_objects(
         );
         let mut objects = Vec::new();
         let mut unreadable = Vec::new();
-        let listed = list::<Value>(client, &path, options, None, false, progress, "objects", |items| {
-            for item in items {
-                match decode(listing, item) {
-                    Ok(o) => objects.push(o),
-                    Err(e) => unreadable.push(e),
+        let listed = list::<Value>(
+            client,
+            Query { path: &path, selector: None, metadata_only: false, what: "objects" },
+            options,
+            progress,
+            |items| {
+                for item in items {
+                    match decode(listing, item) {
+                        Ok(o) => objects.push(o),
+                        Err(e) => unreadable.push(e),
+                    }
                 }
-            }
-        })
+            },
+        )
         .await;
         match listed {
             Ok(()) => Ok((objects, unreadable)),
@@ -258,14 +271,20 @@ async fn read_replica_sets(
 ) -> Result<HashMap<(String, String), Arc<str>>, String> {
     let path = collection("apps/v1", "replicasets", true, options.namespace.as_deref());
     let mut owners = HashMap::new();
-    list::<ReplicaSetMeta>(client, &path, options, None, true, progress, "replicasets", |items| {
-        for rs in items {
-            let m = rs.metadata;
-            if let Some(owner) = controller_of(&m.owner_references).filter(|o| o.kind == "Deployment") {
-                owners.insert((m.namespace, m.name), Arc::from(owner.name.as_str()));
+    list::<ReplicaSetMeta>(
+        client,
+        Query { path: &path, selector: None, metadata_only: true, what: "replicasets" },
+        options,
+        progress,
+        |items| {
+            for rs in items {
+                let m = rs.metadata;
+                if let Some(owner) = controller_of(&m.owner_references).filter(|o| o.kind == "Deployment") {
+                    owners.insert((m.namespace, m.name), Arc::from(owner.name.as_str()));
+                }
             }
-        }
-    })
+        },
+    )
     .await
     .map_err(|e| failed(&path, e))?;
     Ok(owners)
@@ -281,15 +300,26 @@ struct ReadPod {
 async fn read_pods(client: &Client, options: &ReadOptions, progress: &Progress) -> Result<Vec<ReadPod>, String> {
     let path = collection("v1", "pods", true, options.namespace.as_deref());
     let mut pods = Vec::new();
-    list::<LivePod>(client, &path, options, None, false, progress, "pods", |items| {
-        for p in items {
-            let controller = controller_of(&p.metadata.owner_references);
-            let replica_set = controller.filter(|c| c.kind == "ReplicaSet").map(|c| c.name.clone());
-            // A ReplicaSet's pods are resolved below; meanwhile they count as "another controller".
-            let owner = PodOwner::resolve(controller.map(|c| (c.kind.as_str(), c.name.as_str())), p.mirror(), |_| None);
-            pods.push(ReadPod { namespace: p.metadata.namespace.clone(), pod: PodInfo::of(&p, owner), replica_set });
-        }
-    })
+    list::<LivePod>(
+        client,
+        Query { path: &path, selector: None, metadata_only: false, what: "pods" },
+        options,
+        progress,
+        |items| {
+            for p in items {
+                let controller = controller_of(&p.metadata.owner_references);
+                let replica_set = controller.filter(|c| c.kind == "ReplicaSet").map(|c| c.name.clone());
+                // A ReplicaSet's pods are resolved below; meanwhile they count as "another controller".
+                let owner =
+                    PodOwner::resolve(controller.map(|c| (c.kind.as_str(), c.name.as_str())), p.mirror(), |_| None);
+                pods.push(ReadPod {
+                    namespace: p.metadata.namespace.clone(),
+                    pod: PodInfo::of(&p, owner),
+                    replica_set,
+                });
+            }
+        },
+    )
     .await
     .map_err(|e| failed(&path, e))?;
     Ok(pods)
@@ -310,13 +340,18 @@ async fn read_selected(
             options.namespace.as_deref(),
         );
         let mut found = Vec::new();
-        let listed =
-            list::<ReplicaSetMeta>(client, &path, options, Some(selector), true, progress, "selected", |items| {
+        let listed = list::<ReplicaSetMeta>(
+            client,
+            Query { path: &path, selector: Some(selector), metadata_only: true, what: "selected" },
+            options,
+            progress,
+            |items| {
                 found.extend(
                     items.into_iter().map(|o| ObjectRef::new(listing.kind, o.metadata.namespace, o.metadata.name)),
                 )
-            })
-            .await;
+            },
+        )
+        .await;
         match listed {
             Ok(()) => Ok(found),
             Err(e) if listing.optional && is_not_found(&e) => Ok(Vec::new()),

@@ -135,13 +135,16 @@ struct Loss {
     refused: bool,
 }
 
+/// A pod covered by several PDBs: its namespace, name, workload, and the PDBs.
+type Overlapped = (String, Arc<str>, Option<ObjectRef>, Vec<ObjectRef>);
+
 /// Replays a drain of `nodes` (`drained`: how the user asked, e.g. "node a" or "zone z") and
 /// returns its findings (rule defaults; the caller decides them).
 pub fn simulate(view: &dyn View, nodes: &[String], drained: &str) -> Vec<Finding> {
     let mut findings = Vec::new();
     let mut ledgers: BTreeMap<ObjectRef, Ledger> = BTreeMap::new();
     // Pods covered by several PDBs: (namespace, pod) → the PDBs.
-    let mut multiple: Vec<(String, Arc<str>, Option<ObjectRef>, Vec<ObjectRef>)> = Vec::new();
+    let mut multiple: Vec<Overlapped> = Vec::new();
     let mut losses: BTreeMap<ObjectRef, Loss> = BTreeMap::new();
     for (namespace, pod) in view.pods_on_nodes(nodes) {
         if matches!(pod.owner, PodOwner::DaemonSet | PodOwner::Mirror) || pod.phase.terminal() || pod.terminating {
