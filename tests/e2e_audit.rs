@@ -216,6 +216,31 @@ fn stored(cp: &ControlPlane) {
     let results = sarif["runs"][0]["results"].as_array().expect("results").len();
     assert_eq!(results, findings(&a).len(), "one SARIF result per finding");
 
+    // A namespace in warn mode: its deny findings are warnings, as at admission; off: skipped.
+    cp.kubectl(&["label", "ns", "shop", "ha-guard.io/mode=warn"]).success();
+    let warned = audit(cp, &["--namespace", "shop", "--format", "json"]).exits(0).json();
+    assert_eq!(warned["summary"]["deny"], 0, "{warned}");
+    for rule in ["pdb-blocks-eviction", "host-network-colocation"] {
+        assert!(
+            findings(&warned).iter().any(|f| f["rule"] == rule && f["action"] == "warn"),
+            "{rule} as a warning in warn mode: {warned}"
+        );
+    }
+    cp.kubectl(&["label", "ns", "shop", "ha-guard.io/mode=off", "--overwrite"]).success();
+    let off = audit(cp, &["--namespace", "shop", "--format", "json"]).exits(0).json();
+    assert_eq!((off["summary"]["deny"].as_u64(), off["summary"]["warn"].as_u64()), (Some(0), Some(0)), "{off}");
+    cp.kubectl(&["label", "ns", "shop", "ha-guard.io/mode-"]).success();
+    audit(cp, &["--namespace", "shop"]).exits(1);
+
+    // On a terminal (a pseudo-terminal from script(1)): a progress line, and a closing count.
+    let report = dir.path().join("report.json");
+    let on_terminal = format!("{BIN} audit --namespace shop --format json --output {}", report.display());
+    let tty = run(cp, Path::new("script"), &["-qec", &on_terminal, "/dev/null"], None);
+    assert!(tty.stdout.contains("reading the cluster: "), "a progress line on a terminal: {}", tty.show());
+    assert!(tty.stdout.contains("audited 8 objects and 0 pods in "), "{}", tty.show());
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&report).expect("--output")).expect("JSON");
+    assert_eq!(written, a, "--output writes the report, and the progress line does not go into it");
+
     // Warnings only: exit 0 for both, 1 for both with --fail-on warn.
     let quiet = audit(cp, &["--namespace", "quiet", "--format", "json"]).exits(0).json();
     check("quiet", &[]).exits(0);
