@@ -259,6 +259,29 @@ fn stored(cp: &ControlPlane) {
         findings(&selected).iter().map(|f| f["name"].as_str().unwrap_or_default().to_string()).collect();
     assert_eq!(names, BTreeSet::from(["hostnet".to_string()]), "{selected}");
 
+    // A cluster-scoped subject: a fail-closed webhook with one endpoint (a URL). Its rules match a
+    // resource no one serves, so the apiserver never calls it. Judged by a whole audit; -n judges
+    // only that namespace's objects, as kubectl's -n lists only them.
+    let webhook = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "legacy-policy"},
+        "webhooks": [{"name": "legacy.example.com", "failurePolicy": "Fail", "sideEffects": "None",
+            "admissionReviewVersions": ["v1"], "clientConfig": {"url": "https://127.0.0.1:1/validate"},
+            "rules": [{"apiGroups": ["example.com"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                "resources": ["widgets"]}]}]});
+    cp.apply(&webhook).success();
+    let whole = audit(cp, &["--format", "json"]).exits(1).json();
+    let on_webhook: Vec<Value> =
+        findings(&whole).into_iter().filter(|f| f["kind"] == "ValidatingWebhookConfiguration").collect();
+    assert_eq!(on_webhook.len(), 1, "{whole}");
+    assert_eq!(on_webhook[0]["rule"], "webhook-fail-closed-unavailable");
+    assert_eq!(
+        on_webhook[0]["file"],
+        "apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/legacy-policy"
+    );
+    let shop_only = audit(cp, &["--namespace", "shop", "--format", "json"]).exits(1).json();
+    assert_eq!(shop_only, a, "-n shop: the cluster-scoped webhook configuration is not judged");
+    assert!(findings(&whole).iter().any(|f| f["namespace"] == "quiet"), "a whole audit judges every namespace");
+
     // Exit 2: a context the kubeconfig does not have, a kubeconfig that does not exist.
     let bad = audit(cp, &["--context", "nope"]).exits(2);
     assert!(bad.stderr.contains("nope"), "the error names the context: {}", bad.show());

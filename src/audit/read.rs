@@ -392,6 +392,11 @@ pub async fn read(client: &Client, options: &ReadOptions, progress: &Progress) -
         index.insert_object(&object);
         if let Object::Subject(subject) = object {
             let id = subject.id();
+            // With --namespace, as with kubectl's -n, only that namespace's objects are judged: the
+            // cluster-scoped ones (webhook configurations) inform the view, judged by a whole audit.
+            if options.namespace.as_ref().is_some_and(|ns| *ns != id.namespace) {
+                continue;
+            }
             if !id.namespace.is_empty() {
                 namespaces.insert(id.namespace.clone(), ());
             }

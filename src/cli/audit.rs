@@ -22,7 +22,8 @@ pub struct AuditArgs {
     /// The kubeconfig context to use (default: its current context).
     #[arg(long, value_name = "NAME")]
     pub context: Option<String>,
-    /// Audit one namespace (default: every namespace). Each namespace is read whole.
+    /// Audit one namespace (default: every namespace), read whole. Cluster-scoped objects
+    /// (webhook configurations) are then read for the view but not judged.
     #[arg(short = 'n', long, value_name = "NS")]
     pub namespace: Option<String>,
     /// Judge only the objects these labels select (kubectl's syntax, e.g. `app=web,tier!=db`); the

@@ -2,8 +2,8 @@
 //! `replicas-share-node`, `pdb-disruptions-blocked`, `spread-pending`, `pod-on-cordoned-node`.
 //!
 //! These rules judge where pods are now, not what a write asks for: they run in `ha-guard audit`
-//! (and the background audit) through [`super::audit`], never at admission ([`super::evaluate`]
-//! does not call this family; a test holds it to that).
+//! (and, once it exists, the background audit) through [`super::audit`], never at admission
+//! ([`super::evaluate`] does not call this family; a test holds it to that).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The view's pods (the audit's, and the background audit's): per namespace, by name and by the
+//! The view's pods (only `ha-guard audit`'s view holds them): per namespace, by name and by the
 //! workload that runs them. Pods outnumber every other kind, so the strings many of them share
 //! are kept once: the label set of a ReplicaSet's pods, the node names, the workload names.
 
