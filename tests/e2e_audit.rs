@@ -546,6 +546,8 @@ fn drain(cp: &ControlPlane) {
     assert!(no_zone.stderr.contains("mars-1a"), "{}", no_zone.show());
     let text = audit(cp, &["--drain", "node-1"]).exits(0);
     assert!(text.stdout.contains("drain-blocked") && text.stdout.contains("both-2"), "{}", text.show());
+    // What a user sees, in the test's output (--nocapture) and in CI logs.
+    eprintln!("[e2e] ha-guard audit --drain node-1:\n{}", text.stdout);
 }
 
 // --- the kubectl plugin -----------------------------------------------------------------------

@@ -81,3 +81,18 @@ pub fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Explain(args) => rules::explain(args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plugin_name_shows_as_kubectl_would_run_it() {
+        assert_eq!(shown_name("/home/u/.krew/bin/kubectl-ha_guard".as_ref()), "kubectl ha-guard");
+        assert_eq!(shown_name("kubectl-ha_guard".as_ref()), "kubectl ha-guard");
+        assert_eq!(shown_name("/usr/local/bin/ha-guard".as_ref()), "ha-guard");
+        // Another plugin's name, or the binary renamed otherwise: the command's own name.
+        assert_eq!(shown_name("kubectl-other".as_ref()), "ha-guard");
+        assert_eq!(shown_name("".as_ref()), "ha-guard");
+    }
+}
