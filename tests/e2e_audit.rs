@@ -289,6 +289,49 @@ fn stored(cp: &ControlPlane) {
     assert!(missing.stderr.contains("/nonexistent/kubeconfig"), "{}", missing.show());
 }
 
+// --- the permissions README's Day 2 section names ---------------------------------------------
+
+/// With a ServiceAccount's token as the only credential: no permission is exit 2 naming the
+/// collection refused; `list` on what README lists is enough for a whole audit.
+fn permissions(cp: &ControlPlane) {
+    cp.kubectl(&["-n", "quiet", "create", "serviceaccount", "auditor"]).success();
+    let token = cp.kubectl(&["-n", "quiet", "create", "token", "auditor", "--duration=10m"]).success().stdout;
+    let kubeconfig = cp.token_kubeconfig(token.trim(), &cp.root().join("auditor.kubeconfig"));
+    let kubeconfig = kubeconfig.to_str().expect("path");
+    let refused = audit(cp, &["--kubeconfig", kubeconfig]).exits(2);
+    for needle in ["cannot list /", "403", "README's Day 2 section"] {
+        assert!(refused.stderr.contains(needle), "{needle:?}: {}", refused.show());
+    }
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "ha-guard-audit"},
+        "rules": [
+            {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "replicasets"], "verbs": ["list"]},
+            {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["list"]},
+            {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["persistentvolumeclaims", "nodes", "namespaces", "services", "pods"],
+                "verbs": ["list"]},
+            {"apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "verbs": ["list"]},
+            {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["list"]}]});
+    cp.apply(&role).success();
+    cp.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "ha-guard-audit",
+        "--clusterrole=ha-guard-audit",
+        "--serviceaccount=quiet:auditor",
+    ])
+    .success();
+    let as_admin = audit(cp, &["--format", "json"]).exits(1).json();
+    // RBAC takes effect within moments: the authorizer's cache.
+    let as_auditor = poll("the audit with the auditor's token", WAIT, std::time::Duration::from_millis(200), || {
+        let r = audit(cp, &["--kubeconfig", kubeconfig, "--format", "json"]);
+        if r.code == 1 { Ok(r.json()) } else { Err(r.show()) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(as_auditor, as_admin, "list on what README names is all the audit needs");
+}
+
 // --- placing pods as the controllers would --------------------------------------------------
 
 /// Node `name` in `zone`, Ready and schedulable (as [`ControlPlane::nodes`] makes them).
@@ -616,6 +659,7 @@ fn audit_reads_the_cluster_as_it_is() {
     let mut steps = Steps::new(String::new);
     // Before any node exists: check has no nodes either, so the live-only rules are silent in both.
     steps.run("stored", || stored(&cp));
+    steps.run("permissions", || permissions(&cp));
     steps.run("posture", || live_posture(&cp));
     steps.run("drain", || drain(&cp));
     steps.run("kubectl-plugin", || kubectl_plugin(&cp));
