@@ -203,6 +203,7 @@ fn stored(cp: &ControlPlane) {
     // The text and SARIF formats: the same findings.
     let text = audit(cp, &["--namespace", "shop"]).exits(1);
     assert!(text.stdout.contains("apis/apps/v1/namespaces/shop/deployments/hostnet"), "{}", text.show());
+    eprintln!("[e2e] ha-guard audit --namespace shop:\n{}", text.stdout);
     assert!(text.stdout.contains("[host-network-colocation]") || text.stdout.contains("host-network-colocation"));
     let summary =
         format!("{} deny, {} warn, {} allowed", a["summary"]["deny"], a["summary"]["warn"], a["summary"]["allowed"]);
