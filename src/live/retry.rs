@@ -148,16 +148,15 @@ pub async fn follow<K, E: Display, S: Stream<Item = Result<Event<K>, E>>>(
                     if !matches!(event, Event::Init)
                         && let Some(Change::Recovered { attempts, failing_for }) = health.progressed()
                     {
-                        tracing::info!(
-                            kind = %kind,
-                            attempts,
-                            failing_for_s = failing_for.as_secs(),
-                            "watch recovered; the view of this kind is current again"
-                        );
+                        log_recovered(kind, attempts, failing_for);
                     }
                     apply(event);
                 }
                 Err(e) if not_served(&e) => {
+                    // The apiserver answered: the watch is healthy, there is just nothing to watch.
+                    if let Some(Change::Recovered { attempts, failing_for }) = health.progressed() {
+                        log_recovered(kind, attempts, failing_for);
+                    }
                     tokio::time::sleep(policy.max).await;
                     break;
                 }
@@ -182,6 +181,15 @@ pub async fn follow<K, E: Display, S: Stream<Item = Result<Event<K>, E>>>(
             }
         }
     }
+}
+
+fn log_recovered(kind: Kind, attempts: u32, failing_for: Duration) {
+    tracing::info!(
+        kind = %kind,
+        attempts,
+        failing_for_s = failing_for.as_secs(),
+        "watch recovered; the view of this kind is current again"
+    );
 }
 
 #[cfg(test)]

@@ -114,6 +114,8 @@ struct Fake {
     failing: Arc<AtomicBool>,
     /// Only the watches fail (the lists work).
     failing_watches: Arc<AtomicBool>,
+    /// KEDA's CRD is not installed: 404 for its paths (once the apiserver answers at all).
+    no_keda: Arc<AtomicBool>,
     asked: Arc<Mutex<BTreeMap<String, Vec<tokio::time::Instant>>>>,
 }
 
@@ -134,6 +136,9 @@ async fn fake_apiserver(fake: Fake) -> std::net::SocketAddr {
             if fake.failing.load(Ordering::SeqCst) || (watch && fake.failing_watches.load(Ordering::SeqCst)) {
                 let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcdserver: request timed out","reason":"InternalError","code":500}"#;
                 (StatusCode::INTERNAL_SERVER_ERROR, json, status).into_response()
+            } else if fake.no_keda.load(Ordering::SeqCst) && uri.path().starts_with("/apis/keda.sh/") {
+                let status = r#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server could not find the requested resource","reason":"NotFound","code":404}"#;
+                (StatusCode::NOT_FOUND, json, status).into_response()
             } else if watch {
                 let open = futures::stream::pending::<Result<axum::body::Bytes, std::io::Error>>();
                 (StatusCode::OK, json, Body::from_stream(open)).into_response()
@@ -235,5 +240,35 @@ fn against_an_apiserver_answering_errors_one_line_per_kind_and_state_change() {
         assert_eq!(recovered.len(), KINDS.len(), "one INFO per kind:\n{}", recovered.join("\n"));
         assert!(recovered.iter().all(|l| l.contains("INFO") && !l.contains("attempts=0")), "{recovered:?}");
         assert_eq!(captured.lines("watch failing").len(), KINDS.len(), "nothing more once healthy");
+    });
+}
+
+/// A kind whose CRD is not installed (KEDA's ScaledObject) recovers with the others when the
+/// apiserver answers again: its 404 is an answer, not a failure (the soak's watch cut showed a
+/// ScaledObject watch that failed on the cut and then never said it had recovered).
+#[test]
+fn a_kind_not_served_recovers_when_the_apiserver_answers_again() {
+    let (captured, _guard) = capture();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let fake = Fake::default();
+        fake.failing.store(true, Ordering::SeqCst);
+        fake.no_keda.store(true, Ordering::SeqCst);
+        let addr = fake_apiserver(fake.clone()).await;
+        let client = kube::Client::try_from(kube::Config::new(format!("http://{addr}").parse().unwrap())).unwrap();
+        let live = Arc::new(LiveSource::with_retry(policy(20, 200, 60_000)));
+        live.start(client);
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert_eq!(captured.lines("watch failing").len(), KINDS.len(), "each kind failed once");
+        fake.failing.store(false, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert!(live.synced(), "synced, ScaledObject as none");
+        let recovered = captured.lines("watch recovered");
+        assert_eq!(recovered.len(), KINDS.len(), "every kind recovered, ScaledObject too:\n{}", recovered.join("\n"));
+        assert!(recovered.iter().any(|l| l.contains("kind=ScaledObject ")), "{recovered:?}");
+        assert_eq!(captured.lines("not served by the cluster").len(), 1, "said once");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(captured.lines("watch failing").len(), KINDS.len(), "and nothing fails after");
+        assert_eq!(captured.lines("not served by the cluster").len(), 1, "still said once");
     });
 }
