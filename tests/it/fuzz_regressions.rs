@@ -99,3 +99,65 @@ fn default_spread_patch_applies_in_the_webhook_too() {
     // The subject decodes (the template is filled with a placeholder and reported unchecked).
     assert!(model::decode(&object, "shop").unwrap().is_some());
 }
+
+// The `check` target asserted that a finding names only objects of its own namespace; the
+// gatekeeper manifest of the shared corpus (a seed) broke it at once: a cluster-scoped webhook
+// configuration's `webhook-fail-closed-unavailable` names its Service in gatekeeper-system, as
+// it should. The invariant now lets a cluster-scoped object name its backend anywhere.
+#[test]
+fn a_webhook_configuration_names_its_backend_in_another_namespace() {
+    let yaml = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: gk}
+webhooks:
+  - name: validate.gk.io
+    admissionReviewVersions: ["v1"]
+    sideEffects: None
+    failurePolicy: Fail
+    clientConfig: {service: {namespace: gk-system, name: gk-webhook}}
+    rules: [{apiGroups: ["*"], apiVersions: ["*"], resources: ["*"], operations: ["CREATE"]}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: gk-webhook, namespace: gk-system}
+spec: {selector: {app: gk}, ports: [{port: 443}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: gk, namespace: gk-system}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: gk}}
+  template:
+    metadata: {labels: {app: gk}}
+    spec: {containers: [{name: gk, image: gk}]}
+"#;
+    let mut loaded = load::Loaded::default();
+    load::add_text(&mut loaded, "input.yaml".into(), None, yaml.into(), false);
+    assert!(loaded.errors.is_empty(), "{:?}", loaded.errors);
+    let options = Options { complete: true, namespace: "default".into(), config: Config::default() };
+    let report = check::check(&loaded, &options);
+    let on_config = report
+        .findings
+        .iter()
+        .find(|l| l.finding.rule == "webhook-fail-closed-unavailable" && l.finding.object.namespace.is_empty())
+        .unwrap_or_else(|| panic!("a finding on the configuration: {:?}", report.findings));
+    assert!(
+        on_config.finding.related.iter().any(|r| r.namespace == "gk-system" && r.name == "gk-webhook"),
+        "it names the Service in gk-system: {:?}",
+        on_config.finding.related
+    );
+    // A namespaced object's finding still names only its namespace or cluster-scoped objects.
+    for l in report.findings.iter().filter(|l| !l.finding.object.namespace.is_empty()) {
+        let f = &l.finding;
+        for r in f.related.iter().chain(std::iter::once(&f.anchor)) {
+            assert!(
+                r.namespace.is_empty() || r.namespace == f.object.namespace,
+                "[{}] on {} names {r}",
+                f.rule,
+                f.object
+            );
+        }
+    }
+}

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use ha_guard::core::config::Config;
+use ha_guard::core::model::ObjectRef;
 use ha_guard::core::mutations::{Plan, MUTATIONS};
 use serde_json::Value;
 
@@ -13,6 +14,12 @@ pub fn configs() -> [(&'static str, Config); 2] {
         all_on.mutations.insert(m.id.to_string(), true);
     }
     [("default", Config::default()), ("all-mutations-on", all_on)]
+}
+
+/// Whether a finding on `object` may name `other`: objects of its own namespace and cluster-scoped
+/// ones; a cluster-scoped object (a webhook configuration) may name its backend anywhere.
+pub fn may_name(object: &ObjectRef, other: &ObjectRef) -> bool {
+    object.namespace.is_empty() || other.namespace.is_empty() || other.namespace == object.namespace
 }
 
 /// Applies `ops` to a copy of `object`; panics (a finding) when they do not apply.
