@@ -268,6 +268,8 @@ pub struct LiveSource {
     synced: [AtomicBool; KINDS.len()],
     /// How a failing watch is retried ([`retry`]).
     retry: RetryPolicy,
+    /// Signalled on every change (serve's background audit runs early, debounced).
+    changes: Arc<tokio::sync::Notify>,
 }
 
 impl Default for LiveSource {
@@ -287,11 +289,16 @@ impl LiveSource {
         // The cluster is the whole truth: rules asserting absence run, nodes are known.
         index.set_complete(true);
         index.set_knows_nodes(true);
-        LiveSource { index: RwLock::new(index), synced: Default::default(), retry }
+        LiveSource { index: RwLock::new(index), synced: Default::default(), retry, changes: Default::default() }
     }
 
     fn slot(kind: Kind) -> usize {
         KINDS.iter().position(|k| *k == kind).unwrap_or(0)
+    }
+
+    /// Notified (one stored permit) whenever an object changes or a kind is relisted.
+    pub fn changes(&self) -> Arc<tokio::sync::Notify> {
+        self.changes.clone()
     }
 
     pub fn is_synced(&self, kind: Kind) -> bool {
@@ -305,6 +312,9 @@ impl LiveSource {
     /// Applies one watch event. Relists are buffered (as projections) and swapped in at once, so
     /// the view never shows a half-listed kind.
     pub fn apply<K: Tracked>(&self, event: Event<K>, buffer: &mut Option<Vec<Projection>>) {
+        if matches!(event, Event::Apply(_) | Event::Delete(_) | Event::InitDone) {
+            self.changes.notify_one();
+        }
         match event {
             Event::Apply(obj) => {
                 let p = obj.project();

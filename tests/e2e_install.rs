@@ -743,6 +743,7 @@ fn the_chart_installed_upgraded_and_uninstalled_on_a_real_apiserver() {
         poll("the mutating webhook mutates", WAIT, Duration::from_millis(200), || mutating_live(&cp, "apps-2"))
             .unwrap_or_else(|e| panic!("{e}"));
         assert_quiet(&pods);
+        background_audit_reports(&cp, &pods);
     });
     steps.run("rolling out gradually (README): mode=warn everywhere, then enforced namespace by namespace", || {
         gradual_rollout(&cp)
@@ -861,6 +862,47 @@ fn writes(cp: &ControlPlane, pods: &[Pod]) {
     assert_quiet(pods);
 }
 
+/// With the chart's CRDs installed by helm (`crds/`): the background audit's holder writes its
+/// reports with the ServiceAccount's rights (server-side apply creates them: `create` limited by
+/// name is enough), one replica only, and the ServiceAccount may touch no other report.
+fn background_audit_reports(cp: &ControlPlane, pods: &[Pod]) {
+    let report = poll("the ClusterPolicyReport written by the Lease holder", WAIT, Duration::from_millis(200), || {
+        let r = cp.kubectl(&["get", "clusterpolicyreport", "ha-guard", "-o", "json", "--show-managed-fields"]);
+        if r.ok() { Ok(r.json()) } else { Err(r.output()) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report["metadata"]["managedFields"][0]["manager"], "ha-guard", "{report}");
+    let writers: Vec<&str> = pods
+        .iter()
+        .filter(|p| p.metrics().get("ha_guard_audit_report_writes_total", &[]).unwrap_or(0.0) > 0.0)
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(writers.len(), 1, "one replica writes the reports: {writers:?}");
+    let can = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--as", SA]);
+        cp.kubectl(&all).stdout.trim() == "yes"
+    };
+    for args in [
+        &["create", "policyreports.wgpolicyk8s.io/ha-guard", "-n", "apps"][..],
+        &["patch", "policyreports.wgpolicyk8s.io/ha-guard", "-n", "apps"],
+        &["delete", "policyreports.wgpolicyk8s.io/ha-guard", "-n", "apps"],
+        &["patch", "clusterpolicyreports.wgpolicyk8s.io/ha-guard"],
+        &["list", "policyreports.wgpolicyk8s.io", "--all-namespaces"],
+    ] {
+        assert!(can(args), "the ServiceAccount may {args:?}");
+    }
+    for args in [
+        &["create", "policyreports.wgpolicyk8s.io", "-n", "apps"][..],
+        &["patch", "policyreports.wgpolicyk8s.io/other", "-n", "apps"],
+        &["delete", "clusterpolicyreports.wgpolicyk8s.io/other"],
+        &["update", "policyreports.wgpolicyk8s.io/ha-guard", "-n", "apps"],
+    ] {
+        assert!(!can(args), "the ServiceAccount may not {args:?}");
+    }
+}
+
 fn least_privilege(cp: &ControlPlane) {
     // Another webhook configuration, that the ServiceAccount must not touch.
     cp.apply(json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
@@ -885,6 +927,10 @@ fn least_privilege(cp: &ControlPlane) {
         vec!["update", "mutatingwebhookconfiguration/ha-guard"],
         vec!["list", "deployments", "--all-namespaces"],
         vec!["watch", "nodes"],
+        // The background audit (audit.enabled): pods and ReplicaSets listed, its reports and Lease.
+        vec!["list", "pods", "--all-namespaces"],
+        vec!["list", "replicasets", "--all-namespaces"],
+        vec!["patch", "leases.coordination.k8s.io/ha-guard-audit", "-n", NS],
     ];
     for args in &may {
         assert!(can(args), "the ServiceAccount may {args:?}");
@@ -903,7 +949,11 @@ fn least_privilege(cp: &ControlPlane) {
         vec!["patch", "validatingwebhookconfiguration/someone-else"],
         vec!["delete", "validatingwebhookconfiguration/ha-guard"],
         vec!["delete", "mutatingwebhookconfiguration/ha-guard"],
-        vec!["list", "pods", "--all-namespaces"],
+        vec!["get", "pods", "-n", "apps"],
+        vec!["watch", "pods", "--all-namespaces"],
+        vec!["delete", "pods", "-n", "apps"],
+        vec!["patch", "leases.coordination.k8s.io/other", "-n", NS],
+        vec!["create", "leases.coordination.k8s.io", "-n", "apps"],
         vec!["create", "clusterrolebindings"],
         vec!["escalate", "clusterroles"],
     ];

@@ -345,6 +345,10 @@ fn managed_certificates_on_a_real_apiserver() {
                     // Long: the Secret's changes must reach the replicas through the watch.
                     "--reload-interval",
                     "30",
+                    // Only the certificates' RBAC is granted here (the background audit's is
+                    // tested in e2e_background_audit and e2e_install).
+                    "--audit-interval",
+                    "0",
                 ]
                 .map(String::from)
                 .to_vec(),

@@ -13,6 +13,7 @@
 //! `--drain NODE...` / `--drain-zone ZONE` answer another question ("what would this drain do?"):
 //! the report then holds only the drain's findings ([`judge::drain`]).
 
+pub mod background;
 pub mod progress;
 pub mod read;
 

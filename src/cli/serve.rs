@@ -26,6 +26,8 @@ pub struct ServeArgs {
     pub managed_tls: crate::server::managed_tls::ManagedTlsArgs,
     #[command(flatten)]
     pub view: ClusterArgs,
+    #[command(flatten)]
+    pub audit: BackgroundAuditArgs,
     /// Configuration file; re-read when its content changes.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -108,6 +110,23 @@ pub struct ClusterArgs {
     pub cluster: Vec<String>,
 }
 
+/// The background audit (needs the live view's cluster).
+#[derive(Args)]
+pub struct BackgroundAuditArgs {
+    /// Audit the cluster this often (e.g. 30s, 5m, 1h) and after changes (at most once per 10 s),
+    /// on one replica at a time (the Lease `ha-guard-audit` in ha-guard's namespace), writing a
+    /// PolicyReport per namespace and the metric ha_guard_audit_findings. 0 turns it off.
+    #[arg(long, default_value = "5m", value_name = "DURATION", value_parser = interval)]
+    pub audit_interval: Duration,
+}
+
+fn interval(s: &str) -> Result<Duration, String> {
+    if s.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{s} is not a duration such as 30s, 5m or 1h (0: off): {e}"))
+}
+
 fn seconds(s: &str) -> Result<Duration, String> {
     let value: f64 = s.parse().map_err(|_| format!("{s} is not a number of seconds"))?;
     Duration::try_from_secs_f64(value).map_err(|_| format!("{s} is not a duration in seconds"))
@@ -147,21 +166,52 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
     let runtime = tokio::runtime::Runtime::new().map_err(|e| Error(format!("cannot start the runtime: {e}")))?;
     runtime.block_on(async move {
         let mut live_client = None;
+        let mut changes = None;
         let source: Arc<dyn ViewSource> = match resolve_cluster(&args.view.cluster).await? {
             Cluster::None => Arc::new(StaticSource(Index::new())),
             Cluster::Files(index) => Arc::new(StaticSource(index)),
             Cluster::Live(client) => {
                 live_client = Some(client.clone());
                 let live = Arc::new(crate::live::LiveSource::new());
+                changes = Some(live.changes());
                 live.start(client);
                 live
             }
         };
-        options.managed_tls = crate::server::managed_tls::setup(&args.managed_tls, live_client).await?;
+        options.managed_tls = crate::server::managed_tls::setup(&args.managed_tls, live_client.clone()).await?;
         let state = server::AppState::new(source, config);
+        start_background_audit(args.audit.audit_interval, live_client, changes, &state);
         server::serve(options, state, server::termination_signal()).await?;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Starts the background audit when asked for and possible (a live cluster, a known namespace).
+fn start_background_audit(
+    interval: Duration,
+    client: Option<kube::Client>,
+    changes: Option<Arc<tokio::sync::Notify>>,
+    state: &Arc<server::AppState>,
+) {
+    if interval.is_zero() {
+        return;
+    }
+    let Some(client) = client else {
+        tracing::info!("background audit off: no live cluster (--cluster)");
+        return;
+    };
+    // Outside a cluster (serve on a laptop with a kubeconfig) that is expected: said, not warned.
+    let Ok(namespace) = crate::server::managed_tls::own_namespace() else {
+        tracing::info!(
+            "background audit off: ha-guard's namespace, where its Lease is kept, is unknown: set POD_NAMESPACE (the \
+             chart does) or run with a service account"
+        );
+        return;
+    };
+    let identity = crate::audit::background::identity();
+    tracing::info!(interval = %humantime::format_duration(interval), %namespace, %identity, "background audit on");
+    let background = crate::audit::background::Background { client, interval, namespace, identity, changes };
+    tokio::spawn(background.run(state.clone()));
 }
 
 fn init_tracing(format: LogFormat) {

@@ -37,6 +37,15 @@ pub struct FindingLabels {
     pub action: &'static str,
 }
 
+/// `ha_guard_audit_findings`: the background audit's findings, by namespace (`""` for
+/// cluster-scoped objects), rule and action.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct AuditLabels {
+    pub namespace: String,
+    pub rule: &'static str,
+    pub action: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: &'static str,
@@ -124,6 +133,14 @@ pub struct Metrics {
     pub tls_handshake_failures: Counter,
     /// `ha_guard_build_info{version,commit} 1`.
     pub build_info: Family<BuildLabels, Gauge>,
+    /// The background audit's last findings (the Lease holder's; none on the other replicas).
+    pub audit_findings: Family<AuditLabels, Gauge>,
+    /// 1 while this replica holds the background audit's Lease.
+    pub audit_leader: Gauge,
+    /// Background audit runs, by result (`failure`: the cluster could not be read).
+    pub audit_runs: Family<ResultLabels, Counter>,
+    /// PolicyReports and ClusterPolicyReports written by this replica.
+    pub audit_report_writes: Counter,
 }
 
 impl Default for Metrics {
@@ -194,6 +211,26 @@ impl Metrics {
             .get_or_create(&BuildLabels { version: crate::build_info::VERSION, commit: crate::build_info::COMMIT })
             .set(1);
         registry.register_collector(Box::new(process::ProcessCollector));
+        let audit_findings = Family::<AuditLabels, Gauge>::default();
+        registry.register(
+            "ha_guard_audit_findings",
+            "Findings of the last background audit, by namespace, rule and action",
+            audit_findings.clone(),
+        );
+        let audit_leader = Gauge::default();
+        registry.register(
+            "ha_guard_audit_leader",
+            "1 while this replica holds the background audit's Lease",
+            audit_leader.clone(),
+        );
+        let audit_runs = Family::<ResultLabels, Counter>::default();
+        registry.register("ha_guard_audit_runs", "Background audit runs, by result", audit_runs.clone());
+        let audit_report_writes = Counter::default();
+        registry.register(
+            "ha_guard_audit_report_writes",
+            "PolicyReports and ClusterPolicyReports written by this replica",
+            audit_report_writes.clone(),
+        );
 
         // Start at 0 what has a known, small label set. Not `ha_guard_admission_requests_total`:
         // its five labels make hundreds of combinations, most of which never occur.
@@ -212,6 +249,9 @@ impl Metrics {
         for reason in REJECT_REASONS {
             let _ = rejected.get_or_create(&ReasonLabels { reason });
         }
+        for result in RELOAD_RESULTS {
+            let _ = audit_runs.get_or_create(&ResultLabels { result });
+        }
         Metrics {
             registry,
             requests,
@@ -227,6 +267,10 @@ impl Metrics {
             rejected,
             tls_handshake_failures,
             build_info,
+            audit_findings,
+            audit_leader,
+            audit_runs,
+            audit_report_writes,
         }
     }
 

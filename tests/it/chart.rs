@@ -172,6 +172,7 @@ const COMBINATIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("Kubernetes 1.27", &["--kube-version", "1.27.0"]),
+    ("background audit off", &["--set", "audit.enabled=false"]),
 ];
 
 #[test]
@@ -420,37 +421,68 @@ fn rbac_writes_only_its_own_secret_and_webhook_configurations_by_name() {
         let verbs = strings(&rule["verbs"]);
         assert!(rule.get("nonResourceURLs").is_none(), "{role}: {rule}");
         for v in &verbs {
-            assert!(v != "*" && v != "create" && v != "delete" && v != "deletecollection", "{role}: {rule}");
+            assert!(v != "*" && v != "deletecollection", "{role}: {rule}");
             assert!(!["escalate", "bind", "impersonate"].contains(&v.as_str()), "{role}: {rule}");
         }
         if verbs.iter().all(|v| READ.contains(&v.as_str())) && rule.get("resourceNames").is_none() {
+            continue;
+        }
+        // The one write without a name: the Lease's create (a POST names its object in the body,
+        // which resourceNames cannot match), in the release namespace only.
+        if verbs == ["create"] && strings(&rule["resources"]) == ["leases"] {
+            assert_eq!((role.as_str(), ns.as_deref()), ("ha-guard-audit", Some("ha-guard")), "{rule}");
             continue;
         }
         let names = strings(&rule["resourceNames"]);
         assert!(!names.is_empty(), "{role}: every write verb needs resourceNames: {rule}");
         writes.push((role, ns, strings(&rule["resources"]), names, verbs));
     }
+    writes.sort();
     let rw = vec!["get".to_string(), "list".into(), "watch".into(), "update".into(), "patch".into()];
+    let verbs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     assert_eq!(
         writes,
         vec![
             (
-                "ha-guard-webhooks".to_string(),
+                "ha-guard-audit".to_string(),
                 None,
-                vec!["validatingwebhookconfigurations".to_string(), "mutatingwebhookconfigurations".into()],
+                vec!["policyreports".to_string(), "clusterpolicyreports".into()],
                 vec!["ha-guard".to_string()],
-                rw.clone()
+                verbs(&["get", "create", "patch", "delete"])
+            ),
+            (
+                "ha-guard-audit".to_string(),
+                Some("ha-guard".into()),
+                vec!["leases".to_string()],
+                vec!["ha-guard-audit".to_string()],
+                verbs(&["get", "patch"])
             ),
             (
                 "ha-guard-tls".to_string(),
                 Some("ha-guard".into()),
                 vec!["secrets".to_string()],
                 vec!["ha-guard-tls".to_string()],
+                rw.clone()
+            ),
+            (
+                "ha-guard-webhooks".to_string(),
+                None,
+                vec!["validatingwebhookconfigurations".to_string(), "mutatingwebhookconfigurations".into()],
+                vec!["ha-guard".to_string()],
                 rw
             ),
         ],
-        "managed mode writes exactly its Secret and its two webhook configurations"
+        "managed mode writes exactly its Secret and its two webhook configurations; the background audit its \
+         reports and its Lease, by name"
     );
+    // Without the background audit: no Lease, no report, no pod read.
+    let off = objects(&["--set", "audit.enabled=false"]);
+    for (role, _, rule) in rbac_rules(&off) {
+        assert!(!role.ends_with("-audit"), "{role}: {rule}");
+        let resources = strings(&rule["resources"]);
+        assert!(!resources.iter().any(|r| ["pods", "leases", "policyreports"].contains(&r.as_str())), "{rule}");
+    }
+    assert!(strings(&container(&off)["args"]).contains(&"--audit-interval=0".to_string()));
     // The names are the objects the chart makes and the Deployment passes to ha-guard.
     assert_eq!(one(&d, "Secret")["metadata"]["name"], "ha-guard-tls");
     assert_eq!(of_kind(&d, "ValidatingWebhookConfiguration")[0]["metadata"]["name"], "ha-guard");
@@ -463,13 +495,18 @@ fn rbac_writes_only_its_own_secret_and_webhook_configurations_by_name() {
         );
     }
 
-    // With files (cert-manager, a user's Secret) ha-guard writes nothing at all.
+    // With files (cert-manager, a user's Secret) ha-guard writes nothing but the background audit's.
     for args in [COMBINATIONS[1].1, COMBINATIONS[3].1] {
         let d = objects(args);
         for (role, _, rule) in rbac_rules(&d) {
+            if role == "ha-guard-audit" {
+                continue; // the background audit's, as above
+            }
             assert!(strings(&rule["verbs"]).iter().all(|v| READ.contains(&v.as_str())), "{args:?} {role}: {rule}");
         }
-        assert!(of_kind(&d, "Role").is_empty() && of_kind(&d, "Secret").is_empty(), "{args:?}");
+        let roles: Vec<&Value> = of_kind(&d, "Role");
+        assert!(roles.iter().all(|r| r["metadata"]["name"] == "ha-guard-audit"), "{args:?}: {roles:?}");
+        assert!(of_kind(&d, "Secret").is_empty(), "{args:?}");
     }
 }
 
@@ -527,6 +564,7 @@ fn the_deployment_runs_serve_as_the_contract_says() {
             "--log-format=json",
             "--shutdown-delay=5",
             "--shutdown-timeout=20",
+            "--audit-interval=5m",
         ]
     );
     assert_eq!(

@@ -151,28 +151,55 @@ fn writes_are_only_to_its_own_secret_and_webhook_configurations() {
         }
         out
     };
-    let verbs: Vec<String> = ["get", "list", "watch", "update", "patch"].iter().map(|v| v.to_string()).collect();
+    let strings = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
+    let verbs = strings(&["get", "list", "watch", "update", "patch"]);
+    // The background audit's (both files): its reports and its Lease by name, and the Lease's
+    // create, which cannot be limited by name (a POST names its object in the body).
+    let audit: Vec<Grant> = vec![
+        (
+            "ClusterRole".to_string(),
+            String::new(),
+            strings(&["policyreports", "clusterpolicyreports"]),
+            strings(&["ha-guard"]),
+            strings(&["get", "create", "patch", "delete"]),
+        ),
+        (
+            "Role".to_string(),
+            "ha-guard".to_string(),
+            strings(&["leases"]),
+            strings(&["ha-guard-audit"]),
+            strings(&["get", "patch"]),
+        ),
+        ("Role".to_string(), "ha-guard".to_string(), strings(&["leases"]), vec![], strings(&["create"])),
+    ];
+    let mut managed = vec![
+        (
+            "ClusterRole".to_string(),
+            String::new(),
+            vec!["validatingwebhookconfigurations".to_string(), "mutatingwebhookconfigurations".into()],
+            vec!["ha-guard".to_string()],
+            verbs.clone(),
+        ),
+        (
+            "Role".to_string(),
+            "ha-guard".to_string(),
+            vec!["secrets".to_string()],
+            vec!["ha-guard-tls".to_string()],
+            verbs,
+        ),
+    ];
+    managed.extend(audit.clone());
+    let sorted = |mut v: Vec<Grant>| {
+        v.sort();
+        v
+    };
     assert_eq!(
-        writes(FILES[0]),
-        vec![
-            (
-                "ClusterRole".to_string(),
-                String::new(),
-                vec!["validatingwebhookconfigurations".to_string(), "mutatingwebhookconfigurations".into()],
-                vec!["ha-guard".to_string()],
-                verbs.clone()
-            ),
-            (
-                "Role".to_string(),
-                "ha-guard".to_string(),
-                vec!["secrets".to_string()],
-                vec!["ha-guard-tls".to_string()],
-                verbs
-            ),
-        ],
-        "self-managed certificates: its Secret and its two webhook configurations, each by name, nothing created"
+        sorted(writes(FILES[0])),
+        sorted(managed),
+        "self-managed certificates: its Secret and its two webhook configurations, each by name; the background \
+         audit's reports and Lease"
     );
-    assert_eq!(writes(FILES[1]), vec![], "cert-manager: ha-guard writes nothing");
+    assert_eq!(sorted(writes(FILES[1])), sorted(audit), "cert-manager: ha-guard writes only the background audit's");
 }
 
 #[test]

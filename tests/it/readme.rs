@@ -60,6 +60,18 @@ const ELSEWHERE: &[(&str, &str, &str)] = &[
     // the e2e cluster.
     ("ha-guard audit", "tests/e2e_audit.rs", "fn readme_day_2("),
     ("kubectl ha-guard audit", "tests/e2e_audit.rs", "fn readme_day_2("),
+    // Day 2, reading the reports of the background audit.
+    ("kubectl get policyreports -A", "tests/e2e_background_audit.rs", "[\"get\", \"policyreports\", \"-A\"]"),
+    (
+        "kubectl -n shop get policyreport ha-guard -o yaml",
+        "tests/e2e_background_audit.rs",
+        "[\"-n\", \"shop\", \"get\", \"policyreport\", \"ha-guard\", \"-o\", \"yaml\"]",
+    ),
+    (
+        "kubectl get clusterpolicyreport ha-guard -o yaml",
+        "tests/e2e_background_audit.rs",
+        "[\"get\", \"clusterpolicyreport\", \"ha-guard\", \"-o\", \"yaml\"]",
+    ),
 ];
 
 /// Commands that cannot run on this machine, and why (each also appears in the closing notes).
