@@ -981,9 +981,11 @@ impl CallsSeen {
     }
 }
 
-/// The apiserver's counts of the kinds the view holds.
+/// What the apiserver holds of each kind the live view watches ([`WATCHED_KINDS`]).
 fn apiserver_counts(cp: &ControlPlane) -> Option<BTreeMap<&'static str, u64>> {
     let mut out = BTreeMap::new();
+    // No KEDA CRD on this control plane: the view holds no ScaledObject.
+    out.insert("ScaledObject", 0);
     for (kind, resource) in [
         ("Deployment", "deployments"),
         ("StatefulSet", "statefulsets"),
@@ -992,6 +994,9 @@ fn apiserver_counts(cp: &ControlPlane) -> Option<BTreeMap<&'static str, u64>> {
         ("PersistentVolumeClaim", "persistentvolumeclaims"),
         ("Node", "nodes"),
         ("Namespace", "namespaces"),
+        ("Service", "services"),
+        ("ValidatingWebhookConfiguration", "validatingwebhookconfigurations"),
+        ("MutatingWebhookConfiguration", "mutatingwebhookconfigurations"),
     ] {
         let got = cp.kubectl(&["get", resource, "-A", "-o", "name"]);
         if !got.ok() {
@@ -999,6 +1004,9 @@ fn apiserver_counts(cp: &ControlPlane) -> Option<BTreeMap<&'static str, u64>> {
         }
         out.insert(kind, got.stdout.lines().filter(|l| !l.trim().is_empty()).count() as u64);
     }
+    let mut watched: Vec<&str> = WATCHED_KINDS.to_vec();
+    watched.sort_unstable();
+    assert_eq!(out.keys().copied().collect::<Vec<_>>(), watched, "count every kind the view watches, no other");
     Some(out)
 }
 
