@@ -1,0 +1,443 @@
+//! `ha-guard audit` over a generated cluster through the real apiserver: wall time, peak memory,
+//! and what each pod costs in memory (issue 15, acceptance 4).
+//!
+//!     cargo bench --bench audit -- --workloads 10000 --pods 30000 --rounds 3
+//!
+//! One control plane (etcd + kube-apiserver from `tests/e2e/control-plane/`, via the end-to-end
+//! harness in `tests/support/mod.rs`; no controller-manager, so nothing adds or removes objects
+//! behind the bench). Then:
+//!
+//! 1. `--namespaces` namespaces, `--nodes` Nodes, and `--workloads` workloads spread over the
+//!    namespaces: 3 in 4 Deployments (each with a ReplicaSet owned by it, as the deployment
+//!    controller would write; `audit` reads ReplicaSets to find a pod's Deployment), 1 in 4
+//!    StatefulSets; every second one with a PDB (status written as the disruption controller would),
+//!    every fifth Deployment with an HPA; some break rules on purpose (one replica, no spread, a PDB
+//!    with `maxUnavailable: 0`), so the report is not empty.
+//! 2. `ha-guard audit --format json` (the release binary) `--rounds` times: the **0-pod baseline**.
+//! 3. `--pods` Pods spread over the workloads (spec.nodeName set at create, owned by the
+//!    ReplicaSet or the StatefulSet, status patched Running/Ready for most, Pending for a few; every
+//!    13th workload has all its pods on one node), then `audit` `--rounds` times again.
+//!
+//! Writes go out from one kube-rs client, `--concurrency` at a time. Each audit runs under
+//! `/usr/bin/time` (wall seconds and peak RSS, `%M`) and `nice -n 10`; its JSON is checked (findings
+//! present, posture rules among them once pods exist). **Bytes per pod** = (median peak RSS with the
+//! pods - median peak RSS with none) / pods: RSS-based, so it includes the decode buffers of a page
+//! of pods and allocator slack, not only what is kept. For comparison the bench also measures, in its
+//! own process with a counting allocator, the heap the kept projection (`PodInfo` in an `Arc`, as the
+//! view holds it) takes per pod; the index's per-pod entries (owner and node lists) come on top.
+//! `serve`'s background audit reads with the same code (`audit::read`), so the figure holds there.
+//!
+//! Flags (after `--`): `--workloads N` (10000), `--pods N` (30000), `--rounds N` (3),
+//! `--namespaces N` (100), `--nodes N` (200), `--concurrency N` (64).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::time::Instant;
+
+use futures::StreamExt;
+use ha_guard::core::model::Kind;
+use ha_guard::core::model::live_pod::LivePod;
+use ha_guard::core::view::{PodInfo, PodOwner};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use support::*;
+
+/// Counts live heap bytes, for the projection's size (the audit binary itself uses mimalloc).
+struct Counting;
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size() as isize, Ordering::Relaxed);
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+struct Args {
+    workloads: usize,
+    pods: usize,
+    rounds: usize,
+    namespaces: usize,
+    nodes: usize,
+    concurrency: usize,
+}
+
+fn args() -> Args {
+    let mut a = Args { workloads: 10_000, pods: 30_000, rounds: 3, namespaces: 100, nodes: 200, concurrency: 64 };
+    let list: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let mut it = list.iter();
+    while let Some(flag) = it.next() {
+        let v = it.next().and_then(|v| v.parse::<usize>().ok()).unwrap_or_else(|| {
+            eprintln!("{flag}: expected a number after it");
+            std::process::exit(2)
+        });
+        match flag.as_str() {
+            "--workloads" if v > 0 => a.workloads = v,
+            "--pods" => a.pods = v,
+            "--rounds" if v > 0 => a.rounds = v,
+            "--namespaces" if v > 0 => a.namespaces = v,
+            "--nodes" if v > 0 => a.nodes = v,
+            "--concurrency" if v > 0 => a.concurrency = v,
+            other => {
+                eprintln!(
+                    "bad argument {other:?} {v}: --workloads N --pods N --rounds N --namespaces N --nodes N --concurrency N"
+                );
+                std::process::exit(2)
+            }
+        }
+    }
+    a
+}
+
+/// Workload `i`: where, what, and how many pods it gets (the pods spread evenly).
+struct Gen {
+    ns: String,
+    name: String,
+    sts: bool,
+    pods: usize,
+}
+
+fn workload(a: &Args, i: usize) -> Gen {
+    let base = a.pods / a.workloads;
+    let pods = base + usize::from(i < a.pods % a.workloads);
+    Gen { ns: format!("ns-{:03}", i % a.namespaces), name: format!("app-{i:05}"), sts: i % 4 == 3, pods }
+}
+
+fn labels(name: &str) -> Value {
+    json!({"app": name})
+}
+
+fn pod_template(i: usize, name: &str) -> Value {
+    let mut spec = json!({
+        "containers": [{"name": "app", "image": "registry.example/app:1.0",
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+            "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}}}],
+        "terminationGracePeriodSeconds": 30,
+    });
+    // Every 7th has no spread at all (a rule finding); the rest spread over hostnames.
+    if i % 7 != 0 {
+        spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": labels(name)}}]);
+    }
+    json!({"metadata": {"labels": labels(name)}, "spec": spec})
+}
+
+fn replicas(i: usize, g: &Gen) -> usize {
+    // Every 10th runs one replica (a finding); the others as many as they have pods (at least 2).
+    if i % 10 == 0 { 1 } else { g.pods.max(2) }
+}
+
+/// Creates workload `i` with its ReplicaSet, PDB and HPA; returns the kind and name, and UID, of its
+/// pods' controller.
+async fn create_workload(client: &kube::Client, a: &Args, i: usize) -> Result<(String, String, String), String> {
+    let g = workload(a, i);
+    let pp = PostParams::default();
+    let e = |what: &str, e: kube::Error| format!("{what} {}/{}: {e}", g.ns, g.name);
+    let n = replicas(i, &g);
+    let spec = json!({"replicas": n, "selector": {"matchLabels": labels(&g.name)}, "template": pod_template(i, &g.name)});
+    let owner = if g.sts {
+        let mut s = spec.clone();
+        s["serviceName"] = json!(g.name);
+        let sts: StatefulSet = serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": s})).unwrap();
+        let made = Api::<StatefulSet>::namespaced(client.clone(), &g.ns).create(&pp, &sts).await.map_err(|x| e("statefulset", x))?;
+        ("StatefulSet".to_string(), g.name.clone(), made.metadata.uid.unwrap_or_default())
+    } else {
+        let d: Deployment = serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": spec})).unwrap();
+        let made = Api::<Deployment>::namespaced(client.clone(), &g.ns).create(&pp, &d).await.map_err(|x| e("deployment", x))?;
+        let rs_name = format!("{}-5d9c7f", g.name);
+        let mut rs_labels = labels(&g.name);
+        rs_labels["pod-template-hash"] = json!("5d9c7f");
+        let mut template = pod_template(i, &g.name);
+        template["metadata"]["labels"] = rs_labels.clone();
+        let rs: ReplicaSet = serde_json::from_value(json!({
+            "metadata": {"name": rs_name, "labels": rs_labels, "ownerReferences": [{"apiVersion": "apps/v1",
+                "kind": "Deployment", "name": g.name, "uid": made.metadata.uid, "controller": true}]},
+            "spec": {"replicas": n, "selector": {"matchLabels": rs_labels}, "template": template}}))
+        .unwrap();
+        let rs = Api::<ReplicaSet>::namespaced(client.clone(), &g.ns).create(&pp, &rs).await.map_err(|x| e("replicaset", x))?;
+        if i % 5 == 0 && n > 1 {
+            let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": g.name},
+                "minReplicas": 2, "maxReplicas": 6,
+                "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]}}))
+            .unwrap();
+            Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), &g.ns).create(&pp, &hpa).await.map_err(|x| e("hpa", x))?;
+        }
+        ("ReplicaSet".to_string(), rs_name, rs.metadata.uid.unwrap_or_default())
+    };
+    if i % 2 == 0 {
+        // Every 20th budget allows no eviction at all (a finding).
+        let budget = if i % 20 == 0 { json!({"maxUnavailable": 0}) } else { json!({"maxUnavailable": 1}) };
+        let mut spec = budget;
+        spec["selector"] = json!({"matchLabels": labels(&g.name)});
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": spec})).unwrap();
+        let api = Api::<PodDisruptionBudget>::namespaced(client.clone(), &g.ns);
+        api.create(&pp, &pdb).await.map_err(|x| e("pdb", x))?;
+        // As the disruption controller would write it once the pods run.
+        let allowed = if i % 20 == 0 || g.pods < 2 { 0 } else { 1 };
+        let status = json!({"status": {"observedGeneration": 1, "disruptionsAllowed": allowed,
+            "currentHealthy": g.pods, "desiredHealthy": g.pods.saturating_sub(1), "expectedPods": g.pods}});
+        api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(|x| e("pdb status", x))?;
+    }
+    Ok(owner)
+}
+
+/// Creates workload `i`'s pods, bound to nodes, with their status.
+async fn create_pods(client: &kube::Client, a: &Args, i: usize, owner: &(String, String, String)) -> Result<(), String> {
+    let g = workload(a, i);
+    let api = Api::<Pod>::namespaced(client.clone(), &g.ns);
+    let (kind, oname, uid) = owner;
+    let mut pod_labels = labels(&g.name);
+    if !g.sts {
+        pod_labels["pod-template-hash"] = json!("5d9c7f");
+    }
+    for j in 0..g.pods {
+        let name = if g.sts { format!("{}-{j}", g.name) } else { format!("{oname}-{j:05x}") };
+        // Every 13th workload has all its pods on one node (`replicas-share-node`).
+        let node = if i % 13 == 0 { i % a.nodes } else { (i * 3 + j) % a.nodes };
+        let mut template = pod_template(i, &g.name);
+        template["metadata"] = json!({"name": name, "labels": pod_labels, "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": kind, "name": oname, "uid": uid, "controller": true}]});
+        template["spec"]["nodeName"] = json!(format!("node-{node:04}"));
+        let pod: Pod = serde_json::from_value(template).unwrap();
+        api.create(&PostParams::default(), &pod).await.map_err(|e| format!("pod {}/{name}: {e}", g.ns))?;
+        // One pod in 50 stays Pending and not ready; the others run, ready.
+        let running = (i + j) % 50 != 1;
+        let status = if running {
+            json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"},
+                {"type": "PodScheduled", "status": "True"}]}})
+        } else {
+            json!({"status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"},
+                {"type": "PodScheduled", "status": "True"}]}})
+        };
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map_err(|e| format!("pod status {}/{name}: {e}", g.ns))?;
+    }
+    Ok(())
+}
+
+/// One audit run: wall seconds, peak RSS (KiB), and its report.
+struct Run {
+    wall: f64,
+    rss_kib: u64,
+    report: Value,
+    stderr: String,
+}
+
+fn audit(kubeconfig: &Path, dir: &Path) -> Run {
+    let out = dir.join("audit.json");
+    let timing = dir.join("time.txt");
+    let _ = std::fs::remove_file(&out);
+    let result = Command::new("/usr/bin/time")
+        .args(["-f", "%e %M", "-o"])
+        .arg(&timing)
+        .args(["nice", "-n", "10", env!("CARGO_BIN_EXE_ha-guard"), "audit", "--format", "json", "--fail-on", "never"])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .expect("run /usr/bin/time ha-guard audit");
+    let stderr = String::from_utf8_lossy(&result.stderr).to_string();
+    assert!(result.status.success(), "ha-guard audit failed ({}):\n{stderr}", result.status);
+    let t = std::fs::read_to_string(&timing).expect("time's output");
+    let mut f = t.split_whitespace();
+    let wall: f64 = f.next().and_then(|x| x.parse().ok()).expect("wall seconds");
+    let rss_kib: u64 = f.next().and_then(|x| x.parse().ok()).expect("peak RSS");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("audit's report")).expect("json");
+    Run { wall, rss_kib, report, stderr }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Counts of the report: findings, distinct objects with a finding, findings per rule.
+fn describe(report: &Value) -> (usize, usize, std::collections::BTreeMap<String, usize>) {
+    let findings = report["findings"].as_array().cloned().unwrap_or_default();
+    let mut objects = std::collections::BTreeSet::new();
+    let mut rules = std::collections::BTreeMap::new();
+    for f in &findings {
+        objects.insert((f["kind"].to_string(), f["namespace"].to_string(), f["name"].to_string()));
+        *rules.entry(f["rule"].as_str().unwrap_or("?").to_string()).or_insert(0) += 1;
+    }
+    (findings.len(), objects.len(), rules)
+}
+
+/// Heap per pod of the kept projection: `n` pods like the generated ones decoded as the audit
+/// decodes them (`LivePod`), projected (`PodInfo::of`) into `Arc`s, the decoded pod dropped.
+fn projection_bytes(n: usize) -> f64 {
+    let owners: Vec<Arc<str>> = (0..n / 3 + 1).map(|i| Arc::from(format!("app-{i:05}").as_str())).collect();
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut kept = Vec::with_capacity(n);
+    let vec_bytes = LIVE.load(Ordering::Relaxed) - before;
+    for k in 0..n {
+        let w = k / 3;
+        let name = format!("app-{w:05}");
+        let value = json!({"metadata": {"name": format!("{name}-5d9c7f-{k:05x}"), "namespace": "ns-001",
+            "labels": {"app": name, "pod-template-hash": "5d9c7f"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": format!("{name}-5d9c7f"), "uid": "x", "controller": true}]},
+            "spec": {"nodeName": format!("node-{:04}", k % 200), "containers": [{"name": "app", "image": "x"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
+        let pod: LivePod = serde_json::from_value(value).expect("LivePod");
+        kept.push(Arc::new(PodInfo::of(&pod, PodOwner::Workload(Kind::Deployment, owners[w].clone()))));
+    }
+    let used = LIVE.load(Ordering::Relaxed) - before - vec_bytes;
+    drop(kept);
+    used as f64 / n as f64
+}
+
+fn main() {
+    let a = args();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let mut cp = ControlPlane::start().unwrap_or_else(|e| panic!("control plane: {e}"));
+    let client = cp.kube_client(&rt);
+    let dir = cp.root().to_path_buf();
+    let kubeconfig = cp.kubeconfig();
+    let conc = a.concurrency;
+
+    let started = Instant::now();
+    rt.block_on(async {
+        let nss = Api::<Namespace>::all(client.clone());
+        for n in 0..a.namespaces {
+            let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": format!("ns-{n:03}")}})).unwrap();
+            nss.create(&PostParams::default(), &ns).await.expect("namespace");
+        }
+        let nodes = Api::<Node>::all(client.clone());
+        futures::stream::iter(0..a.nodes)
+            .map(|n| {
+                let nodes = nodes.clone();
+                async move {
+                    let name = format!("node-{n:04}");
+                    let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": {
+                        "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": format!("zone-{}", n % 3)}}}))
+                    .unwrap();
+                    nodes.create(&PostParams::default(), &node).await.expect("node");
+                    // The not-ready taint TaintNodesByCondition adds (no kubelet here clears it).
+                    nodes
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": null}})))
+                        .await
+                        .expect("node taints");
+                }
+            })
+            .buffer_unordered(conc)
+            .collect::<Vec<_>>()
+            .await;
+    });
+    let owners: Vec<(String, String, String)> = rt.block_on(async {
+        let results: Vec<(usize, Result<_, String>)> = futures::stream::iter(0..a.workloads)
+            .map(|i| {
+                let (client, a) = (client.clone(), &a);
+                async move { (i, create_workload(&client, a, i).await) }
+            })
+            .buffer_unordered(conc)
+            .collect()
+            .await;
+        let mut owners = vec![Default::default(); a.workloads];
+        for (i, r) in results {
+            owners[i] = r.unwrap_or_else(|e| panic!("{e}"));
+        }
+        owners
+    });
+    let workloads_took = started.elapsed();
+    eprintln!("[audit-bench] {} workloads (+ReplicaSets, PDBs, HPAs) in {workloads_took:.1?}", a.workloads);
+
+    let run_rounds = |label: &str| -> Vec<Run> {
+        (0..a.rounds)
+            .map(|r| {
+                let run = audit(&kubeconfig, &dir);
+                eprintln!("[audit-bench] {label} round {}: {:.2} s, {} MiB peak", r + 1, run.wall, run.rss_kib / 1024);
+                run
+            })
+            .collect()
+    };
+    let empty = run_rounds("0 pods");
+
+    let started = Instant::now();
+    rt.block_on(async {
+        let results: Vec<Result<(), String>> = futures::stream::iter(0..a.workloads)
+            .map(|i| {
+                let (client, a, owner) = (client.clone(), &a, &owners[i]);
+                async move { create_pods(&client, a, i, owner).await }
+            })
+            .buffer_unordered(conc)
+            .collect()
+            .await;
+        for r in results {
+            r.unwrap_or_else(|e| panic!("{e}"));
+        }
+    });
+    let pods_took = started.elapsed();
+    eprintln!("[audit-bench] {} pods (create + status) in {pods_took:.1?}", a.pods);
+    let full = run_rounds(&format!("{} pods", a.pods));
+
+    // Sanity: findings present; with pods, the live posture rules speak too; same objects each round.
+    let (n0, o0, rules0) = describe(&empty[0].report);
+    let (n1, o1, rules1) = describe(&full[0].report);
+    assert!(n0 > 0 && n1 > 0, "the generated cluster breaks rules; the audit found nothing");
+    assert!(rules1.contains_key("replicas-share-node"), "pods share a node on purpose: {rules1:?}");
+    for r in &full {
+        assert_eq!(describe(&r.report).0, n1, "rounds disagree on the findings");
+    }
+
+    let wall0 = median(empty.iter().map(|r| r.wall).collect());
+    let wall1 = median(full.iter().map(|r| r.wall).collect());
+    let rss0 = median(empty.iter().map(|r| r.rss_kib as f64).collect());
+    let rss1 = median(full.iter().map(|r| r.rss_kib as f64).collect());
+    let per_pod = if a.pods > 0 { (rss1 - rss0) * 1024.0 / a.pods as f64 } else { f64::NAN };
+    let projection = projection_bytes(a.pods.clamp(1000, 30_000));
+
+    println!();
+    println!(
+        "ha-guard audit, {} namespaces, {} nodes, {} workloads; {} round(s) each (median; min-max)",
+        a.namespaces, a.nodes, a.workloads, a.rounds
+    );
+    println!("created: workloads etc. in {workloads_took:.1?}; pods in {pods_took:.1?}");
+    println!();
+    println!("| pods | wall (s) | peak RSS (MiB) | findings | objects with findings |");
+    println!("|---:|---:|---:|---:|---:|");
+    for (pods, runs, n, o, wall, rss) in [(0, &empty, n0, o0, wall0, rss0), (a.pods, &full, n1, o1, wall1, rss1)] {
+        let lo = runs.iter().map(|r| r.wall).fold(f64::INFINITY, f64::min);
+        let hi = runs.iter().map(|r| r.wall).fold(0.0, f64::max);
+        let rlo = runs.iter().map(|r| r.rss_kib).min().unwrap_or(0) as f64 / 1024.0;
+        let rhi = runs.iter().map(|r| r.rss_kib).max().unwrap_or(0) as f64 / 1024.0;
+        println!(
+            "| {pods} | {wall:.2} ({lo:.2}-{hi:.2}) | {:.1} ({rlo:.1}-{rhi:.1}) | {n} | {o} |",
+            rss / 1024.0
+        );
+    }
+    println!();
+    println!("bytes per pod, peak RSS difference / pods: {per_pod:.0} B (includes decode buffers and allocator slack)");
+    println!(
+        "bytes per pod, kept projection (Arc<PodInfo> + its strings and labels, counted heap): {projection:.0} B \
+         (size_of PodInfo = {} B; the index's lists come on top)",
+        std::mem::size_of::<PodInfo>()
+    );
+    println!();
+    println!("findings by rule, 0 pods: {rules0:?}");
+    println!("findings by rule, {} pods: {rules1:?}", a.pods);
+    println!("audit's stderr (last round): {}", full.last().map(|r| r.stderr.trim()).unwrap_or(""));
+    drop(client);
+    let _ = cp.stop();
+}
