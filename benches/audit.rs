@@ -153,16 +153,23 @@ async fn create_workload(client: &kube::Client, a: &Args, i: usize) -> Result<(S
     let pp = PostParams::default();
     let e = |what: &str, e: kube::Error| format!("{what} {}/{}: {e}", g.ns, g.name);
     let n = replicas(i, &g);
-    let spec = json!({"replicas": n, "selector": {"matchLabels": labels(&g.name)}, "template": pod_template(i, &g.name)});
+    let spec =
+        json!({"replicas": n, "selector": {"matchLabels": labels(&g.name)}, "template": pod_template(i, &g.name)});
     let owner = if g.sts {
         let mut s = spec.clone();
         s["serviceName"] = json!(g.name);
         let sts: StatefulSet = serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": s})).unwrap();
-        let made = Api::<StatefulSet>::namespaced(client.clone(), &g.ns).create(&pp, &sts).await.map_err(|x| e("statefulset", x))?;
+        let made = Api::<StatefulSet>::namespaced(client.clone(), &g.ns)
+            .create(&pp, &sts)
+            .await
+            .map_err(|x| e("statefulset", x))?;
         ("StatefulSet".to_string(), g.name.clone(), made.metadata.uid.unwrap_or_default())
     } else {
         let d: Deployment = serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": spec})).unwrap();
-        let made = Api::<Deployment>::namespaced(client.clone(), &g.ns).create(&pp, &d).await.map_err(|x| e("deployment", x))?;
+        let made = Api::<Deployment>::namespaced(client.clone(), &g.ns)
+            .create(&pp, &d)
+            .await
+            .map_err(|x| e("deployment", x))?;
         let rs_name = format!("{}-5d9c7f", g.name);
         let mut rs_labels = labels(&g.name);
         rs_labels["pod-template-hash"] = json!("5d9c7f");
@@ -173,14 +180,20 @@ async fn create_workload(client: &kube::Client, a: &Args, i: usize) -> Result<(S
                 "kind": "Deployment", "name": g.name, "uid": made.metadata.uid, "controller": true}]},
             "spec": {"replicas": n, "selector": {"matchLabels": rs_labels}, "template": template}}))
         .unwrap();
-        let rs = Api::<ReplicaSet>::namespaced(client.clone(), &g.ns).create(&pp, &rs).await.map_err(|x| e("replicaset", x))?;
+        let rs = Api::<ReplicaSet>::namespaced(client.clone(), &g.ns)
+            .create(&pp, &rs)
+            .await
+            .map_err(|x| e("replicaset", x))?;
         if i % 5 == 0 && n > 1 {
             let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": {
                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": g.name},
                 "minReplicas": 2, "maxReplicas": 6,
                 "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]}}))
             .unwrap();
-            Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), &g.ns).create(&pp, &hpa).await.map_err(|x| e("hpa", x))?;
+            Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), &g.ns)
+                .create(&pp, &hpa)
+                .await
+                .map_err(|x| e("hpa", x))?;
         }
         ("ReplicaSet".to_string(), rs_name, rs.metadata.uid.unwrap_or_default())
     };
@@ -189,20 +202,28 @@ async fn create_workload(client: &kube::Client, a: &Args, i: usize) -> Result<(S
         let budget = if i % 20 == 0 { json!({"maxUnavailable": 0}) } else { json!({"maxUnavailable": 1}) };
         let mut spec = budget;
         spec["selector"] = json!({"matchLabels": labels(&g.name)});
-        let pdb: PodDisruptionBudget = serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": spec})).unwrap();
+        let pdb: PodDisruptionBudget =
+            serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": spec})).unwrap();
         let api = Api::<PodDisruptionBudget>::namespaced(client.clone(), &g.ns);
         api.create(&pp, &pdb).await.map_err(|x| e("pdb", x))?;
         // As the disruption controller would write it once the pods run.
         let allowed = if i % 20 == 0 || g.pods < 2 { 0 } else { 1 };
         let status = json!({"status": {"observedGeneration": 1, "disruptionsAllowed": allowed,
             "currentHealthy": g.pods, "desiredHealthy": g.pods.saturating_sub(1), "expectedPods": g.pods}});
-        api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&status)).await.map_err(|x| e("pdb status", x))?;
+        api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map_err(|x| e("pdb status", x))?;
     }
     Ok(owner)
 }
 
 /// Creates workload `i`'s pods, bound to nodes, with their status.
-async fn create_pods(client: &kube::Client, a: &Args, i: usize, owner: &(String, String, String)) -> Result<(), String> {
+async fn create_pods(
+    client: &kube::Client,
+    a: &Args,
+    i: usize,
+    owner: &(String, String, String),
+) -> Result<(), String> {
     let g = workload(a, i);
     let api = Api::<Pod>::namespaced(client.clone(), &g.ns);
     let (kind, oname, uid) = owner;
@@ -241,7 +262,6 @@ struct Run {
     wall: f64,
     rss_kib: u64,
     report: Value,
-    stderr: String,
 }
 
 fn audit(kubeconfig: &Path, dir: &Path) -> Run {
@@ -265,7 +285,7 @@ fn audit(kubeconfig: &Path, dir: &Path) -> Run {
     let wall: f64 = f.next().and_then(|x| x.parse().ok()).expect("wall seconds");
     let rss_kib: u64 = f.next().and_then(|x| x.parse().ok()).expect("peak RSS");
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&out).expect("audit's report")).expect("json");
-    Run { wall, rss_kib, report, stderr }
+    Run { wall, rss_kib, report }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -422,10 +442,7 @@ fn main() {
         let hi = runs.iter().map(|r| r.wall).fold(0.0, f64::max);
         let rlo = runs.iter().map(|r| r.rss_kib).min().unwrap_or(0) as f64 / 1024.0;
         let rhi = runs.iter().map(|r| r.rss_kib).max().unwrap_or(0) as f64 / 1024.0;
-        println!(
-            "| {pods} | {wall:.2} ({lo:.2}-{hi:.2}) | {:.1} ({rlo:.1}-{rhi:.1}) | {n} | {o} |",
-            rss / 1024.0
-        );
+        println!("| {pods} | {wall:.2} ({lo:.2}-{hi:.2}) | {:.1} ({rlo:.1}-{rhi:.1}) | {n} | {o} |", rss / 1024.0);
     }
     println!();
     println!("bytes per pod, peak RSS difference / pods: {per_pod:.0} B (includes decode buffers and allocator slack)");
@@ -437,7 +454,6 @@ fn main() {
     println!();
     println!("findings by rule, 0 pods: {rules0:?}");
     println!("findings by rule, {} pods: {rules1:?}", a.pods);
-    println!("audit's stderr (last round): {}", full.last().map(|r| r.stderr.trim()).unwrap_or(""));
     drop(client);
     let _ = cp.stop();
 }
