@@ -134,7 +134,7 @@ fn pod_template(i: usize, name: &str) -> Value {
         "terminationGracePeriodSeconds": 30,
     });
     // Every 7th has no spread at all (a rule finding); the rest spread over hostnames.
-    if i % 7 != 0 {
+    if !i.is_multiple_of(7) {
         spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
             "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": labels(name)}}]);
     }
@@ -143,7 +143,7 @@ fn pod_template(i: usize, name: &str) -> Value {
 
 fn replicas(i: usize, g: &Gen) -> usize {
     // Every 10th runs one replica (a finding); the others as many as they have pods (at least 2).
-    if i % 10 == 0 { 1 } else { g.pods.max(2) }
+    if i.is_multiple_of(10) { 1 } else { g.pods.max(2) }
 }
 
 /// Creates workload `i` with its ReplicaSet, PDB and HPA; returns the kind and name, and UID, of its
@@ -184,7 +184,7 @@ async fn create_workload(client: &kube::Client, a: &Args, i: usize) -> Result<(S
             .create(&pp, &rs)
             .await
             .map_err(|x| e("replicaset", x))?;
-        if i % 5 == 0 && n > 1 {
+        if i.is_multiple_of(5) && n > 1 {
             let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": {
                 "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": g.name},
                 "minReplicas": 2, "maxReplicas": 6,
@@ -197,9 +197,9 @@ async fn create_workload(client: &kube::Client, a: &Args, i: usize) -> Result<(S
         }
         ("ReplicaSet".to_string(), rs_name, rs.metadata.uid.unwrap_or_default())
     };
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         // Every 20th budget allows no eviction at all (a finding).
-        let budget = if i % 20 == 0 { json!({"maxUnavailable": 0}) } else { json!({"maxUnavailable": 1}) };
+        let budget = if i.is_multiple_of(20) { json!({"maxUnavailable": 0}) } else { json!({"maxUnavailable": 1}) };
         let mut spec = budget;
         spec["selector"] = json!({"matchLabels": labels(&g.name)});
         let pdb: PodDisruptionBudget =
@@ -207,7 +207,7 @@ async fn create_workload(client: &kube::Client, a: &Args, i: usize) -> Result<(S
         let api = Api::<PodDisruptionBudget>::namespaced(client.clone(), &g.ns);
         api.create(&pp, &pdb).await.map_err(|x| e("pdb", x))?;
         // As the disruption controller would write it once the pods run.
-        let allowed = if i % 20 == 0 || g.pods < 2 { 0 } else { 1 };
+        let allowed = if i.is_multiple_of(20) || g.pods < 2 { 0 } else { 1 };
         let status = json!({"status": {"observedGeneration": 1, "disruptionsAllowed": allowed,
             "currentHealthy": g.pods, "desiredHealthy": g.pods.saturating_sub(1), "expectedPods": g.pods}});
         api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&status))
@@ -234,7 +234,7 @@ async fn create_pods(
     for j in 0..g.pods {
         let name = if g.sts { format!("{}-{j}", g.name) } else { format!("{oname}-{j:05x}") };
         // Every 13th workload has all its pods on one node (`replicas-share-node`).
-        let node = if i % 13 == 0 { i % a.nodes } else { (i * 3 + j) % a.nodes };
+        let node = if i.is_multiple_of(13) { i % a.nodes } else { (i * 3 + j) % a.nodes };
         let mut template = pod_template(i, &g.name);
         template["metadata"] = json!({"name": name, "labels": pod_labels, "ownerReferences": [
             {"apiVersion": "apps/v1", "kind": kind, "name": oname, "uid": uid, "controller": true}]});
