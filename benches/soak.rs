@@ -44,9 +44,9 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -136,89 +136,8 @@ fn clock() -> String {
     format!("{:02}:{:02}:{:02}", (secs / 3600) % 24, (secs / 60) % 60, secs % 60)
 }
 
-// --- the Service stood in for: a round-robin balancer that can cut its connections ---------------
-
-/// Relays each connection to the next backend in turn, skipping one that refuses (a killed
-/// replica: kube-proxy would have dropped its endpoint).
-struct Balancer {
-    port: u16,
-    stop: Arc<AtomicBool>,
-    conns: Arc<Mutex<Vec<TcpStream>>>,
-    accepted: Arc<AtomicU64>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Balancer {
-    fn start(backends: Vec<u16>) -> Balancer {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the balancer");
-        let port = listener.local_addr().expect("addr").port();
-        listener.set_nonblocking(true).expect("nonblocking");
-        let stop = Arc::new(AtomicBool::new(false));
-        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let accepted = Arc::new(AtomicU64::new(0));
-        let (stop2, conns2, accepted2) = (stop.clone(), conns.clone(), accepted.clone());
-        let thread = std::thread::spawn(move || {
-            let mut next = 0usize;
-            while !stop2.load(Ordering::SeqCst) {
-                let client = match listener.accept() {
-                    Ok((c, _)) => c,
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(5));
-                        continue;
-                    }
-                    Err(_) => continue,
-                };
-                let _ = client.set_nonblocking(false);
-                let server = (0..backends.len()).find_map(|i| {
-                    let port = backends[(next + i) % backends.len()];
-                    TcpStream::connect(("127.0.0.1", port)).ok()
-                });
-                next += 1;
-                let Some(server) = server else { continue };
-                accepted2.fetch_add(1, Ordering::SeqCst);
-                let (Ok(c2), Ok(s2), Ok(c3), Ok(s3)) =
-                    (client.try_clone(), server.try_clone(), client.try_clone(), server.try_clone())
-                else {
-                    continue;
-                };
-                {
-                    let mut conns = conns2.lock().unwrap_or_else(|p| p.into_inner());
-                    // Forget the ones already closed, so a long run does not pile them up.
-                    conns.retain(|c| c.peer_addr().is_ok());
-                    conns.extend([c3, s3]);
-                }
-                for (mut from, mut to) in [(client, s2), (server, c2)] {
-                    std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(std::net::Shutdown::Both);
-                        let _ = from.shutdown(std::net::Shutdown::Both);
-                    });
-                }
-            }
-        });
-        Balancer { port, stop, conns, accepted, thread: Some(thread) }
-    }
-
-    /// Cuts every relayed connection: callers open new ones (new TLS handshakes).
-    fn cut(&self) -> usize {
-        let mut conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-        let n = conns.len() / 2;
-        for c in conns.drain(..) {
-            let _ = c.shutdown(std::net::Shutdown::Both);
-        }
-        n
-    }
-}
-
-impl Drop for Balancer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.cut();
-    }
-}
+// The Service stood in for: `support::balancer::Balancer`, round-robin, skipping a backend that
+// refuses (a killed replica: kube-proxy would have dropped its endpoint), its connections cuttable.
 
 // --- certificates and config ---------------------------------------------------------------------
 
@@ -1109,7 +1028,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         relays.push(relay);
         configs.push(config);
     }
-    let balancer = Balancer::start(guards.iter().map(|g| g.webhook_port).collect());
+    let balancer = support::balancer::Balancer::start(guards.iter().map(|g| g.webhook_port).collect());
     register_at(&cp, &guards[0], balancer.port, &[Webhooks::Mutating, Webhooks::Validating])?;
     say(&format!(
         "control plane up; replicas on {} and {}, behind the balancer on {}",
@@ -1438,7 +1357,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         "admission answers logged: replica a {}, replica b {}; the balancer relayed {} connections",
         answers[0],
         answers[1],
-        balancer.accepted.load(Ordering::SeqCst)
+        balancer.accepted()
     ));
     line(format!(
         "the apiserver's calls to ha-guard (its metrics, across restarts): outside fault windows {:?}; inside {:?}",

@@ -54,7 +54,12 @@ impl Balancer {
                 else {
                     continue;
                 };
-                conns2.lock().unwrap_or_else(|p| p.into_inner()).extend([c3, s3]);
+                {
+                    let mut conns = conns2.lock().unwrap_or_else(|p| p.into_inner());
+                    // Forget the ones already closed, so a long run (the soak) does not pile them up.
+                    conns.retain(|c| c.peer_addr().is_ok());
+                    conns.extend([c3, s3]);
+                }
                 for (mut from, mut to) in [(client, s2), (server, c2)] {
                     std::thread::spawn(move || {
                         let _ = std::io::copy(&mut from, &mut to);
