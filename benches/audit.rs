@@ -264,14 +264,16 @@ struct Run {
     report: Value,
 }
 
-fn audit(kubeconfig: &Path, dir: &Path) -> Run {
+fn audit(binary: &Path, kubeconfig: &Path, dir: &Path) -> Run {
     let out = dir.join("audit.json");
     let timing = dir.join("time.txt");
     let _ = std::fs::remove_file(&out);
     let result = Command::new("/usr/bin/time")
         .args(["-f", "%e %M", "-o"])
         .arg(&timing)
-        .args(["nice", "-n", "10", env!("CARGO_BIN_EXE_ha-guard"), "audit", "--format", "json", "--fail-on", "never"])
+        .args(["nice", "-n", "10"])
+        .arg(binary)
+        .args(["audit", "--format", "json", "--fail-on", "never"])
         .arg("--kubeconfig")
         .arg(kubeconfig)
         .arg("--output")
@@ -383,14 +385,33 @@ fn main() {
     let workloads_took = started.elapsed();
     eprintln!("[audit-bench] {} workloads (+ReplicaSets, PDBs, HPAs) in {workloads_took:.1?}", a.workloads);
 
-    let run_rounds = |label: &str| -> Vec<Run> {
-        (0..a.rounds)
-            .map(|r| {
-                let run = audit(&kubeconfig, &dir);
-                eprintln!("[audit-bench] {label} round {}: {:.2} s, {} MiB peak", r + 1, run.wall, run.rss_kib / 1024);
-                run
-            })
-            .collect()
+    // HA_GUARD_AUDIT_BASELINE=/path/to/ha-guard: another build, run in the same rounds (order
+    // alternating), for a side-by-side comparison on the same cluster.
+    let this = Path::new(env!("CARGO_BIN_EXE_ha-guard")).to_path_buf();
+    let baseline = std::env::var_os("HA_GUARD_AUDIT_BASELINE").map(std::path::PathBuf::from);
+    let mut compared: Vec<(String, Vec<Run>, Vec<Run>)> = Vec::new();
+    let mut run_rounds = |label: &str| -> Vec<Run> {
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for r in 0..a.rounds {
+            let mut order = vec![(false, &this)];
+            if let Some(b) = &baseline {
+                order.insert(r % 2, (true, b));
+            }
+            for (is_baseline, binary) in order {
+                let run = audit(binary, &kubeconfig, &dir);
+                let who = if is_baseline { "baseline" } else { "this build" };
+                eprintln!("[audit-bench] {label} round {} ({who}): {:.2} s, {} MiB peak", r + 1, run.wall, run.rss_kib / 1024);
+                if is_baseline { theirs.push(run) } else { ours.push(run) }
+            }
+        }
+        if baseline.is_some() {
+            for (o, t) in ours.iter().zip(&theirs) {
+                assert_eq!(describe(&o.report), describe(&t.report), "the baseline and this build disagree ({label})");
+            }
+            let copy = |runs: &[Run]| runs.iter().map(|r| Run { wall: r.wall, rss_kib: r.rss_kib, report: Value::Null }).collect();
+            compared.push((label.to_string(), copy(&ours), theirs));
+        }
+        ours
     };
     let empty = run_rounds("0 pods");
 
@@ -452,6 +473,20 @@ fn main() {
         std::mem::size_of::<PodInfo>()
     );
     println!();
+    if let Some(b) = &baseline {
+        println!("side by side with HA_GUARD_AUDIT_BASELINE={} (same cluster, same rounds, order alternating; same findings):", b.display());
+        println!();
+        println!("| pods | build | wall (s) | peak RSS (MiB) |");
+        println!("|---:|---|---:|---:|");
+        for (label, ours, theirs) in &compared {
+            for (who, runs) in [("baseline", theirs), ("this build", ours)] {
+                let wall = median(runs.iter().map(|r| r.wall).collect());
+                let rss = median(runs.iter().map(|r| r.rss_kib as f64).collect()) / 1024.0;
+                println!("| {label} | {who} | {wall:.2} | {rss:.1} |");
+            }
+        }
+        println!();
+    }
     println!("findings by rule, 0 pods: {rules0:?}");
     println!("findings by rule, {} pods: {rules1:?}", a.pods);
     drop(client);

@@ -192,6 +192,12 @@ fn decode(listing: &Listing, mut value: Value) -> Result<(Object, String), (Stri
     let meta = |key: &str| value.pointer(&format!("/metadata/{key}")).and_then(Value::as_str).unwrap_or("").to_string();
     let (namespace, name) = (meta("namespace"), meta("name"));
     let path = object_path(listing, &namespace, &name);
+    // managedFields are a tree of every field each writer set, often most of a listed object's
+    // size and read by no rule (the webhook's decoder drops them too): held for every object of a
+    // cluster they were most of the audit's memory.
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
     // Items of a list carry no apiVersion and kind of their own.
     if let Some(map) = value.as_object_mut() {
         map.insert("apiVersion".into(), listing.api_version.into());
@@ -429,6 +435,27 @@ mod tests {
     fn the_audit_reads_every_kind_the_live_view_watches() {
         let listed: Vec<Kind> = LISTINGS.iter().map(|l| l.kind).collect();
         assert_eq!(listed, crate::live::KINDS);
+    }
+
+    /// Listed objects carry managedFields (a tree per writer of every field it set); kept for every
+    /// object of a cluster they were most of the audit's memory, and no rule reads them.
+    #[test]
+    fn a_listed_object_is_kept_without_its_managed_fields() {
+        let deployments = &LISTINGS[0];
+        let item = serde_json::json!({
+            "metadata": {"name": "web", "namespace": "shop", "labels": {"app": "web"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:spec": {"f:replicas": {}}}}]},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}
+        });
+        let (object, path) = decode(deployments, item).expect("a Deployment");
+        assert_eq!(path, "apis/apps/v1/namespaces/shop/deployments/web");
+        let Object::Subject(subject) = object else { panic!("a Deployment is a subject") };
+        let meta = subject.meta().expect("metadata");
+        assert_eq!(meta.name.as_deref(), Some("web"));
+        assert_eq!(meta.managed_fields, None);
+        assert!(meta.labels.as_ref().is_some_and(|l| l["app"] == "web"), "the rest of metadata is kept");
     }
 
     #[test]
