@@ -14,7 +14,10 @@
 //!    `ha_guard_audit_findings`; the other replica has written nothing and shows no finding.
 //! 3. `fixed`: a fixed object's result is gone within one interval (plus the run), from the report
 //!    and the gauge; a namespace whose objects are all deleted loses its report.
-//! 4. `failover`: the holder stops; the other replica takes the Lease and keeps the reports current.
+//! 4. `failover`: the holder stops (SIGTERM) and releases the Lease on its way out; the other
+//!    replica takes the Lease and keeps the reports current.
+//! 5. `openreports`: a replica with `--audit-report-api openreports.io/v1alpha1` writes the same
+//!    results as Reports / a ClusterReport (`openreports.io/v1alpha1`), the chart's other CRDs.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -82,10 +85,16 @@ fn rows_of_audit(audit: &Value, namespace: &str) -> BTreeSet<Row> {
 
 /// The PolicyReport `ha-guard` of `namespace` (the ClusterPolicyReport for `""`), if any.
 fn report(cp: &ControlPlane, namespace: &str) -> Option<Value> {
+    report_of(cp, ("policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"), namespace)
+}
+
+/// The report `ha-guard` of `namespace` (the cluster-scoped one for `""`) among `resources`
+/// (namespaced, cluster-scoped), if any.
+fn report_of(cp: &ControlPlane, resources: (&str, &str), namespace: &str) -> Option<Value> {
     let k = if namespace.is_empty() {
-        cp.kubectl(&["get", "clusterpolicyreport", "ha-guard", "-o", "json"])
+        cp.kubectl(&["get", resources.1, "ha-guard", "-o", "json"])
     } else {
-        cp.kubectl(&["-n", namespace, "get", "policyreport", "ha-guard", "-o", "json"])
+        cp.kubectl(&["-n", namespace, "get", resources.0, "ha-guard", "-o", "json"])
     };
     k.ok().then(|| k.json())
 }
@@ -123,14 +132,20 @@ fn fail_closed_webhook() -> Value {
 fn install_crds(cp: &ControlPlane) {
     let crds = repo().join("charts/ha-guard/crds");
     cp.kubectl(&["apply", "-f", crds.to_str().expect("path")]).success();
-    for crd in ["policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"] {
+    for crd in [
+        "policyreports.wgpolicyk8s.io",
+        "clusterpolicyreports.wgpolicyk8s.io",
+        "reports.openreports.io",
+        "clusterreports.openreports.io",
+    ] {
         cp.kubectl(&["wait", "--for", "condition=established", "--timeout=30s", &format!("crd/{crd}")]).success();
     }
 }
 
-fn start_replica(cp: &ControlPlane, name: &str) -> HaGuard {
+fn start_replica(cp: &ControlPlane, name: &str, extra: &[&str]) -> HaGuard {
     let mut spec = Spec::new(cp, name);
     spec.args = vec!["--audit-interval".into(), format!("{}s", INTERVAL.as_secs())];
+    spec.args.extend(extra.iter().map(|a| a.to_string()));
     spec.env = vec![("POD_NAMESPACE".into(), NS.into())];
     HaGuard::start_spec(cp, &spec).unwrap_or_else(|e| panic!("ha-guard {name}: {e}"))
 }
@@ -314,7 +329,16 @@ fn fixed(cp: &ControlPlane, a: &HaGuard, b: &HaGuard) {
 fn failover(cp: &ControlPlane, a: &mut HaGuard, b: &mut HaGuard) {
     let holder_pid = holder_and_other(cp, a, b).0.pid();
     let (gone, stays) = if a.pid() == holder_pid { (a, b) } else { (b, a) };
+    let gone_identity = holder(cp);
     gone.stop();
+    // Released on SIGTERM: by the time the process has exited, the Lease names no holder (or
+    // already the other replica), rather than the stopped one until it runs out.
+    let after = holder(cp);
+    assert_ne!(after, gone_identity, "the stopped holder did not release the Lease");
+    assert!(
+        std::fs::read_to_string(gone.log_path()).unwrap_or_default().contains("the Lease released"),
+        "the stopped holder says it released the Lease"
+    );
     // The Lease runs out (15 s) unless released; the other replica then holds it.
     poll("the other replica takes the Lease", Duration::from_secs(40), Duration::from_millis(250), || {
         if leader(stays) { Ok(()) } else { Err(holder(cp)) }
@@ -338,6 +362,34 @@ fn failover(cp: &ControlPlane, a: &mut HaGuard, b: &mut HaGuard) {
     assert!(writes(stays) >= 1.0, "the new holder writes");
 }
 
+/// The last wgpolicyk8s replica stops; one writing OpenReports takes over and writes the same
+/// results under `openreports.io/v1alpha1`.
+fn openreports(cp: &ControlPlane, running: &mut [&mut HaGuard]) -> HaGuard {
+    for hg in running.iter_mut() {
+        hg.stop();
+    }
+    let c = start_replica(cp, "c", &["--audit-report-api", "openreports.io/v1alpha1"]);
+    let resources = ("reports.openreports.io", "clusterreports.openreports.io");
+    for namespace in ["shop", ""] {
+        let report = poll("an OpenReports report as `ha-guard audit` says", WAIT, Duration::from_millis(250), || {
+            let want = rows_of_audit(&audit_json(cp), namespace);
+            match report_of(cp, resources, namespace) {
+                Some(r) if rows_of_report(&r) == want && !want.is_empty() => Ok(r),
+                Some(r) => Err(format!("report {:?}\nwant {want:?}", rows_of_report(&r))),
+                None => Err(format!("no Report in {namespace:?} yet (holder {})", holder(cp))),
+            }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let kind = if namespace.is_empty() { "ClusterReport" } else { "Report" };
+        assert_eq!((report["apiVersion"].as_str(), report["kind"].as_str()), (Some("openreports.io/v1alpha1"), Some(kind)));
+        assert_eq!(report["metadata"]["labels"]["app.kubernetes.io/managed-by"], "ha-guard");
+    }
+    let listed = cp.kubectl(&["get", "reports.openreports.io", "-A"]).success().stdout;
+    eprintln!("[e2e] kubectl get reports.openreports.io -A:\n{listed}");
+    assert!(listed.contains("shop"), "{listed}");
+    c
+}
+
 #[test]
 fn background_audit_writes_policy_reports_from_one_replica() {
     let cp = ControlPlane::start().unwrap_or_else(|e| panic!("control plane: {e}"));
@@ -351,15 +403,20 @@ fn background_audit_writes_policy_reports_from_one_replica() {
         cp.kubectl(&["apply", "-f", file.to_str().expect("path")]).success();
     }
     cp.apply(fail_closed_webhook()).success();
-    let mut a = start_replica(&cp, "a");
-    let mut b = start_replica(&cp, "b");
+    let mut a = start_replica(&cp, "a", &[]);
+    let mut b = start_replica(&cp, "b", &[]);
     let logs = [a.log_path(), b.log_path()];
     let mut steps = Steps::new(move || logs.iter().map(|p| format!("--- {}\n{}", p.display(), tail(p, 40))).collect());
     steps.run("reports", || reports(&cp));
     steps.run("one-writer", || one_writer(&cp, &a, &b));
     steps.run("fixed", || fixed(&cp, &a, &b));
     steps.run("failover", || failover(&cp, &mut a, &mut b));
+    let mut c = None;
+    steps.run("openreports", || c = Some(openreports(&cp, &mut [&mut a, &mut b])));
     a.stop();
     b.stop();
+    if let Some(c) = c.as_mut() {
+        c.stop();
+    }
     steps.finish();
 }

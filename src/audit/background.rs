@@ -52,6 +52,10 @@ pub const DEBOUNCE: Duration = Duration::from_secs(10);
 /// As client-go's leader election: a lease of 15 s, renewed 5 s before it runs out.
 const LEASE_SECONDS: u64 = 15;
 const RENEW_BEFORE_SECONDS: u64 = 5;
+/// How long a stopping replica waits for the Lease's release (the pod's grace period is longer).
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+/// kube-lease-manager's election task, which releases the Lease when its receiver is dropped.
+type LeaseTask = tokio::task::JoinHandle<Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>>;
 /// Items per list request, as `ha-guard audit`'s default.
 const PAGE: u32 = 500;
 
@@ -66,6 +70,43 @@ pub struct Background {
     pub identity: String,
     /// Signalled on a change in the live view: a run comes early.
     pub changes: Option<Arc<Notify>>,
+    /// Which report format is written.
+    pub report_api: ReportApi,
+    /// Becomes true when the process is told to stop: the Lease is released, so that another
+    /// replica takes over at once rather than when the Lease runs out.
+    pub stop: tokio::sync::watch::Receiver<bool>,
+}
+
+/// The report formats the background audit writes. Both carry the same results (the OpenReports
+/// API is the policy working group's format moved to its own group), so only where they go differs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportApi {
+    /// PolicyReport / ClusterPolicyReport, read by Policy Reporter and Kyverno's tooling.
+    #[default]
+    #[value(name = "wgpolicyk8s.io/v1alpha2")]
+    WgPolicy,
+    /// Report / ClusterReport, the successor format (Kyverno 1.15, Policy Reporter 3).
+    #[value(name = "openreports.io/v1alpha1")]
+    OpenReports,
+}
+
+impl ReportApi {
+    /// The report resource: namespaced, or the cluster-scoped one.
+    pub fn resource(self, cluster: bool) -> ApiResource {
+        let (group, version, kind, plural) = match (self, cluster) {
+            (ReportApi::WgPolicy, false) => ("wgpolicyk8s.io", "v1alpha2", "PolicyReport", "policyreports"),
+            (ReportApi::WgPolicy, true) => ("wgpolicyk8s.io", "v1alpha2", "ClusterPolicyReport", "clusterpolicyreports"),
+            (ReportApi::OpenReports, false) => ("openreports.io", "v1alpha1", "Report", "reports"),
+            (ReportApi::OpenReports, true) => ("openreports.io", "v1alpha1", "ClusterReport", "clusterreports"),
+        };
+        ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: format!("{group}/{version}"),
+            kind: kind.into(),
+            plural: plural.into(),
+        }
+    }
 }
 
 /// This replica's identity: the pod's name (its hostname) and the process id, unique also for
@@ -78,18 +119,6 @@ pub fn identity() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "ha-guard".into());
     format!("{host}_{}", std::process::id())
-}
-
-fn report_resource(cluster: bool) -> ApiResource {
-    let (kind, plural) =
-        if cluster { ("ClusterPolicyReport", "clusterpolicyreports") } else { ("PolicyReport", "policyreports") };
-    ApiResource {
-        group: "wgpolicyk8s.io".into(),
-        version: "v1alpha2".into(),
-        api_version: "wgpolicyk8s.io/v1alpha2".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    }
 }
 
 /// `fail`, `warn` or `skip`.
@@ -150,11 +179,11 @@ pub fn summary(results: &[Value]) -> Value {
     json!({"pass": 0, "fail": count("fail"), "warn": count("warn"), "error": 0, "skip": count("skip")})
 }
 
-/// The whole report object for namespace `namespace` (`""`: the ClusterPolicyReport), its results
+/// The whole report object for namespace `namespace` (`""`: the cluster-scoped report), its results
 /// stamped with `now` (seconds since the epoch).
-pub fn report_object(namespace: &str, results: &[Value], now: i64) -> Value {
+pub fn report_object(api: ReportApi, namespace: &str, results: &[Value], now: i64) -> Value {
     let cluster = namespace.is_empty();
-    let ar = report_resource(cluster);
+    let ar = api.resource(cluster);
     let mut metadata = json!({"name": REPORT, "labels": {MANAGED_BY.0: MANAGED_BY.1}});
     if !cluster {
         metadata["namespace"] = json!(namespace);
@@ -199,9 +228,29 @@ struct Written {
 }
 
 impl Background {
-    /// Runs forever: waits for the Lease, then audits every interval (and after changes) while it
-    /// holds it.
+    /// Runs until told to stop: waits for the Lease, then audits every interval (and after changes)
+    /// while it holds it; on stop, releases the Lease.
     pub async fn run(self, state: Arc<AppState>) {
+        let mut stop = self.stop.clone();
+        let mut lease_task = None;
+        tokio::select! {
+            _ = self.elect_and_audit(&state, &mut lease_task) => {}
+            _ = stop.wait_for(|stopping| *stopping) => {}
+        }
+        // Dropping the election's receiver (inside `elect_and_audit`) made kube-lease-manager's
+        // task release the Lease; `lease_task` is that task.
+        if let Some(task) = lease_task {
+            match tokio::time::timeout(RELEASE_TIMEOUT, task).await {
+                Ok(Ok(Ok(_))) => tracing::info!(identity = %self.identity, lease = LEASE, "background audit: stopped, the Lease released"),
+                Ok(Ok(Err(e))) => tracing::warn!(error = %e, lease = LEASE, "background audit: stopped; cannot release the Lease, it runs out on its own"),
+                Ok(Err(_)) | Err(_) => tracing::warn!(lease = LEASE, "background audit: stopped; the Lease was not released in time, it runs out on its own"),
+            }
+        }
+        state.metrics.audit_leader.set(0);
+    }
+
+    async fn elect_and_audit(&self, state: &Arc<AppState>, lease_task: &mut Option<LeaseTask>) {
+        let state = state.clone();
         let manager = loop {
             let built = kube_lease_manager::LeaseManagerBuilder::new(self.client.clone(), LEASE)
                 .with_namespace(self.namespace.clone())
@@ -220,7 +269,8 @@ impl Background {
                 }
             }
         };
-        let (mut leader, _task) = manager.watch().await;
+        let (mut leader, task) = manager.watch().await;
+        *lease_task = Some(task);
         let debounce = DEBOUNCE.min(self.interval);
         let mut written = Written::default();
         loop {
@@ -335,11 +385,11 @@ impl Background {
             if written.reports.get(ns) == Some(results) {
                 continue;
             }
-            let object = report_object(ns, results, now);
+            let object = report_object(self.report_api, ns, results, now);
             let api: Api<DynamicObject> = if ns.is_empty() {
-                Api::all_with(self.client.clone(), &report_resource(true))
+                Api::all_with(self.client.clone(), &self.report_api.resource(true))
             } else {
-                Api::namespaced_with(self.client.clone(), ns, &report_resource(false))
+                Api::namespaced_with(self.client.clone(), ns, &self.report_api.resource(false))
             };
             match api.patch(REPORT, &apply, &Patch::Apply(&object)).await {
                 Ok(_) => {
@@ -352,10 +402,12 @@ impl Background {
                     // Not an error: a cluster may go without the report CRDs (the chart's crds/ not
                     // applied); the gauge still has the findings.
                     if !written.missing_crd {
+                        let ar = self.report_api.resource(false);
                         tracing::info!(
-                            "background audit: the PolicyReport CRDs (wgpolicyk8s.io/v1alpha2) are not installed, so no \
-                             report is written (the chart installs them); the metric ha_guard_audit_findings still shows \
-                             the findings"
+                            "background audit: the {} CRDs ({}) are not installed, so no report is written (the chart \
+                             installs them); the metric ha_guard_audit_findings still shows the findings",
+                            ar.kind,
+                            ar.api_version
                         );
                     }
                     written.missing_crd = true;
@@ -368,7 +420,7 @@ impl Background {
             }
         }
         // Reports of namespaces with nothing judged any more (the last object deleted).
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &report_resource(false));
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &self.report_api.resource(false));
         let owned = ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
         match api.list_metadata(&owned).await {
             Ok(list) => {
@@ -378,7 +430,7 @@ impl Background {
                         continue;
                     }
                     let api: Api<DynamicObject> =
-                        Api::namespaced_with(self.client.clone(), &ns, &report_resource(false));
+                        Api::namespaced_with(self.client.clone(), &ns, &self.report_api.resource(false));
                     match api.delete(REPORT, &DeleteParams::default()).await {
                         Ok(_) => deletes += 1,
                         Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -414,16 +466,52 @@ mod tests {
             json!({"rule": "c", "result": "warn"}),
             json!({"rule": "d", "result": "skip"}),
         ];
-        let r = report_object("shop", &results, 1_700_000_000);
+        let r = report_object(ReportApi::WgPolicy, "shop", &results, 1_700_000_000);
         assert_eq!(r["kind"], "PolicyReport");
         assert_eq!(r["metadata"]["namespace"], "shop");
         assert_eq!(r["metadata"]["labels"]["app.kubernetes.io/managed-by"], "ha-guard");
         assert_eq!(r["summary"], json!({"pass": 0, "fail": 1, "warn": 2, "error": 0, "skip": 1}));
         assert_eq!(r["results"][0]["timestamp"]["seconds"], 1_700_000_000);
-        let c = report_object("", &[], 1);
+        let c = report_object(ReportApi::WgPolicy, "", &[], 1);
         assert_eq!(c["kind"], "ClusterPolicyReport");
         assert!(c["metadata"].get("namespace").is_none());
         assert_eq!(c["summary"]["fail"], 0);
+    }
+
+    #[test]
+    fn an_openreports_report_has_the_same_results_under_its_own_kind() {
+        let results = vec![json!({"rule": "a", "result": "fail"})];
+        let wg = report_object(ReportApi::WgPolicy, "shop", &results, 7);
+        let open = report_object(ReportApi::OpenReports, "shop", &results, 7);
+        assert_eq!((open["apiVersion"].as_str(), open["kind"].as_str()), (Some("openreports.io/v1alpha1"), Some("Report")));
+        assert_eq!((open["results"].clone(), open["summary"].clone()), (wg["results"].clone(), wg["summary"].clone()));
+        let cluster = report_object(ReportApi::OpenReports, "", &[], 7);
+        assert_eq!(cluster["kind"], "ClusterReport");
+    }
+
+    /// Each report resource written is one the chart's crds/ defines (group, version, kind, plural,
+    /// scope), so a switch of `--audit-report-api` never writes into a CRD the chart lacks.
+    #[test]
+    fn every_report_resource_is_defined_by_the_charts_crds() {
+        let crds = [
+            include_str!("../../charts/ha-guard/crds/policyreports.yaml"),
+            include_str!("../../charts/ha-guard/crds/clusterpolicyreports.yaml"),
+            include_str!("../../charts/ha-guard/crds/openreports-reports.yaml"),
+            include_str!("../../charts/ha-guard/crds/openreports-clusterreports.yaml"),
+        ];
+        for api in [ReportApi::WgPolicy, ReportApi::OpenReports] {
+            for cluster in [false, true] {
+                let r = api.resource(cluster);
+                let scope = if cluster { "Cluster" } else { "Namespaced" };
+                let defined = crds.iter().any(|crd| {
+                    crd.contains(&format!("  name: {}.{}\n", r.plural, r.group))
+                        && crd.contains(&format!("    kind: {}\n", r.kind))
+                        && crd.contains(&format!("  scope: {scope}\n"))
+                        && crd.contains(&format!("    - name: {}\n", r.version))
+                });
+                assert!(defined, "no CRD in charts/ha-guard/crds defines {} {} ({scope})", r.api_version, r.kind);
+            }
+        }
     }
 
     /// A report as `check --complete` makes one (the audit's is the same type, from the cluster).

@@ -118,6 +118,10 @@ pub struct BackgroundAuditArgs {
     /// PolicyReport per namespace and the metric ha_guard_audit_findings. 0 turns it off.
     #[arg(long, default_value = "5m", value_name = "DURATION", value_parser = interval)]
     pub audit_interval: Duration,
+    /// The report format the background audit writes: PolicyReport/ClusterPolicyReport
+    /// (wgpolicyk8s.io/v1alpha2) or their successor Report/ClusterReport (openreports.io/v1alpha1).
+    #[arg(long, value_enum, default_value = "wgpolicyk8s.io/v1alpha2", value_name = "API")]
+    pub audit_report_api: crate::audit::background::ReportApi,
 }
 
 fn interval(s: &str) -> Result<Duration, String> {
@@ -180,25 +184,37 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
         };
         options.managed_tls = crate::server::managed_tls::setup(&args.managed_tls, live_client.clone()).await?;
         let state = server::AppState::new(source, config);
-        start_background_audit(args.audit.audit_interval, live_client, changes, &state);
-        server::serve(options, state, server::termination_signal()).await?;
+        let (stop, stopping) = tokio::sync::watch::channel(false);
+        let audit = start_background_audit(&args.audit, live_client, changes, stopping, &state);
+        // On SIGTERM the background audit releases its Lease at once (another replica takes over
+        // without waiting for it to run out) while the webhook drains.
+        let shutdown = async move {
+            server::termination_signal().await;
+            let _ = stop.send(true);
+        };
+        server::serve(options, state, shutdown).await?;
+        if let Some(audit) = audit {
+            let _ = tokio::time::timeout(Duration::from_secs(6), audit).await;
+        }
         Ok(ExitCode::SUCCESS)
     })
 }
 
 /// Starts the background audit when asked for and possible (a live cluster, a known namespace).
 fn start_background_audit(
-    interval: Duration,
+    args: &BackgroundAuditArgs,
     client: Option<kube::Client>,
     changes: Option<Arc<tokio::sync::Notify>>,
+    stop: tokio::sync::watch::Receiver<bool>,
     state: &Arc<server::AppState>,
-) {
+) -> Option<tokio::task::JoinHandle<()>> {
+    let interval = args.audit_interval;
     if interval.is_zero() {
-        return;
+        return None;
     }
     let Some(client) = client else {
         tracing::info!("background audit off: no live cluster (--cluster)");
-        return;
+        return None;
     };
     // Outside a cluster (serve on a laptop with a kubeconfig) that is expected: said, not warned.
     let Ok(namespace) = crate::server::managed_tls::own_namespace() else {
@@ -206,12 +222,15 @@ fn start_background_audit(
             "background audit off: ha-guard's namespace, where its Lease is kept, is unknown: set POD_NAMESPACE (the \
              chart does) or run with a service account"
         );
-        return;
+        return None;
     };
     let identity = crate::audit::background::identity();
-    tracing::info!(interval = %humantime::format_duration(interval), %namespace, %identity, "background audit on");
-    let background = crate::audit::background::Background { client, interval, namespace, identity, changes };
-    tokio::spawn(background.run(state.clone()));
+    let report_api = args.audit_report_api;
+    tracing::info!(interval = %humantime::format_duration(interval), %namespace, %identity,
+        reports = %report_api.resource(false).api_version, "background audit on");
+    let background =
+        crate::audit::background::Background { client, interval, namespace, identity, changes, report_api, stop };
+    Some(tokio::spawn(background.run(state.clone())))
 }
 
 fn init_tracing(format: LogFormat) {

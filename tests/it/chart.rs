@@ -483,6 +483,24 @@ fn rbac_writes_only_its_own_secret_and_webhook_configurations_by_name() {
         assert!(!resources.iter().any(|r| ["pods", "leases", "policyreports"].contains(&r.as_str())), "{rule}");
     }
     assert!(strings(&container(&off)["args"]).contains(&"--audit-interval=0".to_string()));
+    // OpenReports instead: the reports' rules move to openreports.io, and the flag is passed.
+    let open = objects(&["--set", "audit.reportApi=openreports.io/v1alpha1"]);
+    let report_rules: Vec<Value> = rbac_rules(&open)
+        .into_iter()
+        .filter(|(_, _, rule)| strings(&rule["resources"]).iter().any(|r| r.ends_with("reports")))
+        .map(|(_, _, rule)| rule)
+        .collect();
+    assert_eq!(
+        report_rules,
+        vec![
+            json!({"apiGroups": ["openreports.io"], "resources": ["reports"], "verbs": ["list"]}),
+            json!({"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"],
+                "resourceNames": ["ha-guard"], "verbs": ["get", "create", "patch", "delete"]}),
+        ]
+    );
+    assert!(strings(&container(&open)["args"]).contains(&"--audit-report-api=openreports.io/v1alpha1".to_string()));
+    assert!(!strings(&container(&d)["args"]).iter().any(|a| a.starts_with("--audit-report-api")));
+    assert!(refused(&["--set", "audit.reportApi=openreports.io/v1"]).contains("reportApi"));
     // The names are the objects the chart makes and the Deployment passes to ha-guard.
     assert_eq!(one(&d, "Secret")["metadata"]["name"], "ha-guard-tls");
     assert_eq!(of_kind(&d, "ValidatingWebhookConfiguration")[0]["metadata"]["name"], "ha-guard");
