@@ -186,18 +186,27 @@ fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// A listed item as JSON, without `metadata.managedFields`: a tree of every field each writer set,
+/// often half of a listed object and read by no rule (the webhook's decoder drops them too). They
+/// are dropped as each item of a page is parsed, so a page in memory holds none of them.
+struct Stripped(Value);
+
+impl<'de> Deserialize<'de> for Stripped {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut value = Value::deserialize(deserializer)?;
+        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("managedFields");
+        }
+        Ok(Stripped(value))
+    }
+}
+
 /// One listed object, decoded as `check` decodes a manifest (the same `model::decode`, so the
 /// same defaults and the same findings as `check` on a `kubectl get -o yaml` of it).
-fn decode(listing: &Listing, mut value: Value) -> Result<(Object, String), (String, String)> {
+fn decode(listing: &Listing, Stripped(mut value): Stripped) -> Result<(Object, String), (String, String)> {
     let meta = |key: &str| value.pointer(&format!("/metadata/{key}")).and_then(Value::as_str).unwrap_or("").to_string();
     let (namespace, name) = (meta("namespace"), meta("name"));
     let path = object_path(listing, &namespace, &name);
-    // managedFields are a tree of every field each writer set, often most of a listed object's
-    // size and read by no rule (the webhook's decoder drops them too): held for every object of a
-    // cluster they were most of the audit's memory.
-    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
-    }
     // Items of a list carry no apiVersion and kind of their own.
     if let Some(map) = value.as_object_mut() {
         map.insert("apiVersion".into(), listing.api_version.into());
@@ -225,7 +234,7 @@ async fn read_objects(
         );
         let mut objects = Vec::new();
         let mut unreadable = Vec::new();
-        let listed = list::<Value>(
+        let listed = list::<Stripped>(
             client,
             Query { path: &path, selector: None, metadata_only: false, what: "objects" },
             options,
@@ -449,7 +458,7 @@ mod tests {
             "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}
         });
-        let (object, path) = decode(deployments, item).expect("a Deployment");
+        let (object, path) = decode(deployments, serde_json::from_value(item).expect("JSON")).expect("a Deployment");
         assert_eq!(path, "apis/apps/v1/namespaces/shop/deployments/web");
         let Object::Subject(subject) = object else { panic!("a Deployment is a subject") };
         let meta = subject.meta().expect("metadata");
@@ -477,12 +486,12 @@ mod tests {
         let item = serde_json::json!({"metadata": {"name": "web", "namespace": "shop", "uid": "u"},
             "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}},
             "spec": {"containers": [{"name": "c", "image": "i"}]}}}});
-        let (object, path) = decode(&LISTINGS[0], item).unwrap();
+        let (object, path) = decode(&LISTINGS[0], serde_json::from_value(item).expect("JSON")).unwrap();
         assert_eq!(path, "apis/apps/v1/namespaces/shop/deployments/web");
         let Object::Subject(Subject::Workload(w)) = object else { panic!() };
         assert_eq!((w.replicas, w.id().to_string().as_str()), (1, "Deployment shop/web"), "defaulted");
         let bad = serde_json::json!({"metadata": {"name": "x", "namespace": "shop"}, "spec": {"replicas": "three"}});
-        let (path, why) = decode(&LISTINGS[0], bad).unwrap_err();
+        let (path, why) = decode(&LISTINGS[0], serde_json::from_value(bad).expect("JSON")).unwrap_err();
         assert_eq!(path, "apis/apps/v1/namespaces/shop/deployments/x");
         assert!(why.contains("spec.replicas") && why.contains("not checked"), "{why}");
     }
