@@ -55,9 +55,12 @@ use support::*;
 /// Counts live heap bytes, for the projection's size (the audit binary itself uses mimalloc).
 struct Counting;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// The most LIVE has been since it was last reset.
+static PEAK: AtomicIsize = AtomicIsize::new(0);
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LIVE.fetch_add(l.size() as isize, Ordering::Relaxed);
+        let now = LIVE.fetch_add(l.size() as isize, Ordering::Relaxed) + l.size() as isize;
+        PEAK.fetch_max(now, Ordering::Relaxed);
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
@@ -65,7 +68,8 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed);
+        let now = LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed) + new as isize - l.size() as isize;
+        PEAK.fetch_max(now, Ordering::Relaxed);
         unsafe { System.realloc(p, l, new) }
     }
 }
@@ -330,6 +334,48 @@ fn projection_bytes(n: usize) -> f64 {
     used as f64 / n as f64
 }
 
+/// Where the audit's heap goes, in this process (counted allocations, no allocator slack): the
+/// read's peak, what the read cluster keeps (subjects to judge, the view), the judging's peak and
+/// the report. MiB.
+struct HeapPhases {
+    read_peak: f64,
+    subjects: f64,
+    view: f64,
+    judge_peak: f64,
+    report: f64,
+}
+
+fn heap_phases(rt: &tokio::runtime::Runtime, client: &kube::Client) -> HeapPhases {
+    let mib = |b: isize| b as f64 / (1024.0 * 1024.0);
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let options = ha_guard::audit::ReadOptions { namespace: None, selector: None, page: 500 };
+    let progress = ha_guard::audit::progress::Progress::new(false);
+    let cluster = rt.block_on(ha_guard::audit::read(client, &options, &progress)).expect("read the cluster");
+    let read_peak = PEAK.load(Ordering::Relaxed) - base;
+    let kept = LIVE.load(Ordering::Relaxed);
+    PEAK.store(kept, Ordering::Relaxed);
+    let report = ha_guard::audit::audit(&cluster, &ha_guard::core::config::Config::default());
+    let judge_peak = PEAK.load(Ordering::Relaxed) - kept;
+    let with_report = LIVE.load(Ordering::Relaxed);
+    drop(report);
+    let report_bytes = with_report - LIVE.load(Ordering::Relaxed);
+    let ha_guard::audit::Cluster { index, subjects, .. } = cluster;
+    let before = LIVE.load(Ordering::Relaxed);
+    drop(subjects);
+    let subjects_bytes = before - LIVE.load(Ordering::Relaxed);
+    let before = LIVE.load(Ordering::Relaxed);
+    drop(index);
+    let view_bytes = before - LIVE.load(Ordering::Relaxed);
+    HeapPhases {
+        read_peak: mib(read_peak),
+        subjects: mib(subjects_bytes),
+        view: mib(view_bytes),
+        judge_peak: mib(judge_peak),
+        report: mib(report_bytes),
+    }
+}
+
 fn main() {
     let a = args();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
@@ -414,6 +460,7 @@ fn main() {
         ours
     };
     let empty = run_rounds("0 pods");
+    let heap_empty = heap_phases(&rt, &client);
 
     let started = Instant::now();
     rt.block_on(async {
@@ -432,6 +479,7 @@ fn main() {
     let pods_took = started.elapsed();
     eprintln!("[audit-bench] {} pods (create + status) in {pods_took:.1?}", a.pods);
     let full = run_rounds(&format!("{} pods", a.pods));
+    let heap_full = heap_phases(&rt, &client);
 
     // Sanity: findings present; with pods, the live posture rules speak too; same objects each round.
     let (n0, o0, rules0) = describe(&empty[0].report);
@@ -472,6 +520,17 @@ fn main() {
          (size_of PodInfo = {} B; the index's lists come on top)",
         std::mem::size_of::<PodInfo>()
     );
+    println!();
+    println!("where the heap goes: `audit::read` and `audit::audit` in this process, counted allocations (MiB; no allocator slack):");
+    println!();
+    println!("| pods | read's peak | kept: subjects (judged objects) | kept: the view | judging's peak above that | the report |");
+    println!("|---:|---:|---:|---:|---:|---:|");
+    for (pods, h) in [(0, &heap_empty), (a.pods, &heap_full)] {
+        println!(
+            "| {pods} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            h.read_peak, h.subjects, h.view, h.judge_peak, h.report
+        );
+    }
     println!();
     if let Some(b) = &baseline {
         println!("side by side with HA_GUARD_AUDIT_BASELINE={} (same cluster, same rounds, order alternating; same findings):", b.display());
