@@ -6,7 +6,8 @@
 #
 #   OUT=peers.md benches/peers.sh
 #
-# Knobs: ROUNDS (5), SIZES ("1000 10000"), TOOLS (all five), TIMEOUT per run in seconds (900),
+# Knobs: ROUNDS (5; or one number per size, e.g. "5 2": Polaris and Kyverno take minutes a run at
+# 10,000 objects), SIZES ("1000 10000"), TOOLS (all five), TIMEOUT per run in seconds (1800),
 # HA_GUARD (the binary; default: built with `cargo build --release` into $CARGO_TARGET_DIR),
 # PEERS_DIR (~/.cache/ha-guard/peers: built tools, bundles, and the run's work files under run/).
 set -euo pipefail
@@ -20,7 +21,7 @@ OUT=${OUT:?set OUT=FILE: where the markdown section goes}
 ROUNDS=${ROUNDS:-5}
 SIZES=${SIZES:-1000 10000}
 TOOLS=${TOOLS:-ha-guard kube-linter polaris kube-score kyverno}
-TIMEOUT=${TIMEOUT:-900}
+TIMEOUT=${TIMEOUT:-1800}
 WORK=$PEERS_DIR/run
 target=${CARGO_TARGET_DIR:-$repo/target}
 HA_GUARD=${HA_GUARD:-$target/release/ha-guard}
@@ -74,17 +75,27 @@ label_of() {
     esac
 }
 
-python3 - "$WORK/meta.json" "$ROUNDS" "$files" "$SIZES" <<EOF
+python3 - "$WORK/meta.json" "$files" "$SIZES" <<EOF
 import json, sys
 tools = [{"name": t, "label": l} for t, l in [$(for t in $TOOLS; do printf '("%s", "%s"),' "$t" "$(label_of "$t")"; done)]]
-json.dump({"tools": tools, "rounds": int(sys.argv[2]), "files": int(sys.argv[3]),
-           "sizes": [int(s) for s in sys.argv[4].split()]}, open(sys.argv[1], "w"))
+json.dump({"tools": tools, "files": int(sys.argv[2]),
+           "sizes": [int(s) for s in sys.argv[3].split()]}, open(sys.argv[1], "w"))
 EOF
 
 # Rounds: every size, every tool, the tools' order rotated each round.
 read -ra tools <<< "$TOOLS"
-for ((round = 1; round <= ROUNDS; round++)); do
-    for size in $SIZES; do
+read -ra sizes <<< "$SIZES"
+read -ra rounds_of <<< "$ROUNDS"
+max_rounds=0
+for ((i = 0; i < ${#sizes[@]}; i++)); do
+    r=${rounds_of[$i]:-${rounds_of[-1]}}
+    rounds_of[$i]=$r
+    ((r > max_rounds)) && max_rounds=$r
+done
+for ((round = 1; round <= max_rounds; round++)); do
+    for ((i = 0; i < ${#sizes[@]}; i++)); do
+        size=${sizes[$i]}
+        ((round > rounds_of[i])) && continue
         for ((t = 0; t < ${#tools[@]}; t++)); do
             tool=${tools[$(((t + round) % ${#tools[@]}))]}
             cmd=$(command_of "$tool" "$WORK/input-$size")
@@ -98,7 +109,7 @@ for ((round = 1; round <= ROUNDS; round++)); do
             fi
             read -r wall user sys rss < <(tail -1 "$WORK/time")
             echo "$tool $size $round $wall $user $sys $rss $rc" >> "$WORK/times.tsv"
-            log "round $round/$ROUNDS $size $tool: ${wall}s wall, $((rss / 1024)) MB, exit $rc"
+            log "round $round/${rounds_of[$i]} $size $tool: ${wall}s wall, $((rss / 1024)) MB, exit $rc"
         done
     done
 done
@@ -106,7 +117,7 @@ done
 {
     echo "### Offline peers: \`ha-guard check\` beside kube-linter, Polaris, kube-score and the Kyverno CLI"
     echo
-    echo "Produced by \`OUT=... ROUNDS=$ROUNDS benches/peers.sh\` on $(date -u +%Y-%m-%d) ($(nproc) cores, $(uname -m))."
+    echo "Produced by \`OUT=... ROUNDS=\"$ROUNDS\" SIZES=\"$SIZES\" benches/peers.sh\` on $(date -u +%Y-%m-%d) ($(nproc) cores, $(uname -m))."
     echo "Commands (IN = the per-namespace directory of one bundle):"
     echo
     for t in "${tools[@]}"; do

@@ -150,7 +150,7 @@ CLASS_OF = {
     },
     "kyverno": {
         "require-pdb": "no-pdb",
-        "require-deployments-have-multiple-replicas": "single-replica",
+        "deployment-has-multiple-replicas": "single-replica",
     },
 }
 
@@ -202,8 +202,9 @@ def findings_kube_score(text):
 
 
 def findings_kyverno(text):
-    # `kyverno apply -p --output-format json` prints a line or two of progress before the report.
-    start = text.find("{")
+    # `kyverno apply -p --output-format json` prints a deprecation warning per ClusterPolicy on
+    # stdout before the report (one JSON ClusterReport on the last line).
+    start = text.find("\n{") + 1 if not text.startswith("{") else 0
     doc = json.loads(text[start:])
     reports = doc.get("items", [doc]) if doc.get("kind", "").endswith("List") else [doc]
     for rep in reports:
@@ -235,10 +236,9 @@ def read_findings(tool, path):
 # Markdown
 
 
-def fmt_range(values, unit, scale=1.0, digits=2):
+def fmt_range(values, scale=1.0, digits=2):
     v = [x * scale for x in values]
-    med = statistics.median(v)
-    return f"{med:.{digits}f} ({min(v):.{digits}f}–{max(v):.{digits}f}) {unit}"
+    return f"{statistics.median(v):.{digits}f} ({min(v):.{digits}f}–{max(v):.{digits}f})"
 
 
 def markdown(workdir):
@@ -252,11 +252,11 @@ def markdown(workdir):
     out = []
     out.append(f"Input: the generated bundle split per namespace into {meta['files']} files "
                f"(one directory; every tool gets the same directory or the same file list). "
-               f"{meta['rounds']} interleaved rounds (tool order rotated each round); median (min–max). "
+               f"Interleaved rounds (tool order rotated each round; `runs` per row); median (min–max). "
                f"Wall and user+sys CPU from `/usr/bin/time`, peak RSS is its max resident set size.")
     out.append("")
-    out.append("| tool | objects | wall s | CPU s | peak RSS MB | exit |")
-    out.append("|---|---:|---:|---:|---:|---|")
+    out.append("| tool | objects | runs | wall s | CPU s | peak RSS MB | exit |")
+    out.append("|---|---:|---:|---:|---:|---:|---|")
     for size in sizes:
         for tool in tools:
             rows = times.get((tool["name"], size))
@@ -266,8 +266,8 @@ def markdown(workdir):
             cpu = [r[1] for r in rows]
             rss = [r[2] for r in rows]
             rcs = sorted({r[3] for r in rows})
-            out.append(f"| {tool['label']} | {size:,} | {fmt_range(wall, '')} | {fmt_range(cpu, '')} "
-                       f"| {fmt_range(rss, '', 1 / 1024, 0)} | {','.join(map(str, rcs))} |")
+            out.append(f"| {tool['label']} | {size:,} | {len(rows)} | {fmt_range(wall)} | {fmt_range(cpu)} "
+                       f"| {fmt_range(rss, 1 / 1024, 0)} | {','.join(map(str, rcs))} |")
     out.append("")
 
     # Problems: the largest size's truth and outputs (the generator is the same at every size).
@@ -297,6 +297,9 @@ def markdown(workdir):
                 continue
             cell = "yes" if got == len(planted[cls]) else ("partly" if got else "no")
             cell += f" {got}/{len(planted[cls])}"
+            silent = sorted(c for c, v in mapping.items() if v == cls and not any(f == c for f, _ in found[t["name"]]))
+            if not got and silent:
+                cell += " (`" + "`, `".join(silent) + "` flagged none)"
             if extra:
                 cell += f" (+{extra} not in class)"
             checks = sorted({c for c, obj in found[t["name"]] if mapping.get(c) == cls})
