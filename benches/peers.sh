@@ -6,7 +6,7 @@
 #
 #   OUT=peers.md benches/peers.sh
 #
-# Knobs: ROUNDS (5; or one number per size, e.g. "5 2": Polaris and Kyverno take minutes a run at
+# Knobs: ROUNDS ("5 1": one number per size, or one for all; Polaris and Kyverno take minutes a run at
 # 10,000 objects), SIZES ("1000 10000"), TOOLS (all five), TIMEOUT per run in seconds (1800),
 # HA_GUARD (the binary; default: built with `cargo build --release` into $CARGO_TARGET_DIR),
 # PEERS_DIR (~/.cache/ha-guard/peers: built tools, bundles, and the run's work files under run/).
@@ -18,7 +18,7 @@ repo=$(dirname "$here")
 source "$here/peers/build.sh"
 
 OUT=${OUT:?set OUT=FILE: where the markdown section goes}
-ROUNDS=${ROUNDS:-5}
+ROUNDS=${ROUNDS:-5 1}
 SIZES=${SIZES:-1000 10000}
 TOOLS=${TOOLS:-ha-guard kube-linter polaris kube-score kyverno}
 TIMEOUT=${TIMEOUT:-1800}
