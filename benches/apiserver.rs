@@ -18,7 +18,12 @@
 //!   the mutating one with the old PDB condition too), `split` (the validating webhook split in a
 //!   CREATE webhook without conditions and an UPDATE one with `changes-what-ha-guard-reads`; the
 //!   mutating one as shipped), `mutating-only` (the validating webhook without conditions; the
-//!   mutating one as shipped).
+//!   mutating one as shipped);
+//! - ha-guard's peers (`--modes`, `benches/peers/`): `cel` (ValidatingAdmissionPolicies and
+//!   MutatingAdmissionPolicies for the same rules, as far as CEL reaches) and `kyverno` (Kyverno's
+//!   admission controller, built on first use, with equivalent ClusterPolicies); with either, the
+//!   report adds a peers table (admission step histograms, engine CPU, and which violation classes
+//!   each mode caught, from one write per class before the mode's first batch).
 //!
 //! A batch, in a namespace of its own, is `--objects` apps, each a Deployment (2 replicas, a
 //! hostname spread, labels, resources and probes as a chart writes them: about 2 KB as stored),
@@ -42,13 +47,14 @@
 //! bucket as Prometheus' `histogram_quantile` does, so the share of calls under 5 ms is given too.
 //!
 //! Flags (after `--`): `--rounds N` (3), `--objects N` apps per batch (500), `--concurrency N`
-//! (16), `--modes none,before,shipped` (the default; also `all-conditioned`, `split`, `mutating-only`),
+//! (16), `--modes none,before,shipped` (the default; also `all-conditioned`, `split`, `mutating-only`,
+//! `cel`, `kyverno`; the peers table: `--modes none,shipped,cel,kyverno`),
 //! `--out FILE` (also write the markdown there).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
 #[path = "peers/mod.rs"]
 mod peers;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -1089,9 +1095,8 @@ fn peers_report(
         _ => "(c)",
     };
     for m in &args.modes {
-        let rate = |phase: Phase| {
-            spread(&runs.get(&(*m, phase)).into_iter().flatten().map(Run::rate).collect::<Vec<_>>(), 0)
-        };
+        let rate =
+            |phase: Phase| spread(&runs.get(&(*m, phase)).into_iter().flatten().map(Run::rate).collect::<Vec<_>>(), 0);
         let (a, v) = steps(*m);
         let three = |h: &Histogram| {
             format!(
@@ -1124,9 +1129,9 @@ fn peers_report(
             (_, Some(c)) => format!("{c:.3}"),
             _ => "-".to_string(),
         };
-        let checks = caught.get(m).map_or("-".to_string(), |c| {
-            format!("{} of {}", c.iter().filter(|(_, o)| o.caught()).count(), c.len())
-        });
+        let checks = caught
+            .get(m)
+            .map_or("-".to_string(), |c| format!("{} of {}", c.iter().filter(|(_, o)| o.caught()).count(), c.len()));
         let _ = writeln!(
             md,
             "| {} | `{}` | {} | {} | {} | {} | {} | {} | {apiserver:.3}{added} | {engine} | {checks} |",
@@ -1168,8 +1173,10 @@ fn peers_report(
             "---|".repeat(checked.len())
         );
         for (i, (case, _)) in first.iter().enumerate() {
-            let cells: Vec<String> =
-                checked.iter().map(|m| caught[m].get(i).map_or("-".to_string(), |(_, o)| peers::outcome_name(o))).collect();
+            let cells: Vec<String> = checked
+                .iter()
+                .map(|m| caught[m].get(i).map_or("-".to_string(), |(_, o)| peers::outcome_name(o)))
+                .collect();
             let _ = writeln!(
                 md,
                 "| `{}` | {} | {} | {} |",
@@ -1188,7 +1195,8 @@ fn peers_report(
         let (hp, kp) = (added_p99(Mode::Shipped), added_p99(Mode::Kyverno));
         let (hm, km) = (mean_sum(Mode::Shipped) - mean_sum(Mode::None), mean_sum(Mode::Kyverno) - mean_sum(Mode::None));
         let (hc, kc) = (total_cpu(Mode::Shipped), total_cpu(Mode::Kyverno));
-        let ratio = |h: f64, k: f64| if h > 0.0 { format!("{:.1}×", k / h) } else { "n/a (ha-guard added ≤ 0)".to_string() };
+        let ratio =
+            |h: f64, k: f64| if h > 0.0 { format!("{:.1}×", k / h) } else { "n/a (ha-guard added ≤ 0)".to_string() };
         let _ = writeln!(
             md,
             "\n**ha-guard (`shipped`) against Kyverno on this mix**: added p99 admission latency {} against {} \

@@ -152,7 +152,8 @@ impl Peers {
         }
         k.stop();
         for kind in ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"] {
-            let out = cp.kubectl(&["delete", kind, "-l", "webhook.kyverno.io/managed-by=kyverno", "--ignore-not-found"]);
+            let out =
+                cp.kubectl(&["delete", kind, "-l", "webhook.kyverno.io/managed-by=kyverno", "--ignore-not-found"]);
             if !out.ok() {
                 return Err(format!("deleting Kyverno's {kind}: {}", out.output()));
             }
@@ -281,7 +282,8 @@ pub struct Case {
 /// hostname spread) with PDB `web`, Deployment `solo` (2 replicas) without one.
 pub fn cases(ns: &str) -> Vec<Case> {
     let web = |name: &str| spread_out(deployment(ns, name, 2));
-    let no_selector = json!([{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]);
+    let no_selector =
+        json!([{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]);
     let spreads_have_selector = |v: &Value| {
         v["spec"]["template"]["spec"]["topologySpreadConstraints"]
             .as_array()
@@ -329,7 +331,10 @@ pub fn cases(ns: &str) -> Vec<Case> {
             default: Action::Deny,
             cross_object: false,
             write: merge(
-                pod(web("csi"), json!({"containers": [{"name": "provisioner", "image": "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0"}]})),
+                pod(
+                    web("csi"),
+                    json!({"containers": [{"name": "provisioner", "image": "registry.k8s.io/sig-storage/csi-provisioner:v5.2.0"}]}),
+                ),
                 json!({"spec": {"strategy": {"type": "Recreate"}}}),
             ),
             fixed: None,
@@ -362,13 +367,7 @@ pub fn cases(ns: &str) -> Vec<Case> {
             write: pdb(ns, "solo", "solo", json!({"minAvailable": 2})),
             fixed: None,
         },
-        Case {
-            rule: "pdb-missing",
-            default: Action::Warn,
-            cross_object: true,
-            write: web("lonely"),
-            fixed: None,
-        },
+        Case { rule: "pdb-missing", default: Action::Warn, cross_object: true, write: web("lonely"), fixed: None },
         Case {
             rule: "hpa-target-missing",
             default: Action::Warn,
