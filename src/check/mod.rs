@@ -18,8 +18,8 @@ use crate::core::judge::{Asks, Review, Verdict, judge};
 use crate::core::model::{self, Object, ObjectRef};
 use crate::core::view::Index;
 use crate::manifest::cores::map_on_cores;
-use crate::manifest::objects::decode;
-use crate::manifest::{Loaded, Locator, Origin};
+use crate::manifest::objects::{Decoded, decode_error};
+use crate::manifest::{Document, LoadError, Loaded, Locator, Origin, Source};
 
 /// Options of `ha-guard check` (besides the paths and the format).
 #[derive(Clone, Debug, Default)]
@@ -52,12 +52,52 @@ fn removed_api(value: &serde_json::Value) -> Option<String> {
     })
 }
 
+/// What `check` keeps of a document once it is read: its object, decoded, and whether its API
+/// version is no longer served. Not its JSON tree: the trees of a large bundle take several times
+/// its text, and [`run_with`] drops each one as soon as it is decoded.
+pub struct Prepared {
+    object: Result<Option<Object>, model::DecodeError>,
+    removed: Option<String>,
+}
+
+impl Prepared {
+    /// Decodes `value`; objects without a namespace are put in `namespace`.
+    pub fn of(value: &serde_json::Value, namespace: &str) -> Prepared {
+        Prepared { object: model::decode(value, namespace), removed: removed_api(value) }
+    }
+}
+
 /// Checks loaded documents.
 pub fn check(loaded: &Loaded, options: &Options) -> Report {
-    let mut errors = loaded.errors.clone();
-    let decoded = decode(&loaded.documents, &options.namespace, &mut errors);
-    let mut unchecked: Vec<(Origin, String)> =
-        loaded.documents.iter().filter_map(|d| removed_api(&d.value).map(|m| (d.origin.clone(), m))).collect();
+    let prepared = map_on_cores(&loaded.documents, |d| Prepared::of(&d.value, &options.namespace));
+    let documents = loaded.documents.iter().zip(prepared).map(|(d, p)| Document { origin: d.origin.clone(), value: p });
+    check_prepared(&loaded.sources, loaded.errors.clone(), documents, options)
+}
+
+/// Checks documents read with [`Prepared::of`] (`load_mapped`), taking their objects.
+pub fn check_loaded(loaded: &mut Loaded<Prepared>, options: &Options) -> Report {
+    let documents = std::mem::take(&mut loaded.documents);
+    check_prepared(&loaded.sources, loaded.errors.clone(), documents, options)
+}
+
+fn check_prepared(
+    sources: &[Source],
+    mut errors: Vec<LoadError>,
+    documents: impl IntoIterator<Item = Document<Prepared>>,
+    options: &Options,
+) -> Report {
+    let mut decoded = Vec::new();
+    let mut unchecked: Vec<(Origin, String)> = Vec::new();
+    for Document { origin, value: Prepared { object, removed } } in documents {
+        if let Some(message) = removed {
+            unchecked.push((origin.clone(), message));
+        }
+        match object {
+            Ok(Some(object)) => decoded.push(Decoded { object, origin }),
+            Ok(None) => {}
+            Err(e) => errors.push(decode_error(&origin, &e)),
+        }
+    }
     // Two documents describing one object: the view keeps the last, and says so.
     let mut duplicates = Vec::new();
     let mut seen: BTreeMap<(model::Kind, String, String), Origin> = BTreeMap::new();
@@ -89,7 +129,7 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
             _ => None,
         })
         .collect();
-    let mut report = Report { objects: decoded.len(), files: loaded.sources.len(), ..Default::default() };
+    let mut report = Report { objects: decoded.len(), files: sources.len(), ..Default::default() };
     report.unchecked.append(&mut unchecked);
     report.notices.append(&mut duplicates);
     // The rules, decisions and mutation plans of each object are pure and independent: on every
@@ -98,7 +138,7 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
         let Object::Subject(subject) = &d.object else { return None };
         Some(judge(&Review { subject, old: None, view: &index, config: &options.config, asks: Asks::Both }))
     });
-    let mut locator = Locator::new(&loaded.sources);
+    let mut locator = Locator::new(sources);
     // The documents that will be pointed into, parsed again for positions on every core first.
     locator.prefetch(decoded.iter().zip(&judged).filter_map(|(d, verdict)| {
         let v = verdict.as_ref()?;
@@ -151,10 +191,11 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
     report
 }
 
-/// What a run of `check` did: the documents read, the report on them, and the files `--fix`
-/// rewrote (the report is on the files as they are after it).
+/// What a run of `check` did: the files read (their documents' objects are dropped once
+/// checked), the report on them, and the files `--fix` rewrote (the report is on the files as
+/// they are after it).
 pub struct Run {
-    pub loaded: Loaded,
+    pub loaded: Loaded<Prepared>,
     pub report: Report,
     pub fixed: Vec<String>,
 }
@@ -171,14 +212,15 @@ pub fn run_with(
     options: &Options,
     fix: bool,
 ) -> Result<Run, fix::FixError> {
-    let loaded = crate::manifest::load_with(paths, load);
-    let report = check(&loaded, options);
+    let prepare = |value: serde_json::Value| Prepared::of(&value, &options.namespace);
+    let mut loaded = crate::manifest::load_mapped(paths, load, &prepare);
+    let report = check_loaded(&mut loaded, options);
     if !fix || report.fixes.is_empty() {
         return Ok(Run { loaded, report, fixed: Vec::new() });
     }
-    let fixed = fix::apply(&loaded, &report.fixes)?;
-    let loaded = crate::manifest::load_with(paths, load);
-    let report = check(&loaded, options);
+    let fixed = fix::apply(&loaded.sources, &report.fixes)?;
+    let mut loaded = crate::manifest::load_mapped(paths, load, &prepare);
+    let report = check_loaded(&mut loaded, options);
     Ok(Run { loaded, report, fixed })
 }
 

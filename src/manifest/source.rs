@@ -50,11 +50,12 @@ impl Origin {
     }
 }
 
-/// One parsed document.
+/// One parsed document: its JSON value, or what a caller of
+/// [`load_mapped`](super::load::load_mapped) made of it.
 #[derive(Clone, Debug)]
-pub struct Document {
+pub struct Document<T = Value> {
     pub origin: Origin,
-    pub value: Value,
+    pub value: T,
 }
 
 /// A file's text and how it splits into documents, kept for `--fix`.
@@ -97,9 +98,15 @@ impl Default for LoadOptions {
     }
 }
 
-#[derive(Debug, Default)]
-pub struct Loaded {
+#[derive(Debug)]
+pub struct Loaded<T = Value> {
     pub sources: Vec<Source>,
-    pub documents: Vec<Document>,
+    pub documents: Vec<Document<T>>,
     pub errors: Vec<LoadError>,
+}
+
+impl<T> Default for Loaded<T> {
+    fn default() -> Self {
+        Loaded { sources: Vec::new(), documents: Vec::new(), errors: Vec::new() }
+    }
 }
