@@ -126,7 +126,7 @@ pub fn add_text_mapped<T: Send>(
             let origin = Origin { file: file.clone(), document: 0, item: None, line: 1, column: None, template: None };
             push_objects(loaded, origin, objects_of(value, map));
             let spans = std::iter::once(0..text.len()).collect();
-            loaded.sources.push(Source { file, path, json: true, text, spans, skeletons: Vec::new() });
+            loaded.sources.push(Source { file, path, json: true, text, spans, breaks: vec![0] });
             return;
         }
         if json_hint && let Err(e) = serde_json::from_str::<Value>(&text) {
@@ -145,19 +145,14 @@ pub fn add_text_mapped<T: Send>(
         breaks_before.push(breaks);
     }
     let parsed = parse_documents(&text, &spans, &breaks_before, map);
-    let mut skeletons = Vec::with_capacity(spans.len());
-    for ((index, span), (parsed, breaks)) in spans.iter().enumerate().zip(parsed.into_iter().zip(breaks_before)) {
+    for ((index, span), (parsed, &breaks)) in spans.iter().enumerate().zip(parsed.into_iter().zip(&breaks_before)) {
         let doc = &text[span.clone()];
         // The line of the document's first content, past its `---` marker and comments.
         let skipped = doc.lines().take_while(|l| is_blank(l)).count();
         let line = breaks + 1 + skipped;
-        let Some(parsed) = parsed else {
-            skeletons.push(None);
-            continue;
-        };
+        let Some(parsed) = parsed else { continue };
         match parsed {
-            Ok((objects, skeleton)) => {
-                skeletons.push(skeleton);
+            Ok(objects) => {
                 if let Some(objects) = objects {
                     let template = template_of(doc, breaks);
                     let origin = Origin { file: file.clone(), document: index, item: None, line, column: None, template };
@@ -165,7 +160,6 @@ pub fn add_text_mapped<T: Send>(
                 }
             }
             Err(e) => {
-                skeletons.push(None);
                 let shown = match template_of(doc, breaks) {
                     Some(t) => format!("{} (rendered into {file})", t.path),
                     None => file.clone(),
@@ -188,12 +182,11 @@ pub fn add_text_mapped<T: Send>(
             }
         }
     }
-    loaded.sources.push(Source { file, path, json: false, text, spans, skeletons });
+    loaded.sources.push(Source { file, path, json: false, text, spans, breaks: breaks_before });
 }
 
-/// A document's objects as `map` made them (`None` for a document holding `null`, or nothing),
-/// and its skeleton when the block reader built it.
-type ParsedDocument<T> = Result<(Option<Objects<T>>, Option<Node>), serde_saphyr::Error>;
+/// A document's objects as `map` made them (`None` for a document holding `null`, or nothing).
+type ParsedDocument<T> = Result<Option<Objects<T>>, serde_saphyr::Error>;
 
 /// Parses each document of `text` (`None` for a blank one), in order, in contiguous chunks on
 /// every core, and maps its objects there; `breaks_before[i]` is the number of line breaks before
@@ -207,10 +200,27 @@ fn parse_documents<T: Send>(
     let jobs: Vec<(&str, usize)> = spans.iter().zip(breaks_before).map(|(span, &b)| (&text[span.clone()], b)).collect();
     map_on_cores(&jobs, |&(doc, breaks)| {
         (!is_blank(doc)).then(|| {
-            yaml::parse(doc, breaks)
-                .map(|(value, skeleton)| ((!value.is_null()).then(|| objects_of(value, map)), skeleton))
+            yaml::parse(doc, breaks).map(|(value, _)| (!value.is_null()).then(|| objects_of(value, map)))
         })
     })
+}
+
+/// Document `document` of `source` read again, and its skeleton when the block reader read it:
+/// `check` reads a document twice rather than keeping every tree. `None` if it does not read.
+pub fn reread(source: &Source, document: usize) -> Option<(Value, Option<Node>)> {
+    if source.json {
+        return serde_json::from_str(&source.text).ok().map(|value| (value, None));
+    }
+    let span = source.spans.get(document)?.clone();
+    yaml::parse(source.text.get(span)?, *source.breaks.get(document)?).ok()
+}
+
+/// Item `item` of a `List` document's value (as [`load_mapped`] unwraps it), or the value itself.
+pub fn item_of(value: &Value, item: Option<usize>) -> Option<&Value> {
+    match item {
+        Some(i) => value.get("items")?.get(i),
+        None => Some(value),
+    }
 }
 
 /// The template a rendered document names in its leading comments (`# Source: PATH`, as
