@@ -298,6 +298,8 @@ pub fn run_with(
         return Ok(Run { loaded, report, fixed: Vec::new() });
     }
     let fixed = fix::apply(&loaded.sources, &report.fixes)?;
+    // The texts as they were: the files hold the fixed ones now.
+    drop(loaded);
     let mut loaded = crate::manifest::load_mapped(paths, load, &prepare);
     let report = check_loaded(&mut loaded, options);
     Ok(Run { loaded, report, fixed })
