@@ -18,9 +18,16 @@
 //!   print the breakdown (`HA_GUARD_BENCH_SIZES=1000,10000` to pick sizes).
 //! - `HA_GUARD_BENCH_WRITE=DIR`: also write the bundles to `DIR/bundle-N.yaml` (to profile
 //!   `ha-guard check -f` end to end).
+//! - `HA_GUARD_BENCH_RSS=1`: no criterion run; run the built binary, `ha-guard check -f
+//!   bundle-N.yaml --format json`, on each size and print its wall time and peak RSS (the child's
+//!   `ru_maxrss`) against the bundle's size. `HA_GUARD_BENCH_ROUNDS` (default 3) rounds;
+//!   `HA_GUARD_BENCH_BINARY=PATH[,PATH...]`: other builds to run interleaved with it (main's, to
+//!   compare side by side); `HA_GUARD_BENCH_SIZES` as above.
 
 use std::fmt::Write as _;
 use std::hint::black_box;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
@@ -358,6 +365,16 @@ fn load_text(text: String) -> load::Loaded {
     loaded
 }
 
+/// What `ha-guard check` does with the text: each document decoded as soon as it is read, its
+/// JSON tree dropped, then checked.
+fn load_and_check(text: String, options: &Options) -> (load::Loaded<check::Prepared>, check::Report) {
+    let mut loaded = load::Loaded::default();
+    let prepare = |value: serde_json::Value| check::Prepared::of(&value, &options.namespace);
+    load::add_text_mapped(&mut loaded, "bundle.yaml".into(), None, text, false, &prepare);
+    let report = check::check_loaded(&mut loaded, options);
+    (loaded, report)
+}
+
 /// Size of the bundle and of its Deployments.
 fn describe(objects: usize, text: &str) -> String {
     let sizes: Vec<usize> = (0..counts(objects).0)
@@ -422,11 +439,7 @@ fn bench_check<M: Measurement>(c: &mut Criterion<M>, prefix: &str) {
             // the Loaded and Report are dropped outside the timing too.
             b.iter_batched(
                 || text.clone(),
-                |text| {
-                    let loaded = load_text(text);
-                    let report = check::check(&loaded, &options);
-                    (loaded, report)
-                },
+                |text| load_and_check(text, &options),
                 criterion::BatchSize::PerIteration,
             );
         });
@@ -604,10 +617,72 @@ fn phases() {
         rows.push(("locate (2nd YAML parse, positions)", w, c));
         let (_, w, c) = timed(|| check::check(&loaded, &options()));
         rows.push(("= check::check, all of the above but add_text", w, c));
-        let (_, w, c) = timed(|| (load_text(text.clone()), check::check(&loaded, &options())));
-        rows.push(("= add_text + check::check", w, c));
+        let (_, w, c) = timed(|| load_and_check(text.clone(), &options()));
+        rows.push(("= add_text_mapped + check_loaded (the command)", w, c));
         for (what, w, c) in rows {
             println!("  {what:<44} {:>8.0} {:>8.0} {:>8.1}", ms(w), ms(c), c.as_secs_f64() * 1e6 / n as f64);
+        }
+    }
+}
+
+/// `ru_maxrss` and the rest of `struct rusage` (64-bit Linux: two `timeval`s, 14 `long`s).
+#[repr(C)]
+struct Rusage([i64; 18]);
+
+unsafe extern "C" {
+    fn wait4(pid: i32, status: *mut i32, options: i32, usage: *mut Rusage) -> i32;
+}
+
+/// Runs `binary check -f bundle --format json` (the report to /dev/null): its wall time, its peak
+/// resident set in bytes, and its exit code.
+fn run_check(binary: &str, bundle: &Path) -> (Duration, u64, i32) {
+    let start = Instant::now();
+    let child = Command::new(binary)
+        .args(["check", "--format", "json", "-f"])
+        .arg(bundle)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{binary}: {e}"));
+    let (mut status, mut usage) = (0, Rusage([0; 18]));
+    // SAFETY: `child` is our child, not waited for yet; `status` and `usage` are valid for writes
+    // (`usage` has the layout of 64-bit Linux's `struct rusage`).
+    let pid = unsafe { wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32, "wait4 failed");
+    // ru_maxrss is in KiB on Linux.
+    (start.elapsed(), usage.0[4] as u64 * 1024, (status >> 8) & 0xff)
+}
+
+/// `HA_GUARD_BENCH_RSS=1`: the whole command's peak memory and wall time on each bundle, as a
+/// user runs it; with `HA_GUARD_BENCH_BINARY`, other builds interleaved with this one.
+fn peak_rss() {
+    let sizes: Vec<usize> = std::env::var("HA_GUARD_BENCH_SIZES")
+        .ok()
+        .map(|v| v.split(',').map(|n| n.trim().parse().expect("HA_GUARD_BENCH_SIZES: numbers")).collect())
+        .unwrap_or(vec![1_000, 10_000]);
+    let rounds: usize = std::env::var("HA_GUARD_BENCH_ROUNDS").map_or(3, |v| v.parse().expect("HA_GUARD_BENCH_ROUNDS"));
+    let mut binaries = vec![env!("CARGO_BIN_EXE_ha-guard").to_string()];
+    if let Ok(others) = std::env::var("HA_GUARD_BENCH_BINARY") {
+        binaries.extend(others.split(',').map(str::to_string));
+    }
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    for n in sizes {
+        let path = dir.path().join(format!("bundle-{n}.yaml"));
+        let text = bundle(n);
+        std::fs::write(&path, &text).expect("writing the bundle");
+        let bytes = text.len() as f64;
+        println!("\n{n} objects: {} ({} bytes)", describe(n, &text), text.len());
+        drop(text);
+        println!("  {:<8} {:>8} {:>10} {:>9} {:>5}  binary", "round", "wall ms", "peak MB", "x input", "exit");
+        for round in 1..=rounds {
+            for binary in &binaries {
+                let (wall, rss, code) = run_check(binary, &path);
+                println!(
+                    "  {round:<8} {:>8.0} {:>10.1} {:>9.2} {code:>5}  {binary}",
+                    wall.as_secs_f64() * 1e3,
+                    rss as f64 / 1e6,
+                    rss as f64 / bytes
+                );
+            }
         }
     }
 }
@@ -615,6 +690,10 @@ fn phases() {
 fn main() {
     if std::env::var_os("HA_GUARD_BENCH_PHASES").is_some() {
         phases();
+        return;
+    }
+    if std::env::var_os("HA_GUARD_BENCH_RSS").is_some() {
+        peak_rss();
         return;
     }
     // HA_GUARD_BENCH_CLOCK=cpu: measure thread CPU time instead of wall time (names get `cpu:`).

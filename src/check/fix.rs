@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::report::Fixable;
 use crate::manifest::skeleton::{self, Node};
-use crate::manifest::{Loaded, Source};
+use crate::manifest::Source;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FixError {
@@ -29,7 +29,7 @@ pub enum FixError {
 }
 
 /// Applies `fixes` and writes the changed files. Returns the files written.
-pub fn apply(loaded: &Loaded, fixes: &[Fixable]) -> Result<Vec<String>, FixError> {
+pub fn apply(sources: &[Source], fixes: &[Fixable]) -> Result<Vec<String>, FixError> {
     // (file, document) → operations on the document's value (List items are prefixed).
     let mut per_doc: BTreeMap<(String, usize), Vec<json_patch::PatchOperation>> = BTreeMap::new();
     for f in fixes {
@@ -46,7 +46,7 @@ pub fn apply(loaded: &Loaded, fixes: &[Fixable]) -> Result<Vec<String>, FixError
         }
     }
     let mut written = Vec::new();
-    for source in &loaded.sources {
+    for source in sources {
         let docs: Vec<_> = per_doc.iter().filter(|((file, _), _)| *file == source.file).collect();
         if docs.is_empty() {
             continue;
@@ -227,7 +227,7 @@ mod tests {
     }
 
     fn source(text: &str) -> Source {
-        let mut loaded = Loaded::default();
+        let mut loaded = crate::manifest::Loaded::default();
         crate::manifest::add_text(&mut loaded, "t.yaml".into(), None, text.into(), false);
         loaded.sources.remove(0)
     }

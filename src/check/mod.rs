@@ -11,15 +11,18 @@ pub mod report;
 
 pub use report::{FailOn, Fixable, Located, Report};
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::core::config::Config;
 use crate::core::judge::{Asks, Review, Verdict, judge};
-use crate::core::model::{self, Object, ObjectRef};
+use crate::core::model::{self, Object, ObjectRef, Subject};
 use crate::core::view::Index;
+use crate::core::view::index::Projection;
 use crate::manifest::cores::map_on_cores;
-use crate::manifest::objects::decode;
-use crate::manifest::{Loaded, Locator, Origin};
+use crate::manifest::locate::{resolve_in, skeleton_of};
+use crate::manifest::objects::decode_error;
+use crate::manifest::skeleton::{Node, Position};
+use crate::manifest::{Document, LoadError, Loaded, Locator, Origin, Source};
 
 /// Options of `ha-guard check` (besides the paths and the format).
 #[derive(Clone, Debug, Default)]
@@ -52,23 +55,115 @@ fn removed_api(value: &serde_json::Value) -> Option<String> {
     })
 }
 
+/// What `check` keeps of a document after reading it the first time: what the view needs of its
+/// object and the object's reference when it is judged, and whether its API version is no longer
+/// served. Neither its JSON tree nor the object: on a large bundle they take over ten times the
+/// text, so each document is read again, one at a time, when its object is judged.
+pub struct Prepared {
+    object: Result<Option<(Projection, Option<ObjectRef>)>, model::DecodeError>,
+    removed: Option<String>,
+}
+
+impl Prepared {
+    /// Decodes `value`; objects without a namespace are put in `namespace`.
+    pub fn of(value: &serde_json::Value, namespace: &str) -> Prepared {
+        let object = model::decode(value, namespace).map(|object| {
+            object.map(|object| {
+                let subject = match &object {
+                    Object::Subject(s) => Some(s.id()),
+                    _ => None,
+                };
+                (Projection::of(&object), subject)
+            })
+        });
+        Prepared { object, removed: removed_api(value) }
+    }
+}
+
+/// The subject decoded from `value`, if it is one.
+fn subject_of(value: &serde_json::Value, namespace: &str) -> Option<Subject> {
+    match model::decode(value, namespace) {
+        Ok(Some(Object::Subject(subject))) => Some(subject),
+        _ => None,
+    }
+}
+
 /// Checks loaded documents.
 pub fn check(loaded: &Loaded, options: &Options) -> Report {
-    let mut errors = loaded.errors.clone();
-    let decoded = decode(&loaded.documents, &options.namespace, &mut errors);
-    let mut unchecked: Vec<(Origin, String)> =
-        loaded.documents.iter().filter_map(|d| removed_api(&d.value).map(|m| (d.origin.clone(), m))).collect();
+    let prepared = map_on_cores(&loaded.documents, |d| Prepared::of(&d.value, &options.namespace));
+    let documents = loaded.documents.iter().zip(prepared).map(|(d, p)| Document { origin: d.origin.clone(), value: p });
+    // The trees are in memory: the subjects are decoded from them again.
+    let subjects = |_: Option<&Source>, items: &[(usize, Origin)]| {
+        let subjects = items.iter().map(|(i, _)| subject_of(&loaded.documents[*i].value, &options.namespace));
+        (subjects.collect(), None)
+    };
+    check_prepared(&loaded.sources, loaded.errors.clone(), documents, options, &subjects)
+}
+
+/// Checks documents read with [`Prepared::of`] (`load_mapped`): each document holding a subject is
+/// read again from its file's text when it is judged.
+pub fn check_loaded(loaded: &mut Loaded<Prepared>, options: &Options) -> Report {
+    let documents = std::mem::take(&mut loaded.documents);
+    let subjects = |source: Option<&Source>, items: &[(usize, Origin)]| {
+        let Some((value, skeleton)) = source.and_then(|s| crate::manifest::load::reread(s, items[0].1.document)) else {
+            return (vec![None; items.len()], None);
+        };
+        let subjects = items.iter().map(|(_, origin)| {
+            crate::manifest::load::item_of(&value, origin.item).and_then(|v| subject_of(v, &options.namespace))
+        });
+        (subjects.collect(), skeleton)
+    };
+    check_prepared(&loaded.sources, loaded.errors.clone(), documents, options, &subjects)
+}
+
+/// How the second pass gets the subjects of one document back (`items`: their index among the
+/// documents and their origin), with the document's skeleton when reading it built one.
+type Subjects<'a> = dyn Fn(Option<&Source>, &[(usize, Origin)]) -> (Vec<Option<Subject>>, Option<Node>) + Sync + 'a;
+
+/// A judged subject, with where what is reported on it is: the object itself, each finding (and
+/// the first segment of its path not in the file), each change.
+struct Judged {
+    verdict: Verdict,
+    object_at: Option<Position>,
+    findings_at: Vec<Option<(Position, Option<String>)>>,
+    changes_at: Vec<Option<Position>>,
+}
+
+fn check_prepared(
+    sources: &[Source],
+    mut errors: Vec<LoadError>,
+    documents: impl IntoIterator<Item = Document<Prepared>>,
+    options: &Options,
+    subjects: &Subjects,
+) -> Report {
+    // First pass: the view, the notes, and which documents hold subjects.
+    let mut index = Index::new();
+    index.set_complete(options.complete);
+    let mut unchecked: Vec<(Origin, String)> = Vec::new();
     // Two documents describing one object: the view keeps the last, and says so.
     let mut duplicates = Vec::new();
     let mut seen: BTreeMap<(model::Kind, String, String), Origin> = BTreeMap::new();
-    for d in &decoded {
-        let id = match &d.object {
-            Object::Subject(s) => s.id(),
-            _ => continue,
+    let mut checked: HashSet<ObjectRef> = HashSet::new();
+    let mut judged: Vec<(usize, Origin, ObjectRef)> = Vec::new();
+    let mut objects = 0;
+    for (i, Document { origin, value: Prepared { object, removed } }) in documents.into_iter().enumerate() {
+        if let Some(message) = removed {
+            unchecked.push((origin.clone(), message));
+        }
+        let (projection, subject) = match object {
+            Ok(Some(object)) => object,
+            Ok(None) => continue,
+            Err(e) => {
+                errors.push(decode_error(&origin, &e));
+                continue;
+            }
         };
-        if let Some(first) = seen.insert((id.kind, id.namespace.clone(), id.name.clone()), d.origin.clone()) {
+        objects += 1;
+        index.insert_projection(projection);
+        let Some(id) = subject else { continue };
+        if let Some(first) = seen.insert((id.kind, id.namespace.clone(), id.name.clone()), origin.clone()) {
             duplicates.push((
-                d.origin.clone(),
+                origin.clone(),
                 format!(
                     "{id} is also defined in {} (document {}): each is checked against the view holding this \
                      later one; check alternatives (base and patch, two variants) separately",
@@ -76,85 +171,110 @@ pub fn check(loaded: &Loaded, options: &Options) -> Report {
                 ),
             ));
         }
+        checked.insert(id.clone());
+        judged.push((i, origin, id));
     }
-    let mut index = Index::new();
-    index.set_complete(options.complete);
-    for d in &decoded {
-        index.insert_object(&d.object);
-    }
-    let checked: HashSet<ObjectRef> = decoded
-        .iter()
-        .filter_map(|d| match &d.object {
-            Object::Subject(s) => Some(s.id()),
-            _ => None,
-        })
-        .collect();
-    let mut report = Report { objects: decoded.len(), files: loaded.sources.len(), ..Default::default() };
+    let mut report = Report { objects, files: sources.len(), ..Default::default() };
     report.unchecked.append(&mut unchecked);
     report.notices.append(&mut duplicates);
-    // The rules, decisions and mutation plans of each object are pure and independent: on every
-    // core. Locating findings in the source text (stateful, cached per document) stays in order.
-    let judged = map_on_cores(&decoded, |d| {
-        let Object::Subject(subject) = &d.object else { return None };
-        Some(judge(&Review { subject, old: None, view: &index, config: &options.config, asks: Asks::Both }))
+
+    // Second pass, document by document on every core: each is read again, its subjects judged
+    // (rules, decisions and mutation plans are pure and independent) and what is reported on them
+    // located in its skeleton; then everything is dropped but the verdict.
+    let mut by_file: HashMap<&str, &Source> = HashMap::new();
+    for s in sources {
+        by_file.entry(s.file.as_str()).or_insert(s);
+    }
+    let mut groups: Vec<&[(usize, Origin, ObjectRef)]> = Vec::new();
+    let mut rest = &judged[..];
+    while let Some((_, first, _)) = rest.first() {
+        let n = rest.iter().take_while(|(_, o, _)| o.file == first.file && o.document == first.document).count();
+        let (group, tail) = rest.split_at(n);
+        groups.push(group);
+        rest = tail;
+    }
+    let outcomes = map_on_cores(&groups, |group| {
+        let source = by_file.get(group[0].1.file.as_str()).copied();
+        let items: Vec<(usize, Origin)> = group.iter().map(|(i, o, _)| (*i, o.clone())).collect();
+        let (decoded, skeleton) = subjects(source, &items);
+        let mut tree = skeleton;
+        let mut parsed = tree.is_some();
+        let mut out = Vec::with_capacity(items.len());
+        for ((_, origin), subject) in items.iter().zip(decoded) {
+            let Some(subject) = subject else {
+                out.push(None);
+                continue;
+            };
+            let verdict =
+                judge(&Review { subject: &subject, old: None, view: &index, config: &options.config, asks: Asks::Both });
+            let v = &verdict;
+            let reported = !v.unchecked.is_empty()
+                || !v.decided.warnings.is_empty()
+                || !v.decided.findings.is_empty()
+                || !v.plan.is_empty();
+            // Located only when something is reported on it.
+            if reported && !parsed {
+                tree = source.and_then(|s| skeleton_of(s, origin.document));
+                parsed = true;
+            }
+            let tree = tree.as_ref().filter(|_| reported);
+            let at = |path: &str| tree.map(|t| resolve_in(t, origin, path));
+            out.push(Some(Judged {
+                object_at: at("").map(|(p, _)| p),
+                findings_at: v.decided.findings.iter().map(|f| at(&f.path)).collect(),
+                changes_at: v.plan.changes.iter().map(|c| at(&c.path()).map(|(p, _)| p)).collect(),
+                verdict,
+            }));
+        }
+        out
     });
-    let mut locator = Locator::new(&loaded.sources);
-    // The documents that will be pointed into, parsed again for positions on every core first.
-    locator.prefetch(decoded.iter().zip(&judged).filter_map(|(d, verdict)| {
-        let v = verdict.as_ref()?;
-        let reported = !v.unchecked.is_empty()
-            || !v.decided.warnings.is_empty()
-            || !v.decided.findings.is_empty()
-            || !v.plan.is_empty();
-        reported.then_some(&d.origin)
-    }));
-    for (d, verdict) in decoded.iter().zip(judged) {
-        let (Object::Subject(subject), Some(Verdict { decided, plan, unchecked, .. })) = (&d.object, verdict) else {
+    let locator = Locator::new(sources);
+    for ((_, origin, id), judged) in judged.iter().zip(outcomes.into_iter().flatten()) {
+        let Some(Judged { verdict: Verdict { decided, plan, unchecked, .. }, object_at, findings_at, changes_at }) =
+            judged
+        else {
             continue;
         };
-        let id = subject.id();
-        report.checked.push((d.origin.shown_file().to_string(), id.clone()));
-        // The object itself (a `List` item starts below its document's first line), located only
-        // when something is reported on it: locating parses the document's text a second time,
-        // which costs about as much as loading it did.
-        let mut located = None;
-        let mut object_origin =
-            |locator: &mut Locator| located.get_or_insert_with(|| locator.locate(&d.origin, "")).clone();
+        report.checked.push((origin.shown_file().to_string(), id.clone()));
+        // The origin moved to a position (the object itself, a field), or kept when not located.
+        let moved = |at: Option<Position>| match at {
+            Some(p) => Origin { line: p.line as usize, column: Some(p.column as usize), ..origin.clone() },
+            None => origin.clone(),
+        };
         for u in unchecked {
-            report.unchecked.push((object_origin(&mut locator), u));
+            report.unchecked.push((moved(object_at), u));
         }
         for w in decided.warnings {
-            report.notices.push((object_origin(&mut locator), w));
+            report.notices.push((moved(object_at), w));
         }
-        for f in decided.findings {
+        for (f, at) in decided.findings.into_iter().zip(findings_at) {
             // Reported on the object it is about when that object is checked too.
             if f.anchor != f.object && checked.contains(&f.anchor) {
                 continue;
             }
             // Point at the finding's field, or its deepest ancestor present in the file.
-            let (origin, missing) = match locator.resolve(&d.origin, &f.path) {
-                Some((at, missing)) => {
-                    (Origin { line: at.line as usize, column: Some(at.column as usize), ..d.origin.clone() }, missing)
-                }
-                None => (d.origin.clone(), None),
+            let (origin, missing) = match at {
+                Some((at, missing)) => (moved(Some(at)), missing),
+                None => (origin.clone(), None),
             };
             let snippet = locator.source_line(&origin.file, origin.line).map(str::to_string);
             report.findings.push(Located { finding: f, origin, missing, snippet });
         }
         if !plan.is_empty() {
             // Where each change goes: the deepest existing ancestor of the field it adds.
-            let at = plan.changes.iter().map(|c| locator.locate(&d.origin, &c.path())).collect();
-            report.fixes.push(Fixable { object: id, origin: object_origin(&mut locator), changes: plan.changes, at });
+            let at = changes_at.into_iter().map(moved).collect();
+            report.fixes.push(Fixable { object: id.clone(), origin: moved(object_at), changes: plan.changes, at });
         }
     }
     report.errors = errors;
     report
 }
 
-/// What a run of `check` did: the documents read, the report on them, and the files `--fix`
-/// rewrote (the report is on the files as they are after it).
+/// What a run of `check` did: the files read (their documents' objects are dropped once
+/// checked), the report on them, and the files `--fix` rewrote (the report is on the files as
+/// they are after it).
 pub struct Run {
-    pub loaded: Loaded,
+    pub loaded: Loaded<Prepared>,
     pub report: Report,
     pub fixed: Vec<String>,
 }
@@ -171,14 +291,17 @@ pub fn run_with(
     options: &Options,
     fix: bool,
 ) -> Result<Run, fix::FixError> {
-    let loaded = crate::manifest::load_with(paths, load);
-    let report = check(&loaded, options);
+    let prepare = |value: serde_json::Value| Prepared::of(&value, &options.namespace);
+    let mut loaded = crate::manifest::load_mapped(paths, load, &prepare);
+    let report = check_loaded(&mut loaded, options);
     if !fix || report.fixes.is_empty() {
         return Ok(Run { loaded, report, fixed: Vec::new() });
     }
-    let fixed = fix::apply(&loaded, &report.fixes)?;
-    let loaded = crate::manifest::load_with(paths, load);
-    let report = check(&loaded, options);
+    let fixed = fix::apply(&loaded.sources, &report.fixes)?;
+    // The texts as they were: the files hold the fixed ones now.
+    drop(loaded);
+    let mut loaded = crate::manifest::load_mapped(paths, load, &prepare);
+    let report = check_loaded(&mut loaded, options);
     Ok(Run { loaded, report, fixed })
 }
 

@@ -103,11 +103,12 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
                 "--fix writes files back: it cannot with --helm or --kustomize, whose input is rendered".into(),
             ));
         }
-        let mut loaded = manifest::load_with(&paths, &load);
+        let prepare = |value: serde_json::Value| check::Prepared::of(&value, &options.namespace);
+        let mut loaded = manifest::load_mapped(&paths, &load, &prepare);
         for (name, text, chart) in rendered {
-            add_rendered(&mut loaded, name, text, chart);
+            add_rendered(&mut loaded, name, text, chart, &prepare);
         }
-        let report = check::check(&loaded, &options);
+        let report = check::check_loaded(&mut loaded, &options);
         check::Run { loaded, report, fixed: Vec::new() }
     };
     for f in &run.fixed {
@@ -117,8 +118,8 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
     let how = Output { format: args.format, fail_on: args.fail_on, color: args.color, quiet: args.quiet };
     print(report, how, args.output.as_deref())?;
     let code = ExitCode::from(report.exit_code(args.fail_on) as u8);
-    // The process ends here: freeing every document's JSON tree and skeleton one by one would
-    // take a tenth of a large run (perf, 10,000 objects), for memory the exit returns anyway.
+    // The process ends here: freeing the texts and the report (every finding's strings) one by
+    // one would only delay the exit, which returns the memory anyway.
     std::mem::forget(run);
     Ok(code)
 }
@@ -260,9 +261,15 @@ fn run_renderer(mut cmd: Command, program: &str, instead: &str) -> Result<String
 }
 
 /// Adds a rendered stream; a local chart's template paths are put under its folder.
-fn add_rendered(loaded: &mut Loaded, name: String, text: String, chart: Option<(String, String)>) {
+fn add_rendered(
+    loaded: &mut Loaded<check::Prepared>,
+    name: String,
+    text: String,
+    chart: Option<(String, String)>,
+    prepare: &(impl Fn(serde_json::Value) -> check::Prepared + Sync),
+) {
     let first = loaded.documents.len();
-    manifest::add_text(loaded, name, None, text, false);
+    manifest::add_text_mapped(loaded, name, None, text, false, prepare);
     let Some((chart_name, dir)) = chart else { return };
     for d in &mut loaded.documents[first..] {
         if let Some(t) = d.origin.template.as_mut()

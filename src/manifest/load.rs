@@ -19,12 +19,19 @@ pub fn load(paths: &[String]) -> Loaded {
 
 /// [`load`] with options.
 pub fn load_with(paths: &[String], options: &LoadOptions) -> Loaded {
+    load_mapped(paths, options, &|value| value)
+}
+
+/// [`load_with`], each document's value (each item of a `List`) turned into what `map` makes of
+/// it as soon as it is read, on the core that read it: the JSON trees are then not all kept at
+/// once (`check` keeps the decoded objects only: a tree takes several times its text).
+pub fn load_mapped<T: Send>(paths: &[String], options: &LoadOptions, map: &(impl Fn(Value) -> T + Sync)) -> Loaded<T> {
     let mut loaded = Loaded::default();
     for p in paths {
         if p == "-" {
             let mut text = String::new();
             match std::io::stdin().read_to_string(&mut text) {
-                Ok(_) => add_text(&mut loaded, "-".into(), None, text, false),
+                Ok(_) => add_text_mapped(&mut loaded, "-".into(), None, text, false, map),
                 Err(e) => loaded.errors.push(LoadError { file: "-".into(), document: None, message: e.to_string() }),
             }
             continue;
@@ -35,10 +42,10 @@ pub fn load_with(paths: &[String], options: &LoadOptions) -> Loaded {
             walk(path, options.respect_ignore_files, &mut files, &mut loaded.errors);
             files.sort();
             for f in files {
-                load_file(&mut loaded, &f);
+                load_file(&mut loaded, &f, map);
             }
         } else {
-            load_file(&mut loaded, path);
+            load_file(&mut loaded, path, map);
         }
     }
     loaded
@@ -84,13 +91,13 @@ fn is_loop(e: &ignore::Error) -> bool {
     }
 }
 
-fn load_file(loaded: &mut Loaded, path: &Path) {
+fn load_file<T: Send>(loaded: &mut Loaded<T>, path: &Path, map: &(impl Fn(Value) -> T + Sync)) {
     let file = path.display().to_string();
     match std::fs::read(path) {
         Ok(bytes) => match String::from_utf8(bytes) {
             Ok(text) => {
                 let json = path.extension().and_then(|e| e.to_str()) == Some("json");
-                add_text(loaded, file, Some(path.to_path_buf()), text, json);
+                add_text_mapped(loaded, file, Some(path.to_path_buf()), text, json, map);
             }
             Err(_) => loaded.errors.push(LoadError { file, document: None, message: "not UTF-8 text".into() }),
         },
@@ -101,13 +108,25 @@ fn load_file(loaded: &mut Loaded, path: &Path) {
 /// Parses one file's text. JSON is tried for `.json` files and for text starting with `{` or `[`
 /// (stdin); YAML otherwise (YAML is a superset of JSON, but JSON errors read better for JSON).
 pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: String, json_hint: bool) {
+    add_text_mapped(loaded, file, path, text, json_hint, &|value| value)
+}
+
+/// [`add_text`], each document's value turned into what `map` makes of it (see [`load_mapped`]).
+pub fn add_text_mapped<T: Send>(
+    loaded: &mut Loaded<T>,
+    file: String,
+    path: Option<PathBuf>,
+    text: String,
+    json_hint: bool,
+    map: &(impl Fn(Value) -> T + Sync),
+) {
     let looks_json = json_hint || text.trim_start().starts_with('{');
     if looks_json {
         if let Ok(value) = serde_json::from_str::<Value>(&text) {
             let origin = Origin { file: file.clone(), document: 0, item: None, line: 1, column: None, template: None };
-            push_document(loaded, origin, value);
+            push_objects(loaded, origin, objects_of(value, map));
             let spans = std::iter::once(0..text.len()).collect();
-            loaded.sources.push(Source { file, path, json: true, text, spans, skeletons: Vec::new() });
+            loaded.sources.push(Source { file, path, json: true, text, spans, breaks: vec![0] });
             return;
         }
         if json_hint && let Err(e) = serde_json::from_str::<Value>(&text) {
@@ -125,31 +144,22 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
         counted_to = span.start;
         breaks_before.push(breaks);
     }
-    let parsed = parse_documents(&text, &spans, &breaks_before);
-    let mut skeletons = Vec::with_capacity(spans.len());
-    for ((index, span), (parsed, breaks)) in spans.iter().enumerate().zip(parsed.into_iter().zip(breaks_before)) {
+    let parsed = parse_documents(&text, &spans, &breaks_before, map);
+    for ((index, span), (parsed, &breaks)) in spans.iter().enumerate().zip(parsed.into_iter().zip(&breaks_before)) {
         let doc = &text[span.clone()];
         // The line of the document's first content, past its `---` marker and comments.
         let skipped = doc.lines().take_while(|l| is_blank(l)).count();
         let line = breaks + 1 + skipped;
-        let Some(parsed) = parsed else {
-            skeletons.push(None);
-            continue;
-        };
+        let Some(parsed) = parsed else { continue };
         match parsed {
-            Ok((value, skeleton)) => {
-                skeletons.push(skeleton);
-                if !value.is_null() {
+            Ok(objects) => {
+                if let Some(objects) = objects {
                     let template = template_of(doc, breaks);
-                    push_document(
-                        loaded,
-                        Origin { file: file.clone(), document: index, item: None, line, column: None, template },
-                        value,
-                    );
+                    let origin = Origin { file: file.clone(), document: index, item: None, line, column: None, template };
+                    push_objects(loaded, origin, objects);
                 }
             }
             Err(e) => {
-                skeletons.push(None);
                 let shown = match template_of(doc, breaks) {
                     Some(t) => format!("{} (rendered into {file})", t.path),
                     None => file.clone(),
@@ -172,20 +182,45 @@ pub fn add_text(loaded: &mut Loaded, file: String, path: Option<PathBuf>, text: 
             }
         }
     }
-    loaded.sources.push(Source { file, path, json: false, text, spans, skeletons });
+    loaded.sources.push(Source { file, path, json: false, text, spans, breaks: breaks_before });
 }
 
-type ParsedDocument = Result<(Value, Option<Node>), serde_saphyr::Error>;
+/// A document's objects as `map` made them (`None` for a document holding `null`, or nothing).
+type ParsedDocument<T> = Result<Option<Objects<T>>, serde_saphyr::Error>;
 
 /// Parses each document of `text` (`None` for a blank one), in order, in contiguous chunks on
-/// every core; `breaks_before[i]` is the number of line breaks before document `i`.
-fn parse_documents(
+/// every core, and maps its objects there; `breaks_before[i]` is the number of line breaks before
+/// document `i`.
+fn parse_documents<T: Send>(
     text: &str,
     spans: &[std::ops::Range<usize>],
     breaks_before: &[usize],
-) -> Vec<Option<ParsedDocument>> {
+    map: &(impl Fn(Value) -> T + Sync),
+) -> Vec<Option<ParsedDocument<T>>> {
     let jobs: Vec<(&str, usize)> = spans.iter().zip(breaks_before).map(|(span, &b)| (&text[span.clone()], b)).collect();
-    map_on_cores(&jobs, |&(doc, breaks)| (!is_blank(doc)).then(|| yaml::parse(doc, breaks)))
+    map_on_cores(&jobs, |&(doc, breaks)| {
+        (!is_blank(doc)).then(|| {
+            yaml::parse(doc, breaks).map(|(value, _)| (!value.is_null()).then(|| objects_of(value, map)))
+        })
+    })
+}
+
+/// Document `document` of `source` read again, and its skeleton when the block reader read it:
+/// `check` reads a document twice rather than keeping every tree. `None` if it does not read.
+pub fn reread(source: &Source, document: usize) -> Option<(Value, Option<Node>)> {
+    if source.json {
+        return serde_json::from_str(&source.text).ok().map(|value| (value, None));
+    }
+    let span = source.spans.get(document)?.clone();
+    yaml::parse(source.text.get(span)?, *source.breaks.get(document)?).ok()
+}
+
+/// Item `item` of a `List` document's value (as [`load_mapped`] unwraps it), or the value itself.
+pub fn item_of(value: &Value, item: Option<usize>) -> Option<&Value> {
+    match item {
+        Some(i) => value.get("items")?.get(i),
+        None => Some(value),
+    }
 }
 
 /// The template a rendered document names in its leading comments (`# Source: PATH`, as
@@ -238,20 +273,25 @@ pub fn split_documents(text: &str) -> Vec<std::ops::Range<usize>> {
     spans
 }
 
-/// Adds a document, unwrapping `List` kinds (`v1/List`, `*List` with `items`) into their items.
-fn push_document(loaded: &mut Loaded, origin: Origin, value: Value) {
+/// What `map` made of a document's objects, with the index of each in its `List`'s `items`.
+type Objects<T> = Vec<(Option<usize>, T)>;
+
+/// The objects of a document, mapped: a `List` kind's (`v1/List`, `*List` with `items`) items, else
+/// the document itself.
+fn objects_of<T>(mut value: Value, map: &impl Fn(Value) -> T) -> Objects<T> {
     let is_list = value.get("kind").and_then(Value::as_str).is_some_and(|k| k == "List" || k.ends_with("List"))
         && value.get("items").is_some_and(Value::is_array);
-    if is_list {
-        if let Some(items) = value.get("items").and_then(Value::as_array) {
-            for (i, item) in items.iter().enumerate() {
-                let origin = Origin { item: Some(i), ..origin.clone() };
-                loaded.documents.push(Document { origin, value: item.clone() });
-            }
-        }
-        return;
+    if is_list && let Some(Value::Array(items)) = value.get_mut("items").map(Value::take) {
+        return items.into_iter().enumerate().map(|(i, item)| (Some(i), map(item))).collect();
     }
-    loaded.documents.push(Document { origin, value });
+    vec![(None, map(value))]
+}
+
+/// Adds a document's objects, each with its origin.
+fn push_objects<T>(loaded: &mut Loaded<T>, origin: Origin, objects: Objects<T>) {
+    for (item, value) in objects {
+        loaded.documents.push(Document { origin: Origin { item, ..origin.clone() }, value });
+    }
 }
 
 #[cfg(test)]

@@ -48,27 +48,13 @@ impl<'a> Locator<'a> {
     /// [`Locator::position`] and the first segment of `path` that is not in the file (`None` when
     /// the whole path is there).
     pub fn resolve(&mut self, origin: &Origin, path: &str) -> Option<(Position, Option<String>)> {
-        let tree = match self.prebuilt(origin) {
-            Some(tree) => tree,
-            None => {
-                let key = (origin.file.clone(), origin.document);
-                if !self.cache.contains_key(&key) {
-                    let tree = self.parse_document(origin);
-                    self.cache.insert(key.clone(), tree);
-                }
-                self.cache.get(&key)?.as_ref()?
-            }
-        };
-        let mut path_segments = Vec::new();
-        if let Some(i) = origin.item {
-            path_segments.push("items".to_string());
-            path_segments.push(i.to_string());
+        let key = (origin.file.clone(), origin.document);
+        if !self.cache.contains_key(&key) {
+            let tree = self.parse_document(origin);
+            self.cache.insert(key.clone(), tree);
         }
-        let prefix = path_segments.len();
-        path_segments.extend(segments(path));
-        let (at, found) = tree.resolve(&path_segments);
-        let missing = path_segments.get(found.max(prefix)).cloned();
-        Some((at, missing))
+        let tree = self.cache.get(&key)?.as_ref()?;
+        Some(resolve_in(tree, origin, path))
     }
 
     /// [`Locator::position`] applied to `origin`: the origin with its line (and column) moved to
@@ -101,40 +87,50 @@ impl<'a> Locator<'a> {
         let wanted: Vec<&Origin> = origins
             .into_iter()
             .filter(|o| {
-                self.prebuilt(o).is_none()
-                    && !self.cache.contains_key(&(o.file.clone(), o.document))
-                    && seen.insert((o.file.as_str(), o.document))
+                !self.cache.contains_key(&(o.file.clone(), o.document)) && seen.insert((o.file.as_str(), o.document))
             })
             .collect();
         let keys: Vec<(String, usize)> = wanted.iter().map(|o| (o.file.clone(), o.document)).collect();
-        let jobs: Vec<_> = wanted.iter().map(|o| (*o, self.source(&o.file))).collect();
-        let trees = super::cores::map_on_cores(&jobs, |(origin, source)| {
-            source.and_then(|(source, starts)| parse_in(source, starts, origin))
-        });
+        let jobs: Vec<_> = wanted.iter().map(|o| (o.document, self.source(&o.file).map(|(s, _)| s))).collect();
+        let trees = super::cores::map_on_cores(&jobs, |&(document, source)| skeleton_of(source?, document));
         for (key, tree) in keys.into_iter().zip(trees) {
             self.cache.insert(key, tree);
         }
     }
 
-    /// The skeleton the first parse built for the document `origin` names, if it did.
-    fn prebuilt(&self, origin: &Origin) -> Option<&'a Node> {
-        let source = &self.sources[*self.by_file.get(origin.file.as_str())?];
-        source.skeletons.get(origin.document)?.as_ref()
-    }
-
     fn parse_document(&self, origin: &Origin) -> Option<Node> {
-        let (source, starts) = self.source(&origin.file)?;
-        parse_in(source, starts, origin)
+        skeleton_of(self.source(&origin.file)?.0, origin.document)
     }
 }
 
-/// The skeleton of the document `origin` names in `source` (whose lines start at `starts`).
-fn parse_in(source: &Source, starts: &[usize], origin: &Origin) -> Option<Node> {
-    let span = if source.json { 0..source.text.len() } else { source.spans.get(origin.document)?.clone() };
-    let text = source.text.get(span.clone())?;
-    // Line breaks before the span: the lines starting at or before it, less the first.
-    let offset = starts.partition_point(|&s| s <= span.start) - 1;
-    skeleton::parse(text, offset)
+/// The skeleton of document `document` of `source`: from the block reader when it reads the
+/// document (several times faster), else from the parser's events.
+pub fn skeleton_of(source: &Source, document: usize) -> Option<Node> {
+    let (span, breaks) = if source.json {
+        (0..source.text.len(), 0)
+    } else {
+        (source.spans.get(document)?.clone(), *source.breaks.get(document)?)
+    };
+    let text = source.text.get(span)?;
+    match super::block::parse_block(text, breaks) {
+        Some((_, skeleton)) => Some(skeleton),
+        None => skeleton::parse(text, breaks),
+    }
+}
+
+/// The position of `path` below the document (or `List` item) `origin` names, whose skeleton is
+/// `tree`, and the first segment of `path` that is not in it.
+pub fn resolve_in(tree: &Node, origin: &Origin, path: &str) -> (Position, Option<String>) {
+    let mut path_segments = Vec::new();
+    if let Some(i) = origin.item {
+        path_segments.push("items".to_string());
+        path_segments.push(i.to_string());
+    }
+    let prefix = path_segments.len();
+    path_segments.extend(segments(path));
+    let (at, found) = tree.resolve(&path_segments);
+    let missing = path_segments.get(found.max(prefix)).cloned();
+    (at, missing)
 }
 
 #[cfg(test)]
@@ -228,24 +224,24 @@ mod tests {
         }
         let l = loaded("many.yaml", &text);
         assert_eq!(l.documents.len(), 300);
-        // Without the skeletons of the first parse, so that the locator parses again.
-        let mut bare = l.sources.clone();
-        bare.iter_mut().for_each(|s| s.skeletons.clear());
-        let mut one_by_one = Locator::new(&bare);
+        let mut one_by_one = Locator::new(&l.sources);
         let expected: Vec<_> = l.documents.iter().map(|d| one_by_one.position(&d.origin, "spec.x")).collect();
-        let mut prefetched = Locator::new(&bare);
+        let mut prefetched = Locator::new(&l.sources);
         prefetched.prefetch(l.documents.iter().map(|d| &d.origin));
         assert_eq!(prefetched.cache.len(), 300);
         let found: Vec<_> = l.documents.iter().map(|d| prefetched.position(&d.origin, "spec.x")).collect();
         assert_eq!(found, expected);
         assert!(found.iter().all(Option::is_some));
-        // The skeletons the first parse built (on several threads) point at the same places, and
-        // nothing is parsed again.
-        assert!(l.sources[0].skeletons.iter().all(Option::is_some));
-        let mut prebuilt = Locator::new(&l.sources);
-        prebuilt.prefetch(l.documents.iter().map(|d| &d.origin));
-        let found: Vec<_> = l.documents.iter().map(|d| prebuilt.position(&d.origin, "spec.x")).collect();
-        assert_eq!(found, expected);
-        assert!(prebuilt.cache.is_empty(), "parsed again");
+    }
+
+    /// The block reader's skeleton and the parser's place every node alike: either may locate.
+    #[test]
+    fn skeletons_of_the_block_reader_and_of_the_parser_agree() {
+        let text = format!("a: 1\n---\n{}", crate::manifest::skeleton::tests::DEPLOYMENT);
+        let l = loaded("d.yaml", &text);
+        let source = &l.sources[0];
+        let span = source.spans[1].clone();
+        assert_eq!(skeleton_of(source, 1), skeleton::parse(&source.text[span], source.breaks[1]));
+        assert!(skeleton_of(source, 1).is_some());
     }
 }

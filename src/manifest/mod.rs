@@ -14,6 +14,6 @@ pub mod skeleton;
 pub mod source;
 pub mod yaml;
 
-pub use load::{add_text, load, load_with, split_documents};
+pub use load::{add_text, add_text_mapped, load, load_mapped, load_with, split_documents};
 pub use locate::Locator;
 pub use source::{Document, LoadError, LoadOptions, Loaded, Origin, Source, Template};

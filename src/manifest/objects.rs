@@ -20,17 +20,22 @@ pub fn decode(documents: &[Document], namespace: &str, errors: &mut Vec<LoadErro
         match object {
             Ok(Some(object)) => out.push(Decoded { object, origin: doc.origin.clone() }),
             Ok(None) => {}
-            Err(e) => errors.push(LoadError {
-                file: doc.origin.file.clone(),
-                document: Some(doc.origin.document),
-                message: match doc.origin.item {
-                    Some(i) => format!("items[{i}]: {e}"),
-                    None => e.to_string(),
-                },
-            }),
+            Err(e) => errors.push(decode_error(&doc.origin, &e)),
         }
     }
     out
+}
+
+/// An object that does not decode, as an error naming its file, document and `List` item.
+pub fn decode_error(origin: &Origin, e: &model::DecodeError) -> LoadError {
+    LoadError {
+        file: origin.file.clone(),
+        document: Some(origin.document),
+        message: match origin.item {
+            Some(i) => format!("items[{i}]: {e}"),
+            None => e.to_string(),
+        },
+    }
 }
 
 /// The static view of everything in `loaded` (`serve --cluster FILE`): objects of other kinds

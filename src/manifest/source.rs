@@ -4,8 +4,6 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::skeleton::Node;
-
 /// Where a document came from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Origin {
@@ -50,11 +48,12 @@ impl Origin {
     }
 }
 
-/// One parsed document.
+/// One parsed document: its JSON value, or what a caller of
+/// [`load_mapped`](super::load::load_mapped) made of it.
 #[derive(Clone, Debug)]
-pub struct Document {
+pub struct Document<T = Value> {
     pub origin: Origin,
-    pub value: Value,
+    pub value: T,
 }
 
 /// A file's text and how it splits into documents, kept for `--fix`.
@@ -66,9 +65,10 @@ pub struct Source {
     pub text: String,
     /// Byte ranges of each document in `text` (YAML); the whole text for JSON.
     pub spans: Vec<std::ops::Range<usize>>,
-    /// Per document of `spans`, its skeleton when the first parse built it (the block reader);
-    /// `locate` parses the others again when it needs them. Empty for JSON.
-    pub skeletons: Vec<Option<Node>>,
+    /// Per document of `spans`, the line breaks before it in `text`. Source positions are found
+    /// by parsing a document again (`locate`, `check`): keeping every document's skeleton from
+    /// the first parse would take twice the text.
+    pub breaks: Vec<usize>,
 }
 
 /// Input that cannot be used: names the file and, where known, the document.
@@ -97,9 +97,15 @@ impl Default for LoadOptions {
     }
 }
 
-#[derive(Debug, Default)]
-pub struct Loaded {
+#[derive(Debug)]
+pub struct Loaded<T = Value> {
     pub sources: Vec<Source>,
-    pub documents: Vec<Document>,
+    pub documents: Vec<Document<T>>,
     pub errors: Vec<LoadError>,
+}
+
+impl<T> Default for Loaded<T> {
+    fn default() -> Self {
+        Loaded { sources: Vec::new(), documents: Vec::new(), errors: Vec::new() }
+    }
 }

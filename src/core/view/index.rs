@@ -160,6 +160,42 @@ impl Carriers {
     }
 }
 
+/// What the view keeps of an object: made from the object on any thread, so that the object can
+/// be dropped before the view is built (`check` on a large bundle).
+#[derive(Debug)]
+pub enum Projection {
+    Workload(Arc<WorkloadInfo>),
+    Pdb(Arc<PdbInfo>),
+    Hpa(Arc<HpaInfo>),
+    Service(Arc<ServiceInfo>),
+    Webhooks(Arc<WebhookConfigInfo>),
+    Pvc(Arc<PvcInfo>),
+    Node(Arc<NodeInfo>),
+    /// A namespace's name and labels.
+    Namespace(String, BTreeMap<String, String>),
+    /// What the view does not hold (a scale write).
+    Nothing,
+}
+
+impl Projection {
+    pub fn of(object: &Object) -> Projection {
+        match object {
+            Object::Subject(Subject::Workload(w)) => Projection::Workload(WorkloadInfo::of(w).into()),
+            Object::Subject(Subject::Pdb(p)) => Projection::Pdb(PdbInfo::of(p).into()),
+            Object::Subject(Subject::Hpa(h)) => Projection::Hpa(HpaInfo::of(h).into()),
+            Object::Subject(Subject::Scale { .. }) => Projection::Nothing,
+            Object::Subject(Subject::ScaledObject(so)) => Projection::Hpa(HpaInfo::of_scaled_object(so).into()),
+            Object::Subject(Subject::Service(svc)) => Projection::Service(ServiceInfo::of(svc).into()),
+            Object::Subject(Subject::Webhooks(c)) => Projection::Webhooks(WebhookConfigInfo::of(c).into()),
+            Object::Pvc(p) => Projection::Pvc(PvcInfo::of(p).into()),
+            Object::Node(n) => Projection::Node(NodeInfo::of(n).into()),
+            Object::Namespace(n) => {
+                Projection::Namespace(name_of(&n.metadata), n.metadata.labels.clone().unwrap_or_default())
+            }
+        }
+    }
+}
+
 /// An indexed set of projections: the static view, and the store behind the live view.
 #[derive(Default, Debug)]
 pub struct Index {
@@ -192,17 +228,21 @@ impl Index {
 
     /// Add (or replace) any decoded object.
     pub fn insert_object(&mut self, object: &Object) {
-        match object {
-            Object::Subject(Subject::Workload(w)) => self.upsert_workload(WorkloadInfo::of(w)),
-            Object::Subject(Subject::Pdb(p)) => self.upsert_pdb(PdbInfo::of(p)),
-            Object::Subject(Subject::Hpa(h)) => self.upsert_hpa(HpaInfo::of(h)),
-            Object::Subject(Subject::Scale { .. }) => {}
-            Object::Subject(Subject::ScaledObject(so)) => self.upsert_hpa(HpaInfo::of_scaled_object(so)),
-            Object::Subject(Subject::Service(svc)) => self.upsert_service(ServiceInfo::of(svc)),
-            Object::Subject(Subject::Webhooks(c)) => self.upsert_webhook_config(WebhookConfigInfo::of(c)),
-            Object::Pvc(p) => self.upsert_pvc(PvcInfo::of(p)),
-            Object::Node(n) => self.upsert_node(NodeInfo::of(n)),
-            Object::Namespace(n) => self.upsert_namespace(n),
+        self.insert_projection(Projection::of(object));
+    }
+
+    /// Add (or replace) what the view keeps of an object.
+    pub fn insert_projection(&mut self, projection: Projection) {
+        match projection {
+            Projection::Workload(w) => self.upsert_workload(w),
+            Projection::Pdb(p) => self.upsert_pdb(p),
+            Projection::Hpa(h) => self.upsert_hpa(h),
+            Projection::Service(s) => self.upsert_service(s),
+            Projection::Webhooks(c) => self.upsert_webhook_config(c),
+            Projection::Pvc(p) => self.upsert_pvc(p),
+            Projection::Node(n) => self.upsert_node(n),
+            Projection::Namespace(name, labels) => self.upsert_namespace_labels(name, labels),
+            Projection::Nothing => {}
         }
     }
 
