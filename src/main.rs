@@ -8,8 +8,31 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc 3 keeps freed memory committed for a second (`purge_delay` 1000 ms) and commits its
+/// arena eagerly on Linux: right for a long-lived server, but for `check` and `audit`, which read a
+/// whole bundle or cluster in a burst, it made the peak RSS about three times the live heap
+/// (benches/README.md, "Peak memory"). Those commands purge at once and commit on demand, as
+/// `MIMALLOC_PURGE_DELAY=0 MIMALLOC_ARENA_EAGER_COMMIT=0` would (the environment still wins:
+/// mimalloc reads it first, and these are set only when it did not).
+fn return_memory_promptly() {
+    // Indices in mimalloc 3's `mi_option_e` (libmimalloc-sys 0.1.49, c_src/mimalloc/v3/include/
+    // mimalloc.h); the crate names only some of them.
+    const ARENA_EAGER_COMMIT: libmimalloc_sys::mi_option_t = 4;
+    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    for (option, env) in [(ARENA_EAGER_COMMIT, "MIMALLOC_ARENA_EAGER_COMMIT"), (PURGE_DELAY, "MIMALLOC_PURGE_DELAY")] {
+        if std::env::var_os(env).is_none() {
+            // SAFETY: mi_option_set stores an integer option; it is safe to call at any time.
+            unsafe { libmimalloc_sys::mi_option_set(option, 0) };
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    match ha_guard::cli::run(ha_guard::cli::parse()) {
+    let cli = ha_guard::cli::parse();
+    if matches!(cli.command, ha_guard::cli::Command::Check(_) | ha_guard::cli::Command::Audit(_)) {
+        return_memory_promptly();
+    }
+    match ha_guard::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", e.0);
