@@ -28,6 +28,10 @@ pub trait View: Send + Sync {
     }
     fn pdbs_in(&self, namespace: &str) -> Vec<Arc<PdbInfo>>;
     fn pdb(&self, namespace: &str, name: &str) -> Option<Arc<PdbInfo>>;
+    /// The PDBs in `namespace` whose selector covers pods with `labels`, sorted by id (by name).
+    fn pdbs_covering(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<PdbInfo>> {
+        self.pdbs_in(namespace).into_iter().filter(|p| p.covers(labels)).collect()
+    }
     /// The autoscalers (HPAs and KEDA ScaledObjects) targeting `target`, sorted by id.
     fn hpas_targeting(&self, target: &ObjectRef) -> Vec<Arc<HpaInfo>>;
     /// An autoscaler of `kind` (HorizontalPodAutoscaler or ScaledObject).
