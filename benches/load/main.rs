@@ -199,6 +199,7 @@ fn serve_role(args: &[String]) {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(&log))
             .with_writer(std::io::stderr)
+            .with_ansi(server::log_styled())
             .init();
     }
     let (cert, key) = (certs.join("tls.crt"), certs.join("tls.key"));
