@@ -601,6 +601,10 @@ impl View for Index {
         self.namespace_labels.get(namespace).cloned()
     }
 
+    fn namespace_label(&self, namespace: &str, key: &str) -> Option<String> {
+        self.namespace_labels.get(namespace)?.get(key).cloned()
+    }
+
     fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
         self.nodes.get(name).cloned()
     }

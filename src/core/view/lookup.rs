@@ -51,6 +51,10 @@ pub trait View: Send + Sync {
     fn nodes(&self) -> Vec<Arc<NodeInfo>>;
     /// Labels of a namespace the view knows, `None` if it does not know it.
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>>;
+    /// One label of a namespace the view knows (what every decision asks: the mode label).
+    fn namespace_label(&self, namespace: &str, key: &str) -> Option<String> {
+        self.namespace_labels(namespace)?.remove(key)
+    }
     fn node(&self, name: &str) -> Option<Arc<NodeInfo>>;
     /// The pods a workload runs, sorted by name. Only the audit's view holds pods: elsewhere none.
     fn pods_of(&self, workload: &ObjectRef) -> Vec<Arc<PodInfo>>;

@@ -216,6 +216,10 @@ impl View for Overlay<'_> {
         self.base.namespace_labels(namespace)
     }
 
+    fn namespace_label(&self, namespace: &str, key: &str) -> Option<String> {
+        self.base.namespace_label(namespace, key)
+    }
+
     fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
         self.base.node(name)
     }
