@@ -56,7 +56,7 @@ const FAMILIES: [(&str, Family); 9] = [
 
 fn run_family(family: Family, subject: &Subject, view: &dyn View, config: &Config) -> usize {
     let overlay = Overlay::new(view, subject);
-    let ctx = Ctx { subject, view: &overlay, config };
+    let ctx = Ctx::new(subject, &overlay, config);
     let mut findings = Vec::new();
     family(&ctx, &mut Emitter::new(subject.id(), &mut findings));
     findings.len()

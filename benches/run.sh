@@ -14,7 +14,8 @@
 #      concurrency 1, 4, 16, 64: saturation req/s (median of interleaved rounds), server CPU per
 #      request, then p50/p99/p99.9 at half the saturation rate (open loop), errors.
 #   2. viewsize: evaluate + decide against 1,000 vs 100,000 objects in other namespaces.
-#   3. profile: the server under callgrind, instructions per request by component.
+#   3. profile: the server under callgrind, instructions per request by component (deployment),
+#      and per target for each request type.
 #   4. apiserver: a mix of creates, updates and controllers' metadata-only updates through a real
 #      kube-apiserver without webhooks, with ha-guard's webhooks as before the matchConditions and as
 #      shipped (benches/apiserver.rs; builds kube-apiserver on first use, ~6.5 min once).
@@ -31,12 +32,12 @@ mkdir -p "$WORK"
 if [[ "$QUICK" == 1 ]]; then
   LOAD_ARGS=(--rounds 1 --warmup 0.3 --duration 1 --lat-duration 1.5)
   VIEW_ARGS=(--rounds 5 --batch 100)
-  PROFILE_ARGS=(--requests 100)
+  PROFILE_ARGS=(--requests 100 --by-type pdb,hpa,scale)
   APISERVER_ARGS=(--rounds 1 --objects 100)
 else
   LOAD_ARGS=(--rounds 3 --warmup 0.5 --duration 1.5 --lat-duration 3 --by-type-rounds 2 --by-type-duration 1)
   VIEW_ARGS=(--rounds 15 --batch 300)
-  PROFILE_ARGS=(--requests 200)
+  PROFILE_ARGS=(--requests 200 --by-type pdb,hpa,scale)
   APISERVER_ARGS=(--rounds 4 --objects 300)
 fi
 LOAD_ARGS+=(${CONC:+--conc "$CONC"} ${PROTOS:+--protos "$PROTOS"})

@@ -199,6 +199,7 @@ fn serve_role(args: &[String]) {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(&log))
             .with_writer(std::io::stderr)
+            .with_ansi(server::log_styled())
             .init();
     }
     let (cert, key) = (certs.join("tls.crt"), certs.join("tls.key"));
@@ -946,7 +947,7 @@ const COMPONENTS: &[(&str, &[&str], bool)] = &[
     ("`admission::review`", &["ha_guard::server::review::respond::review"], false),
     (
         "of which: the typed subject (`subject_of`, both objects on UPDATE)",
-        &["ha_guard::server::review::subject::subject_of"],
+        &["ha_guard::server::review::subject::subject_of", "ha_guard::server::review::subject::subject_and_spec"],
         true,
     ),
     ("of which: rules (`rules::evaluate`, both objects on UPDATE)", &["ha_guard::core::rules::evaluate"], true),
@@ -979,7 +980,12 @@ const COMPONENTS: &[(&str, &[&str], bool)] = &[
 fn profile_role(args: &[String]) {
     let requests: usize = arg(args, "--requests", 400);
     let body_name: String = arg(args, "--body", "deployment".to_string());
-    let namespaces: usize = arg(args, "--namespaces", 10);
+    // The other request types, profiled per target for the table by request type (Ir only).
+    let other_bodies: Vec<String> =
+        arg_list(args, "--by-type", "").into_iter().filter(|b| !b.is_empty() && *b != body_name).collect();
+    // 43: the request namespace (ns-042) is in the view, with its 100 Deployments, PDBs and HPAs,
+    // as in the load runs; with fewer, it is empty and PDB and HPA reviews take another path.
+    let namespaces: usize = arg(args, "--namespaces", 43);
     let dir: PathBuf = arg(args, "--dir", PathBuf::from("target/load-profile"));
     let only: Vec<String> = arg_list(args, "--targets", "transport,decode,parse,validate,mutate");
     std::fs::create_dir_all(&dir).unwrap();
@@ -1002,8 +1008,10 @@ fn profile_role(args: &[String]) {
     let server = ServerProcess::start(command);
     eprintln!("server under callgrind: pid {} {}", server.pid(), server.ready_line);
     let requests_all = fixtures::requests();
-    let body =
-        requests_all.iter().find(|(n, _)| *n == body_name).unwrap_or_else(|| panic!("--body {body_name}")).1.clone();
+    let body_of = |name: &str| {
+        requests_all.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no request {name}")).1.clone()
+    };
+    let body = body_of(&body_name);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let pid = server.pid().to_string();
     let control = |what: &[&str]| {
@@ -1016,6 +1024,7 @@ fn profile_role(args: &[String]) {
         assert!(status.success(), "callgrind_control {what:?}");
     };
     let mut dumps = Vec::new();
+    let mut by_type_dumps: Vec<(String, &str)> = Vec::new();
     runtime.block_on(async {
         for t in targets(&server, std::slice::from_ref(&body)) {
             if !only.iter().any(|o| o == t.name) {
@@ -1032,6 +1041,24 @@ fn profile_role(args: &[String]) {
             control(&["-d", t.name]);
             dumps.push(t.name);
             eprintln!("profiled {} x {requests} {body_name} requests", t.name);
+        }
+        for other in &other_bodies {
+            for t in targets(&server, &[body_of(other)]) {
+                if !only.iter().any(|o| o == t.name) {
+                    continue;
+                }
+                let mut conn = connect(Proto::H1, t.addr, &ca, 1).await.pop().unwrap();
+                for i in 0..20 {
+                    assert_eq!(conn.call(&t.work, i).await.unwrap(), 200);
+                }
+                control(&["-z"]);
+                for i in 0..requests {
+                    assert_eq!(conn.call(&t.work, i).await.unwrap(), 200, "{} {other}", t.name);
+                }
+                control(&["-d", t.name]);
+                by_type_dumps.push((other.clone(), t.name));
+                eprintln!("profiled {} x {requests} {other} requests", t.name);
+            }
         }
     });
     drop(server);
@@ -1054,6 +1081,9 @@ fn profile_role(args: &[String]) {
         md += &format!("| {name} | {:.0} | {:.2} |\n", totals[k], totals[k] / totals[0]);
     }
     md += "\n";
+    if !by_type_dumps.is_empty() {
+        md += &by_type_table(&dir, requests, &body_name, &dumps, &totals, dumps.len(), &by_type_dumps);
+    }
     for (name, functions, total) in &tables {
         if **name == "transport" {
             continue;
@@ -1101,6 +1131,54 @@ fn profile_role(args: &[String]) {
     if let Some(out) = args.iter().position(|a| a == "--out").map(|i| PathBuf::from(&args[i + 1])) {
         std::fs::write(out, &md).unwrap();
     }
+}
+
+/// Ir per request of every target by request type (the dumps after the first `first_other`
+/// ones, in `by_type` order), with the ratios the targets are about.
+fn by_type_table(
+    dir: &Path,
+    requests: usize,
+    body_name: &str,
+    dumps: &[&str],
+    totals: &[f64],
+    first_other: usize,
+    by_type: &[(String, &str)],
+) -> String {
+    let mut rows: Vec<(String, Vec<(&str, f64)>)> =
+        vec![(body_name.to_string(), dumps.iter().copied().zip(totals.iter().copied()).collect())];
+    for (k, (body, target)) in by_type.iter().enumerate() {
+        let (total, _) = annotate(&dir.join(format!("callgrind.out.{}", first_other + k + 1)));
+        let ir = total as f64 / requests as f64;
+        match rows.iter_mut().find(|(b, _)| b == body) {
+            Some((_, cells)) => cells.push((*target, ir)),
+            None => rows.push((body.clone(), vec![(*target, ir)])),
+        }
+    }
+    let mut md = String::from(
+        "Ir / request by request type (the same server, one request type per connection):\n\n\
+         | request | transport | decode | parse | validate | mutate | validate ÷ decode | validate ÷ parse | mutate ÷ parse |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (body, cells) in &rows {
+        let of = |t: &str| cells.iter().find(|(n, _)| *n == t).map(|(_, ir)| *ir);
+        let cell = |t: &str| of(t).map_or(String::new(), |ir| format!("{ir:.0}"));
+        let ratio = |a: &str, b: &str| match (of(a), of(b)) {
+            (Some(a), Some(b)) => format!("{:.2}", a / b),
+            _ => String::new(),
+        };
+        md += &format!(
+            "| {body} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            cell("transport"),
+            cell("decode"),
+            cell("parse"),
+            cell("validate"),
+            cell("mutate"),
+            ratio("validate", "decode"),
+            ratio("validate", "parse"),
+            ratio("mutate", "parse")
+        );
+    }
+    md + "\n"
 }
 
 /// Total Ir and inclusive Ir per function (descending) of a callgrind dump.

@@ -30,11 +30,20 @@ pub enum Mode {
 }
 
 pub fn namespace_mode(labels: Option<&BTreeMap<String, String>>) -> Mode {
-    match labels.and_then(|l| l.get(MODE_LABEL)).map(String::as_str) {
+    mode_of_label(labels.and_then(|l| l.get(MODE_LABEL)).map(String::as_str))
+}
+
+fn mode_of_label(value: Option<&str>) -> Mode {
+    match value {
         Some("warn") => Mode::Warn,
         Some("off") => Mode::Off,
         _ => Mode::Enforce,
     }
+}
+
+/// The mode of `namespace` in the view: [`namespace_mode`] of its labels, without copying them.
+fn mode_of(namespace: &str, view: &dyn View) -> Mode {
+    mode_of_label(view.namespace_label(namespace, MODE_LABEL).as_deref())
 }
 
 /// The decided findings, and the messages about the decision itself.
@@ -62,7 +71,7 @@ pub fn skip_reason(namespace: &str, view: &dyn View, config: &Config) -> Option<
     if config.namespace_exempt(namespace) {
         return Some(format!("namespace {namespace} is exempt in the configuration"));
     }
-    if namespace_mode(view.namespace_labels(namespace).as_ref()) == Mode::Off {
+    if mode_of(namespace, view) == Mode::Off {
         return Some(format!("namespace {namespace} is labelled {MODE_LABEL}=off"));
     }
     None
@@ -72,7 +81,7 @@ pub fn decide(eval: Evaluation, namespace: &str, view: &dyn View, config: &Confi
     if let Some(reason) = skip_reason(namespace, view, config) {
         return Decided { skipped: Some(reason), ..Default::default() };
     }
-    let mode = namespace_mode(view.namespace_labels(namespace).as_ref());
+    let mode = mode_of(namespace, view);
     let mut decided = Decided::default();
     for mut f in eval.findings {
         f.action = match config.action(f.rule, f.action.action()) {

@@ -243,11 +243,11 @@ fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Res
                 webhook = webhook.as_str(),
                 uid = %outcome.uid,
                 kind = %outcome.kind,
-                object = %format!("{}/{}", outcome.namespace, outcome.name),
+                object = %ObjectField(&outcome),
                 operation = %outcome.operation,
                 dry_run = outcome.dry_run,
                 decision = outcome.decision.as_str(),
-                rules = %outcome.findings.iter().map(|(r, a)| format!("{r}={}", a.as_str())).chain(outcome.mutations.iter().map(|m| m.to_string())).collect::<Vec<_>>().join(","),
+                rules = %RulesField(&outcome),
                 latency_us = elapsed.as_micros() as u64,
                 "admission"
             );
@@ -262,6 +262,43 @@ fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Res
             json_error(StatusCode::BAD_REQUEST, &e.0)
         }
     }
+}
+
+/// The log line's `object`: `namespace/name`, written straight into the line.
+struct ObjectField<'a>(&'a review::Outcome);
+
+impl std::fmt::Display for ObjectField<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.0.namespace, self.0.name)
+    }
+}
+
+/// The log line's `rules`: `rule=action` per finding, then the mutations applied, comma-separated.
+struct RulesField<'a>(&'a review::Outcome);
+
+impl std::fmt::Display for RulesField<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let findings = self.0.findings.iter().map(|(r, a)| (r as &dyn std::fmt::Display, Some(a.as_str())));
+        let mutations = self.0.mutations.iter().map(|m| (m as &dyn std::fmt::Display, None));
+        for (i, (what, action)) in findings.chain(mutations).enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            match action {
+                Some(action) => write!(f, "{what}={action}")?,
+                None => write!(f, "{what}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `serve`'s text log is styled with ANSI colours: on a terminal only, unless NO_COLOR is
+/// set. In a pod stderr is a pipe to the container log, where escape codes are noise to every
+/// reader, and styling each field of the per-request line was most of that line's cost.
+pub fn log_styled() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
 fn record(state: &AppState, webhook: Webhook, o: &review::Outcome) {

@@ -38,10 +38,12 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     let Some(scaled) = scaled_workload(ctx) else { return };
     let w = &scaled.workload;
     let (floor, ceiling) = (scaled.bounds.floor, scaled.bounds.ceiling);
-    let subject = ctx.subject.id();
-    let scale = scaled.bounds.describe(w);
+    // Only a finding reads these: most writes emit none.
+    let subject = || ctx.subject.id();
+    let scale = || scaled.bounds.describe(w);
 
     if floor > 1 && !w.kept_apart {
+        let scale = scale();
         // On the workload's own write, name what it has that does not keep replicas apart (and
         // point at it); from an HPA or a scale write only the projection is known.
         let gap = match ctx.subject {
@@ -91,11 +93,12 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
             ),
             fix,
         )
-        .related(scaled.related(&subject))
+        .related(scaled.related(&subject()))
         .anchored_at(scaled.anchor());
     }
 
     if ceiling > 1 && w.host_network_unprotected {
+        let scale = scale();
         // Declared host ports are known to the scheduler, which then keeps the second replica
         // Pending; undeclared ones it knows nothing of, and the second process fails to bind.
         let ports = match ctx.subject {
@@ -126,7 +129,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
                  topologySpreadConstraint on {HOSTNAME} with whenUnsatisfiable: DoNotSchedule; or run one replica."
             ),
         )
-        .related(scaled.related(&subject))
+        .related(scaled.related(&subject()))
         .anchored_at(scaled.anchor());
     }
 
@@ -180,6 +183,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     if ceiling <= cap {
         return;
     }
+    let scale = scale();
     match node_autoscaler(ctx.view, &known) {
         None => out.emit(
             &SPREAD_UNSATISFIABLE,

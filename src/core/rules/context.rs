@@ -14,6 +14,14 @@ pub struct Ctx<'a> {
     pub subject: &'a Subject,
     pub view: &'a Overlay<'a>,
     pub config: &'a Config,
+    /// [`scaled_workload`], found once: five families ask for it.
+    scaled: std::cell::OnceCell<Option<Scaled>>,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(subject: &'a Subject, view: &'a Overlay<'a>, config: &'a Config) -> Self {
+        Ctx { subject, view, config, scaled: std::cell::OnceCell::new() }
+    }
 }
 
 /// Builds findings for one subject; rules call [`Emitter::emit`].
@@ -71,7 +79,11 @@ pub struct Scaled {
     pub anchored_elsewhere: bool,
 }
 
-pub fn scaled_workload(ctx: &Ctx) -> Option<Scaled> {
+pub fn scaled_workload<'c>(ctx: &'c Ctx) -> Option<&'c Scaled> {
+    ctx.scaled.get_or_init(|| find_scaled_workload(ctx)).as_ref()
+}
+
+fn find_scaled_workload(ctx: &Ctx) -> Option<Scaled> {
     let (workload, floor_path, ceiling_path, anchored_elsewhere) = match ctx.subject {
         Subject::Workload(_) | Subject::Scale { .. } => {
             (ctx.view.subject_workload()?.clone(), "spec.replicas", "spec.replicas", false)

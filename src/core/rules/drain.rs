@@ -151,11 +151,7 @@ pub fn simulate(view: &dyn View, nodes: &[String], drained: &str) -> Vec<Finding
             continue;
         }
         let workload = pod.workload().map(|(kind, name)| ObjectRef::new(kind, &namespace, name));
-        let covering: Vec<Arc<PdbInfo>> = view
-            .pdbs_in(&namespace)
-            .into_iter()
-            .filter(|p| p.selector.as_ref().is_some_and(|s| selector::matches(s, &pod.labels)))
-            .collect();
+        let covering: Vec<Arc<PdbInfo>> = view.pdbs_covering(&namespace, &pod.labels);
         let mut refused = false;
         // The eviction API deletes a Pending pod without asking a budget.
         if pod.phase != PodPhase::Pending {

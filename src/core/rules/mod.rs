@@ -72,7 +72,7 @@ pub fn audit(subject: &Subject, view: &dyn View, config: &Config) -> Evaluation 
 
 fn evaluate_with(subject: &Subject, view: &dyn View, config: &Config, posture: bool) -> Evaluation {
     let overlay = Overlay::new(view, subject);
-    let ctx = Ctx { subject, view: &overlay, config };
+    let ctx = Ctx::new(subject, &overlay, config);
     let mut findings = Vec::new();
     let mut out = Emitter::new(subject.id(), &mut findings);
     spread::evaluate(&ctx, &mut out);

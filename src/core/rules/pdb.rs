@@ -176,9 +176,9 @@ fn pdb_side(ctx: &Ctx, pdb: &PdbInfo, policy: Option<&str>, out: &mut Emitter) {
     for (w, _) in &cov.workloads {
         let others: Vec<_> = ctx
             .view
-            .pdbs_in(&pdb.id.namespace)
+            .pdbs_covering(&pdb.id.namespace, &w.template_labels)
             .into_iter()
-            .filter(|o| o.id != pdb.id && o.covers(&w.template_labels))
+            .filter(|o| o.id != pdb.id)
             .collect();
         if !others.is_empty() {
             let names: Vec<_> = others.iter().map(|o| o.id.name.clone()).collect();
@@ -206,8 +206,7 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
     let Some(scaled) = scaled_workload(ctx) else { return };
     let w = &scaled.workload;
     let subject = ctx.subject.id();
-    let covering: Vec<_> =
-        ctx.view.pdbs_in(&w.id.namespace).into_iter().filter(|p| p.covers(&w.template_labels)).collect();
+    let covering = ctx.view.pdbs_covering(&w.id.namespace, &w.template_labels);
 
     if covering.len() > 1 && matches!(ctx.subject, Subject::Workload(_)) {
         let names: Vec<_> = covering.iter().map(|p| p.id.name.clone()).collect();

@@ -19,7 +19,6 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     let Some(scaled) = scaled_workload(ctx) else { return };
     let w = &scaled.workload;
     let ns = &w.id.namespace;
-    let subject = ctx.subject.id();
     // (index in volumes, claim) for every claim the view knows to be single-attach, once each
     // (a pod may mount one claim through two volumes).
     let mut rwo: Vec<(usize, Arc<PvcInfo>)> = Vec::new();
@@ -34,6 +33,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     if rwo.is_empty() {
         return;
     }
+    let subject = ctx.subject.id();
     let ceiling = scaled.bounds.ceiling;
     let scale = scaled.bounds.describe(w);
     if ceiling > 1 {

@@ -186,7 +186,7 @@ fn weaknesses(view: &dyn View, w: &WorkloadInfo, b: &Bounds) -> Vec<Weakness> {
 /// `None` when a PDB covering `w` keeps at least one of the pods it covers while allowing at least
 /// one eviction (at the floors, DESIGN.md §3); else why not.
 fn unbudgeted(view: &dyn View, w: &WorkloadInfo) -> Option<String> {
-    let covering: Vec<_> = view.pdbs_in(&w.id.namespace).into_iter().filter(|p| p.covers(&w.template_labels)).collect();
+    let covering = view.pdbs_covering(&w.id.namespace, &w.template_labels);
     if covering.is_empty() {
         return Some(
             "no PodDisruptionBudget covers it, so a drain of several nodes at once (a node-pool upgrade, \

@@ -34,6 +34,13 @@ struct NamespaceIndex {
     /// spread over pods with any labels, so they are always candidates.
     spread_by_expressions: HashSet<(Kind, String)>,
     pdbs: BTreeMap<String, Arc<PdbInfo>>,
+    /// Hash of the first `matchLabels` pair of a PDB's selector → PDBs with such a selector:
+    /// only they can cover pods carrying that pair (a selector's every pair must match). Same
+    /// hashing as `by_label`.
+    pdbs_by_label: HashMap<u64, Carriers>,
+    /// PDBs whose selector has no `matchLabels` (`{}`, or expressions only): they may cover pods
+    /// with any labels, so they are always candidates. A null selector covers nothing: in neither.
+    pdbs_without_labels: HashSet<(Kind, String)>,
     /// Autoscalers (HPAs and KEDA ScaledObjects) by (kind, name).
     hpas: BTreeMap<(Kind, String), Arc<HpaInfo>>,
     /// Workload (kind, name) → autoscalers targeting it, sorted (nearly always one).
@@ -45,6 +52,39 @@ struct NamespaceIndex {
 impl NamespaceIndex {
     fn label_hash(&self, key: &str, value: &str) -> u64 {
         self.label_hasher.hash_one((key, value))
+    }
+
+    /// Where `pdb` is filed among the candidates of [`View::pdbs_covering`]: under the hash of its
+    /// selector's first `matchLabels` pair (`Some(Some(hash))`), with the PDBs that are always
+    /// candidates (`Some(None)`), or nowhere (a null selector: it covers no pod).
+    fn pdb_key(&self, pdb: &PdbInfo) -> Option<Option<u64>> {
+        let selector = pdb.selector.as_ref()?;
+        Some(selector.match_labels.as_ref().and_then(|m| m.iter().next()).map(|(k, v)| self.label_hash(k, v)))
+    }
+
+    fn add_pdb(&mut self, info: Arc<PdbInfo>) {
+        self.remove_pdb(&info.id.name);
+        let key = (Kind::PodDisruptionBudget, info.id.name.clone());
+        match self.pdb_key(&info) {
+            Some(Some(hash)) => add_carrier(&mut self.pdbs_by_label, hash, &key),
+            Some(None) => {
+                self.pdbs_without_labels.insert(key);
+            }
+            None => {}
+        }
+        self.pdbs.insert(info.id.name.clone(), info);
+    }
+
+    fn remove_pdb(&mut self, name: &str) {
+        let Some(old) = self.pdbs.remove(name) else { return };
+        let key = (Kind::PodDisruptionBudget, name.to_string());
+        match self.pdb_key(&old) {
+            Some(Some(hash)) => remove_carrier(&mut self.pdbs_by_label, hash, &key),
+            Some(None) => {
+                self.pdbs_without_labels.remove(&key);
+            }
+            None => {}
+        }
     }
 
     /// Per spread selector of `w`: the hash its `spread_by_label` entry is under, or `None` for
@@ -261,12 +301,12 @@ impl Index {
     pub fn upsert_pdb(&mut self, info: impl Into<Arc<PdbInfo>>) {
         let info = info.into();
         let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
-        ns.pdbs.insert(info.id.name.clone(), info);
+        ns.add_pdb(info);
     }
 
     pub fn remove_pdb(&mut self, namespace: &str, name: &str) {
         if let Some(ns) = self.namespaces.get_mut(namespace) {
-            ns.pdbs.remove(name);
+            ns.remove_pdb(name);
         }
     }
 
@@ -392,7 +432,11 @@ impl Index {
                     }
                 }
             }
-            Kind::PodDisruptionBudget => self.namespaces.values_mut().for_each(|ns| ns.pdbs.clear()),
+            Kind::PodDisruptionBudget => self.namespaces.values_mut().for_each(|ns| {
+                ns.pdbs.clear();
+                ns.pdbs_by_label.clear();
+                ns.pdbs_without_labels.clear();
+            }),
             Kind::HorizontalPodAutoscaler | Kind::ScaledObject => {
                 let keys: Vec<(String, String)> = self
                     .namespaces
@@ -534,6 +578,21 @@ impl View for Index {
         self.namespaces.get(namespace)?.pdbs.get(name).cloned()
     }
 
+    fn pdbs_covering(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<PdbInfo>> {
+        // Candidates by the pod's labels (a PDB's first matchLabels pair must be among them) and
+        // those without matchLabels: the PDBs of other workloads are not matched one by one.
+        let Some(ns) = self.namespaces.get(namespace) else { return Vec::new() };
+        let mut candidates: Vec<&(Kind, String)> = ns.pdbs_without_labels.iter().collect();
+        for (k, v) in labels {
+            if let Some(carriers) = ns.pdbs_by_label.get(&ns.label_hash(k, v)) {
+                candidates.extend(carriers.iter());
+            }
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        candidates.into_iter().filter_map(|(_, name)| ns.pdbs.get(name)).filter(|p| p.covers(labels)).cloned().collect()
+    }
+
     fn hpas_targeting(&self, target: &ObjectRef) -> Vec<Arc<HpaInfo>> {
         let Some(ns) = self.namespaces.get(&target.namespace) else { return Vec::new() };
         ns.hpas_by_target
@@ -580,6 +639,10 @@ impl View for Index {
 
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
         self.namespace_labels.get(namespace).cloned()
+    }
+
+    fn namespace_label(&self, namespace: &str, key: &str) -> Option<String> {
+        self.namespace_labels.get(namespace)?.get(key).cloned()
     }
 
     fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {
@@ -668,6 +731,57 @@ mod tests {
                 assert_eq!(ids(index.workloads_spreading_over("ns", &labels)), ids(scanned), "{labels:?}");
             }
         }
+    }
+
+    /// The PDB index finds exactly what matching every PDB of the namespace finds, through
+    /// upserts that change selectors (to null, `{}`, expressions only), removals and a relist.
+    #[test]
+    fn pdb_index_finds_what_a_full_scan_finds() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+        let mut seed = 11u64;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let pair = |i: u64| (["app", "tier", "zone"][(i % 3) as usize].to_string(), format!("v{}", i / 3 % 3));
+        let mut index = Index::new();
+        for round in 0..80 {
+            let name = format!("p{}", next(12));
+            if round % 7 == 6 {
+                index.remove_pdb("ns", &name);
+                continue;
+            }
+            if round == 40 {
+                index.clear_kind(Kind::PodDisruptionBudget);
+            }
+            let selector = match next(5) {
+                0 => None,
+                1 => Some(LabelSelector::default()),
+                _ => {
+                    let labels: BTreeMap<String, String> = (0..next(3)).map(|_| pair(next(9))).collect();
+                    let expressions = (next(3) == 0).then(|| {
+                        vec![LabelSelectorRequirement { key: pair(next(9)).0, operator: "Exists".into(), values: None }]
+                    });
+                    Some(LabelSelector { match_labels: Some(labels), match_expressions: expressions })
+                }
+            };
+            index.upsert_pdb(PdbInfo {
+                id: ObjectRef::new(Kind::PodDisruptionBudget, "ns", &name),
+                selector,
+                min_available: None,
+                max_unavailable: None,
+                exemptions: Exemptions::new(),
+                always_allow_unhealthy: false,
+                status: None,
+            });
+            for _ in 0..10 {
+                let labels: BTreeMap<String, String> = (0..next(4)).map(|_| pair(next(9))).collect();
+                let ids = |ps: Vec<Arc<PdbInfo>>| ps.iter().map(|p| p.id.name.clone()).collect::<Vec<_>>();
+                let scanned: Vec<_> = index.pdbs_in("ns").into_iter().filter(|p| p.covers(&labels)).collect();
+                assert_eq!(ids(index.pdbs_covering("ns", &labels)), ids(scanned), "{labels:?}");
+            }
+        }
+        assert!(index.pdbs_covering("elsewhere", &BTreeMap::new()).is_empty());
     }
 
     #[test]

@@ -28,6 +28,10 @@ pub trait View: Send + Sync {
     }
     fn pdbs_in(&self, namespace: &str) -> Vec<Arc<PdbInfo>>;
     fn pdb(&self, namespace: &str, name: &str) -> Option<Arc<PdbInfo>>;
+    /// The PDBs in `namespace` whose selector covers pods with `labels`, sorted by id (by name).
+    fn pdbs_covering(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<PdbInfo>> {
+        self.pdbs_in(namespace).into_iter().filter(|p| p.covers(labels)).collect()
+    }
     /// The autoscalers (HPAs and KEDA ScaledObjects) targeting `target`, sorted by id.
     fn hpas_targeting(&self, target: &ObjectRef) -> Vec<Arc<HpaInfo>>;
     /// An autoscaler of `kind` (HorizontalPodAutoscaler or ScaledObject).
@@ -47,6 +51,10 @@ pub trait View: Send + Sync {
     fn nodes(&self) -> Vec<Arc<NodeInfo>>;
     /// Labels of a namespace the view knows, `None` if it does not know it.
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>>;
+    /// One label of a namespace the view knows (what every decision asks: the mode label).
+    fn namespace_label(&self, namespace: &str, key: &str) -> Option<String> {
+        self.namespace_labels(namespace)?.remove(key)
+    }
     fn node(&self, name: &str) -> Option<Arc<NodeInfo>>;
     /// The pods a workload runs, sorted by name. Only the audit's view holds pods: elsewhere none.
     fn pods_of(&self, workload: &ObjectRef) -> Vec<Arc<PodInfo>>;

@@ -124,6 +124,19 @@ impl View for Overlay<'_> {
         found
     }
 
+    fn pdbs_covering(&self, namespace: &str, labels: &BTreeMap<String, String>) -> Vec<Arc<PdbInfo>> {
+        let mut found: Vec<_> =
+            self.base.pdbs_covering(namespace, labels).into_iter().filter(|p| !self.is_subject(&p.id)).collect();
+        if let Some(p) = &self.pdb
+            && p.id.namespace == namespace
+            && p.covers(labels)
+        {
+            found.push(p.clone());
+            found.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        found
+    }
+
     fn pdb(&self, namespace: &str, name: &str) -> Option<Arc<PdbInfo>> {
         match &self.pdb {
             Some(p) if p.id.namespace == namespace && p.id.name == name => Some(p.clone()),
@@ -201,6 +214,10 @@ impl View for Overlay<'_> {
 
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
         self.base.namespace_labels(namespace)
+    }
+
+    fn namespace_label(&self, namespace: &str, key: &str) -> Option<String> {
+        self.base.namespace_label(namespace, key)
     }
 
     fn node(&self, name: &str) -> Option<Arc<NodeInfo>> {

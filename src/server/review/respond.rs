@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
 
-use super::subject::{old_replicas, subject, subject_of};
-use super::unchanged::changes_nothing_read;
+use super::subject::{old_replicas, subject_and_spec, subject_of};
+use super::unchanged::changes_nothing_read_given;
 use super::wire::{BadRequest, Request};
 use crate::core::catalogue::{Mutation, Rule};
 use crate::core::config::Config;
@@ -104,7 +104,8 @@ pub fn review(
     if !matches!(req.operation, Operation::Create | Operation::Update) {
         return Ok((response, outcome));
     }
-    let Some(mut subject) = subject(request)? else { return Ok((response, outcome)) };
+    let (subject, spec) = subject_and_spec(request)?;
+    let Some(mut subject) = subject else { return Ok((response, outcome)) };
     // The apiserver has defaulted spec.replicas, so its presence says nothing: what this write
     // does to the count does (hpa-replicas-conflict). Only read where an autoscaler owns the count.
     if let Subject::Workload(w) = &mut subject
@@ -133,7 +134,7 @@ pub fn review(
     // the answer is the same either way.
     let says_something =
         !verdict.plan.is_empty() || !verdict.decided.findings.is_empty() || !verdict.decided.warnings.is_empty();
-    if says_something && changes_nothing_read(request) {
+    if says_something && changes_nothing_read_given(request, spec) {
         response.audit_annotations.insert("skipped".into(), UNCHANGED.into());
         return Ok((response, outcome));
     }

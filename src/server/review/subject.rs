@@ -17,19 +17,34 @@ pub fn subject(request: &Request) -> Result<Option<Subject>, BadRequest> {
     subject_of(&request.header, request.object.as_deref())
 }
 
+/// [`subject`], and the text of the object's `spec` when decoding read it on the way (the typed
+/// way; `None` otherwise, or when the object has no spec): what
+/// [`changes_nothing_read`](super::unchanged::changes_nothing_read) compares first, without
+/// reading the object again.
+pub fn subject_and_spec(request: &Request) -> Result<(Option<Subject>, Option<&str>), BadRequest> {
+    subject_with_spec(&request.header, request.object.as_deref())
+}
+
 /// The subject of a request's `object` (or `oldObject`), or `None` for kinds and operations
 /// ha-guard leaves alone.
 pub fn subject_of(
     req: &AdmissionRequest<DynamicObject>,
     object: Option<&RawValue>,
 ) -> Result<Option<Subject>, BadRequest> {
-    let Some(object) = object else { return Ok(None) };
+    subject_with_spec(req, object).map(|(subject, _)| subject)
+}
+
+fn subject_with_spec<'o>(
+    req: &AdmissionRequest<DynamicObject>,
+    object: Option<&'o RawValue>,
+) -> Result<(Option<Subject>, Option<&'o str>), BadRequest> {
+    let Some(object) = object else { return Ok((None, None)) };
     let namespace = req.namespace.clone().unwrap_or_default();
     if req.sub_resource.as_deref() == Some("scale") {
         let kind = match (req.resource.group.as_str(), req.resource.resource.as_str()) {
             ("apps", "deployments") => Kind::Deployment,
             ("apps", "statefulsets") => Kind::StatefulSet,
-            _ => return Ok(None),
+            _ => return Ok((None, None)),
         };
         let scale: Value = serde_json::from_str(object.get()).map_err(|e| BadRequest(e.to_string()))?;
         let replicas = scale
@@ -42,15 +57,16 @@ pub fn subject_of(
             })
             .transpose()?
             .unwrap_or(0);
-        return Ok(Some(Subject::Scale { target: ObjectRef::new(kind, namespace, req.name.clone()), replicas }));
+        let subject = Subject::Scale { target: ObjectRef::new(kind, namespace, req.name.clone()), replicas };
+        return Ok((Some(subject), None));
     }
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
-        return Ok(None);
+        return Ok((None, None));
     }
-    if let Some(subject) = typed_subject(object, &namespace) {
-        return Ok(Some(subject));
+    if let Some((subject, spec)) = typed_subject_and_spec(object, &namespace) {
+        return Ok((Some(subject), spec));
     }
-    subject_via_tree(req, object, &namespace)
+    subject_via_tree(req, object, &namespace).map(|subject| (subject, None))
 }
 
 /// `spec.replicas` of an UPDATE's `oldObject`, read without decoding the rest of it.
@@ -116,7 +132,13 @@ struct PodSpecShape<'a> {
 /// PodDisruptionBudget or autoscaling/v2 HPA that states its apiVersion and kind, with a
 /// workload's required fields present; `None` otherwise (and on any error), and the general way
 /// runs. `managedFields` are left out: no rule reads them.
+#[cfg(test)]
 fn typed_subject(object: &RawValue, namespace: &str) -> Option<Subject> {
+    typed_subject_and_spec(object, namespace).map(|(subject, _)| subject)
+}
+
+/// [`typed_subject`] and the text of the object's `spec` (`None` when absent or null).
+fn typed_subject_and_spec<'o>(object: &'o RawValue, namespace: &str) -> Option<(Subject, Option<&'o str>)> {
     use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
     use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -128,7 +150,8 @@ fn typed_subject(object: &RawValue, namespace: &str) -> Option<Subject> {
             Some(raw) => serde_json::from_str(raw.get()).ok().map(Some),
         }
     }
-    let wire: WireObject = serde_json::from_str(object.get()).ok()?;
+    let wire: WireObject<'o> = serde_json::from_str(object.get()).ok()?;
+    let spec = wire.spec.map(RawValue::get).filter(|s| *s != "null");
     let kind = Kind::from_type(wire.api_version.as_deref()?, wire.kind.as_deref()?)?;
     let m = wire.metadata?;
     let mut metadata = ObjectMeta::from(m);
@@ -140,7 +163,7 @@ fn typed_subject(object: &RawValue, namespace: &str) -> Option<Subject> {
         let present = |raw: Option<&RawValue>| raw.is_some_and(|r| r.get() != "null");
         (present(shape.selector) && present(shape.template?.spec?.containers)).then_some(())
     };
-    Some(match kind {
+    let subject = match kind {
         Kind::Deployment => {
             workload_fields_present()?;
             let d = Deployment { metadata, spec: decoded(wire.spec)?, status: decoded(wire.status)? };
@@ -162,7 +185,8 @@ fn typed_subject(object: &RawValue, namespace: &str) -> Option<Subject> {
             Subject::Hpa(Box::new(h))
         }
         _ => return None,
-    })
+    };
+    Some((subject, spec))
 }
 
 #[cfg(test)]
