@@ -139,7 +139,7 @@ fn fix_round_trip(text: &str, report: &check::Report, patched: &[Document], opti
             f
         })
         .collect();
-    let written = fix::apply(&on_disk, &fixes).unwrap_or_else(|e| panic!("{what}: --fix failed: {e}\ninput:\n{text}"));
+    let written = fix::apply(&on_disk.sources, &fixes).unwrap_or_else(|e| panic!("{what}: --fix failed: {e}\ninput:\n{text}"));
     assert_eq!(written, vec![file.clone()], "{what}: --fix wrote {written:?}");
     let rewritten = std::fs::read_to_string(path).expect("read back");
     let reloaded = load::load(std::slice::from_ref(&file));
