@@ -68,7 +68,8 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
-        let now = LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed) + new as isize - l.size() as isize;
+        let now =
+            LIVE.fetch_add(new as isize - l.size() as isize, Ordering::Relaxed) + new as isize - l.size() as isize;
         PEAK.fetch_max(now, Ordering::Relaxed);
         unsafe { System.realloc(p, l, new) }
     }
@@ -446,7 +447,12 @@ fn main() {
             for (is_baseline, binary) in order {
                 let run = audit(binary, &kubeconfig, &dir);
                 let who = if is_baseline { "baseline" } else { "this build" };
-                eprintln!("[audit-bench] {label} round {} ({who}): {:.2} s, {} MiB peak", r + 1, run.wall, run.rss_kib / 1024);
+                eprintln!(
+                    "[audit-bench] {label} round {} ({who}): {:.2} s, {} MiB peak",
+                    r + 1,
+                    run.wall,
+                    run.rss_kib / 1024
+                );
                 if is_baseline { theirs.push(run) } else { ours.push(run) }
             }
         }
@@ -454,7 +460,9 @@ fn main() {
             for (o, t) in ours.iter().zip(&theirs) {
                 assert_eq!(describe(&o.report), describe(&t.report), "the baseline and this build disagree ({label})");
             }
-            let copy = |runs: &[Run]| runs.iter().map(|r| Run { wall: r.wall, rss_kib: r.rss_kib, report: Value::Null }).collect();
+            let copy = |runs: &[Run]| {
+                runs.iter().map(|r| Run { wall: r.wall, rss_kib: r.rss_kib, report: Value::Null }).collect()
+            };
             compared.push((label.to_string(), copy(&ours), theirs));
         }
         ours
@@ -521,9 +529,13 @@ fn main() {
         std::mem::size_of::<PodInfo>()
     );
     println!();
-    println!("where the heap goes: `audit::read` and `audit::audit` in this process, counted allocations (MiB; no allocator slack):");
+    println!(
+        "where the heap goes: `audit::read` and `audit::audit` in this process, counted allocations (MiB; no allocator slack):"
+    );
     println!();
-    println!("| pods | read's peak | kept: subjects (judged objects) | kept: the view | judging's peak above that | the report |");
+    println!(
+        "| pods | read's peak | kept: subjects (judged objects) | kept: the view | judging's peak above that | the report |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|");
     for (pods, h) in [(0, &heap_empty), (a.pods, &heap_full)] {
         println!(
@@ -533,7 +545,10 @@ fn main() {
     }
     println!();
     if let Some(b) = &baseline {
-        println!("side by side with HA_GUARD_AUDIT_BASELINE={} (same cluster, same rounds, order alternating; same findings):", b.display());
+        println!(
+            "side by side with HA_GUARD_AUDIT_BASELINE={} (same cluster, same rounds, order alternating; same findings):",
+            b.display()
+        );
         println!();
         println!("| pods | build | wall (s) | peak RSS (MiB) |");
         println!("|---:|---|---:|---:|");

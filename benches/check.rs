@@ -437,11 +437,7 @@ fn bench_check<M: Measurement>(c: &mut Criterion<M>, prefix: &str) {
             let options = options();
             // The text is copied outside the timing (add_text takes it by value, as `load` does);
             // the Loaded and Report are dropped outside the timing too.
-            b.iter_batched(
-                || text.clone(),
-                |text| load_and_check(text, &options),
-                criterion::BatchSize::PerIteration,
-            );
+            b.iter_batched(|| text.clone(), |text| load_and_check(text, &options), criterion::BatchSize::PerIteration);
         });
     }
     parse_group.finish();

@@ -381,7 +381,10 @@ fn openreports(cp: &ControlPlane, running: &mut [&mut HaGuard]) -> HaGuard {
         })
         .unwrap_or_else(|e| panic!("{e}"));
         let kind = if namespace.is_empty() { "ClusterReport" } else { "Report" };
-        assert_eq!((report["apiVersion"].as_str(), report["kind"].as_str()), (Some("openreports.io/v1alpha1"), Some(kind)));
+        assert_eq!(
+            (report["apiVersion"].as_str(), report["kind"].as_str()),
+            (Some("openreports.io/v1alpha1"), Some(kind))
+        );
         assert_eq!(report["metadata"]["labels"]["app.kubernetes.io/managed-by"], "ha-guard");
     }
     let listed = cp.kubectl(&["get", "reports.openreports.io", "-A"]).success().stdout;

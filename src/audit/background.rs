@@ -55,7 +55,8 @@ const RENEW_BEFORE_SECONDS: u64 = 5;
 /// How long a stopping replica waits for the Lease's release (the pod's grace period is longer).
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 /// kube-lease-manager's election task, which releases the Lease when its receiver is dropped.
-type LeaseTask = tokio::task::JoinHandle<Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>>;
+type LeaseTask =
+    tokio::task::JoinHandle<Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>>;
 /// Items per list request, as `ha-guard audit`'s default.
 const PAGE: u32 = 500;
 
@@ -95,7 +96,9 @@ impl ReportApi {
     pub fn resource(self, cluster: bool) -> ApiResource {
         let (group, version, kind, plural) = match (self, cluster) {
             (ReportApi::WgPolicy, false) => ("wgpolicyk8s.io", "v1alpha2", "PolicyReport", "policyreports"),
-            (ReportApi::WgPolicy, true) => ("wgpolicyk8s.io", "v1alpha2", "ClusterPolicyReport", "clusterpolicyreports"),
+            (ReportApi::WgPolicy, true) => {
+                ("wgpolicyk8s.io", "v1alpha2", "ClusterPolicyReport", "clusterpolicyreports")
+            }
             (ReportApi::OpenReports, false) => ("openreports.io", "v1alpha1", "Report", "reports"),
             (ReportApi::OpenReports, true) => ("openreports.io", "v1alpha1", "ClusterReport", "clusterreports"),
         };
@@ -241,9 +244,16 @@ impl Background {
         // task release the Lease; `lease_task` is that task.
         if let Some(task) = lease_task {
             match tokio::time::timeout(RELEASE_TIMEOUT, task).await {
-                Ok(Ok(Ok(_))) => tracing::info!(identity = %self.identity, lease = LEASE, "background audit: stopped, the Lease released"),
-                Ok(Ok(Err(e))) => tracing::warn!(error = %e, lease = LEASE, "background audit: stopped; cannot release the Lease, it runs out on its own"),
-                Ok(Err(_)) | Err(_) => tracing::warn!(lease = LEASE, "background audit: stopped; the Lease was not released in time, it runs out on its own"),
+                Ok(Ok(Ok(_))) => {
+                    tracing::info!(identity = %self.identity, lease = LEASE, "background audit: stopped, the Lease released")
+                }
+                Ok(Ok(Err(e))) => {
+                    tracing::warn!(error = %e, lease = LEASE, "background audit: stopped; cannot release the Lease, it runs out on its own")
+                }
+                Ok(Err(_)) | Err(_) => tracing::warn!(
+                    lease = LEASE,
+                    "background audit: stopped; the Lease was not released in time, it runs out on its own"
+                ),
             }
         }
         state.metrics.audit_leader.set(0);
@@ -483,7 +493,10 @@ mod tests {
         let results = vec![json!({"rule": "a", "result": "fail"})];
         let wg = report_object(ReportApi::WgPolicy, "shop", &results, 7);
         let open = report_object(ReportApi::OpenReports, "shop", &results, 7);
-        assert_eq!((open["apiVersion"].as_str(), open["kind"].as_str()), (Some("openreports.io/v1alpha1"), Some("Report")));
+        assert_eq!(
+            (open["apiVersion"].as_str(), open["kind"].as_str()),
+            (Some("openreports.io/v1alpha1"), Some("Report"))
+        );
         assert_eq!((open["results"].clone(), open["summary"].clone()), (wg["results"].clone(), wg["summary"].clone()));
         let cluster = report_object(ReportApi::OpenReports, "", &[], 7);
         assert_eq!(cluster["kind"], "ClusterReport");

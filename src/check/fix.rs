@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::report::Fixable;
-use crate::manifest::skeleton::{self, Node};
 use crate::manifest::Source;
+use crate::manifest::skeleton::{self, Node};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FixError {

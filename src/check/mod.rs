@@ -205,8 +205,13 @@ fn check_prepared(
                 out.push(None);
                 continue;
             };
-            let verdict =
-                judge(&Review { subject: &subject, old: None, view: &index, config: &options.config, asks: Asks::Both });
+            let verdict = judge(&Review {
+                subject: &subject,
+                old: None,
+                view: &index,
+                config: &options.config,
+                asks: Asks::Both,
+            });
             let v = &verdict;
             let reported = !v.unchecked.is_empty()
                 || !v.decided.warnings.is_empty()

@@ -155,7 +155,8 @@ pub fn add_text_mapped<T: Send>(
             Ok(objects) => {
                 if let Some(objects) = objects {
                     let template = template_of(doc, breaks);
-                    let origin = Origin { file: file.clone(), document: index, item: None, line, column: None, template };
+                    let origin =
+                        Origin { file: file.clone(), document: index, item: None, line, column: None, template };
                     push_objects(loaded, origin, objects);
                 }
             }
@@ -199,9 +200,8 @@ fn parse_documents<T: Send>(
 ) -> Vec<Option<ParsedDocument<T>>> {
     let jobs: Vec<(&str, usize)> = spans.iter().zip(breaks_before).map(|(span, &b)| (&text[span.clone()], b)).collect();
     map_on_cores(&jobs, |&(doc, breaks)| {
-        (!is_blank(doc)).then(|| {
-            yaml::parse(doc, breaks).map(|(value, _)| (!value.is_null()).then(|| objects_of(value, map)))
-        })
+        (!is_blank(doc))
+            .then(|| yaml::parse(doc, breaks).map(|(value, _)| (!value.is_null()).then(|| objects_of(value, map))))
     })
 }
 

@@ -72,7 +72,11 @@ const ELSEWHERE: &[(&str, &str, &str)] = &[
         "tests/e2e_background_audit.rs",
         "[\"get\", \"clusterpolicyreport\", \"ha-guard\", \"-o\", \"yaml\"]",
     ),
-    ("kubectl get reports.openreports.io -A", "tests/e2e_background_audit.rs", "[\"get\", \"reports.openreports.io\", \"-A\"]"),
+    (
+        "kubectl get reports.openreports.io -A",
+        "tests/e2e_background_audit.rs",
+        "[\"get\", \"reports.openreports.io\", \"-A\"]",
+    ),
 ];
 
 /// Commands that cannot run on this machine, and why (each also appears in the closing notes).
