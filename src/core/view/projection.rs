@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::autoscaling::v2::{HorizontalPodAutoscaler, HorizontalPodAutoscalerSpec};
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Service, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -138,7 +138,8 @@ pub struct HpaInfo {
 impl HpaInfo {
     pub fn of(h: &HorizontalPodAutoscaler) -> Self {
         let ns = ns_of(&h.metadata);
-        let spec = h.spec.clone().unwrap_or_default();
+        let default = HorizontalPodAutoscalerSpec::default();
+        let spec = h.spec.as_ref().unwrap_or(&default);
         let r = &spec.scale_target_ref;
         let target = Kind::workload_from_ref(r.api_version.as_deref(), &r.kind)
             .map(|k| ObjectRef::new(k, ns.clone(), r.name.clone()));
@@ -156,7 +157,8 @@ impl HpaInfo {
     /// bounds; its `scaleTargetRef` defaults to an apps/v1 Deployment.
     pub fn of_scaled_object(s: &ScaledObject) -> Self {
         let ns = ns_of(&s.metadata);
-        let spec = s.spec.clone().unwrap_or_default();
+        let default = Default::default();
+        let spec = s.spec.as_ref().unwrap_or(&default);
         let (target, target_description) = match &spec.scale_target_ref {
             Some(r) => {
                 let kind = r.kind.as_deref().unwrap_or("Deployment");
