@@ -24,13 +24,14 @@ TOOLS=${TOOLS:-ha-guard kube-linter polaris kube-score kyverno}
 TIMEOUT=${TIMEOUT:-1800}
 WORK=$PEERS_DIR/run
 target=${CARGO_TARGET_DIR:-$repo/target}
-HA_GUARD=${HA_GUARD:-$target/release/ha-guard}
 
 log() { echo "peers: $*" >&2; }
 
-if [ ! -x "$HA_GUARD" ]; then
+if [ -z "${HA_GUARD:-}" ]; then
+    # This commit's binary, whatever an earlier build left in the target directory.
     log "building ha-guard (release)"
     (cd "$repo" && cargo build --release --bin ha-guard)
+    HA_GUARD=$target/release/ha-guard
 fi
 log "building the peers (once; logs in $PEERS_DIR/logs)"
 build_peers

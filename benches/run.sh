@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The webhook's load benchmark, side by side with its baselines, in one run; writes
-# benches/RESULTS.md (and prints it). Not part of CI. About 11 minutes on 2 cores (plus the build).
+# The webhook's load benchmark, side by side with its baselines, and ha-guard beside its peers, in one run; writes
+# benches/RESULTS.md (and prints it). Not part of CI. About 75 minutes on 2 cores (load 11, the run
+# through kube-apiserver with its peers ~20, the offline peers ~40), plus the builds.
 #
 #   benches/run.sh                 # everything
 #   QUICK=1 benches/run.sh         # a shorter pass (1 round, shorter runs): a smoke test
 #   PROFILE=0 benches/run.sh       # without the callgrind profile
 #   APISERVER=0 benches/run.sh     # without the run through kube-apiserver
+#   PEERS=0 benches/run.sh         # without the offline peers (benches/peers.sh, ~40 min)
+#   APISERVER_MODES=none,before,shipped benches/run.sh   # without ha-guard's peers (CEL, Kyverno)
 #   OUT=/tmp/r.md benches/run.sh   # write elsewhere
 #
 # What runs (benches/load/main.rs has the details):
@@ -18,7 +21,11 @@
 #      and per target for each request type.
 #   4. apiserver: a mix of creates, updates and controllers' metadata-only updates through a real
 #      kube-apiserver without webhooks, with ha-guard's webhooks as before the matchConditions and as
-#      shipped (benches/apiserver.rs; builds kube-apiserver on first use, ~6.5 min once).
+#      shipped, and its peers through the same apiserver: ValidatingAdmissionPolicies (CEL) and
+#      Kyverno's admission controller (benches/apiserver.rs; builds kube-apiserver on first use,
+#      ~6.5 min once, and Kyverno, ~30 min once).
+#   5. offline peers: `ha-guard check` beside kube-linter, Polaris, kube-score and the Kyverno CLI
+#      on the same bundles (benches/peers.sh; builds them on first use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +33,8 @@ OUT=${OUT:-benches/RESULTS.md}
 QUICK=${QUICK:-0}
 PROFILE=${PROFILE:-1}
 APISERVER=${APISERVER:-1}
+APISERVER_MODES=${APISERVER_MODES:-none,before,shipped,cel,kyverno}
+PEERS=${PEERS:-1}
 WORK=target/load-results
 mkdir -p "$WORK"
 
@@ -34,12 +43,15 @@ if [[ "$QUICK" == 1 ]]; then
   VIEW_ARGS=(--rounds 5 --batch 100)
   PROFILE_ARGS=(--requests 100 --by-type pdb,hpa,scale)
   APISERVER_ARGS=(--rounds 1 --objects 100)
+  PEERS_ENV=(ROUNDS=1 SIZES=1000)
 else
   LOAD_ARGS=(--rounds 3 --warmup 0.5 --duration 1.5 --lat-duration 3 --by-type-rounds 2 --by-type-duration 1)
   VIEW_ARGS=(--rounds 15 --batch 300)
   PROFILE_ARGS=(--requests 200 --by-type pdb,hpa,scale)
   APISERVER_ARGS=(--rounds 4 --objects 300)
+  PEERS_ENV=()
 fi
+APISERVER_ARGS+=(--modes "$APISERVER_MODES")
 LOAD_ARGS+=(${CONC:+--conc "$CONC"} ${PROTOS:+--protos "$PROTOS"})
 
 started=$(date +%s)
@@ -78,6 +90,12 @@ if [[ "$APISERVER" == 1 ]]; then
   cargo bench --bench apiserver -- "${APISERVER_ARGS[@]}" --out "$WORK/apiserver.md" >/dev/null
   apiserver_md=$(cat "$WORK/apiserver.md")
 fi
+peers_md="(skipped: PEERS=0)"
+if [[ "$PEERS" == 1 ]]; then
+  echo "== offline peers (benches/peers.sh)" >&2
+  env "${PEERS_ENV[@]}" OUT="$WORK/peers.md" benches/peers.sh >&2
+  peers_md=$(cat "$WORK/peers.md")
+fi
 elapsed=$(( $(date +%s) - started ))
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -87,6 +105,8 @@ command_line="benches/run.sh"
 [[ "$QUICK" == 1 ]] && command_line="QUICK=1 benches/run.sh"
 [[ "$PROFILE" == 1 ]] || command_line="PROFILE=$PROFILE $command_line"
 [[ "$APISERVER" == 1 ]] || command_line="APISERVER=$APISERVER $command_line"
+[[ "$APISERVER_MODES" == none,before,shipped,cel,kyverno ]] || command_line="APISERVER_MODES=$APISERVER_MODES $command_line"
+[[ "$PEERS" == 1 ]] || command_line="PEERS=$PEERS $command_line"
 
 {
   echo "# Load benchmark results"
@@ -116,6 +136,10 @@ command_line="benches/run.sh"
   echo "## Through kube-apiserver"
   echo
   echo "$apiserver_md"
+  echo
+  echo "## Offline peers"
+  echo
+  echo "$peers_md"
   echo
   cat benches/load/NOTES.md
 } > "$OUT"
