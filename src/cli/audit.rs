@@ -7,11 +7,10 @@ use std::time::Instant;
 
 use clap::Args;
 
-use super::check::{Color, Format, Output, print, toggle};
+use super::check::ReportArgs;
 use super::error::Error;
 use crate::audit::progress::Progress;
 use crate::audit::{self, Drain, ReadOptions};
-use crate::check::FailOn;
 
 #[derive(Args)]
 pub struct AuditArgs {
@@ -37,37 +36,15 @@ pub struct AuditArgs {
     /// Simulate a drain (or the loss) of every node labelled topology.kubernetes.io/zone=ZONE.
     #[arg(long, value_name = "ZONE")]
     pub drain_zone: Option<String>,
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: Format,
-    /// Which findings make the exit code 1: deny ones, warn ones too, or none.
-    #[arg(long, value_enum, default_value = "deny")]
-    pub fail_on: FailOn,
-    /// Configuration file (the same file `serve --config` reads).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Turn a rule off, as `rules: {ID: off}` in the configuration would.
-    #[arg(long, value_name = "ID", value_delimiter = ',')]
-    pub disable: Vec<String>,
-    /// Turn a rule on at its default action (over an `off` in the configuration).
-    #[arg(long, value_name = "ID", value_delimiter = ',')]
-    pub enable: Vec<String>,
-    /// Print the findings only (no notes or summary).
-    #[arg(short, long)]
-    pub quiet: bool,
-    /// Write the report to FILE instead of stdout.
-    #[arg(short, long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    /// Colour in text output.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub color: Color,
+    #[command(flatten)]
+    pub report: ReportArgs,
     /// Objects per list request: large collections are read in pages of this many.
     #[arg(long, default_value = "500", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub chunk_size: u32,
 }
 
 pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
-    let mut config = args.config.as_deref().map(crate::config_file::load).transpose()?.unwrap_or_default();
-    toggle(&mut config, &args.disable, &args.enable)?;
+    let config = args.report.config()?;
     let drain = match (&args.drain_zone, args.drain.is_empty()) {
         (Some(zone), _) => Some(Drain::Zone(zone.clone())),
         (None, false) => Some(Drain::Nodes(args.drain.clone())),
@@ -104,8 +81,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
     };
     progress.done();
     let report = report?;
-    let how = Output { format: args.format, fail_on: args.fail_on, color: args.color, quiet: args.quiet };
-    print(&report, how, args.output.as_deref())?;
+    let code = args.report.finish(&report)?;
     if Progress::on_terminal().shown() {
         eprintln!(
             "audited {} objects and {} pods in {} namespaces in {:.1?}",
@@ -115,7 +91,6 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
             started.elapsed()
         );
     }
-    let code = ExitCode::from(report.exit_code(args.fail_on) as u8);
     // The process ends here: the view and the subjects go with it.
     std::mem::forget(cluster);
     Ok(code)

@@ -46,11 +46,34 @@ pub struct CheckArgs {
     /// Render a kustomization with the `kubectl` on PATH (`kubectl kustomize`) and check it.
     #[arg(long, value_name = "DIR")]
     pub kustomize: Option<PathBuf>,
+    #[command(flatten)]
+    pub report: ReportArgs,
+    /// Also read what .gitignore, .ignore and git's excludes leave out when walking directories.
+    #[arg(long)]
+    pub no_ignore: bool,
+    /// The files are the whole namespace: run the rules that assert absence.
+    #[arg(long)]
+    pub complete: bool,
+    /// Write the mutations back to the files.
+    #[arg(long)]
+    pub fix: bool,
+    /// Namespace for objects that have none.
+    #[arg(long, default_value = "default", value_name = "NS")]
+    pub namespace: String,
+}
+
+/// The flags of how rules are configured and how their report is printed and judged: `check`'s,
+/// which `audit` shares.
+#[derive(Args)]
+pub struct ReportArgs {
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
     /// Which findings make the exit code 1: deny ones, warn ones too, or none.
     #[arg(long, value_enum, default_value = "deny")]
     pub fail_on: FailOn,
+    /// Configuration file (the same file `serve --config` reads).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Turn a rule (or mutation) off, as `rules: {ID: off}` in the configuration would.
     #[arg(long, value_name = "ID", value_delimiter = ',')]
     pub disable: Vec<String>,
@@ -63,29 +86,29 @@ pub struct CheckArgs {
     /// Write the report to FILE instead of stdout.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Also read what .gitignore, .ignore and git's excludes leave out when walking directories.
-    #[arg(long)]
-    pub no_ignore: bool,
     /// Colour in text output.
     #[arg(long, value_enum, default_value = "auto")]
     pub color: Color,
-    /// Configuration file (the same file `serve --config` reads).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// The files are the whole namespace: run the rules that assert absence.
-    #[arg(long)]
-    pub complete: bool,
-    /// Write the mutations back to the files.
-    #[arg(long)]
-    pub fix: bool,
-    /// Namespace for objects that have none.
-    #[arg(long, default_value = "default", value_name = "NS")]
-    pub namespace: String,
+}
+
+impl ReportArgs {
+    /// The configuration file (or the defaults) with --disable and --enable applied.
+    pub fn config(&self) -> Result<Config, Error> {
+        let mut config = self.config.as_deref().map(crate::config_file::load).transpose()?.unwrap_or_default();
+        toggle(&mut config, &self.disable, &self.enable)?;
+        Ok(config)
+    }
+
+    /// Prints `report` as these flags say and returns the exit code they give it.
+    pub fn finish(&self, report: &check::Report) -> Result<ExitCode, Error> {
+        let how = Output { format: self.format, fail_on: self.fail_on, color: self.color, quiet: self.quiet };
+        print(report, how, self.output.as_deref())?;
+        Ok(ExitCode::from(report.exit_code(self.fail_on) as u8))
+    }
 }
 
 pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
-    let mut config = args.config.as_deref().map(crate::config_file::load).transpose()?.unwrap_or_default();
-    toggle(&mut config, &args.disable, &args.enable)?;
+    let config = args.report.config()?;
     let options = Options { complete: args.complete, namespace: args.namespace.clone(), config };
     let paths: Vec<String> = args.inputs.iter().chain(&args.paths).cloned().collect();
     if paths.is_empty() && args.helm.is_none() && args.kustomize.is_none() {
@@ -114,10 +137,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
     for f in &run.fixed {
         eprintln!("fixed: {f}");
     }
-    let report = &run.report;
-    let how = Output { format: args.format, fail_on: args.fail_on, color: args.color, quiet: args.quiet };
-    print(report, how, args.output.as_deref())?;
-    let code = ExitCode::from(report.exit_code(args.fail_on) as u8);
+    let code = args.report.finish(&run.report)?;
     // The process ends here: freeing the texts and the report (every finding's strings) one by
     // one would only delay the exit, which returns the memory anyway.
     std::mem::forget(run);
