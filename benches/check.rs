@@ -633,6 +633,8 @@ unsafe extern "C" {
 /// resident set in bytes, and its exit code.
 fn run_check(binary: &str, bundle: &Path) -> (Duration, u64, i32) {
     let start = Instant::now();
+    // Reaped by wait4 below, which also gives its resource usage (std's wait does not).
+    #[allow(clippy::zombie_processes)]
     let child = Command::new(binary)
         .args(["check", "--format", "json", "-f"])
         .arg(bundle)

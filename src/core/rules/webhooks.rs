@@ -99,7 +99,7 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
             continue;
         }
         let Some(risk) = backend_risk(ctx.view, &service) else { continue };
-        let path = workload_path(&scaled, &risk);
+        let path = workload_path(scaled, &risk);
         for config in ctx.view.webhooks_calling(namespace, &name) {
             let hooks = calling(&config, &service.id);
             let (what, fix) = service_message(&config, &service, &hooks, &risk);
