@@ -103,7 +103,16 @@ impl Peers {
         if !out.ok() {
             return Err(format!("Kyverno's CRDs: {}", out.output()));
         }
-        let out = cp.kubectl(&["wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"]);
+        // A CRD created a moment ago may have no status yet, which `kubectl wait` reports as an
+        // error ("status.conditions accessor error") rather than waiting: ask again.
+        let mut out = cp.kubectl(&["wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"]);
+        for _ in 0..10 {
+            if out.ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+            out = cp.kubectl(&["wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"]);
+        }
         if !out.ok() {
             return Err(format!("Kyverno's CRDs not established: {}", out.output()));
         }
