@@ -449,6 +449,13 @@ struct Sat {
     client_cpu_share: f64,
     server_cpu_share: f64,
     errors: u64,
+    /// The measured interval, in seconds since the Unix epoch (CLOCK_REALTIME, as `perf record
+    /// -k CLOCK_REALTIME` stamps samples): benches/perf.sh cuts its profile by it.
+    window: (f64, f64),
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Closed loop: every connection (or stream) posts back to back. Measured after `warmup`,
@@ -492,9 +499,11 @@ async fn saturate(
     }
     tokio::time::sleep(warmup).await;
     let me = std::process::id();
-    let (n0, s0, c0, t0) = (done.load(Ordering::Relaxed), cpu_ns(server_pid), cpu_ns(me), Instant::now());
+    let (n0, s0, c0, t0, w0) =
+        (done.load(Ordering::Relaxed), cpu_ns(server_pid), cpu_ns(me), Instant::now(), unix_now());
     tokio::time::sleep(duration).await;
-    let (n1, s1, c1, t1) = (done.load(Ordering::Relaxed), cpu_ns(server_pid), cpu_ns(me), Instant::now());
+    let (n1, s1, c1, t1, w1) =
+        (done.load(Ordering::Relaxed), cpu_ns(server_pid), cpu_ns(me), Instant::now(), unix_now());
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         let _ = t.await;
@@ -507,6 +516,7 @@ async fn saturate(
         client_cpu_share: (c1 - c0) as f64 / 1e9 / secs,
         server_cpu_share: (s1 - s0) as f64 / 1e9 / secs,
         errors: errors.load(Ordering::Relaxed),
+        window: (w0, w1),
     }
 }
 
@@ -765,6 +775,8 @@ fn bench_role(args: &[String]) {
     let by_type_conc: usize = arg(args, "--by-type-conc", 16);
     let by_type_rounds: usize = arg(args, "--by-type-rounds", rounds);
     let by_type_duration = Duration::from_secs_f64(arg(args, "--by-type-duration", duration.as_secs_f64()));
+    // Only these request types in the per-type phase (all when empty).
+    let by_type_only = arg_list(args, "--by-type-only", "");
     let namespaces: usize = arg(args, "--namespaces", 100);
     let out: Option<PathBuf> = args.iter().position(|a| a == "--out").map(|i| PathBuf::from(&args[i + 1]));
 
@@ -843,11 +855,20 @@ fn bench_role(args: &[String]) {
         md += &format!("### Per request type ({}, concurrency {by_type_conc}, saturation, median of {by_type_rounds})\n\n", proto.as_str());
         md += "| request | target | req/s | × decode | server CPU µs/req | errors |\n|---|---|---:|---:|---:|---:|\n";
         for (bi, name) in names.iter().enumerate() {
+            if !by_type_only.is_empty() && !by_type_only.iter().any(|n| n == name) {
+                continue;
+            }
             let one = targets(&server, &bodies[bi..=bi]);
             let mut sats: Vec<Vec<Sat>> = (0..one.len()).map(|_| Vec::new()).collect();
             for _ in 0..by_type_rounds {
                 for (ti, t) in one.iter().enumerate() {
-                    sats[ti].push(saturate(proto, t.addr, &ca, &t.work, by_type_conc, pid, warmup, by_type_duration).await);
+                    let s = saturate(proto, t.addr, &ca, &t.work, by_type_conc, pid, warmup, by_type_duration).await;
+                    // What benches/perf.sh reads to cut its profile into targets.
+                    eprintln!(
+                        "window {name} {} {:.6} {:.6} rps {:.1} cpu_us {:.3}",
+                        t.name, s.window.0, s.window.1, s.rps, s.server_us_per_req
+                    );
+                    sats[ti].push(s);
                 }
             }
             let rps: Vec<f64> = sats.iter().map(|s| median(s.iter().map(|x| x.rps).collect())).collect();
