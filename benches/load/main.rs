@@ -998,6 +998,21 @@ const COMPONENTS: &[(&str, &[&str], bool)] = &[
     ),
 ];
 
+/// One target's profile: a warmed-up connection (20 requests), callgrind's counters zeroed, then
+/// `requests` requests of `body_name` and a dump named after the target.
+async fn profile_target(t: &Target, ca: &str, requests: usize, control: &dyn Fn(&[&str]), body_name: &str) {
+    let mut conn = connect(Proto::H1, t.addr, ca, 1).await.pop().unwrap();
+    for i in 0..20 {
+        assert_eq!(conn.call(&t.work, i).await.unwrap(), 200);
+    }
+    control(&["-z"]);
+    for i in 0..requests {
+        assert_eq!(conn.call(&t.work, i).await.unwrap(), 200, "{} {body_name}", t.name);
+    }
+    control(&["-d", t.name]);
+    eprintln!("profiled {} x {requests} {body_name} requests", t.name);
+}
+
 fn profile_role(args: &[String]) {
     let requests: usize = arg(args, "--requests", 400);
     let body_name: String = arg(args, "--body", "deployment".to_string());
@@ -1051,34 +1066,16 @@ fn profile_role(args: &[String]) {
             if !only.iter().any(|o| o == t.name) {
                 continue;
             }
-            let mut conn = connect(Proto::H1, t.addr, &ca, 1).await.pop().unwrap();
-            for i in 0..20 {
-                assert_eq!(conn.call(&t.work, i).await.unwrap(), 200);
-            }
-            control(&["-z"]);
-            for i in 0..requests {
-                assert_eq!(conn.call(&t.work, i).await.unwrap(), 200, "{}", t.name);
-            }
-            control(&["-d", t.name]);
+            profile_target(&t, &ca, requests, &control, &body_name).await;
             dumps.push(t.name);
-            eprintln!("profiled {} x {requests} {body_name} requests", t.name);
         }
         for other in &other_bodies {
             for t in targets(&server, &[body_of(other)]) {
                 if !only.iter().any(|o| o == t.name) {
                     continue;
                 }
-                let mut conn = connect(Proto::H1, t.addr, &ca, 1).await.pop().unwrap();
-                for i in 0..20 {
-                    assert_eq!(conn.call(&t.work, i).await.unwrap(), 200);
-                }
-                control(&["-z"]);
-                for i in 0..requests {
-                    assert_eq!(conn.call(&t.work, i).await.unwrap(), 200, "{} {other}", t.name);
-                }
-                control(&["-d", t.name]);
+                profile_target(&t, &ca, requests, &control, other).await;
                 by_type_dumps.push((other.clone(), t.name));
-                eprintln!("profiled {} x {requests} {other} requests", t.name);
             }
         }
     });
