@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The webhook's load benchmark, side by side with its baselines, and ha-guard beside its peers, in one run; writes
-# benches/RESULTS.md (and prints it). Not part of CI. About 75 minutes on 2 cores (load 11, the run
-# through kube-apiserver with its peers ~20, the offline peers ~40), plus the builds.
+# benches/RESULTS.md (and prints it). Not part of CI. About 30 minutes on 2 cores (load and profile 10, the run
+# through kube-apiserver with its peers 10, the offline peers 10), once the peers are built.
 #
 #   benches/run.sh                 # everything
 #   QUICK=1 benches/run.sh         # a shorter pass (1 round, shorter runs): a smoke test
 #   PROFILE=0 benches/run.sh       # without the callgrind profile
 #   APISERVER=0 benches/run.sh     # without the run through kube-apiserver
-#   PEERS=0 benches/run.sh         # without the offline peers (benches/peers.sh, ~40 min)
+#   PEERS=0 benches/run.sh         # without the offline peers (benches/peers.sh, ~10 min)
 #   APISERVER_MODES=none,before,shipped benches/run.sh   # without ha-guard's peers (CEL, Kyverno)
 #   OUT=/tmp/r.md benches/run.sh   # write elsewhere
 #
