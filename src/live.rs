@@ -36,34 +36,10 @@ use crate::core::view::{
 mod retry;
 pub use retry::RetryPolicy;
 
-/// What one object contributes to the index, already in the `Arc` the index keeps (a relist buffers
-/// thousands of these: a pointer each, not a projection each, and no move when swapped in).
-#[derive(Debug)]
-pub enum Projection {
-    Workload(Arc<WorkloadInfo>),
-    Pdb(Arc<PdbInfo>),
-    Hpa(Arc<HpaInfo>),
-    Pvc(Arc<PvcInfo>),
-    Node(Arc<NodeInfo>),
-    Namespace(String, std::collections::BTreeMap<String, String>),
-    Service(Arc<ServiceInfo>),
-    Webhooks(Arc<WebhookConfigInfo>),
-}
-
-impl Projection {
-    fn apply(self, index: &mut Index) {
-        match self {
-            Projection::Workload(w) => index.upsert_workload(w),
-            Projection::Pdb(p) => index.upsert_pdb(p),
-            Projection::Hpa(h) => index.upsert_hpa(h),
-            Projection::Pvc(p) => index.upsert_pvc(p),
-            Projection::Node(n) => index.upsert_node(n),
-            Projection::Namespace(name, labels) => index.upsert_namespace_labels(name, labels),
-            Projection::Service(s) => index.upsert_service(s),
-            Projection::Webhooks(c) => index.upsert_webhook_config(c),
-        }
-    }
-}
+// What one watched object contributes to the index: the same projection `check` builds, in the
+// `Arc` the index keeps (a relist buffers thousands of these: a pointer each, not a projection
+// each, and no move when swapped in).
+pub use crate::core::view::index::Projection;
 
 /// A kind the live view watches.
 pub trait Tracked: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static {
@@ -318,7 +294,7 @@ impl LiveSource {
         match event {
             Event::Apply(obj) => {
                 let p = obj.project();
-                p.apply(&mut self.write());
+                self.write().insert_projection(p);
             }
             Event::Delete(obj) => obj.remove(&mut self.write()),
             Event::Init => *buffer = Some(Vec::new()),
@@ -328,7 +304,7 @@ impl LiveSource {
                 let mut index = self.write();
                 index.clear_kind(K::KIND);
                 for p in items {
-                    p.apply(&mut index);
+                    index.insert_projection(p);
                 }
                 drop(index);
                 self.synced[Self::slot(K::KIND)].store(true, Ordering::SeqCst);
