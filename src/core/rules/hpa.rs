@@ -145,8 +145,9 @@ fn bounds(hpa: &HpaInfo, out: &mut Emitter) {
             &HPA_REPLICA_BOUNDS,
             "spec.minReplicas",
             format!(
-                "{} has minReplicas {min}, below 1: the apiserver refuses it (scale-to-zero needs the \
-                 HPAScaleToZero feature gate and an object or external metric), and a floor of 0 leaves no pod.",
+                "{} has minReplicas {min}, below 1: a floor of 0 leaves no pod whenever the metric is idle. \
+                 (The apiserver refuses it unless the HPAScaleToZero feature gate, on by default from \
+                 Kubernetes 1.37, and an object or external metric allow it.)",
                 hpa.id
             ),
             "set minReplicas to at least 1 (2 or more for a highly available workload).".to_string(),
