@@ -455,8 +455,7 @@ fn main() {
     let started = Instant::now();
     let load_before = loadavg();
     eprintln!("apiserver bench: starting etcd + kube-apiserver (built on first use) and ha-guard");
-    let cp = ControlPlane::start_with(|_| Ok(peers::apiserver_flags()))
-        .unwrap_or_else(|e| fail(&format!("control plane: {e}")));
+    let cp = ControlPlane::start().unwrap_or_else(|e| fail(&format!("control plane: {e}")));
     let hg = HaGuard::start(&cp).unwrap_or_else(|e| fail(&format!("ha-guard: {e}")));
     let mut peers = peers::Peers::new(&cp);
     if args.modes.contains(&Mode::Kyverno) {
@@ -1034,9 +1033,8 @@ fn peers_report(
     let modes = args.modes.join_flags();
     let _ = writeln!(
         md,
-        "\n### Peers through the same apiserver\n\nOne run, one kube-apiserver {} (started with \
-         `--feature-gates=MutatingAdmissionPolicy=true --runtime-config=admissionregistration.k8s.io/v1beta1=true` \
-         for every mode), ha-guard at commit {}, Kyverno {}: `cargo bench --bench apiserver -- --rounds {} \
+        "\n### Peers through the same apiserver\n\nOne run, one kube-apiserver {} (MutatingAdmissionPolicy \
+         GA and on by default since 1.36), ha-guard at commit {}, Kyverno {}: `cargo bench --bench apiserver -- --rounds {} \
          --objects {} --concurrency {} --modes {modes}`. One engine at a time is registered; the others' \
          webhooks or policies are taken away (Kyverno's process stopped) before a mode's batches.\n",
         kube_apiserver_version(),

@@ -180,7 +180,10 @@ fn deny_cases(cp: &ControlPlane, hg: &HaGuard) {
 }
 
 /// (1) hpa-replica-bounds: the apiserver's own validation runs before validating webhooks, so
-/// the user sees the apiserver's message and ha-guard is never asked (the rule serves `check`).
+/// for the bounds it refuses the user sees the apiserver's message and ha-guard is never asked
+/// (the rule serves `check`). From Kubernetes 1.37 (HPAScaleToZero beta, on by default) the
+/// apiserver takes a floor of 0 when an object or external metric drives the HPA: that one
+/// reaches ha-guard, which refuses it.
 fn hpa_bounds(cp: &ControlPlane, hg: &HaGuard) {
     let ns = "hpa-bounds";
     namespace(cp, hg, ns, &[]);
@@ -193,11 +196,30 @@ fn hpa_bounds(cp: &ControlPlane, hg: &HaGuard) {
         .hides(&["[hpa-replica-bounds]", "ha-guard.io"]);
     cp.apply(hpa(ns, "zero", "web", 0, 2))
         .failure()
-        .shows(&["spec.minReplicas: Invalid value: 0: must be greater than or equal to 1"])
+        .shows(&["spec.metrics: Forbidden: must specify at least one Object or External metric to support scaling to zero replicas"])
         .hides(&["[hpa-replica-bounds]"]);
     assert_eq!(asked(), before, "the apiserver rejected the HPAs before calling ha-guard");
     absent(cp, ns, "hpa", "inverted");
+    let mut to_zero = hpa(ns, "to-zero", "web", 0, 2);
+    to_zero["spec"]["metrics"] = json!([{"type": "External", "external": {
+        "metric": {"name": "queue_messages_ready"},
+        "target": {"type": "AverageValue", "averageValue": "30"}}}]);
+    cp.apply(to_zero.clone())
+        .failure()
+        .shows(&[
+            "admission webhook \"validate.ha-guard.io\" denied the request",
+            "[hpa-replica-bounds]",
+            "minReplicas 0, below 1",
+            "set minReplicas to at least 1",
+        ]);
+    assert!(asked() > before, "the apiserver took the floor of 0 and asked ha-guard");
+    absent(cp, ns, "hpa", "to-zero");
+    // A worker meant to scale to zero says so, and is admitted.
+    to_zero["metadata"]["annotations"] = json!({"ha-guard.io/allow-hpa-replica-bounds": "queue worker, idle at night"});
+    cp.apply(to_zero).success();
+    cp.kubectl(&["delete", "hpa", "to-zero", "-n", ns]).success();
     // A good HPA goes through ha-guard (and is counted).
+    let before = asked();
     cp.apply(hpa(ns, "good", "web", 2, 4)).success();
     assert!(asked() > before, "a valid HPA is reviewed by ha-guard");
 }

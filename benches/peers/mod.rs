@@ -12,16 +12,6 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
-/// kube-apiserver flags for every mode of the run: MutatingAdmissionPolicy is beta and off by
-/// default in 1.34. The same apiserver serves every mode, so `none` runs with the (empty) policy
-/// plugin too.
-pub fn apiserver_flags() -> Vec<String> {
-    vec![
-        "--feature-gates=MutatingAdmissionPolicy=true".to_string(),
-        "--runtime-config=admissionregistration.k8s.io/v1beta1=true".to_string(),
-    ]
-}
-
 fn peers_dir() -> PathBuf {
     repo().join("benches/peers")
 }
