@@ -204,14 +204,12 @@ fn hpa_bounds(cp: &ControlPlane, hg: &HaGuard) {
     to_zero["spec"]["metrics"] = json!([{"type": "External", "external": {
         "metric": {"name": "queue_messages_ready"},
         "target": {"type": "AverageValue", "averageValue": "30"}}}]);
-    cp.apply(to_zero.clone())
-        .failure()
-        .shows(&[
-            "admission webhook \"validate.ha-guard.io\" denied the request",
-            "[hpa-replica-bounds]",
-            "minReplicas 0, below 1",
-            "set minReplicas to at least 1",
-        ]);
+    cp.apply(to_zero.clone()).failure().shows(&[
+        "admission webhook \"validate.ha-guard.io\" denied the request",
+        "[hpa-replica-bounds]",
+        "minReplicas 0, below 1",
+        "set minReplicas to at least 1",
+    ]);
     assert!(asked() > before, "the apiserver took the floor of 0 and asked ha-guard");
     absent(cp, ns, "hpa", "to-zero");
     // A worker meant to scale to zero says so, and is admitted.
