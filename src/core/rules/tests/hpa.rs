@@ -97,6 +97,11 @@ fn min_zero_is_denied() {
     assert_eq!(f.action, Decision::Deny);
     assert_eq!(f.path, "spec.minReplicas");
     assert_mentions(&f.message(), &["minReplicas 0, below 1", "Fix:", "minReplicas to at least 1"]);
+    // From 1.37 the apiserver may store it: the message says when, rather than that it never does.
+    assert_mentions(
+        &f.message(),
+        &["HPAScaleToZero", "on by default from Kubernetes 1.37", "object or external metric"],
+    );
 }
 
 #[test]
