@@ -807,6 +807,9 @@ fn saved(before: &[f64], shipped: &[f64]) -> String {
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let base = mean(&before[..n]);
+    if base <= 0.0 {
+        return "- (`before` added nothing)".into();
+    }
     let diff: Vec<f64> = before.iter().zip(shipped).map(|(b, s)| b - s).collect();
     let d = mean(&diff);
     let point = format!("{:.0} %", d / base * 100.0);
