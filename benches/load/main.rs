@@ -131,7 +131,7 @@ async fn transport_handler(_body: Bytes) -> Response {
 /// `allowed` with its uid.
 async fn decode_handler(body: Bytes) -> Response {
     use kube::core::admission::AdmissionResponse;
-    if admission::count_values(&body) > admission::MAX_JSON_VALUES {
+    if admission::value_bound(&body) > admission::MAX_JSON_VALUES {
         return (StatusCode::BAD_REQUEST, "too many values").into_response();
     }
     match kube_decode(&body) {
@@ -992,8 +992,8 @@ const COMPONENTS: &[(&str, &[&str], bool)] = &[
         false,
     ),
     (
-        "body size check (`admission::count_values`, every call; one is inside parse)",
-        &["ha_guard::server::review::wire::count_values"],
+        "body size check (`admission::value_bound`, every call; one is inside parse)",
+        &["ha_guard::server::review::wire::value_bound"],
         true,
     ),
 ];

@@ -201,7 +201,7 @@ async fn mutate(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRej
 /// [`answer`] once the body's JSON values fit in the decoding budget. A body over
 /// [`review::MAX_JSON_VALUES`] takes nothing: it is refused before decoding.
 async fn answer_within_budget(state: &AppState, webhook: Webhook, body: &[u8]) -> Response {
-    let values = review::count_values(body);
+    let values = review::value_bound(body);
     let _permit = if values <= review::MAX_JSON_VALUES {
         // Never closed; the request timeout bounds the wait.
         let n = u32::try_from(values.min(DECODE_BUDGET)).unwrap_or(u32::MAX);
@@ -225,7 +225,7 @@ fn body_error(webhook: Webhook, e: BytesRejection) -> Response {
     json_error(status, &message)
 }
 
-/// Answers a body of `values` JSON values ([`review::count_values`]).
+/// Answers a body of at most `values` JSON values ([`review::value_bound`]).
 fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Response {
     let started = Instant::now();
     let result = review::parse_counted(body, values).and_then(|req| {

@@ -8,4 +8,4 @@ pub mod wire;
 
 pub use respond::{AdmissionDecision, Outcome, Webhook, fit_warnings, into_review, line, review};
 pub use subject::subject;
-pub use wire::{BadRequest, MAX_JSON_VALUES, Request, count_values, parse, parse_counted};
+pub use wire::{BadRequest, MAX_JSON_VALUES, Request, count_values, parse, parse_counted, value_bound};
