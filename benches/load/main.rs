@@ -16,7 +16,9 @@
 //! - `bench`: the load generator. Starts `serve` (pinned to one CPU with taskset, itself on the
 //!   other), then for each protocol and concurrency: closed-loop saturation runs of the four
 //!   targets interleaved, `rounds` times (the median is reported), then an open-loop run of each
-//!   at half its saturation rate for the latency percentiles. CPU per request is the server
+//!   at half its saturation rate for the latency percentiles. While it saturates a target the
+//!   client spins (a task yields in a loop, so its thread polls its sockets instead of sleeping
+//!   in epoll; `--client-spin false` turns it off; see `CLIENT_SPIN`). CPU per request is the server
 //!   process's CPU time (all its threads, /proc/PID/task/*/schedstat) over the requests answered
 //!   in the measured window.
 //! - `profile`: the server under `valgrind --tool=callgrind`; one HTTP/1.1 keep-alive
@@ -461,6 +463,15 @@ fn unix_now() -> f64 {
 /// Closed loop: every connection (or stream) posts back to back. Measured after `warmup`,
 /// for `duration`.
 #[allow(clippy::too_many_arguments)]
+/// Whether the load generator polls its sockets without sleeping while it saturates a target
+/// (`--client-spin`, on unless `--client-spin false`). Asleep, it must be woken for each answer:
+/// on this VM an interrupt to an idle vCPU that the server's `write` pays, 0.3 µs a request when
+/// the host is quiet and up to 90 µs when it is busy (`benches/perf.sh`, `sock_def_readable`), and
+/// more the slower the target (the client idles more), so the slower target's CPU per request
+/// held more of the host's state than of its own work. Spinning, the client is always running,
+/// the wake-up is free for every target, and the server's CPU per request is its own.
+static CLIENT_SPIN: AtomicBool = AtomicBool::new(true);
+
 async fn saturate(
     proto: Proto,
     addr: SocketAddr,
@@ -494,6 +505,14 @@ async fn saturate(
                 }
                 done.fetch_add(1, Ordering::Relaxed);
                 i += 1;
+            }
+        }));
+    }
+    if CLIENT_SPIN.load(Ordering::Relaxed) {
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                tokio::task::yield_now().await;
             }
         }));
     }
@@ -779,6 +798,7 @@ fn bench_role(args: &[String]) {
     let by_type_only = arg_list(args, "--by-type-only", "");
     let namespaces: usize = arg(args, "--namespaces", 100);
     let out: Option<PathBuf> = args.iter().position(|a| a == "--out").map(|i| PathBuf::from(&args[i + 1]));
+    CLIENT_SPIN.store(arg(args, "--client-spin", true), Ordering::Relaxed);
 
     let (certs, ca) = certs_dir(args);
     let server = ServerProcess::start(server_command(args, &certs, namespaces));
@@ -793,6 +813,11 @@ fn bench_role(args: &[String]) {
         let all = targets(&server, &bodies);
         let notes = sanity(&ca, &all, &names).await;
         md += &format!("Server: `{}`\n\nBodies (AdmissionReview JSON): {}. Each connection rotates through the four.\n\n", server.ready_line, sizes.join(", "));
+        md += if CLIENT_SPIN.load(Ordering::Relaxed) {
+            "While it saturates a target, the load generator spins (`--client-spin`): its CPU column is then 1 core by construction, and no answer pays for waking it.\n\n"
+        } else {
+            "The load generator sleeps between answers (`--client-spin false`): each answer may pay for waking its vCPU.\n\n"
+        };
         md += "What ha-guard answers them (checked before the load):\n\n";
         for n in &notes {
             md += &format!("- {n}\n");
