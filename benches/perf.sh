@@ -31,7 +31,7 @@ taskset -c 0 "$exe" bench --server-cpus 1 --protos h1 --conc "" --rounds 1 --by-
 bench=$!
 pid=""
 for _ in $(seq 1 300); do
-  pid=$(sed -n 's/^server: pid \([0-9]*\).*/\1/p' "$WORK/bench.err" | head -1)
+  pid=$(sed -n 's/^server: pid \([0-9]*\).*/\1/p' "$WORK/bench.err" 2>/dev/null | head -1 || true)
   [[ -n "$pid" ]] && break
   sleep 0.1
 done
