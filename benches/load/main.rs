@@ -460,18 +460,23 @@ fn unix_now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// Closed loop: every connection (or stream) posts back to back. Measured after `warmup`,
-/// for `duration`.
-#[allow(clippy::too_many_arguments)]
 /// Whether the load generator polls its sockets without sleeping while it saturates a target
 /// (`--client-spin`, on unless `--client-spin false`). Asleep, it must be woken for each answer:
 /// on this VM an interrupt to an idle vCPU that the server's `write` pays, 0.3 µs a request when
 /// the host is quiet and up to 90 µs when it is busy (`benches/perf.sh`, `sock_def_readable`), and
 /// more the slower the target (the client idles more), so the slower target's CPU per request
 /// held more of the host's state than of its own work. Spinning, the client is always running,
-/// the wake-up is free for every target, and the server's CPU per request is its own.
+/// the wake-up is free for every target, and the server's CPU per request is its own. The cost:
+/// the spinning task takes turns with the client's, which halves what the HTTP/2 client (several
+/// task hops a request) can send, so HTTP/2 at concurrency 4 and up is bound by the client (the
+/// server below half a core), as HTTP/2 at 16 and 64 already was. An idle-priority spinning
+/// process (`chrt --idle`) instead still left a wake-up a request (43 against 31 µs for `decode`)
+/// and the same HTTP/2 limit; both gave `/validate` ÷ decode 0.60-0.62 over HTTP/1.1.
 static CLIENT_SPIN: AtomicBool = AtomicBool::new(true);
 
+/// Closed loop: every connection (or stream) posts back to back. Measured after `warmup`,
+/// for `duration`.
+#[allow(clippy::too_many_arguments)]
 async fn saturate(
     proto: Proto,
     addr: SocketAddr,
