@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::collections::hash_map::Entry;
 use std::hash::BuildHasher;
+use std::sync::Arc;
 
 // foldhash rather than std's SipHash: every review looks up its namespace, workloads, PDBs and
 // autoscalers by name here, and SipHash was 3-4% of a PDB or HPA review's instructions. Its seed
@@ -12,8 +13,6 @@ use std::hash::BuildHasher;
 // collide at will.
 use foldhash::fast::RandomState;
 use foldhash::{HashMap, HashSet};
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
