@@ -197,11 +197,12 @@ fn serve_role(args: &[String]) {
     let workers: usize = arg(args, "--workers", std::thread::available_parallelism().map_or(1, |n| n.get()));
     let log: String = arg(args, "--log", "info".to_string());
     if log != "off" {
-        // What `ha-guard serve` installs (text format), to stderr (the bench sends it to /dev/null).
+        // What `ha-guard serve` installs in a pod (text, unstyled), to stderr (here /dev/null).
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(&log))
             .with_writer(std::io::stderr)
-            .with_ansi(server::log_styled())
+            .with_ansi(false)
+            .fmt_fields(server::log_text::PlainFields)
             .init();
     }
     let (cert, key) = (certs.join("tls.crt"), certs.join("tls.key"));

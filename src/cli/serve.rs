@@ -236,10 +236,11 @@ fn start_background_audit(
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(server::log_styled());
+    let styled = server::log_styled();
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(styled);
     match format {
-        LogFormat::Text => builder.init(),
+        LogFormat::Text if styled => builder.init(),
+        LogFormat::Text => builder.fmt_fields(server::log_text::PlainFields).init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
 }
