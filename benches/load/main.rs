@@ -24,6 +24,7 @@
 //! - `profile`: the server under `valgrind --tool=callgrind`; one HTTP/1.1 keep-alive
 //!   connection per target posts one request type; counters are zeroed after a warm-up and
 //!   dumped per target (callgrind_control). Prints instructions per request by component.
+//!   `--log-format json` logs as the chart's default does (text, unstyled, otherwise).
 //! - `viewsize`: `engine::evaluate` (+ the old object's on UPDATE) + `decide::decide` of the four
 //!   request subjects against a view with 1,000 objects in other namespaces and one with 100,000,
 //!   interleaved in rounds; prints the median ratio.
@@ -196,14 +197,18 @@ fn serve_role(args: &[String]) {
     let namespaces: usize = arg(args, "--namespaces", 100);
     let workers: usize = arg(args, "--workers", std::thread::available_parallelism().map_or(1, |n| n.get()));
     let log: String = arg(args, "--log", "info".to_string());
+    let log_format: String = arg(args, "--log-format", "text".to_string());
     if log != "off" {
-        // What `ha-guard serve` installs in a pod (text, unstyled), to stderr (here /dev/null).
-        tracing_subscriber::fmt()
+        // What `ha-guard serve` installs in a pod (text, unstyled; or `--log-format json`, the
+        // chart's default), to stderr (here /dev/null).
+        let builder = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(&log))
             .with_writer(std::io::stderr)
-            .with_ansi(false)
-            .fmt_fields(server::log_text::PlainFields)
-            .init();
+            .with_ansi(false);
+        match log_format.as_str() {
+            "json" => builder.json().flatten_event(true).init(),
+            _ => builder.fmt_fields(server::log_text::PlainFields).init(),
+        }
     }
     let (cert, key) = (certs.join("tls.crt"), certs.join("tls.key"));
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build().unwrap();
@@ -1055,6 +1060,7 @@ fn profile_role(args: &[String]) {
     let namespaces: usize = arg(args, "--namespaces", 43);
     let dir: PathBuf = arg(args, "--dir", PathBuf::from("target/load-profile"));
     let only: Vec<String> = arg_list(args, "--targets", "transport,decode,parse,validate,mutate");
+    let log_format: String = arg(args, "--log-format", "text".to_string());
     std::fs::create_dir_all(&dir).unwrap();
     for f in std::fs::read_dir(&dir).unwrap().flatten() {
         if f.file_name().to_string_lossy().starts_with("callgrind.") {
@@ -1069,7 +1075,8 @@ fn profile_role(args: &[String]) {
         .args(["--tool=callgrind", "--vgdb=yes"])
         .arg(format!("--callgrind-out-file={}", out_file.display()))
         .arg(&exe)
-        .args(["serve", "--workers", "1", "--log", "info", "--namespaces", &namespaces.to_string(), "--certs"])
+        .args(["serve", "--workers", "1", "--log", "info", "--log-format", &log_format])
+        .args(["--namespaces", &namespaces.to_string(), "--certs"])
         .arg(&certs)
         .stderr(Stdio::null());
     let server = ServerProcess::start(command);
