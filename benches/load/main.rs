@@ -201,13 +201,16 @@ fn serve_role(args: &[String]) {
     if log != "off" {
         // What `ha-guard serve` installs in a pod (text, unstyled; or `--log-format json`, the
         // chart's default), to stderr (here /dev/null).
-        let builder = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(&log))
-            .with_writer(std::io::stderr)
-            .with_ansi(false);
+        use tracing_subscriber::util::SubscriberInitExt;
+        let filter = tracing_subscriber::EnvFilter::new(&log);
         match log_format.as_str() {
-            "json" => builder.json().flatten_event(true).init(),
-            _ => builder.fmt_fields(server::log_text::PlainFields).init(),
+            "json" => server::log_format::json_subscriber(filter, std::io::stderr).init(),
+            _ => tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .with_ansi(false)
+                .fmt_fields(server::log_format::PlainFields)
+                .init(),
         }
     }
     let (cert, key) = (certs.join("tls.crt"), certs.join("tls.key"));

@@ -234,14 +234,17 @@ fn start_background_audit(
 }
 
 fn init_tracing(format: LogFormat) {
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let styled = server::log_styled();
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(styled);
     match format {
-        LogFormat::Text if styled => builder.init(),
-        LogFormat::Text => builder.fmt_fields(server::log_text::PlainFields).init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Json => server::log_format::json_subscriber(filter, std::io::stderr).init(),
+        LogFormat::Text => {
+            let styled = server::log_styled();
+            let builder =
+                tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(styled);
+            if styled { builder.init() } else { builder.fmt_fields(server::log_format::PlainFields).init() }
+        }
     }
 }
 

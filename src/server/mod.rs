@@ -2,7 +2,7 @@
 //! limits, timeouts, probes, metrics, graceful shutdown. The answers come from [`admission`].
 
 pub mod certs;
-pub mod log_text;
+pub mod log_format;
 pub mod managed_tls;
 pub mod metrics;
 pub mod review;
