@@ -51,27 +51,32 @@ where
     N: for<'w> FormatFields<'w> + 'static,
 {
     fn format_event(&self, ctx: &FmtContext<'_, S, N>, writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
-        if event.parent().is_some() || (event.is_contextual() && ctx.lookup_current().is_some()) {
+        // As tracing-subscriber decides whether a line has span keys.
+        if event.parent().is_some() || ctx.lookup_current().is_some() {
             return self.in_span.format_event(ctx, writer, event);
         }
         let normalized = event.normalized_metadata();
         let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
-        let mut writer = writer;
-        LINE.with_borrow_mut(|line| {
+        let write = |line: &mut Vec<u8>, mut writer: Writer<'_>| {
             line.clear();
             let mut stamp = String::new();
             SystemTime.format_time(&mut Writer::new(&mut stamp))?;
-            line.extend_from_slice(b"{");
+            line.push(b'{');
             entry(line, "timestamp", &stamp);
             line.push(b',');
             entry(line, "level", meta.level().as_str());
-            let mut fields = JsonVisitor { line: &mut *line, text: String::new() };
-            event.record(&mut fields);
+            event.record(&mut JsonVisitor { line: &mut *line, text: String::new() });
             line.push(b',');
             entry(line, "target", meta.target());
             line.extend_from_slice(b"}\n");
-            // Only serde_json's output and UTF-8 strings went in.
+            // Only serde_json's output went in, which is UTF-8.
             writer.write_str(std::str::from_utf8(line).map_err(|_| fmt::Error)?)
+        };
+        LINE.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut line) => write(&mut line, writer),
+            // In use further up this thread's stack (tracing drops an event sent while another
+            // is formatted, but a writer could log): a buffer of its own.
+            Err(_) => write(&mut Vec::new(), writer),
         })
     }
 }
@@ -336,11 +341,22 @@ mod tests {
             let span = tracing::info_span!("request", path = "/validate");
             span.in_scope(|| tracing::info!(inner = true, "in a span"));
             tracing::info!(parent: &span, "with an explicit parent");
+            span.in_scope(|| tracing::info!(parent: None, "an explicit root in a span"));
+            // A field whose Debug logs: tracing drops the inner event (its dispatcher is busy on
+            // this thread), and the outer line is written whole.
+            struct Logs;
+            impl fmt::Debug for Logs {
+                fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    tracing::info!(inner = 1, "logged while formatting");
+                    f.write_str("logs")
+                }
+            }
+            tracing::info!(value = ?Logs, "outer");
         };
         let (ours, text) = json_lines(true, emit);
         let (theirs, _) = json_lines(false, emit);
         assert_eq!(ours, theirs, "{text}");
-        assert_eq!(ours.len(), 7, "{text}");
+        assert_eq!(ours.len(), 9, "{text}");
         let first = text.lines().next().unwrap();
         assert!(first.starts_with("{\"timestamp\":\""), "{first}");
         assert!(first.contains("\"level\":\"INFO\",\"message\":\"admission\",\"webhook\":\"validate\""), "{first}");
@@ -349,6 +365,8 @@ mod tests {
         assert_eq!(ours[0]["nan"], serde_json::Value::Null);
         assert_eq!(ours[1]["error"], "bad \"quote\"\n\u{1}é");
         assert_eq!(ours[5]["span"]["path"], "/validate");
+        assert_eq!(ours[7]["span"]["path"], "/validate", "an explicit root still names the current span");
+        assert_eq!((ours[8]["message"].as_str(), ours[8]["value"].as_str()), (Some("outer"), Some("logs")));
     }
 
     #[test]
