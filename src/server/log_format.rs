@@ -218,7 +218,8 @@ mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
 
-    /// A `MakeWriter` into a shared buffer.
+    /// A `MakeWriter` into a shared buffer (tracing-subscriber's own `Mutex<W>` writer would be
+    /// owned by the subscriber; the test reads the buffer beside it).
     #[derive(Clone, Default)]
     struct Buffer(Arc<Mutex<Vec<u8>>>);
 
@@ -232,6 +233,10 @@ mod tests {
         }
     }
 
+    fn text(buffer: &Buffer) -> String {
+        String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap()
+    }
+
     /// What each formatter writes for the events `emit` sends, timestamps left out.
     fn lines(plain: bool, emit: impl Fn()) -> String {
         let buffer = Buffer::default();
@@ -242,7 +247,7 @@ mod tests {
         } else {
             tracing::subscriber::with_default(builder.finish(), &emit);
         }
-        String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap()
+        text(&buffer)
     }
 
     struct Shown;
@@ -252,19 +257,27 @@ mod tests {
         }
     }
 
+    /// The per-admission line's fields, and one of each other kind a field can be.
+    fn admission() {
+        tracing::info!(
+            webhook = "validate",
+            uid = %"0a1b",
+            object = %Shown,
+            dry_run = false,
+            latency_us = 42u64,
+            ratio = 0.5f64,
+            rules = %"pdb-min-available-blocks=deny,inject-pdb-unhealthy-eviction",
+            delta = -3i64,
+            nan = f64::NAN,
+            big = 1u128 << 100,
+            "admission"
+        );
+    }
+
     #[test]
     fn the_line_is_the_default_formatters_without_its_styling() {
         let emit = || {
-            tracing::info!(
-                webhook = "validate",
-                uid = %"0a1b",
-                object = %Shown,
-                dry_run = false,
-                latency_us = 42u64,
-                ratio = 0.5f64,
-                rules = %"",
-                "admission"
-            );
+            admission();
             tracing::warn!(error = %"bad \"quote\"", "bad request");
             tracing::info!("a message, no field");
             tracing::info!(only = 1, "");
@@ -301,7 +314,7 @@ mod tests {
                 .finish();
             tracing::subscriber::with_default(theirs, &emit);
         }
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let text = text(&buffer);
         let values = text
             .lines()
             .map(|line| {
@@ -318,19 +331,7 @@ mod tests {
     #[test]
     fn the_json_line_is_tracing_subscribers() {
         let emit = || {
-            tracing::info!(
-                webhook = "validate",
-                uid = %"0a1b",
-                object = %Shown,
-                dry_run = false,
-                latency_us = 42u64,
-                delta = -3i64,
-                ratio = 0.5f64,
-                nan = f64::NAN,
-                big = 1u128 << 100,
-                rules = %"pdb-min-available-blocks=deny,inject-pdb-unhealthy-eviction",
-                "admission"
-            );
+            admission();
             tracing::warn!(error = %"bad \"quote\"\n\u{1}é", "bad request");
             tracing::debug!("filtered out");
             let err = std::io::Error::other("disk full");
