@@ -17,7 +17,8 @@
 #      concurrency 1, 4, 16, 64: saturation req/s (median of interleaved rounds), server CPU per
 #      request, then p50/p99/p99.9 at half the saturation rate (open loop), errors.
 #   2. viewsize: evaluate + decide against 1,000 vs 100,000 objects in other namespaces.
-#   3. profile: the server under callgrind, instructions per request by component (deployment),
+#   3. profile: the server under callgrind (its caches simulated, the last level as this machine's L2),
+#      instructions and L2 misses per request by component (deployment),
 #      and per target for each request type.
 #   4. apiserver: a mix of creates, updates and controllers' metadata-only updates through a real
 #      kube-apiserver without webhooks, with ha-guard's webhooks as before the matchConditions and as
@@ -41,13 +42,13 @@ mkdir -p "$WORK"
 if [[ "$QUICK" == 1 ]]; then
   LOAD_ARGS=(--rounds 1 --warmup 0.3 --duration 1 --lat-duration 1.5)
   VIEW_ARGS=(--rounds 5 --batch 100)
-  PROFILE_ARGS=(--requests 100 --by-type pdb,hpa,scale)
+  PROFILE_ARGS=(--requests 100 --by-type pdb,hpa,scale --cache-sim)
   APISERVER_ARGS=(--rounds 1 --objects 100)
   PEERS_ENV=(ROUNDS=1 SIZES=1000)
 else
   LOAD_ARGS=(--rounds 3 --warmup 0.5 --duration 1.5 --lat-duration 3 --by-type-rounds 2 --by-type-duration 1)
   VIEW_ARGS=(--rounds 15 --batch 300)
-  PROFILE_ARGS=(--requests 200 --by-type pdb,hpa,scale)
+  PROFILE_ARGS=(--requests 200 --by-type pdb,hpa,scale --cache-sim)
   APISERVER_ARGS=(--rounds 4 --objects 300)
   PEERS_ENV=()
 fi

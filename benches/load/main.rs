@@ -1064,6 +1064,11 @@ fn profile_role(args: &[String]) {
     let dir: PathBuf = arg(args, "--dir", PathBuf::from("target/load-profile"));
     let only: Vec<String> = arg_list(args, "--targets", "transport,decode,parse,validate,mutate");
     let log_format: String = arg(args, "--log-format", "text".to_string());
+    // `--cache-sim`: callgrind also simulates the caches, its last level set to this machine's L2
+    // (`--l2 SIZE,WAYS,LINE` to choose another), for the table of L2 misses and estimated cycles.
+    let cache_sim = args.iter().any(|a| a == "--cache-sim");
+    let l2: String = arg(args, "--l2", host_l2().unwrap_or_else(|| "524288,8,64".to_string()));
+    let miss_cycles: f64 = arg(args, "--miss-cycles", 40.0);
     std::fs::create_dir_all(&dir).unwrap();
     for f in std::fs::read_dir(&dir).unwrap().flatten() {
         if f.file_name().to_string_lossy().starts_with("callgrind.") {
@@ -1076,6 +1081,7 @@ fn profile_role(args: &[String]) {
     let mut command = Command::new("valgrind");
     command
         .args(["--tool=callgrind", "--vgdb=yes"])
+        .args(if cache_sim { vec!["--cache-sim=yes".to_string(), format!("--LL={l2}")] } else { Vec::new() })
         .arg(format!("--callgrind-out-file={}", out_file.display()))
         .arg(&exe)
         .args(["serve", "--workers", "1", "--log", "info", "--log-format", &log_format])
@@ -1142,6 +1148,14 @@ fn profile_role(args: &[String]) {
     md += "\n";
     if !by_type_dumps.is_empty() {
         md += &by_type_table(&dir, requests, &body_name, &dumps, &totals, dumps.len(), &by_type_dumps);
+    }
+    if cache_sim {
+        let all: Vec<(String, &str)> = dumps
+            .iter()
+            .map(|t| (body_name.clone(), *t))
+            .chain(by_type_dumps.iter().map(|(b, t)| (b.clone(), *t)))
+            .collect();
+        md += &cache_table(&dir, requests, &all, &l2, miss_cycles);
     }
     for (name, functions, total) in &tables {
         if **name == "transport" {
@@ -1240,10 +1254,86 @@ fn by_type_table(
     md + "\n"
 }
 
+/// This machine's L2 as callgrind's `--LL` takes it (`size,ways,line`), from sysfs.
+fn host_l2() -> Option<String> {
+    let dir = Path::new("/sys/devices/system/cpu/cpu0/cache/index2");
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok().map(|s| s.trim().to_string());
+    if read("level")? != "2" {
+        return None;
+    }
+    let size = read("size")?;
+    let bytes = match size.strip_suffix('K') {
+        Some(k) => k.parse::<u64>().ok()? * 1024,
+        None => size.strip_suffix('M')?.parse::<u64>().ok()? * 1024 * 1024,
+    };
+    Some(format!("{bytes},{},{}", read("ways_of_associativity")?, read("coherency_line_size")?))
+}
+
+/// Per request type and target: instructions, simulated L2 misses (instruction and data) and
+/// estimated cycles, `Ir + miss_cycles × L2 misses`, with the ratios of the targets on the
+/// estimate. Timing on a shared machine moves by ±20% between runs; the estimate does not, and
+/// follows the measured time where instructions alone do not (benches/README.md, "The L2 cache").
+fn cache_table(dir: &Path, requests: usize, dumps: &[(String, &str)], l2: &str, miss_cycles: f64) -> String {
+    /// (target, [Ir, L2 misses, estimated cycles]) per request type.
+    type Row<'a> = (String, Vec<(&'a str, [f64; 3])>);
+    let mut rows: Vec<Row> = Vec::new();
+    for (k, (body, target)) in dumps.iter().enumerate() {
+        let Some(events) = summary_events(&dir.join(format!("callgrind.out.{}", k + 1))) else { continue };
+        let get = |name: &str| events.iter().find(|(n, _)| n == name).map_or(0.0, |(_, v)| *v as f64);
+        let ir = get("Ir") / requests as f64;
+        let misses = (get("ILmr") + get("DLmr") + get("DLmw")) / requests as f64;
+        let cells = [ir, misses, ir + miss_cycles * misses];
+        match rows.iter_mut().find(|(b, _)| b == body) {
+            Some((_, c)) => c.push((*target, cells)),
+            None => rows.push((body.clone(), vec![(*target, cells)])),
+        }
+    }
+    let mut md = format!(
+        "Simulated L2 (callgrind `--cache-sim=yes --LL={l2}`, this machine's L2 unless told otherwise): misses per \
+         request (instructions + data) and estimated cycles = Ir + {miss_cycles} × L2 misses (an L2 miss served by \
+         the L3):\n\n\
+         | request | target | Ir | L2 misses | estimated cycles |\n|---|---|---:|---:|---:|\n"
+    );
+    for (body, cells) in &rows {
+        for (target, [ir, misses, est]) in cells {
+            md += &format!("| {body} | {target} | {ir:.0} | {misses:.0} | {est:.0} |\n");
+        }
+    }
+    md += "\n| request | validate ÷ decode | validate ÷ parse | mutate ÷ parse |\n|---|---:|---:|---:|\n";
+    for (body, cells) in &rows {
+        let est = |t: &str| cells.iter().find(|(n, _)| *n == t).map(|(_, c)| c[2]);
+        let ratio = |a: &str, b: &str| match (est(a), est(b)) {
+            (Some(a), Some(b)) => format!("{:.2}", a / b),
+            _ => String::new(),
+        };
+        md += &format!(
+            "| {body} | {} | {} | {} |\n",
+            ratio("validate", "decode"),
+            ratio("validate", "parse"),
+            ratio("mutate", "parse")
+        );
+    }
+    md + "\n"
+}
+
+/// The `events:` and `summary:` lines of a callgrind dump, as (event, total).
+fn summary_events(file: &Path) -> Option<Vec<(String, u64)>> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let names = text.lines().find_map(|l| l.strip_prefix("events:"))?;
+    let totals = text.lines().find_map(|l| l.strip_prefix("summary:"))?;
+    Some(
+        names
+            .split_whitespace()
+            .map(str::to_string)
+            .zip(totals.split_whitespace().filter_map(|v| v.parse().ok()))
+            .collect(),
+    )
+}
+
 /// Total Ir and inclusive Ir per function (descending) of a callgrind dump.
 fn annotate(file: &Path) -> (u64, Vec<(String, u64)>) {
     let output = Command::new("callgrind_annotate")
-        .args(["--inclusive=yes", "--threshold=100"])
+        .args(["--inclusive=yes", "--threshold=100", "--show=Ir"])
         .arg(file)
         .output()
         .expect("callgrind_annotate");
