@@ -1069,6 +1069,9 @@ fn profile_role(args: &[String]) {
     let cache_sim = args.iter().any(|a| a == "--cache-sim");
     let l2: String = arg(args, "--l2", host_l2().unwrap_or_else(|| "524288,8,64".to_string()));
     let miss_cycles: f64 = arg(args, "--miss-cycles", 40.0);
+    // `--dump-instr`: costs per instruction address, for benches/perf/footprint.py (the code each
+    // target touches per request).
+    let dump_instr = args.iter().any(|a| a == "--dump-instr");
     std::fs::create_dir_all(&dir).unwrap();
     for f in std::fs::read_dir(&dir).unwrap().flatten() {
         if f.file_name().to_string_lossy().starts_with("callgrind.") {
@@ -1082,6 +1085,7 @@ fn profile_role(args: &[String]) {
     command
         .args(["--tool=callgrind", "--vgdb=yes"])
         .args(if cache_sim { vec!["--cache-sim=yes".to_string(), format!("--LL={l2}")] } else { Vec::new() })
+        .args(if dump_instr { &["--dump-instr=yes"][..] } else { &[] })
         .arg(format!("--callgrind-out-file={}", out_file.display()))
         .arg(&exe)
         .args(["serve", "--workers", "1", "--log", "info", "--log-format", &log_format])
