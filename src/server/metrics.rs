@@ -21,7 +21,7 @@ pub struct RequestLabels {
     pub webhook: &'static str,
     /// [`kind_label`] of the request's kind.
     pub kind: &'static str,
-    pub operation: String,
+    pub operation: &'static str,
     pub decision: &'static str,
     pub dry_run: &'static str,
 }

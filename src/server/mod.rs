@@ -309,7 +309,7 @@ fn record(state: &AppState, webhook: Webhook, o: &review::Outcome) {
         .get_or_create(&RequestLabels {
             webhook: webhook.as_str(),
             kind: metrics::kind_label(&o.kind),
-            operation: o.operation.clone(),
+            operation: o.operation,
             decision: o.decision.as_str(),
             dry_run: if o.dry_run { "true" } else { "false" },
         })

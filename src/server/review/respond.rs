@@ -32,6 +32,16 @@ impl Webhook {
     }
 }
 
+/// `operation` as the apiserver spells it.
+pub fn operation_name(operation: &Operation) -> &'static str {
+    match operation {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}
+
 /// What happened, for logs and metrics.
 #[derive(Clone, Debug, Default)]
 pub struct Outcome {
@@ -39,7 +49,8 @@ pub struct Outcome {
     pub kind: String,
     pub namespace: String,
     pub name: String,
-    pub operation: String,
+    /// As the apiserver spells it: `CREATE`, `UPDATE`, `DELETE`, `CONNECT`.
+    pub operation: &'static str,
     pub dry_run: bool,
     pub decision: AdmissionDecision,
     pub findings: Vec<(&'static Rule, Decision)>,
@@ -92,7 +103,7 @@ pub fn review(
         kind: req.kind.kind.clone(),
         namespace: req.namespace.clone().unwrap_or_default(),
         name: req.name.clone(),
-        operation: format!("{:?}", req.operation).to_uppercase(),
+        operation: operation_name(&req.operation),
         dry_run: req.dry_run,
         decision: AdmissionDecision::Skipped,
         ..Default::default()
@@ -269,6 +280,14 @@ mod tests {
 
     fn total(w: &[String]) -> usize {
         w.iter().map(|s| s.chars().count()).sum()
+    }
+
+    #[test]
+    fn operations_are_named_as_the_apiserver_sends_them() {
+        for op in [Operation::Create, Operation::Update, Operation::Delete, Operation::Connect] {
+            let sent = serde_json::to_value(&op).unwrap();
+            assert_eq!(sent, operation_name(&op), "{op:?}");
+        }
     }
 
     #[test]
