@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
 
-use super::subject::{old_replicas, subject_and_spec, subject_of};
+use super::subject::{old_replicas, subject_and_spec, subject_and_spec_of};
 use super::unchanged::changes_nothing_read_given;
 use super::wire::{BadRequest, Request};
 use crate::core::catalogue::{Mutation, Rule};
@@ -128,8 +128,15 @@ pub fn review(
     if outcome.name.is_empty() {
         outcome.name = subject.id().name;
     }
+    // The old object's spec, as its decoding for ratcheting read it (if it ran): compared with
+    // the new one's below without reading `oldObject` again.
+    let old_spec = std::cell::Cell::new(None);
     let old = || match (&req.operation, request.old_object.as_deref()) {
-        (Operation::Update, old @ Some(_)) => subject_of(req, old).ok().flatten(),
+        (Operation::Update, old @ Some(_)) => {
+            let (subject, spec) = subject_and_spec_of(req, old).ok()?;
+            old_spec.set(spec);
+            subject
+        }
         _ => None,
     };
     let asks = match webhook {
@@ -145,7 +152,7 @@ pub fn review(
     // the answer is the same either way.
     let says_something =
         !verdict.plan.is_empty() || !verdict.decided.findings.is_empty() || !verdict.decided.warnings.is_empty();
-    if says_something && changes_nothing_read_given(request, spec) {
+    if says_something && changes_nothing_read_given(request, spec, old_spec.get()) {
         response.audit_annotations.insert("skipped".into(), UNCHANGED.into());
         return Ok((response, outcome));
     }

@@ -22,7 +22,7 @@ pub fn subject(request: &Request) -> Result<Option<Subject>, BadRequest> {
 /// [`changes_nothing_read`](super::unchanged::changes_nothing_read) compares first, without
 /// reading the object again.
 pub fn subject_and_spec(request: &Request) -> Result<(Option<Subject>, Option<&str>), BadRequest> {
-    subject_with_spec(&request.header, request.object.as_deref())
+    subject_and_spec_of(&request.header, request.object.as_deref())
 }
 
 /// The subject of a request's `object` (or `oldObject`), or `None` for kinds and operations
@@ -31,10 +31,11 @@ pub fn subject_of(
     req: &AdmissionRequest<DynamicObject>,
     object: Option<&RawValue>,
 ) -> Result<Option<Subject>, BadRequest> {
-    subject_with_spec(req, object).map(|(subject, _)| subject)
+    subject_and_spec_of(req, object).map(|(subject, _)| subject)
 }
 
-fn subject_with_spec<'o>(
+/// [`subject_of`], and the text of the object's `spec` as [`subject_and_spec`] gives it.
+pub fn subject_and_spec_of<'o>(
     req: &AdmissionRequest<DynamicObject>,
     object: Option<&'o RawValue>,
 ) -> Result<(Option<Subject>, Option<&'o str>), BadRequest> {

@@ -82,14 +82,15 @@ impl<'a> Read<'a> {
 /// Whether `request` is an UPDATE of one of [`RESOURCES`] (or its scale) whose spec, labels and
 /// read annotations are those of its `oldObject`. Anything unreadable counts as changed.
 pub fn changes_nothing_read(request: &Request) -> bool {
-    changes_nothing_read_given(request, None)
+    changes_nothing_read_given(request, None, None)
 }
 
-/// [`changes_nothing_read`], given the text of `object`'s spec when it is known already
-/// ([`subject_and_spec`](super::subject::subject_and_spec)): an UPDATE whose spec differs from
-/// the old one's (the usual UPDATE) is then told from the old object alone, `object` not read
-/// again. The answer is the same either way.
-pub fn changes_nothing_read_given(request: &Request, new_spec: Option<&str>) -> bool {
+/// [`changes_nothing_read`], given the text of `object`'s spec, and of `oldObject`'s, when they
+/// are known already ([`subject_and_spec`](super::subject::subject_and_spec), and the old
+/// object's decoding for ratcheting): an UPDATE whose spec differs from the old one's (the usual
+/// UPDATE) is then told from the old object alone, or from the two texts when both are known,
+/// neither object read again. The answer is the same either way.
+pub fn changes_nothing_read_given(request: &Request, new_spec: Option<&str>, old_spec: Option<&str>) -> bool {
     let req = &request.header;
     if !matches!(req.operation, Operation::Update)
         || !RESOURCES.contains(&(req.resource.group.as_str(), req.resource.resource.as_str()))
@@ -97,6 +98,11 @@ pub fn changes_nothing_read_given(request: &Request, new_spec: Option<&str>) -> 
         return false;
     }
     let (Some(new), Some(old)) = (request.object.as_deref(), request.old_object.as_deref()) else { return false };
+    if let (Some(new_spec), Some(old_spec)) = (new_spec, old_spec)
+        && new_spec != old_spec
+    {
+        return false;
+    }
     let Some(old) = Read::parse(old.get()) else { return false };
     if new_spec.is_some_and(|spec| old.spec() != Some(spec)) {
         return false;
@@ -140,14 +146,21 @@ mod tests {
                "status": {"replicas": 1}})
     }
 
-    /// The answer, checked to be the same with the object's spec given as the webhook gives it.
+    /// The answer, checked to be the same with the objects' specs given as the webhook gives
+    /// them: the new one's, and the old one's too (when ratcheting decoded it).
     fn update(new: Value, old: Value) -> bool {
-        let has_spec = new.get("spec").is_some();
+        use crate::server::review::subject::{subject_and_spec, subject_and_spec_of};
+        let (has_spec, old_has_spec) = (new.get("spec").is_some(), old.get("spec").is_some());
         let request = request(("apps", "deployments"), None, "UPDATE", new, old);
         let answer = changes_nothing_read(&request);
-        let spec = crate::server::review::subject::subject_and_spec(&request).ok().and_then(|(_, spec)| spec);
+        let spec = subject_and_spec(&request).ok().and_then(|(_, spec)| spec);
         assert_eq!(spec.is_some(), has_spec, "the typed decoding gives the spec it read");
-        assert_eq!(changes_nothing_read_given(&request, spec), answer, "with the spec given");
+        let old_spec =
+            subject_and_spec_of(&request.header, request.old_object.as_deref()).ok().and_then(|(_, spec)| spec);
+        assert_eq!(old_spec.is_some(), old_has_spec, "the typed decoding gives the old spec it read");
+        assert_eq!(changes_nothing_read_given(&request, spec, None), answer, "with the spec given");
+        assert_eq!(changes_nothing_read_given(&request, spec, old_spec), answer, "with both specs given");
+        assert_eq!(changes_nothing_read_given(&request, None, old_spec), answer, "with the old spec given");
         answer
     }
 
