@@ -205,12 +205,7 @@ fn serve_role(args: &[String]) {
         let filter = tracing_subscriber::EnvFilter::new(&log);
         match log_format.as_str() {
             "json" => server::log_format::json_subscriber(filter, std::io::stderr).init(),
-            _ => tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_writer(std::io::stderr)
-                .with_ansi(false)
-                .fmt_fields(server::log_format::PlainFields)
-                .init(),
+            _ => server::log_format::text_subscriber(filter, std::io::stderr, false).init(),
         }
     }
     let (cert, key) = (certs.join("tls.crt"), certs.join("tls.key"));

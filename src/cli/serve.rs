@@ -239,12 +239,7 @@ fn init_tracing(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     match format {
         LogFormat::Json => server::log_format::json_subscriber(filter, std::io::stderr).init(),
-        LogFormat::Text => {
-            let styled = server::log_styled();
-            let builder =
-                tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(styled);
-            if styled { builder.init() } else { builder.fmt_fields(server::log_format::PlainFields).init() }
-        }
+        LogFormat::Text => server::log_format::text_subscriber(filter, std::io::stderr, server::log_styled()).init(),
     }
 }
 

@@ -19,7 +19,9 @@
 //! `debug_fn(..).delimited(" ")` would do it but writes a second space where a `log.*` field is
 //! left out, hence this small visitor.
 
+use std::cell::RefCell;
 use std::fmt;
+use std::time::Duration;
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
@@ -59,10 +61,10 @@ where
         let meta = normalized.as_ref().unwrap_or_else(|| event.metadata());
         let write = |line: &mut Vec<u8>, mut writer: Writer<'_>| {
             line.clear();
-            let mut stamp = String::new();
-            SystemTime.format_time(&mut Writer::new(&mut stamp))?;
+            let mut stamp = [0u8; STAMP_LEN];
+            let stamp = write_stamp(&mut stamp, since_epoch());
             line.push(b'{');
-            entry(line, "timestamp", &stamp);
+            entry(line, "timestamp", stamp);
             line.push(b',');
             entry(line, "level", meta.level().as_str());
             event.record(&mut JsonVisitor { line: &mut *line, text: String::new() });
@@ -95,9 +97,90 @@ where
         .finish()
 }
 
+/// The text log (styled with ANSI colours when `styled`, else through [`PlainFields`]), stamped by
+/// [`LineTime`], filtered by `filter`, to `writer`; `.init()` installs it.
+pub fn text_subscriber<W>(
+    filter: tracing_subscriber::EnvFilter,
+    writer: W,
+    styled: bool,
+) -> Box<dyn Subscriber + Send + Sync + 'static>
+where
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
+{
+    let builder =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer).with_ansi(styled).with_timer(LineTime);
+    if styled { Box::new(builder.finish()) } else { Box::new(builder.fmt_fields(PlainFields).finish()) }
+}
+
 thread_local! {
     /// The line being written, kept between lines for its capacity.
     static LINE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Each line's timestamp, as tracing-subscriber's [`SystemTime`] writes it (RFC 3339 in UTC with
+/// microseconds: `2026-12-02T22:03:05.123456Z`), its date and time of day turned into text once a
+/// second rather than on every line, where that was a quarter of the per-admission line's
+/// instructions. `tracing_subscriber::fmt().with_timer(LineTime)`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LineTime;
+
+impl FormatTime for LineTime {
+    fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
+        let mut stamp = [0u8; STAMP_LEN];
+        w.write_str(write_stamp(&mut stamp, since_epoch()))
+    }
+}
+
+/// The length of a [`LineTime`] stamp for years 1000 to 9999.
+const STAMP_LEN: usize = "2026-12-02T22:03:05.123456Z".len();
+
+fn since_epoch() -> Duration {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
+}
+
+thread_local! {
+    /// The second last stamped on this thread, and its text up to the seconds.
+    static SECOND: RefCell<(u64, [u8; 19])> = const { RefCell::new((u64::MAX, [0; 19])) };
+}
+
+/// The stamp of `since_epoch` (after the Unix epoch), written into `out`.
+fn write_stamp(out: &mut [u8; STAMP_LEN], since_epoch: Duration) -> &str {
+    let secs = since_epoch.as_secs();
+    SECOND.with(|second| {
+        let mut second = second.borrow_mut();
+        if second.0 != secs {
+            *second = (secs, seconds_text(secs));
+        }
+        out[..19].copy_from_slice(&second.1);
+    });
+    out[19] = b'.';
+    let mut micros = since_epoch.subsec_micros();
+    for digit in out[20..26].iter_mut().rev() {
+        *digit = b'0' + (micros % 10) as u8;
+        micros /= 10;
+    }
+    out[26] = b'Z';
+    // Only ASCII digits and punctuation went in.
+    std::str::from_utf8(out).unwrap_or("")
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` of `secs` after the epoch, in UTC (years 1970 to 9999; later ones, which
+/// a clock does not show, as 9999-12-31T23:59:59).
+fn seconds_text(secs: u64) -> [u8; 19] {
+    let at = i64::try_from(secs).ok().and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok());
+    let Some(at) = at.filter(|t| t.year() <= 9999) else { return *b"9999-12-31T23:59:59" };
+    let text = format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second()
+    );
+    let mut out = [0u8; 19];
+    out.copy_from_slice(&text.as_bytes()[..19]);
+    out
 }
 
 /// `"key":value`, the value serialized by serde_json.
@@ -272,6 +355,43 @@ mod tests {
             big = 1u128 << 100,
             "admission"
         );
+    }
+
+    #[test]
+    fn stamps_are_rfc3339_utc_with_microseconds() {
+        let stamp = |secs: u64, nanos: u32| {
+            let mut out = [0u8; STAMP_LEN];
+            write_stamp(&mut out, Duration::new(secs, nanos)).to_string()
+        };
+        assert_eq!(stamp(0, 0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(stamp(1_796_248_985, 123_456_789), "2026-12-02T22:03:05.123456Z");
+        // The same second again (the cached text), then the next one, a leap day, a century.
+        assert_eq!(stamp(1_796_248_985, 999_999_999), "2026-12-02T22:03:05.999999Z");
+        assert_eq!(stamp(1_796_248_986, 1_000), "2026-12-02T22:03:06.000001Z");
+        assert_eq!(stamp(951_868_799, 5_000), "2000-02-29T23:59:59.000005Z");
+        assert_eq!(stamp(4_107_542_400, 0), "2100-03-01T00:00:00.000000Z");
+        assert_eq!(stamp(u64::MAX, 0), "9999-12-31T23:59:59.000000Z");
+    }
+
+    /// The same text as tracing-subscriber's own timer, read within one second of ours.
+    #[test]
+    fn stamps_are_tracing_subscribers() {
+        for _ in 0..100 {
+            let before = since_epoch();
+            let mut theirs = String::new();
+            SystemTime.format_time(&mut Writer::new(&mut theirs)).unwrap();
+            let after = since_epoch();
+            if before.as_secs() != after.as_secs() {
+                continue;
+            }
+            let mut out = [0u8; STAMP_LEN];
+            let ours = write_stamp(&mut out, before);
+            assert_eq!(ours.len(), theirs.len(), "{ours} / {theirs}");
+            assert_eq!(ours[..19], theirs[..19], "the date and time of day");
+            assert!(ours[19..] <= theirs[19..] && theirs.ends_with('Z'), "{ours} / {theirs}");
+            return;
+        }
+        panic!("the clock crossed a second boundary 100 times in a row");
     }
 
     #[test]
