@@ -114,7 +114,7 @@ where
 
 thread_local! {
     /// The line being written, kept between lines for its capacity.
-    static LINE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    static LINE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Each line's timestamp, as tracing-subscriber's [`SystemTime`] writes it (RFC 3339 in UTC with
@@ -131,7 +131,7 @@ impl FormatTime for LineTime {
     }
 }
 
-/// The length of a [`LineTime`] stamp for years 1000 to 9999.
+/// The length of a [`LineTime`] stamp (its years are 1970 to 9999: see [`seconds_text`]).
 const STAMP_LEN: usize = "2026-12-02T22:03:05.123456Z".len();
 
 fn since_epoch() -> Duration {
