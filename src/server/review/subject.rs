@@ -1,7 +1,8 @@
 //! The subject of a request: its object decoded and defaulted, the typed way when the object's
 //! text allows it, else through a JSON tree and the manifest decoder.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use serde::Deserialize;
@@ -128,6 +129,15 @@ struct PodSpecShape<'a> {
     containers: Option<&'a RawValue>,
 }
 
+/// Whether a decoded workload spec shows by itself that its text stated `selector` and
+/// `template.spec.containers` (a selector with `matchLabels` or `matchExpressions`, at least one
+/// container): k8s-openapi defaults neither to that, so the text need not be read again for
+/// [`WorkloadSpecShape`]. An empty selector or no container says nothing, and the text decides.
+fn states_required_fields(selector: &LabelSelector, template: &PodTemplateSpec) -> bool {
+    (selector.match_labels.is_some() || selector.match_expressions.is_some())
+        && template.spec.as_ref().is_some_and(|spec| !spec.containers.is_empty())
+}
+
 /// The subject decoded from the object's text straight into the k8s-openapi types, with no JSON
 /// tree. Only for what is decoded exactly as [`model::decode`] would: a Deployment, StatefulSet,
 /// PodDisruptionBudget or autoscaling/v2 HPA that states its apiVersion and kind, with a
@@ -140,7 +150,7 @@ fn typed_subject(object: &RawValue, namespace: &str) -> Option<Subject> {
 
 /// [`typed_subject`] and the text of the object's `spec` (`None` when absent or null).
 fn typed_subject_and_spec<'o>(object: &'o RawValue, namespace: &str) -> Option<(Subject, Option<&'o str>)> {
-    use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+    use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec};
     use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
@@ -166,13 +176,19 @@ fn typed_subject_and_spec<'o>(object: &'o RawValue, namespace: &str) -> Option<(
     };
     let subject = match kind {
         Kind::Deployment => {
-            workload_fields_present()?;
-            let d = Deployment { metadata, spec: decoded(wire.spec)?, status: decoded(wire.status)? };
+            let spec: Option<DeploymentSpec> = decoded(wire.spec)?;
+            if !spec.as_ref().is_some_and(|s| states_required_fields(&s.selector, &s.template)) {
+                workload_fields_present()?;
+            }
+            let d = Deployment { metadata, spec, status: decoded(wire.status)? };
             Subject::Workload(Box::new(defaults::deployment(d)))
         }
         Kind::StatefulSet => {
-            workload_fields_present()?;
-            let s = StatefulSet { metadata, spec: decoded(wire.spec)?, status: decoded(wire.status)? };
+            let spec: Option<StatefulSetSpec> = decoded(wire.spec)?;
+            if !spec.as_ref().is_some_and(|s| states_required_fields(&s.selector, &s.template)) {
+                workload_fields_present()?;
+            }
+            let s = StatefulSet { metadata, spec, status: decoded(wire.status)? };
             Subject::Workload(Box::new(defaults::stateful_set(s)))
         }
         Kind::PodDisruptionBudget => Subject::Pdb(Box::new(PodDisruptionBudget {
@@ -363,6 +379,41 @@ mod tests {
             let Some(Subject::Workload(w)) = subject(&request).unwrap() else { panic!("{what}: a workload") };
             assert!(!w.missing.is_empty(), "{what}: reported missing");
         }
+    }
+
+    /// The boundary of [`states_required_fields`]: a selector stated empty (`{}`), or stated with
+    /// only expressions, is still the typed way (the text is read for it), and a workload whose
+    /// decoded spec shows both fields is taken without reading the text again: the same subject
+    /// as the tree way in each case.
+    #[test]
+    fn a_workload_stating_its_required_fields_goes_the_typed_way_however_it_states_them() {
+        let template = full_spec()["template"].clone();
+        let expressions =
+            serde_json::json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]});
+        let cases = [
+            ("empty selector", serde_json::json!({"selector": {}, "template": template}), false),
+            ("expressions only", serde_json::json!({"selector": expressions, "template": template}), true),
+            ("labels", serde_json::json!({"selector": {"matchLabels": {"app": "web"}}, "template": template}), true),
+        ];
+        for (what, spec, shown) in cases {
+            let typed_spec: k8s_openapi::api::apps::v1::DeploymentSpec = serde_json::from_value(spec.clone()).unwrap();
+            assert_eq!(states_required_fields(&typed_spec.selector, &typed_spec.template), shown, "{what}");
+            let object = deployment(spec);
+            let request = parse(&review_of(object.clone())).unwrap();
+            let typed =
+                typed_subject(request.object.as_deref().unwrap(), "shop").unwrap_or_else(|| panic!("{what}: typed"));
+            let mut without = object;
+            without["metadata"].as_object_mut().unwrap().remove("managedFields");
+            let without = serde_json::value::to_raw_value(&without).unwrap();
+            let via_tree = subject_via_tree(&request.header, &without, "shop").unwrap().unwrap();
+            assert_eq!(format!("{typed:?}"), format!("{via_tree:?}"), "{what}");
+        }
+        let no_container = serde_json::json!({"containers": []});
+        let spec: k8s_openapi::api::apps::v1::DeploymentSpec = serde_json::from_value(
+            serde_json::json!({"selector": {"matchLabels": {"app": "web"}}, "template": {"spec": no_container}}),
+        )
+        .unwrap();
+        assert!(!states_required_fields(&spec.selector, &spec.template), "no container: the text decides");
     }
 
     #[test]
