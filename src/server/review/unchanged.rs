@@ -89,7 +89,8 @@ pub fn changes_nothing_read(request: &Request) -> bool {
 /// are known already ([`subject_and_spec`](super::subject::subject_and_spec), and the old
 /// object's decoding for ratcheting): an UPDATE whose spec differs from the old one's (the usual
 /// UPDATE) is then told from the old object alone, or from the two texts when both are known,
-/// neither object read again. The answer is the same either way.
+/// neither object read again (nor, when the new spec's text occurs nowhere in the old object's,
+/// the old one). The answer is the same either way.
 pub fn changes_nothing_read_given(request: &Request, new_spec: Option<&str>, old_spec: Option<&str>) -> bool {
     let req = &request.header;
     if !matches!(req.operation, Operation::Update)
@@ -100,6 +101,13 @@ pub fn changes_nothing_read_given(request: &Request, new_spec: Option<&str>, old
     let (Some(new), Some(old)) = (request.object.as_deref(), request.old_object.as_deref()) else { return false };
     if let (Some(new_spec), Some(old_spec)) = (new_spec, old_spec)
         && new_spec != old_spec
+    {
+        return false;
+    }
+    // The old spec's text is a part of the old object's text: where the new spec's text occurs
+    // nowhere in it, the specs differ, and the old object need not be decoded to tell.
+    if old_spec.is_none()
+        && new_spec.is_some_and(|spec| memchr::memmem::find(old.get().as_bytes(), spec.as_bytes()).is_none())
     {
         return false;
     }
@@ -223,6 +231,11 @@ mod tests {
         assert!(!update(applied(r#"{"spec":{"replicas":3}}"#), applied(r#"{"spec":{}}"#)));
         assert!(!update(applied("{}"), old()));
         assert!(update(applied("{}"), applied("{}")));
+        // The new spec's text found in the old object, but not as its spec (here its status):
+        // still a change.
+        let mut elsewhere = deployment(json!({}), 4);
+        elsewhere["status"] = deployment(json!({}), 3)["spec"].clone();
+        assert!(!update(deployment(json!({}), 3), elsewhere));
     }
 
     #[test]
