@@ -226,7 +226,31 @@ fn body_error(webhook: Webhook, e: BytesRejection) -> Response {
     json_error(status, &message)
 }
 
-/// Answers a body of at most `values` JSON values ([`review::value_bound`]).
+/// The per-admission log line, at the level given (`info` or `debug`: tracing fixes an event's
+/// level where it is written).
+macro_rules! admission_line {
+    ($level:ident, $webhook:expr, $outcome:expr, $elapsed:expr) => {
+        tracing::$level!(
+            webhook = $webhook.as_str(),
+            uid = %$outcome.uid,
+            kind = %$outcome.kind,
+            object = %ObjectField(&$outcome),
+            operation = %$outcome.operation,
+            dry_run = $outcome.dry_run,
+            decision = $outcome.decision.as_str(),
+            rules = %RulesField(&$outcome),
+            latency_us = $elapsed.as_micros() as u64,
+            "admission"
+        )
+    };
+}
+
+/// Answers a body of at most `values` JSON values ([`review::value_bound`]). Its log line is at
+/// info when the answer tells the user something (denied, warned, patched) and at debug when it
+/// is a plain allow or a skip: on a cluster-wide webhook those are most writes, one line each is
+/// log volume nobody reads (Gatekeeper logs only denials, and only when asked), and the
+/// `ha_guard_admission_requests_total` counter still counts them by decision.
+
 fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Response {
     let started = Instant::now();
     let result = review::parse_counted(body, values).and_then(|req| {
@@ -240,18 +264,11 @@ fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Res
     match result {
         Ok((response, outcome)) => {
             record(state, webhook, &outcome);
-            tracing::info!(
-                webhook = webhook.as_str(),
-                uid = %outcome.uid,
-                kind = %outcome.kind,
-                object = %ObjectField(&outcome),
-                operation = %outcome.operation,
-                dry_run = outcome.dry_run,
-                decision = outcome.decision.as_str(),
-                rules = %RulesField(&outcome),
-                latency_us = elapsed.as_micros() as u64,
-                "admission"
-            );
+            if outcome.decision.tells_the_user() {
+                admission_line!(info, webhook, outcome, elapsed);
+            } else {
+                admission_line!(debug, webhook, outcome, elapsed);
+            }
             let review = review::into_review(response);
             match serde_json::to_vec(&review) {
                 Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
@@ -852,5 +869,70 @@ pub async fn termination_signal() {
     tokio::select! {
         _ = ctrl_c => {},
         _ = term => {},
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::core::config::Config;
+    use crate::core::view::StaticSource;
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The admission lines `answer` logs for a fixture of `tests/fixtures/` (in the view of
+    /// `view.yaml`), at debug and above, each as `LEVEL decision`.
+    fn logged(webhook: Webhook, fixture: &str) -> Vec<String> {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
+        let body = std::fs::read(format!("{dir}{fixture}")).unwrap();
+        let view = crate::core::testing::view(&std::fs::read_to_string(format!("{dir}view.yaml")).unwrap(), false);
+        let state = AppState::new(Arc::new(StaticSource(view)), Config::default());
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .without_time()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            answer(&state, webhook, &body, review::value_bound(&body));
+        });
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .filter(|l| l.contains(" admission "))
+            .map(|l| {
+                let level = l.split_whitespace().next().unwrap_or_default();
+                let decision =
+                    l.split("decision=").nth(1).and_then(|d| d.split_whitespace().next()).unwrap_or_default();
+                format!("{level} {}", decision.trim_matches('"'))
+            })
+            .collect()
+    }
+
+    /// A denial, a warning or a patch is logged at info; a plain allow and a skip at debug: one
+    /// line per admission either way.
+    #[test]
+    fn admissions_that_tell_the_user_something_are_logged_at_info_the_rest_at_debug() {
+        assert_eq!(logged(Webhook::Validate, "deployment-spread-no-selector.json"), ["INFO denied"]);
+        assert_eq!(logged(Webhook::Validate, "deployment-spread-schedule-anyway-no-selector.json"), ["INFO warned"]);
+        assert_eq!(logged(Webhook::Mutate, "deployment-spread-no-selector.json"), ["INFO patched"]);
+        assert_eq!(logged(Webhook::Validate, "pdb-ok.json"), ["DEBUG allowed"]);
+        assert_eq!(logged(Webhook::Mutate, "hpa-ok.json"), ["DEBUG allowed"]);
+        assert_eq!(logged(Webhook::Validate, "configmap-create.json"), ["DEBUG skipped"]);
     }
 }

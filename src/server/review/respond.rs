@@ -71,6 +71,12 @@ pub enum AdmissionDecision {
 }
 
 impl AdmissionDecision {
+    /// Whether the answer says anything to whoever wrote the object: a denial, a warning or a
+    /// patch (the log line of such an answer is at info; a plain allow's or a skip's at debug).
+    pub fn tells_the_user(self) -> bool {
+        matches!(self, AdmissionDecision::Denied | AdmissionDecision::Warned | AdmissionDecision::Patched)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             AdmissionDecision::Allowed => "allowed",
