@@ -89,8 +89,8 @@ pub fn changes_nothing_read(request: &Request) -> bool {
 /// are known already ([`subject_and_spec`](super::subject::subject_and_spec), and the old
 /// object's decoding for ratcheting): an UPDATE whose spec differs from the old one's (the usual
 /// UPDATE) is then told from the old object alone, or from the two texts when both are known,
-/// neither object read again (nor, when the new spec's text occurs nowhere in the old object's,
-/// the old one). The answer is the same either way.
+/// neither object read again (nor, when no `"spec"` key of the old object's text is followed by
+/// the new spec's text, the old one). The answer is the same either way.
 pub fn changes_nothing_read_given(request: &Request, new_spec: Option<&str>, old_spec: Option<&str>) -> bool {
     let req = &request.header;
     if !matches!(req.operation, Operation::Update)
@@ -104,11 +104,7 @@ pub fn changes_nothing_read_given(request: &Request, new_spec: Option<&str>, old
     {
         return false;
     }
-    // The old spec's text is a part of the old object's text: where the new spec's text occurs
-    // nowhere in it, the specs differ, and the old object need not be decoded to tell.
-    if old_spec.is_none()
-        && new_spec.is_some_and(|spec| memchr::memmem::find(old.get().as_bytes(), spec.as_bytes()).is_none())
-    {
+    if old_spec.is_none() && new_spec.is_some_and(|spec| !spec_may_be(old.get(), spec)) {
         return false;
     }
     let Some(old) = Read::parse(old.get()) else { return false };
@@ -117,6 +113,26 @@ pub fn changes_nothing_read_given(request: &Request, new_spec: Option<&str>, old
     }
     let Some(new) = Read::parse(new.get()) else { return false };
     new.spec() == old.spec() && new.labels() == old.labels() && new.annotations().eq(old.annotations())
+}
+
+/// Whether `spec` may be the text of the `spec` of the object whose text is `object`: some `"spec"`
+/// in it is followed by a colon and that text (JSON whitespace allowed between). When none is,
+/// the object's spec is not `spec`, and the object need not be decoded to tell: one search for a
+/// 6-byte key with memchr's vector scan, where searching for the whole spec's text set up a
+/// Two-Way finder for it on every call (more than decoding the object). A key spelled with
+/// escapes (`"sp\u0065c"`, which no apiserver writes) is not found, and the UPDATE is judged as
+/// one that changed its spec: never skipped where it should not be.
+fn spec_may_be(object: &str, spec: &str) -> bool {
+    static KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"spec\""));
+    let bytes = object.as_bytes();
+    let json_space = |b: &&u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    KEY.find_iter(bytes).any(|at| {
+        let rest = &bytes[at + 6..];
+        let rest = &rest[rest.iter().take_while(json_space).count()..];
+        let Some(rest) = rest.strip_prefix(b":") else { return false };
+        rest[rest.iter().take_while(json_space).count()..].starts_with(spec.as_bytes())
+    })
 }
 
 #[cfg(test)]
@@ -231,11 +247,24 @@ mod tests {
         assert!(!update(applied(r#"{"spec":{"replicas":3}}"#), applied(r#"{"spec":{}}"#)));
         assert!(!update(applied("{}"), old()));
         assert!(update(applied("{}"), applied("{}")));
-        // The new spec's text found in the old object, but not as its spec (here its status):
-        // still a change.
+        // The new spec's text found in the old object after a "spec" key, but not as its spec
+        // (here its status's): still a change.
         let mut elsewhere = deployment(json!({}), 4);
-        elsewhere["status"] = deployment(json!({}), 3)["spec"].clone();
+        elsewhere["status"] = json!({"spec": deployment(json!({}), 3)["spec"].clone()});
         assert!(!update(deployment(json!({}), 3), elsewhere));
+    }
+
+    #[test]
+    fn a_spec_is_looked_for_after_each_spec_key() {
+        let spec = r#"{"replicas":3}"#;
+        assert!(spec_may_be(r#"{"metadata":{},"spec":{"replicas":3},"status":{}}"#, spec));
+        assert!(spec_may_be("{\"spec\" :\n\t{\"replicas\":3}}", spec), "JSON whitespace around the colon");
+        assert!(spec_may_be(r#"{"status":{"spec":{}},"spec":{"replicas":3}}"#, spec), "the second key");
+        assert!(!spec_may_be(r#"{"spec":{"replicas":4}}"#, spec));
+        assert!(!spec_may_be(r#"{"replicas":3,"spec":null}"#, spec), "the text elsewhere, not after a key");
+        assert!(!spec_may_be(r#"{"a":"\"spec\" {\"replicas\":3}"}"#, spec), "a key's text inside a string");
+        assert!(!spec_may_be(r#"{"spec""#, spec), "the text ends at the key");
+        assert!(!spec_may_be("", spec));
     }
 
     #[test]
