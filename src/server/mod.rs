@@ -250,7 +250,6 @@ macro_rules! admission_line {
 /// is a plain allow or a skip: on a cluster-wide webhook those are most writes, one line each is
 /// log volume nobody reads (Gatekeeper logs only denials, and only when asked), and the
 /// `ha_guard_admission_requests_total` counter still counts them by decision.
-
 fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Response {
     let started = Instant::now();
     let result = review::parse_counted(body, values).and_then(|req| {
