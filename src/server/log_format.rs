@@ -296,33 +296,44 @@ impl VisitFmt for PlainVisitor<'_> {
     }
 }
 
+/// For tests that read what was logged: a writer into a shared buffer, cloned into a
+/// subscriber's `with_writer(move || buffer.clone())` (tracing-subscriber's own `Mutex<W>` writer
+/// would be owned by the subscriber; the test reads the buffer beside it).
+#[cfg(test)]
+#[derive(Clone, Default)]
+pub(crate) struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+#[cfg(test)]
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl LogBuffer {
+    /// Everything written so far.
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    /// The lines written so far that contain `needle`.
+    pub(crate) fn lines_with(&self, needle: &str) -> Vec<String> {
+        self.text().lines().filter(|l| l.contains(needle)).map(String::from).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::{Arc, Mutex};
-
-    /// A `MakeWriter` into a shared buffer (tracing-subscriber's own `Mutex<W>` writer would be
-    /// owned by the subscriber; the test reads the buffer beside it).
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buffer {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    fn text(buffer: &Buffer) -> String {
-        String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap()
-    }
 
     /// What each formatter writes for the events `emit` sends, timestamps left out.
     fn lines(plain: bool, emit: impl Fn()) -> String {
-        let buffer = Buffer::default();
+        let buffer = LogBuffer::default();
         let writer = buffer.clone();
         let builder = tracing_subscriber::fmt().without_time().with_ansi(false).with_writer(move || writer.clone());
         if plain {
@@ -330,7 +341,7 @@ mod tests {
         } else {
             tracing::subscriber::with_default(builder.finish(), &emit);
         }
-        text(&buffer)
+        buffer.text()
     }
 
     struct Shown;
@@ -419,7 +430,7 @@ mod tests {
     /// The JSON lines of `ours` (or of tracing-subscriber's `.json().flatten_event(true)`) for the
     /// events `emit` sends, as values without their timestamps, and the raw text.
     fn json_lines(ours: bool, emit: impl Fn()) -> (Vec<serde_json::Value>, String) {
-        let buffer = Buffer::default();
+        let buffer = LogBuffer::default();
         let writer = buffer.clone();
         let make = move || writer.clone();
         let filter = || tracing_subscriber::EnvFilter::new("info");
@@ -434,7 +445,7 @@ mod tests {
                 .finish();
             tracing::subscriber::with_default(theirs, &emit);
         }
-        let text = text(&buffer);
+        let text = buffer.text();
         let values = text
             .lines()
             .map(|line| {

@@ -873,25 +873,10 @@ pub async fn termination_signal() {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use super::*;
     use crate::core::config::Config;
     use crate::core::view::StaticSource;
-
-    #[derive(Clone, Default)]
-    struct Buffer(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Buffer {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::server::log_format::LogBuffer;
 
     /// The admission lines `answer` logs for a fixture of `tests/fixtures/` (in the view of
     /// `view.yaml`), at debug and above, each as `LEVEL decision`.
@@ -900,7 +885,7 @@ mod tests {
         let body = std::fs::read(format!("{dir}{fixture}")).unwrap();
         let view = crate::core::testing::view(&std::fs::read_to_string(format!("{dir}view.yaml")).unwrap(), false);
         let state = AppState::new(Arc::new(StaticSource(view)), Config::default());
-        let buffer = Buffer::default();
+        let buffer = LogBuffer::default();
         let writer = buffer.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_max_level(tracing::Level::DEBUG)
@@ -911,8 +896,9 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             answer(&state, webhook, &body, review::value_bound(&body));
         });
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
-        text.lines()
+        buffer
+            .text()
+            .lines()
             .filter(|l| l.contains(" admission "))
             .map(|l| {
                 let level = l.split_whitespace().next().unwrap_or_default();

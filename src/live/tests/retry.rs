@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::*;
 use crate::core::view::ViewSource;
 use crate::live::{KINDS, LiveSource};
+use crate::server::log_format::LogBuffer as Captured;
 
 fn policy(first_ms: u64, max_ms: u64, reset_ms: u64) -> RetryPolicy {
     RetryPolicy {
@@ -83,30 +84,6 @@ async fn the_default_is_client_gos_schedule_capped_with_jitter() {
 
 // --- against a loopback apiserver that answers errors ----------------------------------------
 
-/// A log buffer that tracing writes into.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Captured {
-    fn lines(&self, needle: &str) -> Vec<String> {
-        String::from_utf8_lossy(&self.0.lock().unwrap())
-            .lines()
-            .filter(|l| l.contains(needle))
-            .map(String::from)
-            .collect()
-    }
-}
-
 /// The fake apiserver: 500 for everything while `failing`; then an empty list for a list and a
 /// watch that stays open with nothing to say. Records when each path was asked for.
 #[derive(Clone, Default)]
@@ -179,14 +156,15 @@ fn a_watch_that_comes_back_in_a_quiet_kind_is_seen_to_recover() {
         live.start(client);
         tokio::time::sleep(Duration::from_millis(800)).await;
         assert!(live.synced(), "the lists worked");
-        let failing = captured.lines("watch failing").len();
+        let failing = captured.lines_with("watch failing").len();
         assert!(failing >= KINDS.len(), "each kind's watch failed: {failing}");
         fake.failing_watches.store(false, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(1000)).await;
-        let (failing, recovered) = (captured.lines("watch failing").len(), captured.lines("watch recovered").len());
+        let (failing, recovered) =
+            (captured.lines_with("watch failing").len(), captured.lines_with("watch recovered").len());
         assert_eq!(failing, recovered, "every failure was followed by its recovery");
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(captured.lines("watch failing").len(), failing, "and stays healthy");
+        assert_eq!(captured.lines_with("watch failing").len(), failing, "and stays healthy");
     });
 }
 
@@ -207,7 +185,7 @@ fn against_an_apiserver_answering_errors_one_line_per_kind_and_state_change() {
         live.start(client);
 
         tokio::time::sleep(Duration::from_millis(1600)).await;
-        let failing = captured.lines("watch failing");
+        let failing = captured.lines_with("watch failing");
         assert_eq!(failing.len(), KINDS.len(), "one WARN per kind, not one per attempt:\n{}", failing.join("\n"));
         for kind in KINDS {
             assert_eq!(
@@ -236,10 +214,10 @@ fn against_an_apiserver_answering_errors_one_line_per_kind_and_state_change() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let recovered = captured.lines("watch recovered");
+        let recovered = captured.lines_with("watch recovered");
         assert_eq!(recovered.len(), KINDS.len(), "one INFO per kind:\n{}", recovered.join("\n"));
         assert!(recovered.iter().all(|l| l.contains("INFO") && !l.contains("attempts=0")), "{recovered:?}");
-        assert_eq!(captured.lines("watch failing").len(), KINDS.len(), "nothing more once healthy");
+        assert_eq!(captured.lines_with("watch failing").len(), KINDS.len(), "nothing more once healthy");
     });
 }
 
@@ -259,16 +237,16 @@ fn a_kind_not_served_recovers_when_the_apiserver_answers_again() {
         let live = Arc::new(LiveSource::with_retry(policy(20, 200, 60_000)));
         live.start(client);
         tokio::time::sleep(Duration::from_millis(600)).await;
-        assert_eq!(captured.lines("watch failing").len(), KINDS.len(), "each kind failed once");
+        assert_eq!(captured.lines_with("watch failing").len(), KINDS.len(), "each kind failed once");
         fake.failing.store(false, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(1000)).await;
         assert!(live.synced(), "synced, ScaledObject as none");
-        let recovered = captured.lines("watch recovered");
+        let recovered = captured.lines_with("watch recovered");
         assert_eq!(recovered.len(), KINDS.len(), "every kind recovered, ScaledObject too:\n{}", recovered.join("\n"));
         assert!(recovered.iter().any(|l| l.contains("kind=ScaledObject ")), "{recovered:?}");
-        assert_eq!(captured.lines("not served by the cluster").len(), 1, "said once");
+        assert_eq!(captured.lines_with("not served by the cluster").len(), 1, "said once");
         tokio::time::sleep(Duration::from_millis(500)).await;
-        assert_eq!(captured.lines("watch failing").len(), KINDS.len(), "and nothing fails after");
-        assert_eq!(captured.lines("not served by the cluster").len(), 1, "still said once");
+        assert_eq!(captured.lines_with("watch failing").len(), KINDS.len(), "and nothing fails after");
+        assert_eq!(captured.lines_with("not served by the cluster").len(), 1, "still said once");
     });
 }
