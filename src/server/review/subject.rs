@@ -346,19 +346,24 @@ mod tests {
 
     /// What the apiserver sends (managedFields, status) decodes the fast way, to what the JSON
     /// tree way gives for the object without its managedFields (which no rule reads).
-    #[test]
-    fn an_object_as_the_apiserver_sends_it_decodes_the_typed_way() {
-        let object = deployment(full_spec());
+    /// `object` (a Deployment) decoded the typed way, and what the tree way gives for it without
+    /// its managedFields (which no rule reads), as their debug text.
+    fn typed_and_via_tree(object: Value) -> (String, String) {
         let request = parse(&review_of(object.clone())).unwrap();
         assert!(request.old_object.is_none(), "a null oldObject is no object");
-        let raw = request.object.as_deref().unwrap();
-        let typed = typed_subject(raw, "shop").expect("the typed way takes it");
+        let typed = typed_subject(request.object.as_deref().unwrap(), "shop").expect("the typed way takes it");
         let mut without = object;
         without["metadata"].as_object_mut().unwrap().remove("managedFields");
         let without = serde_json::value::to_raw_value(&without).unwrap();
         let via_tree = subject_via_tree(&request.header, &without, "shop").unwrap().unwrap();
-        assert_eq!(format!("{typed:?}"), format!("{via_tree:?}"));
-        assert!(format!("{typed:?}").contains("namespace: Some(\"shop\")"), "the request's namespace is filled in");
+        (format!("{typed:?}"), format!("{via_tree:?}"))
+    }
+
+    #[test]
+    fn an_object_as_the_apiserver_sends_it_decodes_the_typed_way() {
+        let (typed, via_tree) = typed_and_via_tree(deployment(full_spec()));
+        assert_eq!(typed, via_tree);
+        assert!(typed.contains("namespace: Some(\"shop\")"), "the request's namespace is filled in");
     }
 
     /// A workload whose spec lacks what the API requires goes the tree way, which reports the
@@ -398,15 +403,8 @@ mod tests {
         for (what, spec, shown) in cases {
             let typed_spec: k8s_openapi::api::apps::v1::DeploymentSpec = serde_json::from_value(spec.clone()).unwrap();
             assert_eq!(states_required_fields(&typed_spec.selector, &typed_spec.template), shown, "{what}");
-            let object = deployment(spec);
-            let request = parse(&review_of(object.clone())).unwrap();
-            let typed =
-                typed_subject(request.object.as_deref().unwrap(), "shop").unwrap_or_else(|| panic!("{what}: typed"));
-            let mut without = object;
-            without["metadata"].as_object_mut().unwrap().remove("managedFields");
-            let without = serde_json::value::to_raw_value(&without).unwrap();
-            let via_tree = subject_via_tree(&request.header, &without, "shop").unwrap().unwrap();
-            assert_eq!(format!("{typed:?}"), format!("{via_tree:?}"), "{what}");
+            let (typed, via_tree) = typed_and_via_tree(deployment(spec));
+            assert_eq!(typed, via_tree, "{what}");
         }
         let no_container = serde_json::json!({"containers": []});
         let spec: k8s_openapi::api::apps::v1::DeploymentSpec = serde_json::from_value(

@@ -117,9 +117,9 @@ pub fn changes_nothing_read_given(request: &Request, new_spec: Option<&str>, old
 
 /// Whether `spec` may be the text of the `spec` of the object whose text is `object`: some `"spec"`
 /// in it is followed by a colon and that text (JSON whitespace allowed between). When none is,
-/// the object's spec is not `spec`, and the object need not be decoded to tell: one search for a
-/// 6-byte key with memchr's vector scan, where searching for the whole spec's text set up a
-/// Two-Way finder for it on every call (more than decoding the object). A key spelled with
+/// the object's spec is not `spec`, and the object need not be decoded to tell. The search is for
+/// the short key with a finder made once (one for the whole spec's text would be set up on every
+/// call, and costs more than decoding the object). A key spelled with
 /// escapes (`"sp\u0065c"`, which no apiserver writes) is not found, and the UPDATE is judged as
 /// one that changed its spec: never skipped where it should not be.
 fn spec_may_be(object: &str, spec: &str) -> bool {
