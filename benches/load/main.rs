@@ -478,6 +478,23 @@ fn unix_now() -> f64 {
 /// and the same HTTP/2 limit; both gave `/validate` ÷ decode 0.60-0.62 over HTTP/1.1.
 static CLIENT_SPIN: AtomicBool = AtomicBool::new(true);
 
+/// Sends request `i` of `work`, counting an answer other than 200 or a failed call in `errors`.
+/// False when the call failed (the connection is then unusable).
+async fn counted_call(conn: &mut Conn, work: &Work, i: usize, errors: &AtomicU64) -> bool {
+    match conn.call(work, i).await {
+        Ok(200) => true,
+        Ok(_) => {
+            errors.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        Err(e) => {
+            errors.fetch_add(1, Ordering::Relaxed);
+            eprintln!("request failed: {e}");
+            false
+        }
+    }
+}
+
 /// Closed loop: every connection (or stream) posts back to back. Measured after `warmup`,
 /// for `duration`.
 #[allow(clippy::too_many_arguments)]
@@ -501,16 +518,8 @@ async fn saturate(
         tasks.push(tokio::spawn(async move {
             let mut i = k;
             while !stop.load(Ordering::Relaxed) {
-                match conn.call(&work, i).await {
-                    Ok(200) => {}
-                    Ok(_) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        eprintln!("request failed: {e}");
-                        break;
-                    }
+                if !counted_call(&mut conn, &work, i, &errors).await {
+                    break;
                 }
                 done.fetch_add(1, Ordering::Relaxed);
                 i += 1;
@@ -595,16 +604,7 @@ async fn open_loop(
 
 /// One request of an open-loop run, due at `due`: its latency from then, in ns.
 async fn timed_call(conn: &mut Conn, work: &Work, i: usize, due: Instant, errors: &AtomicU64) -> u64 {
-    match conn.call(work, i).await {
-        Ok(200) => {}
-        Ok(_) => {
-            errors.fetch_add(1, Ordering::Relaxed);
-        }
-        Err(e) => {
-            errors.fetch_add(1, Ordering::Relaxed);
-            eprintln!("request failed: {e}");
-        }
-    }
+    counted_call(conn, work, i, errors).await;
     due.elapsed().as_nanos() as u64
 }
 
