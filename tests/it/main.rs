@@ -13,6 +13,7 @@ mod corpus;
 mod fuzz_regressions;
 mod manifests;
 mod precommit;
+mod read_fields;
 mod readme;
 mod server_bad_input;
 mod server_client_auth;

@@ -1,6 +1,7 @@
 //! The bottom layer: Kubernetes objects as the rules read them. Typed objects and references
 //! ([`object`]), decoding manifests into them ([`decode`]) with the apiserver's defaults
-//! ([`defaults`]), what a pod template says about placement and shutdown ([`pod`]), label
+//! ([`defaults`]), the fields of a workload's spec the rules read ([`read`], what the webhook
+//! decodes), what a pod template says about placement and shutdown ([`pod`]), label
 //! selectors ([`selector`]) and the disruption arithmetic ([`arith`]); the kinds k8s-openapi has no
 //! type for, or a type that decodes more than is read ([`keda`], [`webhook`], [`live_pod`]). Nothing here knows of views,
 //! rules or I/O.
@@ -12,6 +13,7 @@ pub mod keda;
 pub mod live_pod;
 pub mod object;
 pub mod pod;
+pub mod read;
 pub mod selector;
 pub mod webhook;
 

@@ -1,0 +1,173 @@
+//! A workload's spec as the rules read it: the fields of a Deployment's or StatefulSet's spec that
+//! a rule, a mutation or the view's projection reads, decoded into the k8s-openapi types with
+//! every other field left at its default.
+//!
+//! The webhook decodes the object of each request this way (`server::review::subject`): a pod
+//! template is most of a workload, and k8s-openapi's deserializers for all of it (containers'
+//! env, probes, resources, security contexts…) were half of `/validate`'s instructions for a
+//! Deployment and most of its instruction-cache misses (benches/perf/lean-decode). The fields
+//! not listed here are not read, so not type-checked either: the apiserver has decoded the
+//! object into its own types before it calls admission, so they are well-typed by then.
+//!
+//! A rule that reads a field of the pod template not listed here adds it here: the rules' own
+//! tests decode their subjects through this module too ([`only_read_fields`], used by
+//! `core::testing`), so a rule reading a field that is missing here fails its tests, and
+//! `tests/it/read_fields.rs` checks that findings and patches are the same as with the whole
+//! object on every fixture and corpus manifest.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{DeploymentSpec, DeploymentStrategy, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::core::v1::{
+    Affinity, Container, ContainerPort, Lifecycle, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec,
+    Toleration, TopologySpreadConstraint, Volume,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use serde::Deserialize;
+
+/// `spec` of a Deployment.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentSpecRead {
+    replicas: Option<i32>,
+    selector: Option<LabelSelector>,
+    strategy: Option<DeploymentStrategy>,
+    template: Option<TemplateRead>,
+}
+
+impl From<DeploymentSpecRead> for DeploymentSpec {
+    fn from(s: DeploymentSpecRead) -> DeploymentSpec {
+        DeploymentSpec {
+            replicas: s.replicas,
+            selector: s.selector.unwrap_or_default(),
+            strategy: s.strategy,
+            template: s.template.map(Into::into).unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+}
+
+/// `spec` of a StatefulSet.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatefulSetSpecRead {
+    replicas: Option<i32>,
+    selector: Option<LabelSelector>,
+    update_strategy: Option<StatefulSetUpdateStrategy>,
+    template: Option<TemplateRead>,
+}
+
+impl From<StatefulSetSpecRead> for StatefulSetSpec {
+    fn from(s: StatefulSetSpecRead) -> StatefulSetSpec {
+        StatefulSetSpec {
+            replicas: s.replicas,
+            selector: s.selector.unwrap_or_default(),
+            update_strategy: s.update_strategy,
+            template: s.template.map(Into::into).unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+}
+
+/// `spec.template`: of its metadata, the labels (what selectors and PDBs match).
+#[derive(Deserialize)]
+pub struct TemplateRead {
+    metadata: Option<TemplateMetaRead>,
+    spec: Option<PodSpecRead>,
+}
+
+#[derive(Deserialize)]
+struct TemplateMetaRead {
+    labels: Option<BTreeMap<String, String>>,
+}
+
+impl From<TemplateRead> for PodTemplateSpec {
+    fn from(t: TemplateRead) -> PodTemplateSpec {
+        PodTemplateSpec {
+            metadata: t.metadata.map(|m| ObjectMeta { labels: m.labels, ..Default::default() }),
+            spec: t.spec.map(Into::into),
+        }
+    }
+}
+
+/// `spec.template.spec`: where replicas may run (spreads, affinity, tolerations, node selector,
+/// host network and ports), what they mount, and how they stop.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PodSpecRead {
+    affinity: Option<Affinity>,
+    containers: Option<Vec<ContainerRead>>,
+    host_network: Option<bool>,
+    init_containers: Option<Vec<ContainerRead>>,
+    node_selector: Option<BTreeMap<String, String>>,
+    termination_grace_period_seconds: Option<i64>,
+    tolerations: Option<Vec<Toleration>>,
+    topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+    volumes: Option<Vec<VolumeRead>>,
+}
+
+impl From<PodSpecRead> for PodSpec {
+    fn from(s: PodSpecRead) -> PodSpec {
+        let containers = |list: Option<Vec<ContainerRead>>| list.map(|l| l.into_iter().map(Into::into).collect());
+        PodSpec {
+            affinity: s.affinity,
+            containers: containers(s.containers).unwrap_or_default(),
+            host_network: s.host_network,
+            init_containers: containers(s.init_containers),
+            node_selector: s.node_selector,
+            termination_grace_period_seconds: s.termination_grace_period_seconds,
+            tolerations: s.tolerations,
+            topology_spread_constraints: s.topology_spread_constraints,
+            volumes: s.volumes.map(|v| v.into_iter().map(Into::into).collect()),
+            ..Default::default()
+        }
+    }
+}
+
+/// A container: its name and image (the CSI controller check), its lifecycle (preStop against
+/// the grace period) and its ports (host ports).
+#[derive(Deserialize)]
+struct ContainerRead {
+    name: Option<String>,
+    image: Option<String>,
+    lifecycle: Option<Lifecycle>,
+    ports: Option<Vec<ContainerPort>>,
+}
+
+impl From<ContainerRead> for Container {
+    fn from(c: ContainerRead) -> Container {
+        Container {
+            name: c.name.unwrap_or_default(),
+            image: c.image,
+            lifecycle: c.lifecycle,
+            ports: c.ports,
+            ..Default::default()
+        }
+    }
+}
+
+/// A volume: its claim, if it mounts a PVC.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct VolumeRead {
+    name: Option<String>,
+    persistent_volume_claim: Option<PersistentVolumeClaimVolumeSource>,
+}
+
+impl From<VolumeRead> for Volume {
+    fn from(v: VolumeRead) -> Volume {
+        Volume {
+            name: v.name.unwrap_or_default(),
+            persistent_volume_claim: v.persistent_volume_claim,
+            ..Default::default()
+        }
+    }
+}
+
+/// A pod template cut down to the fields read: what the webhook's decoding gives for the same
+/// object. For tests, which decode their subjects the whole way and judge them in this shape.
+#[cfg(test)]
+pub fn only_read_fields(template: &PodTemplateSpec) -> PodTemplateSpec {
+    let value = serde_json::to_value(template).expect("a PodTemplateSpec serializes");
+    TemplateRead::deserialize(&value).expect("a serialized PodTemplateSpec decodes").into()
+}
