@@ -4,11 +4,11 @@
 //! into structs with only the fields ha-guard's rules read of a Deployment (the rest skipped).
 //! Meant for callgrind (`run.sh`): instructions and cache misses per decode of each way.
 //!
-//! The lean structs are a sketch of what the rules read (`src/core/rules`: the selector, the
-//! strategy, the pod template's labels and annotations, its spread constraints, affinity,
-//! tolerations, volumes' claims, node selector, host network, grace period, and of each container
-//! its name, image, lifecycle and ports), checked against the field accesses of `src/` once
-//! (2026-12-03), not kept in step with it.
+//! The lean structs are the sketch that was measured before the webhook decoded this way (the
+//! selector, the strategy, the pod template's labels and annotations, its spread constraints,
+//! affinity, tolerations, volumes' claims, node selector, host network, grace period, and of each
+//! container its name, image, lifecycle and ports), not kept in step with `src/`. What the webhook
+//! decodes is `src/core/model/read.rs`, which the rules' tests hold to what they read.
 
 // The lean structs' fields are decoded to be measured, never read.
 #![allow(dead_code)]
