@@ -18,8 +18,9 @@ fn verdict(subject: &Subject, view: &dyn View) -> Verdict {
     judge(&Review { subject, old: None, view, config: &Config::default(), asks: Asks::Both })
 }
 
-/// `object` as the webhook decodes it from a CREATE in `namespace`.
-fn as_admitted(object: &Value, namespace: &str) -> Option<Subject> {
+/// `object` as the webhook decodes it from a CREATE in `namespace` (a workload in one pass), or
+/// from an UPDATE (its spec's text kept for the unchanged check, then decoded).
+fn as_admitted(object: &Value, namespace: &str, operation: &str) -> Option<Subject> {
     let (group, version) = match object["apiVersion"].as_str()?.split_once('/') {
         Some((g, v)) => (g.to_string(), v.to_string()),
         None => (String::new(), object["apiVersion"].as_str()?.to_string()),
@@ -31,8 +32,9 @@ fn as_admitted(object: &Value, namespace: &str) -> Option<Subject> {
             "uid": "u-1",
             "kind": {"group": group, "version": version, "kind": kind},
             "resource": {"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())},
-            "name": object["metadata"]["name"], "namespace": namespace, "operation": "CREATE",
+            "name": object["metadata"]["name"], "namespace": namespace, "operation": operation,
             "userInfo": {"username": "u"}, "object": object,
+            "oldObject": if operation == "UPDATE" { object.clone() } else { Value::Null },
         }
     });
     let request = review::parse(&serde_json::to_vec(&body).unwrap()).expect("a review the wire accepts");
@@ -50,9 +52,12 @@ fn compare(what: &str, objects: &[Value], view: &Index) -> (usize, usize, usize)
         if !matches!(whole, Subject::Workload(_) | Subject::Pdb(_) | Subject::Hpa(_)) {
             continue;
         }
-        let Some(admitted) = as_admitted(value, namespace) else { continue };
-        let (expected, got) = (verdict(&whole, view), verdict(&admitted, view));
-        assert_eq!(got, expected, "{what}: {} judged otherwise when decoded as the webhook does", whole.id());
+        let expected = verdict(&whole, view);
+        for operation in ["CREATE", "UPDATE"] {
+            let admitted = as_admitted(value, namespace, operation).expect("a subject");
+            let got = verdict(&admitted, view);
+            assert_eq!(got, expected, "{what}: {} judged otherwise when decoded from a {operation}", whole.id());
+        }
         if matches!(whole, Subject::Workload(_)) {
             workloads += 1;
         }

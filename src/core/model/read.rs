@@ -17,13 +17,36 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{DeploymentSpec, DeploymentStrategy, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy,
+};
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, Lifecycle, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec,
     Toleration, TopologySpreadConstraint, Volume,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::defaults;
+use super::object::{Kind, Workload};
+
+/// The spec of a workload kind as the rules read it.
+pub trait WorkloadSpecRead: DeserializeOwned {
+    const KIND: Kind;
+
+    /// Whether the spec states `selector` and `template.spec.containers`, each present and not
+    /// null. The API requires both; a manifest without them (a kustomize base) is decoded the
+    /// general way, which reports them missing, where k8s-openapi would silently default them.
+    fn states_required_fields(&self) -> bool;
+
+    /// The workload, defaulted, with this spec and `metadata`.
+    fn into_workload(self, metadata: ObjectMeta) -> Workload;
+}
+
+fn states_containers(template: Option<&TemplateRead>) -> bool {
+    template.and_then(|t| t.spec.as_ref()).is_some_and(|s| s.containers.is_some())
+}
 
 /// `spec` of a Deployment.
 #[derive(Deserialize)]
@@ -47,6 +70,18 @@ impl From<DeploymentSpecRead> for DeploymentSpec {
     }
 }
 
+impl WorkloadSpecRead for DeploymentSpecRead {
+    const KIND: Kind = Kind::Deployment;
+
+    fn states_required_fields(&self) -> bool {
+        self.selector.is_some() && states_containers(self.template.as_ref())
+    }
+
+    fn into_workload(self, metadata: ObjectMeta) -> Workload {
+        defaults::deployment(Deployment { metadata, spec: Some(self.into()), status: None })
+    }
+}
+
 /// `spec` of a StatefulSet.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -66,6 +101,18 @@ impl From<StatefulSetSpecRead> for StatefulSetSpec {
             template: s.template.map(Into::into).unwrap_or_default(),
             ..Default::default()
         }
+    }
+}
+
+impl WorkloadSpecRead for StatefulSetSpecRead {
+    const KIND: Kind = Kind::StatefulSet;
+
+    fn states_required_fields(&self) -> bool {
+        self.selector.is_some() && states_containers(self.template.as_ref())
+    }
+
+    fn into_workload(self, metadata: ObjectMeta) -> Workload {
+        defaults::stateful_set(StatefulSet { metadata, spec: Some(self.into()), status: None })
     }
 }
 

@@ -1,15 +1,15 @@
 //! The subject of a request: its object decoded and defaulted, the typed way when the object's
 //! text allows it, else through a JSON tree and the manifest decoder.
 
-use k8s_openapi::api::core::v1::PodTemplateSpec;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
+use kube::core::admission::{AdmissionRequest, Operation};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use super::wire::{BadRequest, Request, WireObject};
+use super::wire::{BadRequest, Request, WireMeta, WireObject};
+use crate::core::model::read::{DeploymentSpecRead, StatefulSetSpecRead, WorkloadSpecRead};
 use crate::core::model::{self, Kind, Object, ObjectRef, Subject, defaults};
 
 /// The subject of a request (its `object`), or `None` for kinds and operations ha-guard leaves
@@ -65,6 +65,18 @@ pub fn subject_and_spec_of<'o>(
     if req.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) {
         return Ok((None, None));
     }
+    // The spec's text is compared only on an UPDATE (`changes_nothing_read_given`): elsewhere a
+    // workload's spec is decoded in the pass that reads its metadata.
+    if !matches!(req.operation, Operation::Update) {
+        let one_pass = match (req.kind.group.as_str(), req.kind.kind.as_str()) {
+            ("apps", "Deployment") => workload_in_one_pass::<DeploymentSpecRead>(object, &namespace),
+            ("apps", "StatefulSet") => workload_in_one_pass::<StatefulSetSpecRead>(object, &namespace),
+            _ => None,
+        };
+        if let Some(subject) = one_pass {
+            return Ok((Some(subject), None));
+        }
+    }
     if let Some((subject, spec)) = typed_subject_and_spec(object, &namespace) {
         return Ok((Some(subject), spec));
     }
@@ -107,35 +119,35 @@ fn subject_via_tree(
     }
 }
 
-/// What a workload's spec must state for [`model::decode`] to take it as it is (it fills in a
-/// missing selector, template or pod spec and reports them unchecked; k8s-openapi would default
-/// them silently): `selector`, and `template.spec.containers`, each present and not null.
+/// A workload's object with its spec decoded as the rules read it, in one pass.
 #[derive(Deserialize)]
-struct WorkloadSpecShape<'a> {
-    #[serde(borrow)]
-    selector: Option<&'a RawValue>,
-    template: Option<TemplateShape<'a>>,
+#[serde(rename_all = "camelCase")]
+struct WireWorkload<S> {
+    api_version: Option<String>,
+    kind: Option<String>,
+    metadata: Option<WireMeta>,
+    spec: Option<S>,
 }
 
-#[derive(Deserialize)]
-struct TemplateShape<'a> {
-    #[serde(borrow)]
-    spec: Option<PodSpecShape<'a>>,
+/// The workload of kind `S::KIND` decoded in one pass over the object's text (its status and
+/// `managedFields` skipped), when it is one that states its apiVersion, kind and required fields
+/// ([`WorkloadSpecRead::states_required_fields`]); `None` otherwise, and the general way runs.
+fn workload_in_one_pass<S: WorkloadSpecRead>(object: &RawValue, namespace: &str) -> Option<Subject> {
+    let wire: WireWorkload<S> = serde_json::from_str(object.get()).ok()?;
+    if Kind::from_type(wire.api_version.as_deref()?, wire.kind.as_deref()?)? != S::KIND {
+        return None;
+    }
+    let spec = wire.spec.filter(S::states_required_fields)?;
+    Some(Subject::Workload(Box::new(spec.into_workload(metadata_in(wire.metadata?, namespace)))))
 }
 
-#[derive(Deserialize)]
-struct PodSpecShape<'a> {
-    #[serde(borrow)]
-    containers: Option<&'a RawValue>,
-}
-
-/// Whether a decoded workload spec shows by itself that its text stated `selector` and
-/// `template.spec.containers` (a selector with `matchLabels` or `matchExpressions`, at least one
-/// container): k8s-openapi defaults neither to that, so the text need not be read again for
-/// [`WorkloadSpecShape`]. An empty selector or no container says nothing, and the text decides.
-fn states_required_fields(selector: &LabelSelector, template: &PodTemplateSpec) -> bool {
-    (selector.match_labels.is_some() || selector.match_expressions.is_some())
-        && template.spec.as_ref().is_some_and(|spec| !spec.containers.is_empty())
+/// An object's metadata, its namespace the request's when it states none.
+fn metadata_in(meta: WireMeta, namespace: &str) -> ObjectMeta {
+    let mut metadata = ObjectMeta::from(meta);
+    if metadata.namespace.as_deref().is_none_or(str::is_empty) {
+        metadata.namespace = Some(namespace.to_string());
+    }
+    metadata
 }
 
 /// The subject decoded from the object's text straight into the k8s-openapi types, with no JSON
@@ -145,18 +157,23 @@ fn states_required_fields(selector: &LabelSelector, template: &PodTemplateSpec) 
 /// runs. `managedFields` are left out, and of a workload its status and all of its spec but
 /// the fields [`model::read`] lists: no rule reads them. The rules' verdicts are the same as on
 /// the whole object (tests/it/read_fields.rs).
+///
+/// For tests, which so also check that a CREATE's one pass over a workload
+/// ([`workload_in_one_pass`]) takes the same objects and gives the same subject.
 #[cfg(test)]
 fn typed_subject(object: &RawValue, namespace: &str) -> Option<Subject> {
-    typed_subject_and_spec(object, namespace).map(|(subject, _)| subject)
+    let typed = typed_subject_and_spec(object, namespace).map(|(subject, _)| subject);
+    let one_pass = workload_in_one_pass::<DeploymentSpecRead>(object, namespace)
+        .or_else(|| workload_in_one_pass::<StatefulSetSpecRead>(object, namespace));
+    let expected = if matches!(typed, Some(Subject::Workload(_))) { format!("{typed:?}") } else { "None".into() };
+    assert_eq!(format!("{one_pass:?}"), expected, "one pass and two agree");
+    typed
 }
 
 /// [`typed_subject`] and the text of the object's `spec` (`None` when absent or null).
 fn typed_subject_and_spec<'o>(object: &'o RawValue, namespace: &str) -> Option<(Subject, Option<&'o str>)> {
-    use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec};
     use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-
-    use crate::core::model::read::{DeploymentSpecRead, StatefulSetSpecRead};
 
     fn decoded<'a, T: Deserialize<'a>>(raw: Option<&'a RawValue>) -> Option<Option<T>> {
         match raw {
@@ -165,37 +182,18 @@ fn typed_subject_and_spec<'o>(object: &'o RawValue, namespace: &str) -> Option<(
             Some(raw) => serde_json::from_str(raw.get()).ok().map(Some),
         }
     }
+    // A workload's status is not read, and of its spec only what `model::read` lists.
+    fn workload<S: WorkloadSpecRead>(raw: Option<&RawValue>, metadata: ObjectMeta) -> Option<Subject> {
+        let spec = decoded::<S>(raw)?.filter(S::states_required_fields)?;
+        Some(Subject::Workload(Box::new(spec.into_workload(metadata))))
+    }
     let wire: WireObject<'o> = serde_json::from_str(object.get()).ok()?;
     let spec = wire.spec.map(RawValue::get).filter(|s| *s != "null");
     let kind = Kind::from_type(wire.api_version.as_deref()?, wire.kind.as_deref()?)?;
-    let m = wire.metadata?;
-    let mut metadata = ObjectMeta::from(m);
-    if metadata.namespace.as_deref().is_none_or(str::is_empty) {
-        metadata.namespace = Some(namespace.to_string());
-    }
-    let workload_fields_present = || {
-        let shape: WorkloadSpecShape = serde_json::from_str(wire.spec?.get()).ok()?;
-        let present = |raw: Option<&RawValue>| raw.is_some_and(|r| r.get() != "null");
-        (present(shape.selector) && present(shape.template?.spec?.containers)).then_some(())
-    };
+    let metadata = metadata_in(wire.metadata?, namespace);
     let subject = match kind {
-        // A workload's status is not read, and of its spec only what `model::read` lists.
-        Kind::Deployment => {
-            let spec: Option<DeploymentSpec> = decoded::<DeploymentSpecRead>(wire.spec)?.map(Into::into);
-            if !spec.as_ref().is_some_and(|s| states_required_fields(&s.selector, &s.template)) {
-                workload_fields_present()?;
-            }
-            let d = Deployment { metadata, spec, status: None };
-            Subject::Workload(Box::new(defaults::deployment(d)))
-        }
-        Kind::StatefulSet => {
-            let spec: Option<StatefulSetSpec> = decoded::<StatefulSetSpecRead>(wire.spec)?.map(Into::into);
-            if !spec.as_ref().is_some_and(|s| states_required_fields(&s.selector, &s.template)) {
-                workload_fields_present()?;
-            }
-            let s = StatefulSet { metadata, spec, status: None };
-            Subject::Workload(Box::new(defaults::stateful_set(s)))
-        }
+        Kind::Deployment => workload::<DeploymentSpecRead>(wire.spec, metadata)?,
+        Kind::StatefulSet => workload::<StatefulSetSpecRead>(wire.spec, metadata)?,
         Kind::PodDisruptionBudget => Subject::Pdb(Box::new(PodDisruptionBudget {
             metadata,
             spec: decoded(wire.spec)?,
@@ -404,32 +402,28 @@ mod tests {
         }
     }
 
-    /// The boundary of [`states_required_fields`]: a selector stated empty (`{}`), or stated with
-    /// only expressions, is still the typed way (the text is read for it), and a workload whose
-    /// decoded spec shows both fields is taken without reading the text again: the same subject
-    /// as the tree way in each case.
+    /// The boundary of [`WorkloadSpecRead::states_required_fields`]: a selector stated empty
+    /// (`{}`) or with only expressions, and an empty list of containers, are stated: the typed
+    /// way, and the same subject as the tree way in each case.
     #[test]
     fn a_workload_stating_its_required_fields_goes_the_typed_way_however_it_states_them() {
         let template = full_spec()["template"].clone();
+        let labels = serde_json::json!({"matchLabels": {"app": "web"}});
         let expressions =
             serde_json::json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]});
+        let no_container = serde_json::json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}});
         let cases = [
-            ("empty selector", serde_json::json!({"selector": {}, "template": template}), false),
-            ("expressions only", serde_json::json!({"selector": expressions, "template": template}), true),
-            ("labels", serde_json::json!({"selector": {"matchLabels": {"app": "web"}}, "template": template}), true),
+            ("empty selector", serde_json::json!({"selector": {}, "template": template})),
+            ("expressions only", serde_json::json!({"selector": expressions, "template": template})),
+            ("labels", serde_json::json!({"selector": labels, "template": template})),
+            ("no container", serde_json::json!({"selector": labels, "template": no_container})),
         ];
-        for (what, spec, shown) in cases {
-            let typed_spec: k8s_openapi::api::apps::v1::DeploymentSpec = serde_json::from_value(spec.clone()).unwrap();
-            assert_eq!(states_required_fields(&typed_spec.selector, &typed_spec.template), shown, "{what}");
+        for (what, spec) in cases {
+            let read: DeploymentSpecRead = serde_json::from_value(spec.clone()).unwrap();
+            assert!(read.states_required_fields(), "{what}");
             let (typed, via_tree) = typed_and_via_tree(deployment(spec));
             assert_eq!(typed, via_tree, "{what}");
         }
-        let no_container = serde_json::json!({"containers": []});
-        let spec: k8s_openapi::api::apps::v1::DeploymentSpec = serde_json::from_value(
-            serde_json::json!({"selector": {"matchLabels": {"app": "web"}}, "template": {"spec": no_container}}),
-        )
-        .unwrap();
-        assert!(!states_required_fields(&spec.selector, &spec.template), "no container: the text decides");
     }
 
     #[test]
