@@ -23,15 +23,12 @@ pub fn objects(yaml: &str) -> Vec<Object> {
         .collect()
 }
 
-/// The single subject in `yaml`. A workload's pod template is cut to the fields the rules read,
-/// as the webhook decodes it ([`model::read`]): a rule that reads any other field fails its tests.
+/// The single subject in `yaml`, cut to the fields the rules read (a workload's pod template, an
+/// HPA's spec) as the webhook decodes it ([`model::read`]): a rule that reads any other field
+/// fails its tests.
 pub fn subject(yaml: &str) -> Subject {
     match objects(yaml).into_iter().next() {
-        Some(Object::Subject(Subject::Workload(mut w))) => {
-            w.template = model::read::only_read_fields(&w.template);
-            Subject::Workload(w)
-        }
-        Some(Object::Subject(s)) => s,
+        Some(Object::Subject(s)) => model::read::only_read_fields_of(s),
         other => panic!("not a subject: {other:?}"),
     }
 }

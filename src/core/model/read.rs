@@ -1,6 +1,6 @@
-//! A workload's spec as the rules read it: the fields of a Deployment's or StatefulSet's spec that
-//! a rule, a mutation or the view's projection reads, decoded into the k8s-openapi types with
-//! every other field left at its default.
+//! Specs as the rules read them: the fields of a Deployment's or StatefulSet's spec, and of an
+//! HPA's, that a rule, a mutation or the view's projection reads, decoded into the k8s-openapi
+//! types with every other field left at its default.
 //!
 //! The webhook decodes the object of each request this way (`server::review::subject`): a pod
 //! template is most of a workload, and k8s-openapi's deserializers for all of it (containers'
@@ -9,8 +9,8 @@
 //! not listed here are not read, so not type-checked either: the apiserver has decoded the
 //! object into its own types before it calls admission, so they are well-typed by then.
 //!
-//! A rule that reads a field of the pod template not listed here adds it here: the rules' own
-//! tests decode their subjects through this module too ([`only_read_fields`], used by
+//! A rule that reads a field not listed here adds it here: the rules' own tests decode their
+//! subjects through this module too ([`only_read_fields_of`], used by
 //! `core::testing`), so a rule reading a field that is missing here fails its tests, and
 //! `tests/it/read_fields.rs` checks that findings and patches are the same as with the whole
 //! object on every fixture and corpus manifest.
@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy,
 };
+use k8s_openapi::api::autoscaling::v2::{CrossVersionObjectReference, HorizontalPodAutoscalerSpec};
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, Lifecycle, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec,
     Toleration, TopologySpreadConstraint, Volume,
@@ -211,10 +212,46 @@ impl From<VolumeRead> for Volume {
     }
 }
 
-/// A pod template cut down to the fields read: what the webhook's decoding gives for the same
-/// object. For tests, which decode their subjects the whole way and judge them in this shape.
+/// `spec` of an autoscaling/v2 HorizontalPodAutoscaler: its target and bounds.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HpaSpecRead {
+    scale_target_ref: Option<CrossVersionObjectReference>,
+    min_replicas: Option<i32>,
+    max_replicas: Option<i32>,
+}
+
+impl From<HpaSpecRead> for HorizontalPodAutoscalerSpec {
+    fn from(s: HpaSpecRead) -> HorizontalPodAutoscalerSpec {
+        HorizontalPodAutoscalerSpec {
+            scale_target_ref: s.scale_target_ref.unwrap_or_default(),
+            min_replicas: s.min_replicas,
+            max_replicas: s.max_replicas.unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+}
+
+/// A subject cut down to the fields read: what the webhook's decoding gives for the same object
+/// (a workload's pod template, an HPA's spec without its status). For tests, which decode their
+/// subjects the whole way and judge them in this shape.
 #[cfg(test)]
-pub fn only_read_fields(template: &PodTemplateSpec) -> PodTemplateSpec {
-    let value = serde_json::to_value(template).expect("a PodTemplateSpec serializes");
-    TemplateRead::deserialize(&value).expect("a serialized PodTemplateSpec decodes").into()
+pub fn only_read_fields_of(subject: super::object::Subject) -> super::object::Subject {
+    use super::object::Subject;
+    fn cut<R: DeserializeOwned + Into<T>, T: serde::Serialize>(whole: &T) -> T {
+        let value = serde_json::to_value(whole).expect("a k8s-openapi object serializes");
+        R::deserialize(&value).expect("a serialized k8s-openapi object decodes").into()
+    }
+    match subject {
+        Subject::Workload(mut w) => {
+            w.template = cut::<TemplateRead, _>(&w.template);
+            Subject::Workload(w)
+        }
+        Subject::Hpa(mut h) => {
+            h.spec = h.spec.as_ref().map(cut::<HpaSpecRead, _>);
+            h.status = None;
+            Subject::Hpa(h)
+        }
+        other => other,
+    }
 }

@@ -9,7 +9,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::wire::{BadRequest, Request, WireMeta, WireObject};
-use crate::core::model::read::{DeploymentSpecRead, StatefulSetSpecRead, WorkloadSpecRead};
+use crate::core::model::read::{DeploymentSpecRead, HpaSpecRead, StatefulSetSpecRead, WorkloadSpecRead};
 use crate::core::model::{self, Kind, Object, ObjectRef, Subject, defaults};
 
 /// The subject of a request (its `object`), or `None` for kinds and operations ha-guard leaves
@@ -199,8 +199,10 @@ fn typed_subject_and_spec<'o>(object: &'o RawValue, namespace: &str) -> Option<(
             spec: decoded(wire.spec)?,
             status: decoded(wire.status)?,
         })),
+        // Of an HPA, its target and bounds: its metrics, behavior and status are not read.
         Kind::HorizontalPodAutoscaler if wire.api_version.as_deref() == Some("autoscaling/v2") => {
-            let mut h = HorizontalPodAutoscaler { metadata, spec: decoded(wire.spec)?, status: decoded(wire.status)? };
+            let spec = decoded::<HpaSpecRead>(wire.spec)?.map(Into::into);
+            let mut h = HorizontalPodAutoscaler { metadata, spec, status: None };
             defaults::hpa(&mut h);
             Subject::Hpa(Box::new(h))
         }
@@ -216,13 +218,7 @@ mod tests {
 
     /// A subject as the typed way decodes it: a workload's pod template cut to the fields read.
     fn read_fields(subject: Subject) -> Subject {
-        match subject {
-            Subject::Workload(mut w) => {
-                w.template = model::read::only_read_fields(&w.template);
-                Subject::Workload(w)
-            }
-            other => other,
-        }
+        model::read::only_read_fields_of(subject)
     }
 
     /// The fast ways of decoding (straight into the review; the typed subject without a JSON
