@@ -48,17 +48,7 @@ pub fn subject_and_spec_of<'o>(
             ("apps", "statefulsets") => Kind::StatefulSet,
             _ => return Ok((None, None)),
         };
-        let scale: Value = serde_json::from_str(object.get()).map_err(|e| BadRequest(e.to_string()))?;
-        let replicas = scale
-            .get("spec")
-            .and_then(|s| s.get("replicas"))
-            .map(|r| {
-                r.as_i64()
-                    .and_then(|r| i32::try_from(r).ok())
-                    .ok_or_else(|| BadRequest("request.object.spec.replicas of the Scale is not an integer".into()))
-            })
-            .transpose()?
-            .unwrap_or(0);
+        let replicas = scale_replicas(object)?;
         let subject = Subject::Scale { target: ObjectRef::new(kind, namespace, req.name.clone()), replicas };
         return Ok((Some(subject), None));
     }
@@ -81,6 +71,53 @@ pub fn subject_and_spec_of<'o>(
         return Ok((Some(subject), spec));
     }
     subject_via_tree(req, object, &namespace).map(|subject| (subject, None))
+}
+
+/// `spec.replicas` of a Scale (0 when absent), read without a tree of the object: only the text
+/// of its `spec` and of the count are taken. An object whose keys repeat (which no apiserver
+/// sends) is read through a tree, the last of each key winning, as before.
+fn scale_replicas(object: &RawValue) -> Result<i32, BadRequest> {
+    #[derive(Deserialize)]
+    struct Scale<'a> {
+        #[serde(borrow)]
+        spec: Option<&'a RawValue>,
+    }
+    #[derive(Deserialize)]
+    struct ScaleSpec<'a> {
+        // A stated `null` is kept (and refused below), not taken for an absent count.
+        #[serde(default, borrow, deserialize_with = "stated")]
+        replicas: Option<&'a RawValue>,
+    }
+    fn stated<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+        <&RawValue>::deserialize(d).map(Some)
+    }
+    let not_an_integer = || BadRequest("request.object.spec.replicas of the Scale is not an integer".into());
+    let replicas = match serde_json::from_str::<Scale>(object.get()) {
+        Ok(Scale { spec: Some(spec) }) if spec.get().starts_with('{') => {
+            match serde_json::from_str::<ScaleSpec>(spec.get()) {
+                Ok(spec) => spec.replicas.map(|r| serde_json::from_str::<i64>(r.get()).map_err(|_| not_an_integer())),
+                Err(_) => return scale_replicas_via_tree(object),
+            }
+        }
+        Ok(_) => None,
+        Err(_) => return scale_replicas_via_tree(object),
+    };
+    replicas.transpose()?.map_or(Ok(0), |r| i32::try_from(r).map_err(|_| not_an_integer()))
+}
+
+/// [`scale_replicas`] through a JSON tree of the object.
+fn scale_replicas_via_tree(object: &RawValue) -> Result<i32, BadRequest> {
+    let scale: Value = serde_json::from_str(object.get()).map_err(|e| BadRequest(e.to_string()))?;
+    scale
+        .get("spec")
+        .and_then(|s| s.get("replicas"))
+        .map(|r| {
+            r.as_i64()
+                .and_then(|r| i32::try_from(r).ok())
+                .ok_or_else(|| BadRequest("request.object.spec.replicas of the Scale is not an integer".into()))
+        })
+        .transpose()
+        .map(|r| r.unwrap_or(0))
 }
 
 /// `spec.replicas` of an UPDATE's `oldObject`, read without decoding the rest of it.
@@ -419,6 +456,39 @@ mod tests {
             assert!(read.states_required_fields(), "{what}");
             let (typed, via_tree) = typed_and_via_tree(deployment(spec));
             assert_eq!(typed, via_tree, "{what}");
+        }
+    }
+
+    /// A Scale's count read from its text is what the tree gives, for every shape of `spec`
+    /// and `replicas`, repeated keys included; a count that is not an int32 is refused.
+    #[test]
+    fn a_scales_count_is_read_as_the_tree_reads_it() {
+        let cases: [(&str, Option<i32>); 16] = [
+            (r#"{"kind":"Scale","spec":{"replicas":5},"status":{"replicas":3}}"#, Some(5)),
+            (r#"{"spec":{"replicas":-1}}"#, Some(-1)),
+            (r#"{"spec":{"replicas":2147483647}}"#, Some(i32::MAX)),
+            (r#"{"spec":{}}"#, Some(0)),
+            (r#"{"kind":"Scale"}"#, Some(0)),
+            (r#"{"spec":null}"#, Some(0)),
+            (r#"{"spec":5}"#, Some(0)),
+            (r#"{"spec":[{"replicas":5}]}"#, Some(0)),
+            (r#"{"spec":{"replicas":5},"spec":{"replicas":7}}"#, Some(7)),
+            (r#"{"spec":{"replicas":5,"replicas":7}}"#, Some(7)),
+            (r#"{"spec":{"replicas":null}}"#, None),
+            (r#"{"spec":{"replicas":"one"}}"#, None),
+            (r#"{"spec":{"replicas":5.5}}"#, None),
+            (r#"{"spec":{"replicas":1e2}}"#, None),
+            (r#"{"spec":{"replicas":2147483648}}"#, None),
+            (r#"{"spec":{"replicas":{"n":5}}}"#, None),
+        ];
+        for (text, expected) in cases {
+            let raw = RawValue::from_string(text.to_string()).unwrap();
+            let (got, via_tree) = (scale_replicas(&raw), scale_replicas_via_tree(&raw));
+            assert_eq!(got.as_ref().ok(), expected.as_ref(), "{text}");
+            assert_eq!(via_tree.as_ref().ok(), expected.as_ref(), "{text}: the tree");
+            if let Err(e) = got {
+                assert!(e.0.contains("spec.replicas of the Scale is not an integer"), "{text}: {e}");
+            }
         }
     }
 
