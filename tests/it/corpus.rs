@@ -29,7 +29,7 @@ const ENV: &str = "HA_GUARD_CORPUS";
 
 /// The corpus directory: `HA_GUARD_CORPUS` if set, else `../shared/corpus` beside the repository.
 /// Missing, the test fails: a skip would read as a pass.
-fn corpus() -> PathBuf {
+pub(crate) fn corpus() -> PathBuf {
     let (dir, from) = match std::env::var_os(ENV) {
         Some(dir) => (PathBuf::from(dir), format!("set by {ENV}")),
         None => (
@@ -1122,7 +1122,7 @@ fn check_groups(corpus: &Path, groups: &[Group]) {
 // The tests
 
 /// Every manifest file of the corpus, corpus-relative, the way `check` walks a directory.
-fn corpus_files(corpus: &Path) -> Vec<String> {
+pub(crate) fn corpus_files(corpus: &Path) -> Vec<String> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display())) {
             let path = entry.expect("a directory entry").path();

@@ -3,7 +3,7 @@
 //! on the object so decoded, findings, messages, warnings and patch, is the verdict on the whole
 //! object as `check` decodes it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use ha_guard::core::config::Config;
 use ha_guard::core::judge::{Asks, Review, Verdict, judge};
@@ -12,6 +12,8 @@ use ha_guard::core::view::{Index, View};
 use ha_guard::manifest as load;
 use ha_guard::server::review;
 use serde_json::{Value, json};
+
+use crate::corpus;
 
 /// The verdict on a subject, findings and patch both.
 fn verdict(subject: &Subject, view: &dyn View) -> Verdict {
@@ -67,21 +69,13 @@ fn compare(what: &str, objects: &[Value], view: &Index) -> (usize, usize, usize)
     (workloads, findings, patches)
 }
 
-fn corpus() -> PathBuf {
-    match std::env::var_os("HA_GUARD_CORPUS") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"),
-    }
-}
-
 #[test]
 fn the_corpus_is_judged_the_same_decoded_as_the_webhook_does() {
-    let dir = corpus();
-    assert!(dir.is_dir(), "the corpus folder {} is missing (see tests/it/corpus.rs)", dir.display());
-    let files = walk(&dir);
+    let dir = corpus::corpus();
+    let files = corpus::corpus_files(&dir);
     let (mut workloads, mut findings, mut patches) = (0, 0, 0);
     for file in &files {
-        let loaded = load::load(&[file.to_string_lossy().into_owned()]);
+        let loaded = load::load(&[dir.join(file).to_string_lossy().into_owned()]);
         let objects: Vec<Value> = loaded.documents.into_iter().map(|d| d.value).collect();
         let mut view = Index::new();
         view.set_complete(true);
@@ -91,7 +85,7 @@ fn the_corpus_is_judged_the_same_decoded_as_the_webhook_does() {
                 view.insert_object(&object);
             }
         }
-        let (w, f, p) = compare(&file.display().to_string(), &objects, &view);
+        let (w, f, p) = compare(file, &objects, &view);
         (workloads, findings, patches) = (workloads + w, findings + f, patches + p);
     }
     // 34 workloads, 25 findings and 9 patch operations on 2026-12-03: a comparison of empty
@@ -135,19 +129,4 @@ fn every_fixture_is_judged_the_same_decoded_as_the_webhook_does() {
     let (workloads, findings, patches) = compare("tests/fixtures", &objects, &view);
     assert!(workloads >= 20, "{workloads} workloads compared");
     assert!(findings >= 40 && patches >= 10, "{findings} findings and {patches} patch operations compared");
-}
-
-/// The manifests under `dir`, recursively, in name order.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml" || e == "json") {
-            out.push(path);
-        }
-    }
-    out
 }
