@@ -91,7 +91,6 @@ fn scale_replicas(object: &RawValue) -> Result<i32, BadRequest> {
     fn stated<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
         <&RawValue>::deserialize(d).map(Some)
     }
-    let not_an_integer = || BadRequest("request.object.spec.replicas of the Scale is not an integer".into());
     let replicas = match serde_json::from_str::<Scale>(object.get()) {
         Ok(Scale { spec: Some(spec) }) if spec.get().starts_with('{') => {
             match serde_json::from_str::<ScaleSpec>(spec.get()) {
@@ -105,17 +104,17 @@ fn scale_replicas(object: &RawValue) -> Result<i32, BadRequest> {
     replicas.transpose()?.map_or(Ok(0), |r| i32::try_from(r).map_err(|_| not_an_integer()))
 }
 
+fn not_an_integer() -> BadRequest {
+    BadRequest("request.object.spec.replicas of the Scale is not an integer".into())
+}
+
 /// [`scale_replicas`] through a JSON tree of the object.
 fn scale_replicas_via_tree(object: &RawValue) -> Result<i32, BadRequest> {
     let scale: Value = serde_json::from_str(object.get()).map_err(|e| BadRequest(e.to_string()))?;
     scale
         .get("spec")
         .and_then(|s| s.get("replicas"))
-        .map(|r| {
-            r.as_i64()
-                .and_then(|r| i32::try_from(r).ok())
-                .ok_or_else(|| BadRequest("request.object.spec.replicas of the Scale is not an integer".into()))
-        })
+        .map(|r| r.as_i64().and_then(|r| i32::try_from(r).ok()).ok_or_else(not_an_integer))
         .transpose()
         .map(|r| r.unwrap_or(0))
 }
