@@ -47,8 +47,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 /// Default of `--tls-handshake-timeout`.
 pub const DEFAULT_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The TLS port's routes: `POST /validate`, `POST /mutate`.
-pub fn webhook_router(state: Arc<AppState>, request_timeout: Duration) -> Router {
+/// The TLS port's routes, `POST /validate` and `POST /mutate`, with their body limit, request
+/// timeout and panic guard; [`webhook_router`] adds the admission limits in front.
+fn routes(state: Arc<AppState>, request_timeout: Duration) -> Router {
     Router::new()
         .route("/validate", post(validate))
         .route("/mutate", post(mutate))
@@ -57,7 +58,6 @@ pub fn webhook_router(state: Arc<AppState>, request_timeout: Duration) -> Router
         .layer(CatchPanicLayer::custom(|_| {
             json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal error while answering")
         }))
-        .layer(axum::middleware::from_fn(refuse_declared_oversize))
         .with_state(state)
 }
 
@@ -66,22 +66,17 @@ fn declared_length(req: &axum::extract::Request) -> Option<u64> {
     req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
 }
 
-/// A request whose Content-Length is past [`MAX_BODY_BYTES`] gets 413 at once, its body unread:
-/// reading it only to refuse it would hold the connection (and its share of the body memory)
-/// until the request timeout when the client sends slowly or not at all.
-async fn refuse_declared_oversize(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    match declared_length(&req) {
-        Some(n) if n > MAX_BODY_BYTES as u64 => {
-            tracing::warn!(path = %req.uri().path(), content_length = n, "request body over the limit: refused unread");
-            json_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                &format!(
-                    "the request declares a body of {n} bytes (Content-Length), over the limit of {MAX_BODY_BYTES} bytes"
-                ),
-            )
-        }
-        _ => next.run(req).await,
-    }
+/// The answer to a request whose Content-Length, `declared`, is past [`MAX_BODY_BYTES`]: 413 at
+/// once, its body unread. Reading it only to refuse it would hold the connection (and its share of
+/// the body memory) until the request timeout when the client sends slowly or not at all.
+fn declared_oversize(req: &axum::extract::Request, declared: u64) -> Response {
+    tracing::warn!(path = %req.uri().path(), content_length = declared, "request body over the limit: refused unread");
+    json_error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &format!(
+            "the request declares a body of {declared} bytes (Content-Length), over the limit of {MAX_BODY_BYTES} bytes"
+        ),
+    )
 }
 
 /// Bounds on the requests answered at once.
@@ -93,17 +88,19 @@ pub struct RequestLimits {
     pub body_bytes: usize,
 }
 
-/// [`webhook_router`] within `limits`: a request past either is answered at once with HTTP 503
-/// and a one-line JSON error (its body is not read), so a flood costs bounded memory instead of
-/// queueing bodies. The apiserver treats the 503 like any failed call (its `failurePolicy`
-/// decides).
-pub fn limited_webhook_router(state: Arc<AppState>, request_timeout: Duration, limits: RequestLimits) -> Router {
+/// The TLS port's router: [`routes`] behind one middleware that refuses a declared oversize body
+/// (413, [`declared_oversize`]) and keeps the requests within `limits`. A request past either limit
+/// is answered at once with HTTP 503 and a one-line JSON error (its body is not read), so a flood
+/// costs bounded memory instead of queueing bodies. The apiserver treats the 503 like any failed
+/// call (its `failurePolicy` decides). One middleware rather than one per check: each `from_fn`
+/// layer boxes the rest of the request's future and polls through it, on every request.
+pub fn webhook_router(state: Arc<AppState>, request_timeout: Duration, limits: RequestLimits) -> Router {
     let clamp = |n: usize| n.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
     let requests = Arc::new(tokio::sync::Semaphore::new(clamp(limits.requests)));
     // In KiB, so that a permit count fits in a u32.
     let body_kib = Arc::new(tokio::sync::Semaphore::new(clamp(limits.body_bytes / 1024)));
     let limit_state = state.clone();
-    webhook_router(state, request_timeout).layer(axum::middleware::from_fn(
+    routes(state, request_timeout).layer(axum::middleware::from_fn(
         move |req: axum::extract::Request, next: axum::middleware::Next| {
             let (requests, body_kib, state) = (requests.clone(), body_kib.clone(), limit_state.clone());
             async move {
@@ -114,9 +111,10 @@ pub fn limited_webhook_router(state: Arc<AppState>, request_timeout: Duration, l
                     response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
                     response
                 };
-                // Refused at once by the router (413), before any slot is taken.
-                if declared_length(&req).is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-                    return next.run(req).await;
+                let declared = declared_length(&req);
+                // Refused at once (413), before any slot is taken.
+                if let Some(n) = declared.filter(|&n| n > MAX_BODY_BYTES as u64) {
+                    return declared_oversize(&req, n);
                 }
                 let Ok(permit) = requests.try_acquire_owned() else {
                     return refuse(
@@ -128,8 +126,7 @@ pub fn limited_webhook_router(state: Arc<AppState>, request_timeout: Duration, l
                     );
                 };
                 // Without a Content-Length, a body counts as the limit (it is refused, 413, past it).
-                let length =
-                    declared_length(&req).map_or(MAX_BODY_BYTES, |n| usize::try_from(n).unwrap_or(MAX_BODY_BYTES));
+                let length = declared.map_or(MAX_BODY_BYTES, |n| usize::try_from(n).unwrap_or(MAX_BODY_BYTES));
                 let kib = u32::try_from(length.div_ceil(1024).max(1)).unwrap_or(u32::MAX);
                 let Ok(body_permit) = body_kib.try_acquire_many_owned(kib) else {
                     return refuse(
@@ -578,7 +575,7 @@ pub async fn serve_with_listeners(
         shutdown_handle.graceful_shutdown(Some(grace));
     });
     let limits = RequestLimits { requests: options.max_concurrent_requests, body_bytes: options.max_body_memory };
-    let app = limited_webhook_router(state.clone(), options.request_timeout, limits);
+    let app = webhook_router(state.clone(), options.request_timeout, limits);
     // A connection holds one of `max_connections` slots from accept to close; over the limit it
     // is closed at once, before any TLS work. The handshake is bounded by its own timeout.
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls_config)
