@@ -190,12 +190,31 @@ pub fn review(
     Ok((response, outcome))
 }
 
-/// One line per finding: `[rule-id] Kind ns/name spec.path: what Fix: fix`.
+/// One line per finding: `[rule-id] spec.path: what Fix: fix`.
 /// A deny downgraded to a warning says why, so the user knows it would otherwise be refused.
+/// Written into one String sized up front: a message is often most of a kilobyte, and this is
+/// the only copy of it the answer needs.
 pub fn line(f: &Finding) -> String {
-    let why: Vec<&str> = f.notes.iter().filter_map(|n| n.downgrade_reason()).collect();
-    let why = if why.is_empty() { String::new() } else { format!("({}) ", why.join(", ")) };
-    format!("[{}] {why}{}: {}", f.rule, f.path, f.message())
+    use std::fmt::Write;
+    let mut out = String::with_capacity(f.path.len() + f.what.len() + f.fix.len() + 64);
+    // Writing into a String cannot fail.
+    let _ = write!(out, "[{}] ", f.rule);
+    let mut why = f.notes.iter().filter_map(|n| n.downgrade_reason());
+    if let Some(first) = why.next() {
+        out.push('(');
+        out.push_str(first);
+        for reason in why {
+            out.push_str(", ");
+            out.push_str(reason);
+        }
+        out.push_str(") ");
+    }
+    out.push_str(&f.path);
+    out.push_str(": ");
+    out.push_str(&f.what);
+    out.push_str(" Fix: ");
+    out.push_str(&f.fix);
+    out
 }
 
 fn respond(mut response: AdmissionResponse, decided: &Decided) -> AdmissionResponse {
@@ -245,6 +264,10 @@ fn cut(s: &str, max_chars: usize) -> String {
 /// characters past that. Do it ourselves so what is cut is predictable: whole messages when they
 /// fit, else each cut to 256, else as many as fit and a last line saying how many were left out.
 pub fn fit_warnings(warnings: Vec<String>) -> Vec<String> {
+    // Bytes are never fewer than characters: within the limit in bytes needs no count.
+    if warnings.iter().map(String::len).sum::<usize>() <= WARNINGS_TOTAL_LIMIT {
+        return warnings;
+    }
     let total = |w: &[String]| w.iter().map(|s| s.chars().count()).sum::<usize>();
     if total(&warnings) <= WARNINGS_TOTAL_LIMIT {
         return warnings;
@@ -277,6 +300,7 @@ pub fn into_review(response: AdmissionResponse) -> AdmissionReview<DynamicObject
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::finding::Note;
 
     /// `n` warnings of exactly `len` characters, each starting `[rule-i]`.
     fn warnings(n: usize, len: usize, fill: char) -> Vec<String> {
@@ -293,6 +317,38 @@ mod tests {
 
     fn total(w: &[String]) -> usize {
         w.iter().map(|s| s.chars().count()).sum()
+    }
+
+    #[rstest::rstest]
+    #[case::no_note(vec![], "[hpa-replicas-conflict] spec.replicas: web sets 3. Fix: remove it.")]
+    #[case::an_exemption_says_nothing_here(
+        vec![Note::Exempted { by: web(), reason: "r".into() }],
+        "[hpa-replicas-conflict] spec.replicas: web sets 3. Fix: remove it."
+    )]
+    #[case::one_reason(vec![Note::PreExisting], "[hpa-replicas-conflict] (pre-existing) spec.replicas: web sets 3. Fix: remove it.")]
+    #[case::reasons_in_order(
+        vec![Note::ScaleWrite, Note::Exempted { by: web(), reason: "r".into() }, Note::PreExisting],
+        "[hpa-replicas-conflict] (scale writes only warn, pre-existing) spec.replicas: web sets 3. Fix: remove it."
+    )]
+    fn a_findings_line_names_rule_downgrades_path_message_and_fix(#[case] notes: Vec<Note>, #[case] expected: &str) {
+        let f = Finding {
+            rule: &crate::core::rules::hpa::HPA_REPLICAS_CONFLICT,
+            action: Decision::Warn,
+            object: web(),
+            path: "spec.replicas".into(),
+            what: "web sets 3.".into(),
+            fix: "remove it.".into(),
+            related: vec![],
+            anchor: web(),
+            notes,
+        };
+        assert_eq!(line(&f), expected);
+        // The same text as the message the other outputs show, after the rule and the reasons.
+        assert!(line(&f).ends_with(&format!("spec.replicas: {}", f.message())));
+    }
+
+    fn web() -> crate::core::model::ObjectRef {
+        crate::core::model::ObjectRef::new(crate::core::model::Kind::Deployment, "ns", "web")
     }
 
     #[test]
