@@ -7,7 +7,9 @@
 //! and the real `ha-guard serve --cluster live` watching it, both from the end-to-end harness
 //! (`tests/support/mod.rs`). Then, in rounds, one batch of writes per mode, the order of the modes
 //! rotating from round to round (so that no mode always runs first), and what a batch wrote
-//! deleted after it (not measured), so that every batch starts from the same etcd and heap:
+//! deleted after it (not measured), so that every batch starts from the same etcd and heap, and
+//! each phase only once the apiserver and etcd are quiet again (under a tenth of a core; at most
+//! 15 s):
 //!
 //! - `none`: no admission webhook registered;
 //! - `before`: ha-guard's webhook configurations as shipped before the matchConditions work
@@ -419,6 +421,24 @@ fn cpu_seconds(pid: &str) -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// Waits until `pids` (the apiserver and etcd) are quiet: together under a tenth of a core over
+/// half a second, for at most 15 s. What the previous batch left them to do (its deletions' watch
+/// events and garbage, the configuration of a mode, a peer's reports) would otherwise be counted
+/// against the next batch, and always against the same mode, the one that follows it in the
+/// rotation. Returns how long it waited.
+fn settle(pids: &[String]) -> Duration {
+    const WINDOW: Duration = Duration::from_millis(500);
+    let started = Instant::now();
+    let busy = || pids.iter().map(|p| cpu_seconds(p)).sum::<f64>();
+    loop {
+        let before = busy();
+        std::thread::sleep(WINDOW);
+        if busy() - before <= WINDOW.as_secs_f64() / 10.0 || started.elapsed() >= Duration::from_secs(15) {
+            return started.elapsed();
+        }
+    }
+}
+
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -496,13 +516,14 @@ fn main() {
             let ns = format!("bench-{}-{round}", mode.flag());
             cp.namespace(&ns, &[]);
             for phase in [Phase::Create, Phase::Update] {
+                let settled = settle(&pids[..2]);
                 let before = (cp.metrics(), hg.metrics());
                 let cpu_before = cpu_now();
                 let mut run = rt.block_on(batch(&client, &ns, phase, args.objects, args.concurrency));
                 let cpu_after = cpu_now();
                 run.cpu = std::array::from_fn(|i| cpu_after[i] - cpu_before[i]);
                 eprintln!(
-                    "apiserver bench: round {} {} {}: {} writes in {:.2?} ({:.0}/s), apiserver {:.3} ms CPU/write, {} errors",
+                    "apiserver bench: round {} {} {}: {} writes in {:.2?} ({:.0}/s), apiserver {:.3} ms CPU/write, {} errors (quiet after {:.1?})",
                     round + 1,
                     mode.flag(),
                     phase.name(),
@@ -510,7 +531,8 @@ fn main() {
                     run.took,
                     run.rate(),
                     run.per_write(0),
-                    run.errors
+                    run.errors,
+                    settled
                 );
                 let after = (cp.metrics(), hg.metrics());
                 let s = seen.entry((mode, phase)).or_default();
@@ -875,7 +897,8 @@ fn report(
     let _ = writeln!(
         md,
         "Writes through kube-apiserver {} (etcd on loopback), {} rounds, each a batch per mode (modes: \
-         {modes}; their order rotating by round); a batch is {} apps (a Deployment, its PDB and its HPA) \
+         {modes}; their order rotating by round; each phase started once kube-apiserver and etcd were \
+         quiet, under a tenth of a core, or after 15 s); a batch is {} apps (a Deployment, its PDB and its HPA) \
          written as a cluster writes them, {} writes per app ({} of them metadata-only), by {} concurrent \
          tasks of one kube-rs client: {} writes per batch. `cargo bench --bench apiserver -- --rounds {} \
          --objects {} --concurrency {} --modes {modes}`; {:.0} s in all; load average (1, 5, 15 min) \
