@@ -9,6 +9,7 @@
 #   APISERVER=0 benches/run.sh     # without the run through kube-apiserver
 #   PEERS=0 benches/run.sh         # without the offline peers (benches/peers.sh, ~10 min)
 #   APISERVER_MODES=none,before,shipped benches/run.sh   # without ha-guard's peers (CEL, Kyverno)
+#   MC_ROUNDS=4 benches/run.sh     # fewer rounds of the matchConditions pass
 #   OUT=/tmp/r.md benches/run.sh   # write elsewhere
 #
 # What runs (benches/load/main.rs has the details):
@@ -21,10 +22,12 @@
 #      instructions and L2 misses per request by component (deployment),
 #      and per target for each request type.
 #   4. apiserver: a mix of creates, updates and controllers' metadata-only updates through a real
-#      kube-apiserver without webhooks, with ha-guard's webhooks as before the matchConditions and as
-#      shipped, and its peers through the same apiserver: ValidatingAdmissionPolicies (CEL) and
-#      Kyverno's admission controller (benches/apiserver.rs; builds kube-apiserver on first use,
-#      ~6.5 min once, and Kyverno, ~30 min once).
+#      kube-apiserver (benches/apiserver.rs; builds kube-apiserver on first use, ~6.5 min once, and
+#      Kyverno, ~30 min once), in two passes: what the matchConditions save (no webhook, ha-guard's
+#      webhooks as before the matchConditions and as shipped; MC_ROUNDS rounds, 10 by default: the
+#      added CPU is a small difference of large noisy figures, and these batches take seconds),
+#      then ha-guard beside its peers through the same apiserver: ValidatingAdmissionPolicies (CEL)
+#      and Kyverno's admission controller (whose batches take minutes, hence fewer rounds).
 #   5. offline peers: `ha-guard check` beside kube-linter, Polaris, kube-score and the Kyverno CLI
 #      on the same bundles (benches/peers.sh; builds them on first use).
 set -euo pipefail
@@ -36,6 +39,7 @@ PROFILE=${PROFILE:-1}
 APISERVER=${APISERVER:-1}
 APISERVER_MODES=${APISERVER_MODES:-none,before,shipped,cel,kyverno}
 PEERS=${PEERS:-1}
+mc_rounds_given=${MC_ROUNDS:-}
 WORK=target/load-results
 mkdir -p "$WORK"
 
@@ -43,13 +47,17 @@ if [[ "$QUICK" == 1 ]]; then
   LOAD_ARGS=(--rounds 1 --warmup 0.3 --duration 1 --lat-duration 1.5)
   VIEW_ARGS=(--rounds 5 --batch 100)
   PROFILE_ARGS=(--requests 100 --by-type pdb,hpa,scale --cache-sim)
-  APISERVER_ARGS=(--rounds 1 --objects 100)
+  APISERVER_OBJECTS=100
+  APISERVER_ARGS=(--rounds 1 --objects "$APISERVER_OBJECTS")
+  MC_ROUNDS=${MC_ROUNDS:-1}
   PEERS_ENV=(ROUNDS=1 SIZES=1000)
 else
-  LOAD_ARGS=(--rounds 3 --warmup 0.5 --duration 1.5 --lat-duration 3 --by-type-rounds 2 --by-type-duration 1)
+  LOAD_ARGS=(--rounds 5 --warmup 0.5 --duration 1.5 --lat-duration 3 --by-type-rounds 3 --by-type-duration 1)
   VIEW_ARGS=(--rounds 15 --batch 300)
   PROFILE_ARGS=(--requests 200 --by-type pdb,hpa,scale --cache-sim)
-  APISERVER_ARGS=(--rounds 4 --objects 300)
+  APISERVER_OBJECTS=300
+  APISERVER_ARGS=(--rounds 5 --objects "$APISERVER_OBJECTS")
+  MC_ROUNDS=${MC_ROUNDS:-10}
   PEERS_ENV=()
 fi
 APISERVER_ARGS+=(--modes "$APISERVER_MODES")
@@ -86,8 +94,13 @@ if [[ "$PROFILE" == 1 ]] && command -v valgrind >/dev/null && command -v callgri
   profile_md=$(cat "$WORK/profile.md")
 fi
 apiserver_md="(skipped: APISERVER=0)"
+conditions_md="(skipped: APISERVER=0)"
 if [[ "$APISERVER" == 1 ]]; then
-  echo "== through kube-apiserver" >&2
+  echo "== through kube-apiserver: what the matchConditions save" >&2
+  cargo bench --bench apiserver -- --rounds "$MC_ROUNDS" --objects "$APISERVER_OBJECTS" \
+    --modes none,before,shipped --out "$WORK/apiserver-conditions.md" >/dev/null
+  conditions_md=$(cat "$WORK/apiserver-conditions.md")
+  echo "== through kube-apiserver: beside the peers" >&2
   cargo bench --bench apiserver -- "${APISERVER_ARGS[@]}" --out "$WORK/apiserver.md" >/dev/null
   apiserver_md=$(cat "$WORK/apiserver.md")
 fi
@@ -108,6 +121,7 @@ command_line="benches/run.sh"
 [[ "$APISERVER" == 1 ]] || command_line="APISERVER=$APISERVER $command_line"
 [[ "$APISERVER_MODES" == none,before,shipped,cel,kyverno ]] || command_line="APISERVER_MODES=$APISERVER_MODES $command_line"
 [[ "$PEERS" == 1 ]] || command_line="PEERS=$PEERS $command_line"
+[[ -z "$mc_rounds_given" ]] || command_line="MC_ROUNDS=$MC_ROUNDS $command_line"
 
 {
   echo "# Load benchmark results"
@@ -134,7 +148,11 @@ command_line="benches/run.sh"
   echo
   echo "$profile_md"
   echo
-  echo "## Through kube-apiserver"
+  echo "## Through kube-apiserver: what the matchConditions save"
+  echo
+  echo "$conditions_md"
+  echo
+  echo "## Through kube-apiserver, beside the peers"
   echo
   echo "$apiserver_md"
   echo
