@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The webhook's load benchmark, side by side with its baselines, and ha-guard beside its peers, in one run; writes
-# benches/RESULTS.md (and prints it). Not part of CI. About 30 minutes on 2 cores (load and profile 10, the run
-# through kube-apiserver with its peers 10, the offline peers 10), once the peers are built.
+# benches/RESULTS.md (and prints it). Not part of CI. About 45 minutes on 2 cores (load and profile 13, the
+# matchConditions through kube-apiserver 12, the peers through it 11, the offline peers 10), once the peers are built.
 #
 #   benches/run.sh                 # everything
 #   QUICK=1 benches/run.sh         # a shorter pass (1 round, shorter runs): a smoke test
@@ -9,7 +9,7 @@
 #   APISERVER=0 benches/run.sh     # without the run through kube-apiserver
 #   PEERS=0 benches/run.sh         # without the offline peers (benches/peers.sh, ~10 min)
 #   APISERVER_MODES=none,before,shipped benches/run.sh   # without ha-guard's peers (CEL, Kyverno)
-#   MC_ROUNDS=4 benches/run.sh     # fewer rounds of the matchConditions pass
+#   MC_ROUNDS=10 MC_OBJECTS=300 benches/run.sh   # the matchConditions pass in fewer, larger rounds
 #   OUT=/tmp/r.md benches/run.sh   # write elsewhere
 #
 # What runs (benches/load/main.rs has the details):
@@ -24,8 +24,9 @@
 #   4. apiserver: a mix of creates, updates and controllers' metadata-only updates through a real
 #      kube-apiserver (benches/apiserver.rs; builds kube-apiserver on first use, ~6.5 min once, and
 #      Kyverno, ~30 min once), in two passes: what the matchConditions save (no webhook, ha-guard's
-#      webhooks as before the matchConditions and as shipped; MC_ROUNDS rounds, 10 by default: the
-#      added CPU is a small difference of large noisy figures, and these batches take seconds),
+#      webhooks as before the matchConditions and as shipped; MC_ROUNDS rounds of MC_OBJECTS apps,
+#      40 of 60 by default: the added CPU is a small difference of large noisy figures, and many
+#      short interleaved rounds gave the tightest intervals in benches/README.md's runs),
 #      then ha-guard beside its peers through the same apiserver: ValidatingAdmissionPolicies (CEL)
 #      and Kyverno's admission controller (whose batches take minutes, hence fewer rounds).
 #   5. offline peers: `ha-guard check` beside kube-linter, Polaris, kube-score and the Kyverno CLI
@@ -39,7 +40,7 @@ PROFILE=${PROFILE:-1}
 APISERVER=${APISERVER:-1}
 APISERVER_MODES=${APISERVER_MODES:-none,before,shipped,cel,kyverno}
 PEERS=${PEERS:-1}
-mc_rounds_given=${MC_ROUNDS:-}
+mc_given=${MC_ROUNDS:-}${MC_OBJECTS:-}
 WORK=target/load-results
 mkdir -p "$WORK"
 
@@ -47,17 +48,17 @@ if [[ "$QUICK" == 1 ]]; then
   LOAD_ARGS=(--rounds 1 --warmup 0.3 --duration 1 --lat-duration 1.5)
   VIEW_ARGS=(--rounds 5 --batch 100)
   PROFILE_ARGS=(--requests 100 --by-type pdb,hpa,scale --cache-sim)
-  APISERVER_OBJECTS=100
-  APISERVER_ARGS=(--rounds 1 --objects "$APISERVER_OBJECTS")
+  APISERVER_ARGS=(--rounds 1 --objects 100)
   MC_ROUNDS=${MC_ROUNDS:-1}
+  MC_OBJECTS=${MC_OBJECTS:-60}
   PEERS_ENV=(ROUNDS=1 SIZES=1000)
 else
   LOAD_ARGS=(--rounds 5 --warmup 0.5 --duration 1.5 --lat-duration 3 --by-type-rounds 3 --by-type-duration 1)
   VIEW_ARGS=(--rounds 15 --batch 300)
   PROFILE_ARGS=(--requests 200 --by-type pdb,hpa,scale --cache-sim)
-  APISERVER_OBJECTS=300
-  APISERVER_ARGS=(--rounds 5 --objects "$APISERVER_OBJECTS")
-  MC_ROUNDS=${MC_ROUNDS:-10}
+  APISERVER_ARGS=(--rounds 5 --objects 300)
+  MC_ROUNDS=${MC_ROUNDS:-40}
+  MC_OBJECTS=${MC_OBJECTS:-60}
   PEERS_ENV=()
 fi
 APISERVER_ARGS+=(--modes "$APISERVER_MODES")
@@ -97,7 +98,7 @@ apiserver_md="(skipped: APISERVER=0)"
 conditions_md="(skipped: APISERVER=0)"
 if [[ "$APISERVER" == 1 ]]; then
   echo "== through kube-apiserver: what the matchConditions save" >&2
-  cargo bench --bench apiserver -- --rounds "$MC_ROUNDS" --objects "$APISERVER_OBJECTS" \
+  cargo bench --bench apiserver -- --rounds "$MC_ROUNDS" --objects "$MC_OBJECTS" \
     --modes none,before,shipped --out "$WORK/apiserver-conditions.md" >/dev/null
   conditions_md=$(cat "$WORK/apiserver-conditions.md")
   echo "== through kube-apiserver: beside the peers" >&2
@@ -121,7 +122,7 @@ command_line="benches/run.sh"
 [[ "$APISERVER" == 1 ]] || command_line="APISERVER=$APISERVER $command_line"
 [[ "$APISERVER_MODES" == none,before,shipped,cel,kyverno ]] || command_line="APISERVER_MODES=$APISERVER_MODES $command_line"
 [[ "$PEERS" == 1 ]] || command_line="PEERS=$PEERS $command_line"
-[[ -z "$mc_rounds_given" ]] || command_line="MC_ROUNDS=$MC_ROUNDS $command_line"
+[[ -z "$mc_given" ]] || command_line="MC_ROUNDS=$MC_ROUNDS MC_OBJECTS=$MC_OBJECTS $command_line"
 
 {
   echo "# Load benchmark results"
