@@ -663,18 +663,28 @@ fn files_tls(
 #[error("over the limit of open connections (--max-connections)")]
 struct OverConnectionLimit;
 
-/// An acceptor (under the TLS one) that gives each connection a slot, or refuses it.
+/// An acceptor (under the TLS one) that gives each connection a slot, or refuses it, and turns
+/// Nagle's algorithm off on it.
+///
+/// `TCP_NODELAY`: axum-server leaves Nagle on (its default acceptor sets no socket option), and
+/// on HTTP/2, which the apiserver speaks to webhooks, an answer's frames are small writes made
+/// while the peer has not yet acknowledged earlier ones: Nagle holds them back for that
+/// acknowledgement. Go's servers (Kyverno's, Gatekeeper's) have it off by default.
 #[derive(Clone)]
 struct ConnectionLimit {
     permits: Arc<tokio::sync::Semaphore>,
 }
 
-impl<I, S> axum_server::accept::Accept<I, S> for ConnectionLimit {
-    type Stream = Limited<I>;
+impl<S> axum_server::accept::Accept<tokio::net::TcpStream, S> for ConnectionLimit {
+    type Stream = Limited<tokio::net::TcpStream>;
     type Service = S;
-    type Future = std::future::Ready<std::io::Result<(Limited<I>, S)>>;
+    type Future = std::future::Ready<std::io::Result<(Limited<tokio::net::TcpStream>, S)>>;
 
-    fn accept(&self, stream: I, service: S) -> Self::Future {
+    fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
+        // A socket that refuses the option is still served, only with Nagle's delays.
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted connection");
+        }
         std::future::ready(match self.permits.clone().try_acquire_owned() {
             Ok(permit) => Ok((Limited { inner: stream, _permit: permit }, service)),
             Err(_) => Err(std::io::Error::other(OverConnectionLimit)),
@@ -874,6 +884,28 @@ mod tests {
     use crate::core::config::Config;
     use crate::core::view::StaticSource;
     use crate::server::log_format::LogBuffer;
+
+    #[tokio::test]
+    async fn accepted_connections_have_nagle_off_and_take_a_slot() {
+        use axum_server::accept::Accept;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limit = ConnectionLimit { permits: Arc::new(tokio::sync::Semaphore::new(1)) };
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        assert!(!stream.nodelay().unwrap(), "an accepted socket starts with Nagle on");
+        let (limited, ()) = limit.accept(stream, ()).await.unwrap();
+        assert!(limited.inner.nodelay().unwrap(), "TCP_NODELAY is set on the accepted connection");
+        // Its slot is held: a second connection over the limit is refused.
+        let _second = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        let refused = limit.accept(stream, ()).await.err().expect("over the limit");
+        assert!(refused.get_ref().is_some_and(|e| e.is::<OverConnectionLimit>()), "{refused}");
+        drop(limited);
+        let _third = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        assert!(limit.accept(stream, ()).await.is_ok(), "the slot is given back when the connection is dropped");
+    }
 
     /// The admission lines `answer` logs for a fixture of `tests/fixtures/` (in the view of
     /// `view.yaml`), at debug and above, each as `LEVEL decision`.
