@@ -181,8 +181,10 @@ async fn serve_baseline(listener: std::net::TcpListener, cert: PathBuf, key: Pat
     let config = tls::server_config(&material, &cert, &key).expect("TLS config");
     let tls_config = axum_server::tls_rustls::RustlsConfig::from_config(config);
     listener.set_nonblocking(true).unwrap();
+    // Nagle off, as `serve` has it (its connection acceptor sets TCP_NODELAY).
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls_config)
-        .handshake_timeout(ServeOptions::default().tls_handshake_timeout);
+        .handshake_timeout(ServeOptions::default().tls_handshake_timeout)
+        .acceptor(axum_server::accept::NoDelayAcceptor::new());
     axum_server::from_tcp(listener)
         .expect("listener")
         .acceptor(acceptor)
