@@ -107,7 +107,17 @@ pub struct Finding {
 impl Finding {
     /// The full message: what, why, and how to fix.
     pub fn message(&self) -> String {
-        format!("{} Fix: {}", self.what, self.fix)
+        let mut out = String::with_capacity(self.what.len() + self.fix.len() + 8);
+        self.write_message(&mut out);
+        out
+    }
+
+    /// Appends [`message`](Self::message) to `out`: for a line that holds it among other text
+    /// (the webhook's warnings and denials), without a copy of it first.
+    pub fn write_message(&self, out: &mut String) {
+        out.push_str(&self.what);
+        out.push_str(" Fix: ");
+        out.push_str(&self.fix);
     }
 
     /// Names other objects of a cross-object finding.

@@ -211,9 +211,7 @@ pub fn line(f: &Finding) -> String {
     }
     out.push_str(&f.path);
     out.push_str(": ");
-    out.push_str(&f.what);
-    out.push_str(" Fix: ");
-    out.push_str(&f.fix);
+    f.write_message(&mut out);
     out
 }
 
