@@ -681,14 +681,14 @@ impl<S> axum_server::accept::Accept<tokio::net::TcpStream, S> for ConnectionLimi
     type Future = std::future::Ready<std::io::Result<(Limited<tokio::net::TcpStream>, S)>>;
 
     fn accept(&self, stream: tokio::net::TcpStream, service: S) -> Self::Future {
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            return std::future::ready(Err(std::io::Error::other(OverConnectionLimit)));
+        };
         // A socket that refuses the option is still served, only with Nagle's delays.
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "TCP_NODELAY not set on an accepted connection");
         }
-        std::future::ready(match self.permits.clone().try_acquire_owned() {
-            Ok(permit) => Ok((Limited { inner: stream, _permit: permit }, service)),
-            Err(_) => Err(std::io::Error::other(OverConnectionLimit)),
-        })
+        std::future::ready(Ok((Limited { inner: stream, _permit: permit }, service)))
     }
 }
 
