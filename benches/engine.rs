@@ -58,7 +58,7 @@ fn run_family(family: Family, subject: &Subject, view: &dyn View, config: &Confi
     let overlay = Overlay::new(view, subject);
     let ctx = Ctx::new(subject, &overlay, config);
     let mut findings = Vec::new();
-    family(&ctx, &mut Emitter::new(subject.id(), &mut findings));
+    family(&ctx, &mut Emitter::new(ctx.id(), &mut findings));
     findings.len()
 }
 

@@ -89,9 +89,9 @@ type Evaluate = fn(&Subject, &dyn View, &Config) -> rules::Evaluation;
 
 fn judge_with(review: &Review, evaluate: Evaluate) -> Verdict {
     let Review { subject, view, config, asks, .. } = *review;
-    let namespace = subject.id().namespace;
+    let namespace = subject.namespace();
     let unchecked = if asks.findings() { rules::unchecked(subject, view) } else { Vec::new() };
-    if let Some(reason) = decide::skip_reason(&namespace, view, config) {
+    if let Some(reason) = decide::skip_reason(namespace, view, config) {
         let decided = Decided { skipped: Some(reason.clone()), ..Default::default() };
         return Verdict { skipped: Some(reason), decided, unchecked, ..Default::default() };
     }
@@ -109,6 +109,6 @@ fn judge_with(review: &Review, evaluate: Evaluate) -> Verdict {
         _ => None,
     };
     let ctx = Context { old: old.as_deref(), scale, subject_exemptions: subject.exemptions() };
-    let decided = decide::decide(eval, &namespace, view, config, &ctx);
+    let decided = decide::decide(eval, namespace, view, config, &ctx);
     Verdict { skipped: None, decided, plan, unchecked }
 }

@@ -365,7 +365,25 @@ mod tests {
             let Some(Object::Subject(subject)) = decode(&value, "fallback").unwrap() else { panic!() };
             let want = if namespace == "team-a" { "team-a" } else { "fallback" };
             assert_eq!(subject.id().namespace, want, "{value}");
+            assert_eq!(subject.namespace(), want, "{value}");
         }
+    }
+
+    /// `Subject::namespace` is `Subject::id`'s namespace for every kind (the rules and the
+    /// decision read it without copying the id).
+    #[rstest::rstest]
+    #[case::deployment(serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "x", "namespace": "a"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"spec": {"containers": []}}}}))]
+    #[case::hpa(serde_json::json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "x", "namespace": "a"},
+        "spec": {"maxReplicas": 3, "scaleTargetRef": {"kind": "Deployment", "name": "x"}}}))]
+    #[case::service(serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x", "namespace": "a"}}))]
+    #[case::cluster_scoped(serde_json::json!({"apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "x"}}))]
+    fn a_subjects_namespace_is_its_ids(#[case] value: Value) {
+        let Some(Object::Subject(subject)) = decode(&value, "a").unwrap() else { panic!("{value}") };
+        assert_eq!(subject.namespace(), subject.id().namespace, "{value}");
     }
 
     #[test]

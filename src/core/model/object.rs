@@ -304,6 +304,15 @@ impl Subject {
         }
     }
 
+    /// The namespace of [`Subject::id`], without copying it.
+    pub fn namespace(&self) -> &str {
+        match self {
+            Subject::Scale { target, .. } => &target.namespace,
+            Subject::Webhooks(_) => "",
+            _ => self.meta().and_then(|m| m.namespace.as_deref()).unwrap_or(""),
+        }
+    }
+
     pub fn meta(&self) -> Option<&ObjectMeta> {
         match self {
             Subject::Workload(w) => Some(&w.meta),

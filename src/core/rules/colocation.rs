@@ -38,8 +38,8 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     let Some(scaled) = scaled_workload(ctx) else { return };
     let w = &scaled.workload;
     let (floor, ceiling) = (scaled.bounds.floor, scaled.bounds.ceiling);
-    // Only a finding reads these: most writes emit none.
-    let subject = || ctx.subject.id();
+    let subject = ctx.id();
+    // Only a finding reads it: most writes emit none.
     let scale = || scaled.bounds.describe(w);
 
     if floor > 1 && !w.kept_apart {
@@ -93,7 +93,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
             ),
             fix,
         )
-        .related(scaled.related(&subject()))
+        .related(scaled.related(subject))
         .anchored_at(scaled.anchor());
     }
 
@@ -129,7 +129,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
                  topologySpreadConstraint on {HOSTNAME} with whenUnsatisfiable: DoNotSchedule; or run one replica."
             ),
         )
-        .related(scaled.related(&subject()))
+        .related(scaled.related(subject))
         .anchored_at(scaled.anchor());
     }
 

@@ -22,18 +22,23 @@ impl<'a> Ctx<'a> {
     pub fn new(subject: &'a Subject, view: &'a Overlay<'a>, config: &'a Config) -> Self {
         Ctx { subject, view, config, scaled: std::cell::OnceCell::new() }
     }
+
+    /// The subject's id, made once by the overlay: [`Subject::id`] copies the namespace and name.
+    pub fn id(&self) -> &'a ObjectRef {
+        self.view.subject_id()
+    }
 }
 
 /// Builds findings for one subject; rules call [`Emitter::emit`].
 pub struct Emitter<'a> {
-    subject: ObjectRef,
+    subject: &'a ObjectRef,
     out: &'a mut Vec<Finding>,
 }
 
 impl<'a> Emitter<'a> {
     /// An emitter of findings about `subject` into `out` (what `rules::evaluate` makes for the
     /// families; public so that one family can be run, and measured, alone).
-    pub fn new(subject: ObjectRef, out: &'a mut Vec<Finding>) -> Self {
+    pub fn new(subject: &'a ObjectRef, out: &'a mut Vec<Finding>) -> Self {
         Emitter { subject, out }
     }
 
@@ -89,7 +94,7 @@ fn find_scaled_workload(ctx: &Ctx) -> Option<Scaled> {
             (ctx.view.subject_workload()?.clone(), "spec.replicas", "spec.replicas", false)
         }
         Subject::Hpa(_) | Subject::ScaledObject(_) => {
-            let id = ctx.subject.id();
+            let id = ctx.id();
             let autoscaler = ctx.view.autoscaler(id.kind, &id.namespace, &id.name)?;
             let target = autoscaler.target.as_ref()?;
             let w = ctx.view.workload(target.kind, &target.namespace, &target.name)?;

@@ -191,7 +191,7 @@ pub fn simulate(view: &dyn View, nodes: &[String], drained: &str) -> Vec<Finding
             format!("evicts {}", pod_names(ledger.evicted.iter().map(|n| &**n)))
         };
         let refused: Vec<String> = ledger.refused.iter().map(|(pod, _)| pod.to_string()).collect();
-        let mut out = Emitter::new(pdb.id.clone(), &mut findings);
+        let mut out = Emitter::new(&pdb.id, &mut findings);
         out.emit(
             &DRAIN_BLOCKED,
             pdb.budget().path(),
@@ -214,7 +214,7 @@ pub fn simulate(view: &dyn View, nodes: &[String], drained: &str) -> Vec<Finding
         .related(ledger.workloads.iter().cloned().collect());
     }
     for (namespace, pod, workload, pdbs) in multiple {
-        let mut out = Emitter::new(pdbs[0].clone(), &mut findings);
+        let mut out = Emitter::new(&pdbs[0], &mut findings);
         let names: Vec<String> = pdbs.iter().map(|p| p.name.clone()).collect();
         out.emit(
             &DRAIN_BLOCKED,
@@ -253,7 +253,7 @@ pub fn simulate(view: &dyn View, nodes: &[String], drained: &str) -> Vec<Finding
             format!("Its PDB ({}) lets the drain evict them all.", pdbs.join(", "))
         };
         let scale = view.workload(id.kind, &id.namespace, &id.name).map(|w| format!(" (replicas {})", w.replicas));
-        let mut out = Emitter::new(id.clone(), &mut findings);
+        let mut out = Emitter::new(&id, &mut findings);
         out.emit(
             &DRAIN_TAKES_ALL_REPLICAS,
             "spec.replicas",

@@ -37,7 +37,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter, families: &[&[&'static Rule]]) {
         return;
     }
     let ids: Vec<&'static str> = families.iter().flat_map(|f| f.iter().map(|r| r.id)).collect();
-    let subject = ctx.subject.id();
+    let subject = ctx.id();
     for x in exemptions.keys() {
         if ids.contains(&x.as_str()) {
             continue;

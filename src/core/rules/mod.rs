@@ -74,7 +74,7 @@ fn evaluate_with(subject: &Subject, view: &dyn View, config: &Config, posture: b
     let overlay = Overlay::new(view, subject);
     let ctx = Ctx::new(subject, &overlay, config);
     let mut findings = Vec::new();
-    let mut out = Emitter::new(subject.id(), &mut findings);
+    let mut out = Emitter::new(overlay.subject_id(), &mut findings);
     spread::evaluate(&ctx, &mut out);
     colocation::evaluate(&ctx, &mut out);
     strategy::evaluate(&ctx, &mut out);

@@ -32,7 +32,7 @@ pub static RULES: &[&Rule] = &[
 pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     match ctx.subject {
         Subject::Pdb(p) => {
-            if let Some(pdb) = ctx.view.pdb(&ctx.subject.id().namespace, &ctx.subject.id().name) {
+            if let Some(pdb) = ctx.view.pdb(&ctx.id().namespace, &ctx.id().name) {
                 let policy = p.spec.as_ref().and_then(|s| s.unhealthy_pod_eviction_policy.as_deref());
                 pdb_side(ctx, &pdb, policy, out);
             }
@@ -205,7 +205,7 @@ fn pdb_side(ctx: &Ctx, pdb: &PdbInfo, policy: Option<&str>, out: &mut Emitter) {
 fn workload_side(ctx: &Ctx, out: &mut Emitter) {
     let Some(scaled) = scaled_workload(ctx) else { return };
     let w = &scaled.workload;
-    let subject = ctx.subject.id();
+    let subject = ctx.id();
     let covering = ctx.view.pdbs_covering(&w.id.namespace, &w.template_labels);
 
     if covering.len() > 1 && matches!(ctx.subject, Subject::Workload(_)) {
@@ -230,7 +230,7 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
         if cov.disruption.blocks() {
             let (what, fix) = blocks_message(pdb, &cov);
             out.emit(&PDB_BLOCKS_EVICTION, scaled.floor_path, what, fix)
-                .related(related_of(&cov, pdb, &subject))
+                .related(related_of(&cov, pdb, subject))
                 .anchored_at(Some(pdb.id.clone()));
         }
     }
@@ -266,7 +266,7 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
                     .to_string(),
             },
         )
-        .related(scaled.related(&subject))
+        .related(scaled.related(subject))
         .anchored_at(scaled.anchor());
     }
 }

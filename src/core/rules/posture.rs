@@ -44,7 +44,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
             pod_on_cordoned_node(ctx, w, out);
         }
         Subject::Pdb(_) => {
-            let id = ctx.subject.id();
+            let id = ctx.id();
             if let Some(pdb) = ctx.view.pdb(&id.namespace, &id.name) {
                 pdb_disruptions_blocked(ctx.view, &pdb, out);
             }

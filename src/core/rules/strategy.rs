@@ -18,7 +18,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     if ceiling <= 1 {
         return;
     }
-    let subject = ctx.subject.id();
+    let subject = ctx.id();
     let scale = scaled.bounds.describe(w);
     let path = if scaled.anchored_elsewhere { scaled.ceiling_path } else { "spec.strategy.type" };
     let csi = containers.iter().find(|c| ctx.config.csi_controller_images.iter().any(|i| i == *c));
@@ -43,7 +43,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
              single-replica workloads that must never run two versions at once.",
         ),
     };
-    out.emit(rule, path, what, fix).related(scaled.related(&subject)).anchored_at(scaled.anchor());
+    out.emit(rule, path, what, fix).related(scaled.related(subject)).anchored_at(scaled.anchor());
 }
 
 #[cfg(test)]

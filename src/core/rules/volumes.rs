@@ -33,7 +33,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     if rwo.is_empty() {
         return;
     }
-    let subject = ctx.subject.id();
+    let subject = ctx.id();
     let ceiling = scaled.bounds.ceiling;
     let scale = scaled.bounds.describe(w);
     if ceiling > 1 {
@@ -43,7 +43,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
             } else {
                 scaled.ceiling_path.to_string()
             };
-            let mut related = scaled.related(&subject);
+            let mut related = scaled.related(subject);
             related.push(pvc.id.clone());
             out.emit(
                 &RWO_VOLUME_MULTI_REPLICA,

@@ -39,7 +39,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
 
 /// The webhook configuration's write: every group of its fail-closed webhooks that share a backend.
 fn config_side(ctx: &Ctx, out: &mut Emitter) {
-    let id = ctx.subject.id();
+    let id = ctx.id();
     let Some(config) = ctx.view.webhook_config(id.kind, &id.name) else { return };
     for (backend, hooks) in groups(&config) {
         match backend {
@@ -53,7 +53,7 @@ fn config_side(ctx: &Ctx, out: &mut Emitter) {
                 let Some(risk) = backend_risk(ctx.view, &service) else { continue };
                 let path = format!("webhooks[{}].failurePolicy", hooks[0].index);
                 let (what, fix) = service_message(&config, &service, &hooks, &risk);
-                out.emit(&WEBHOOK_FAIL_CLOSED_UNAVAILABLE, path, what, fix).related(related(&risk, &service, &id));
+                out.emit(&WEBHOOK_FAIL_CLOSED_UNAVAILABLE, path, what, fix).related(related(&risk, &service, id));
             }
         }
     }
@@ -61,7 +61,7 @@ fn config_side(ctx: &Ctx, out: &mut Emitter) {
 
 /// The Service's write: the configurations whose fail-closed webhooks call it.
 fn service_side(ctx: &Ctx, out: &mut Emitter) {
-    let id = ctx.subject.id();
+    let id = ctx.id();
     let Some(service) = ctx.view.service(&id.namespace, &id.name) else { return };
     let configs = ctx.view.webhooks_calling(&id.namespace, &id.name);
     if configs.is_empty() {
@@ -72,7 +72,7 @@ fn service_side(ctx: &Ctx, out: &mut Emitter) {
         let hooks = calling(&config, &service.id);
         let (what, fix) = service_message(&config, &service, &hooks, &risk);
         out.emit(&WEBHOOK_FAIL_CLOSED_UNAVAILABLE, "spec.selector", what, fix)
-            .related(std::iter::once(config.id.clone()).chain(related(&risk, &service, &id)).collect())
+            .related(std::iter::once(config.id.clone()).chain(related(&risk, &service, id)).collect())
             .anchored_at(Some(config.id.clone()));
     }
 }
@@ -89,7 +89,7 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
     if backends.is_empty() {
         return;
     }
-    let subject = ctx.subject.id();
+    let subject = ctx.id();
     let Some(scaled) = scaled_workload(ctx) else { return };
     let w = &scaled.workload;
     let namespace = &w.id.namespace;
@@ -104,7 +104,7 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
             let hooks = calling(&config, &service.id);
             let (what, fix) = service_message(&config, &service, &hooks, &risk);
             out.emit(&WEBHOOK_FAIL_CLOSED_UNAVAILABLE, path.clone(), what, fix)
-                .related(std::iter::once(config.id.clone()).chain(related(&risk, &service, &subject)).collect())
+                .related(std::iter::once(config.id.clone()).chain(related(&risk, &service, subject)).collect())
                 .anchored_at(Some(config.id.clone()));
         }
     }

@@ -50,6 +50,11 @@ impl<'a> Overlay<'a> {
         self.workload.as_ref()
     }
 
+    /// The subject's id.
+    pub fn subject_id(&self) -> &ObjectRef {
+        &self.id
+    }
+
     fn is_subject(&self, r: &ObjectRef) -> bool {
         *r == self.id
     }
