@@ -153,6 +153,64 @@ fn remove_carrier(index: &mut HashMap<u64, Carriers>, hash: u64, key: &(Kind, St
     }
 }
 
+/// A `(kind, name)` key as the maps hold it, or borrowed: the maps keyed by `(Kind, String)` are
+/// looked up through `&dyn KindName` built from a `(Kind, &str)`, so a lookup (every review makes
+/// several) copies no name. std's maps take a borrowed form of the key only through `Borrow`, and
+/// a tuple of an owned string cannot borrow as a tuple of `&str`: hence the trait object, which
+/// hashes and orders as the tuple does, as `Borrow` requires.
+trait KindName {
+    fn key(&self) -> (Kind, &str);
+}
+
+impl KindName for (Kind, String) {
+    fn key(&self) -> (Kind, &str) {
+        (self.0, &self.1)
+    }
+}
+
+impl KindName for (Kind, &str) {
+    fn key(&self) -> (Kind, &str) {
+        *self
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn KindName + 'a> for (Kind, String) {
+    fn borrow(&self) -> &(dyn KindName + 'a) {
+        self
+    }
+}
+
+impl std::hash::Hash for dyn KindName + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+impl PartialEq for dyn KindName + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl Eq for dyn KindName + '_ {}
+
+impl PartialOrd for dyn KindName + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for dyn KindName + '_ {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+/// `(kind, name)` as a key of the maps above, without copying `name`.
+fn key(kind: Kind, name: &str) -> (Kind, &str) {
+    (kind, name)
+}
+
 /// The workloads carrying one label. Most labels (`app.kubernetes.io/name`, `instance`,
 /// `version`) are carried by a single workload, held without a set (and the set is boxed, so
 /// that a slot of the map is that one workload's size).
@@ -524,7 +582,7 @@ impl View for Index {
     }
 
     fn workload(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<WorkloadInfo>> {
-        self.namespaces.get(namespace)?.workloads.get(&(kind, name.to_string())).cloned()
+        self.namespaces.get(namespace)?.workloads.get(&key(kind, name) as &dyn KindName).cloned()
     }
 
     fn workloads_selected_by(&self, namespace: &str, sel: &LabelSelector) -> Vec<Arc<WorkloadInfo>> {
@@ -602,7 +660,7 @@ impl View for Index {
     fn hpas_targeting(&self, target: &ObjectRef) -> Vec<Arc<HpaInfo>> {
         let Some(ns) = self.namespaces.get(&target.namespace) else { return Vec::new() };
         ns.hpas_by_target
-            .get(&(target.kind, target.name.clone()))
+            .get(&key(target.kind, &target.name) as &dyn KindName)
             .into_iter()
             .flatten()
             .filter_map(|key| ns.hpas.get(key).cloned())
@@ -610,7 +668,7 @@ impl View for Index {
     }
 
     fn autoscaler(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<HpaInfo>> {
-        self.namespaces.get(namespace)?.hpas.get(&(kind, name.to_string())).cloned()
+        self.namespaces.get(namespace)?.hpas.get(&key(kind, name) as &dyn KindName).cloned()
     }
 
     fn service(&self, namespace: &str, name: &str) -> Option<Arc<ServiceInfo>> {
@@ -618,7 +676,7 @@ impl View for Index {
     }
 
     fn webhook_config(&self, kind: Kind, name: &str) -> Option<Arc<WebhookConfigInfo>> {
-        self.webhook_configs.get(&(kind, name.to_string())).cloned()
+        self.webhook_configs.get(&key(kind, name) as &dyn KindName).cloned()
     }
 
     fn webhooks_calling(&self, namespace: &str, service: &str) -> Vec<Arc<WebhookConfigInfo>> {
@@ -891,6 +949,30 @@ mod tests {
         assert!(index.webhook_services_in("k2").is_empty());
         assert_eq!(index.counts().get(&V), None);
         assert!(index.webhook_config(V, "soft").is_none());
+    }
+
+    /// A borrowed `(kind, name)` finds exactly the entry its owned key would, in both kinds of map
+    /// (`Borrow` requires the same hash and order), and nothing under another kind or name.
+    #[test]
+    fn borrowed_keys_find_what_owned_keys_find() {
+        let kinds = [Kind::Deployment, Kind::StatefulSet, Kind::HorizontalPodAutoscaler];
+        let names: Vec<String> = (0..300).map(|i| format!("app-{i}")).chain(["".into(), "é".into()]).collect();
+        let mut hashed: HashMap<(Kind, String), usize> = HashMap::default();
+        let mut ordered: BTreeMap<(Kind, String), usize> = BTreeMap::new();
+        for (i, (kind, name)) in kinds.iter().flat_map(|k| names.iter().map(move |n| (*k, n))).enumerate() {
+            if i % 3 == 2 {
+                continue; // some absent
+            }
+            hashed.insert((kind, name.clone()), i);
+            ordered.insert((kind, name.clone()), i);
+        }
+        for kind in kinds.iter().copied().chain([Kind::ScaledObject]) {
+            for name in names.iter().map(String::as_str).chain(["app-", "app-3000"]) {
+                let owned = (kind, name.to_string());
+                assert_eq!(hashed.get(&key(kind, name) as &dyn KindName), hashed.get(&owned), "{kind:?} {name}");
+                assert_eq!(ordered.get(&key(kind, name) as &dyn KindName), ordered.get(&owned), "{kind:?} {name}");
+            }
+        }
     }
 
     #[test]
