@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::context::{Ctx, Emitter};
+use super::context::{Ctx, Emitter, scaled_workload};
 use crate::core::catalogue::Rule;
 use crate::core::model::{Kind, ReplicasSource, Subject};
 use crate::core::view::{HpaInfo, View, WorkloadInfo};
@@ -19,12 +19,13 @@ pub static RULES: &[&Rule] = &[&HPA_REPLICA_BOUNDS, &HPA_TARGET_MISSING, &HPA_RE
 pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     replicas_conflict(ctx, out);
     let Subject::Hpa(_) = ctx.subject else { return };
-    let id = ctx.subject.id();
+    let id = ctx.id();
     let Some(hpa) = ctx.view.hpa(&id.namespace, &id.name) else { return };
     bounds(&hpa, out);
+    // The target, when the view holds it, is the scaled workload (found once for every family).
     if ctx.view.is_complete()
         && let Some(target) = &hpa.target
-        && ctx.view.workload(target.kind, &target.namespace, &target.name).is_none()
+        && scaled_workload(ctx).is_none()
     {
         out.emit(
             &HPA_TARGET_MISSING,
@@ -100,17 +101,17 @@ fn replicas_conflict(ctx: &Ctx, out: &mut Emitter) {
                 .related(hpas.iter().map(|h| h.id.clone()).collect());
         }
         Subject::Hpa(_) | Subject::ScaledObject(_) => {
-            let id = ctx.subject.id();
+            let id = ctx.id();
+            // The autoscaler's target (see `scaled_workload`).
+            let Some(workload) = scaled_workload(ctx).map(|s| &s.workload) else { return };
             let Some(hpa) = ctx.view.autoscaler(id.kind, &id.namespace, &id.name) else { return };
-            let Some(target) = &hpa.target else { return };
-            let Some(workload) = ctx.view.workload(target.kind, &target.namespace, &target.name) else { return };
             if !workload.replicas_source.is_set() {
                 return;
             }
             out.emit(
                 &HPA_REPLICAS_CONFLICT,
                 "spec.scaleTargetRef",
-                conflict_from_the_hpa(&hpa, &workload),
+                conflict_from_the_hpa(&hpa, workload),
                 conflict_fix(if id.kind == Kind::ScaledObject { "ScaledObject" } else { "HPA" }),
             )
             .related(vec![workload.id.clone()])
