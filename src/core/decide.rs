@@ -82,7 +82,7 @@ pub fn decide(eval: Evaluation, namespace: &str, view: &dyn View, config: &Confi
         return Decided { skipped: Some(reason), ..Default::default() };
     }
     let mode = mode_of(namespace, view);
-    let mut decided = Decided::default();
+    let mut decided = Decided { findings: Vec::with_capacity(eval.findings.len()), ..Default::default() };
     for mut f in eval.findings {
         f.action = match config.action(f.rule, f.action.action()) {
             Action::Deny => Decision::Deny,
@@ -127,33 +127,37 @@ fn same(old: &Finding, new: &Finding) -> bool {
     old.rule == new.rule && old.path == new.path && old.anchor == new.anchor
 }
 
-/// The exemption that applies to `f`: on the subject, or on any object the finding names.
+/// The exemption that applies to `f`: on the subject, or on any object the finding names (each
+/// once, in that order). Nothing is copied unless an annotation is found: every finding asks.
 fn exemption(f: &Finding, view: &dyn View, ctx: &Context, warnings: &mut Vec<String>) -> Option<(ObjectRef, String)> {
-    let mut own = ctx.subject_exemptions.clone();
+    let mut found = None;
+    let mut consider = |who: &ObjectRef, exemptions: &Exemptions| {
+        let Some(reason) = exemptions.get(f.rule.id) else { return };
+        if reason.trim().is_empty() {
+            warnings.push(format!(
+                "[{}] the annotation {EXEMPT_PREFIX}{} on {who} has an empty reason and is ignored: say why the \
+                 exemption is safe",
+                f.rule, f.rule
+            ));
+        } else if found.is_none() {
+            found = Some((who.clone(), reason.clone()));
+        }
+    };
     if ctx.scale {
         // A scale write carries no annotations and does not change them: the workload's count.
+        let mut own = ctx.subject_exemptions.clone();
         for (rule, reason) in view.exemptions(&f.object) {
             own.entry(rule).or_insert(reason);
         }
+        consider(&f.object, &own);
+    } else {
+        consider(&f.object, &ctx.subject_exemptions);
     }
-    let mut candidates: Vec<(ObjectRef, Exemptions)> = vec![(f.object.clone(), own)];
-    for r in f.related.iter().chain(std::iter::once(&f.anchor)) {
-        if *r != f.object && !candidates.iter().any(|(c, _)| c == r) {
-            candidates.push((r.clone(), view.exemptions(r)));
-        }
-    }
-    let mut found = None;
-    for (who, exemptions) in candidates {
-        if let Some(reason) = exemptions.get(f.rule.id) {
-            if reason.trim().is_empty() {
-                warnings.push(format!(
-                    "[{}] the annotation {EXEMPT_PREFIX}{} on {who} has an empty reason and is ignored: say why \
-                     the exemption is safe",
-                    f.rule, f.rule
-                ));
-            } else if found.is_none() {
-                found = Some((who, reason.clone()));
-            }
+    let named = f.related.iter().chain(std::iter::once(&f.anchor));
+    for (i, r) in named.enumerate() {
+        // The anchor comes after every related object: `related[..i]` is what came before.
+        if *r != f.object && !f.related[..i.min(f.related.len())].contains(r) {
+            consider(r, &view.exemptions(r));
         }
     }
     found
