@@ -249,10 +249,12 @@ macro_rules! admission_line {
 /// `ha_guard_admission_requests_total` counter still counts them by decision.
 fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Response {
     let started = Instant::now();
-    let result = review::parse_counted(body, values).and_then(|req| {
+    // Kept until the answer is written: the outcome borrows its texts.
+    let request = review::parse_counted(body, values);
+    let result = request.as_ref().map_err(|e| review::BadRequest(e.0.clone())).and_then(|req| {
         let config = state.config();
         let mut out = None;
-        state.view.with_view(&mut |view| out = Some(review::review(&req, webhook, view, &config)));
+        state.view.with_view(&mut |view| out = Some(review::review(req, webhook, view, &config)));
         out.unwrap_or_else(|| Err(review::BadRequest("no view".into())))
     });
     let elapsed = started.elapsed();
@@ -265,8 +267,7 @@ fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Res
             } else {
                 admission_line!(debug, webhook, outcome, elapsed);
             }
-            let review = review::into_review(response);
-            match serde_json::to_vec(&review) {
+            match review::review_json(response) {
                 Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
                 Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
             }
@@ -279,7 +280,7 @@ fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Res
 }
 
 /// The log line's `object`: `namespace/name`, written straight into the line.
-struct ObjectField<'a>(&'a review::Outcome);
+struct ObjectField<'a>(&'a review::Outcome<'a>);
 
 impl std::fmt::Display for ObjectField<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -288,7 +289,7 @@ impl std::fmt::Display for ObjectField<'_> {
 }
 
 /// The log line's `rules`: `rule=action` per finding, then the mutations applied, comma-separated.
-struct RulesField<'a>(&'a review::Outcome);
+struct RulesField<'a>(&'a review::Outcome<'a>);
 
 impl std::fmt::Display for RulesField<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -315,7 +316,7 @@ pub fn log_styled() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
-fn record(state: &AppState, webhook: Webhook, o: &review::Outcome) {
+fn record(state: &AppState, webhook: Webhook, o: &review::Outcome<'_>) {
     state
         .metrics
         .requests

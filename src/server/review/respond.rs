@@ -1,5 +1,6 @@
 //! A request judged and answered: the thin handler between the wire and [`judge`].
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use kube::core::DynamicObject;
@@ -42,13 +43,15 @@ pub fn operation_name(operation: &Operation) -> &'static str {
     }
 }
 
-/// What happened, for logs and metrics.
+/// What happened, for logs and metrics: its texts borrowed from the request where it has them.
 #[derive(Clone, Debug, Default)]
-pub struct Outcome {
-    pub uid: String,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
+pub struct Outcome<'a> {
+    pub uid: &'a str,
+    /// The kind, or `deployments/scale` for a scale write.
+    pub kind: Cow<'a, str>,
+    pub namespace: &'a str,
+    /// The name, or on a CREATE without one its `generateName` prefix.
+    pub name: Cow<'a, str>,
     /// As the apiserver spells it: `CREATE`, `UPDATE`, `DELETE`, `CONNECT`.
     pub operation: &'static str,
     pub dry_run: bool,
@@ -97,25 +100,25 @@ pub const UNCHANGED: &str = "an UPDATE that changes nothing ha-guard reads (spec
                              last-applied annotations)";
 
 /// Answers one request.
-pub fn review(
-    request: &Request,
+pub fn review<'a>(
+    request: &'a Request,
     webhook: Webhook,
     view: &dyn View,
     config: &Config,
-) -> Result<(AdmissionResponse, Outcome), BadRequest> {
+) -> Result<(AdmissionResponse, Outcome<'a>), BadRequest> {
     let req = &request.header;
     let mut outcome = Outcome {
-        uid: req.uid.clone(),
-        kind: req.kind.kind.clone(),
-        namespace: req.namespace.clone().unwrap_or_default(),
-        name: req.name.clone(),
+        uid: &req.uid,
+        kind: Cow::Borrowed(&req.kind.kind),
+        namespace: req.namespace.as_deref().unwrap_or_default(),
+        name: Cow::Borrowed(&req.name),
         operation: operation_name(&req.operation),
         dry_run: req.dry_run,
         decision: AdmissionDecision::Skipped,
         ..Default::default()
     };
     if req.sub_resource.as_deref() == Some("scale") {
-        outcome.kind = format!("{}/scale", req.resource.resource);
+        outcome.kind = Cow::Owned(format!("{}/scale", req.resource.resource));
     }
     let mut response = AdmissionResponse::from(req);
     if !matches!(req.operation, Operation::Create | Operation::Update) {
@@ -132,7 +135,7 @@ pub fn review(
         w.admitted_replicas(before);
     }
     if outcome.name.is_empty() {
-        outcome.name = subject.id().name;
+        outcome.name = Cow::Owned(subject.id().name);
     }
     // The old object's spec, as its decoding for ratcheting read it (if it ran): compared with
     // the new one's below without reading `oldObject` again.
@@ -233,9 +236,17 @@ fn respond(mut response: AdmissionResponse, decided: &Decided) -> AdmissionRespo
 
 fn audit_annotations(decided: &Decided) -> HashMap<String, String> {
     let mut a = HashMap::new();
-    let findings: Vec<String> = decided.findings.iter().map(|f| format!("{}={}", f.rule, f.action.as_str())).collect();
-    if !findings.is_empty() {
-        a.insert("findings".into(), findings.join(","));
+    if !decided.findings.is_empty() {
+        let mut findings = String::new();
+        for f in &decided.findings {
+            if !findings.is_empty() {
+                findings.push(',');
+            }
+            findings.push_str(f.rule.id);
+            findings.push('=');
+            findings.push_str(f.action.as_str());
+        }
+        a.insert("findings".into(), findings);
     }
     let exempted: Vec<String> =
         decided.with(Decision::Allowed).map(|f| format!("{}: {}", f.rule, join(&f.notes, "; "))).collect();
@@ -295,6 +306,19 @@ pub fn into_review(response: AdmissionResponse) -> AdmissionReview<DynamicObject
     response.into_review()
 }
 
+/// The review to send back, as JSON, written into a buffer sized for it: `serde_json::to_vec`
+/// starts at 128 bytes and doubles, copying a warned answer three times over.
+pub fn review_json(response: AdmissionResponse) -> serde_json::Result<Vec<u8>> {
+    // Escapes and keys aside, the answer is its texts; the patch goes out in base64.
+    let texts = response.warnings.iter().flatten().map(String::len).sum::<usize>()
+        + response.audit_annotations.iter().map(|(k, v)| k.len() + v.len() + 8).sum::<usize>()
+        + response.result.message.len()
+        + response.patch.as_ref().map_or(0, |p| p.len().div_ceil(3) * 4);
+    let mut out = Vec::with_capacity(256 + texts + texts / 8);
+    serde_json::to_writer(&mut out, &into_review(response))?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,6 +371,32 @@ mod tests {
 
     fn web() -> crate::core::model::ObjectRef {
         crate::core::model::ObjectRef::new(crate::core::model::Kind::Deployment, "ns", "web")
+    }
+
+    /// `review_json` writes what `serde_json::to_vec` of the review writes, whatever the answer
+    /// holds (its buffer is only sized ahead).
+    #[rstest::rstest]
+    #[case::plain(AdmissionResponse::invalid("x"))]
+    #[case::warned({
+        let mut r = AdmissionResponse::invalid("x");
+        r.allowed = true;
+        r.warnings = Some(warnings(3, 300, '\u{e9}'));
+        r.audit_annotations.insert("findings".into(), "hpa-replicas-conflict=warn".into());
+        r
+    })]
+    #[case::denied(AdmissionResponse::invalid("x").deny("[rule] spec: \"quoted\"\n".repeat(40)))]
+    #[case::patched({
+        let mut r = AdmissionResponse::invalid("x");
+        r.allowed = true;
+        r.with_patch(json_patch::Patch(vec![json_patch::PatchOperation::Add(json_patch::AddOperation {
+            path: json_patch::jsonptr::PointerBuf::parse("/spec/x").unwrap(),
+            value: serde_json::json!("y".repeat(500)),
+        })]))
+        .unwrap()
+    })]
+    fn the_answer_is_what_serde_json_writes(#[case] response: AdmissionResponse) {
+        let expected = serde_json::to_vec(&response.clone().into_review()).unwrap();
+        assert_eq!(String::from_utf8(review_json(response).unwrap()).unwrap(), String::from_utf8(expected).unwrap());
     }
 
     #[test]
