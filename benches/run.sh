@@ -16,7 +16,9 @@
 #   1. load: the server process (transport baseline, decode baseline, ha-guard with a 10,000-
 #      Deployment view) pinned to CPU 1, the load generator on CPU 0; HTTP/1.1 and HTTP/2 at
 #      concurrency 1, 4, 16, 64: saturation req/s (median of interleaved rounds), server CPU per
-#      request, then p50/p99/p99.9 at half the saturation rate (open loop), errors.
+#      request, then p50/p99/p99.9 at half the saturation rate (open loop), errors; then each
+#      request type alone (HTTP/1.1, concurrency 16, five rounds), with each target's CPU per
+#      request over `parse`'s in the same round.
 #   2. viewsize: evaluate + decide against 1,000 vs 100,000 objects in other namespaces.
 #   3. profile: the server under callgrind (its caches simulated, the last level as this machine's L2),
 #      instructions and L2 misses per request by component (deployment),
@@ -53,7 +55,7 @@ if [[ "$QUICK" == 1 ]]; then
   MC_OBJECTS=${MC_OBJECTS:-60}
   PEERS_ENV=(ROUNDS=1 SIZES=1000)
 else
-  LOAD_ARGS=(--rounds 5 --warmup 0.5 --duration 1.5 --lat-duration 3 --by-type-rounds 3 --by-type-duration 1)
+  LOAD_ARGS=(--rounds 5 --warmup 0.5 --duration 1.5 --lat-duration 3 --by-type-rounds 5 --by-type-duration 1.5)
   VIEW_ARGS=(--rounds 15 --batch 300)
   PROFILE_ARGS=(--requests 200 --by-type pdb,hpa,scale --cache-sim)
   APISERVER_ARGS=(--rounds 5 --objects 300)

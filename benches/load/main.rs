@@ -968,7 +968,7 @@ fn bench_role(args: &[String]) {
         // Per request type: each body alone, one protocol, one concurrency.
         let proto = protos[0];
         md += &format!("### Per request type ({}, concurrency {by_type_conc}, saturation, median of {by_type_rounds})\n\n", proto.as_str());
-        md += "| request | target | req/s | × decode | server CPU µs/req | errors |\n|---|---|---:|---:|---:|---:|\n";
+        md += "| request | target | req/s | × decode | server CPU µs/req | CPU ÷ `parse`, per round: median (range) | errors |\n|---|---|---:|---:|---:|---:|---:|\n";
         for (bi, name) in names.iter().enumerate() {
             if !by_type_only.is_empty() && !by_type_only.iter().any(|n| n == name) {
                 continue;
@@ -987,12 +987,27 @@ fn bench_role(args: &[String]) {
                 }
             }
             let rps: Vec<f64> = sats.iter().map(|s| median(s.iter().map(|x| x.rps).collect())).collect();
+            // Each round runs `parse` just before `validate` and `mutate`: the ratio within a round
+            // is paired, untouched by the machine's drift from one round to the next.
+            let parse = one.iter().position(|t| t.name == "parse");
             for (ti, t) in one.iter().enumerate() {
                 let cpu = median(sats[ti].iter().map(|x| x.server_us_per_req).collect());
                 let errors: u64 = sats[ti].iter().map(|x| x.errors).sum();
-                eprintln!("{name} {}: {:.0} req/s {:.1} µs/req", t.name, rps[ti], cpu);
+                let paired = match parse {
+                    Some(p) if ti >= p => {
+                        let ratios: Vec<f64> = sats[ti]
+                            .iter()
+                            .zip(&sats[p])
+                            .map(|(x, base)| x.server_us_per_req / base.server_us_per_req)
+                            .collect();
+                        let (lo, hi) = ratios.iter().fold((f64::MAX, f64::MIN), |(l, h), r| (l.min(*r), h.max(*r)));
+                        format!("{:.2} ({lo:.2}–{hi:.2})", median(ratios))
+                    }
+                    _ => String::new(),
+                };
+                eprintln!("{name} {}: {:.0} req/s {:.1} µs/req {paired}", t.name, rps[ti], cpu);
                 md += &format!(
-                    "| {name} | {} | {:.0} | {} | {:.1} | {errors} |\n",
+                    "| {name} | {} | {:.0} | {} | {:.1} | {paired} | {errors} |\n",
                     t.name,
                     rps[ti],
                     if ti >= 1 { format!("{:.2}", rps[ti] / rps[1]) } else { "".into() },
