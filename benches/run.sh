@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The webhook's load benchmark, side by side with its baselines, and ha-guard beside its peers, in one run; writes
-# benches/RESULTS.md (and prints it). Not part of CI. About 45 minutes on 2 cores (load and profile 13, the
+# benches/RESULTS.md (and prints it). Not part of CI. About 40-45 minutes on 2 cores (load and profile 13, the
 # matchConditions through kube-apiserver 12, the peers through it 11, the offline peers 10), once the peers are built.
 #
 #   benches/run.sh                 # everything
