@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The code each target of the load benchmark touches per request, from callgrind dumps.
 
-Usage: footprint.py DIR NAME...   (NAME per dump, in order: callgrind.out.1, .2, ...; `-` skips one)
+Usage: footprint.py [--functions N] DIR NAME...   (NAME per dump, in order: callgrind.out.1, .2, ...;
+`-` skips one; with --functions, the N functions with the most code beyond `parse` are listed too)
 
 DIR holds the dumps of `load profile --dump-instr ...`; each dump covers one target's requests, and
 the code a request runs is the same from one request to the next, so the distinct 64-byte lines
@@ -60,7 +61,11 @@ def area(function):
 
 
 def main():
-    directory, names = sys.argv[1], sys.argv[2:]
+    args = sys.argv[1:]
+    functions = 0
+    if args[:1] == ["--functions"]:
+        functions, args = int(args[1]), args[2:]
+    directory, names = args[0], args[1:]
     dumps = {n: lines_of(f"{directory}/callgrind.out.{i}") for i, n in enumerate(names, 1) if n != "-"}
     kb = lambda n: n * 64 / 1024
     by_area = {n: Counter(area(f) for f in d.values()) for n, d in dumps.items()}
@@ -78,6 +83,13 @@ def main():
         extra = Counter(area(f) for k, f in lines.items() if k not in base)
         print(f"\n{name} beyond {kind}-parse: {kb(sum(extra.values())):.0f} KB: "
               + ", ".join(f"{a} {kb(n):.1f}" for a, n in extra.most_common()))
+        if functions:
+            # Where that code is: generic code of the HTTP stack counts too, as the production
+            # router's instances of it are not the ones the bench's `parse` listener runs.
+            by_function = Counter(f for k, f in lines.items() if k not in base)
+            print(f"\n| {name}: function | KB beyond {kind}-parse |\n|---|---:|")
+            for f, n in by_function.most_common(functions):
+                print(f"| `{f}` | {kb(n):.2f} |")
 
 
 if __name__ == "__main__":
