@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
 """The code each target of the load benchmark touches per request, from callgrind dumps.
 
-Usage: footprint.py [--functions N] DIR NAME...   (NAME per dump, in order: callgrind.out.1, .2, ...;
-`-` skips one; with --functions, the N functions with the most code beyond `parse` are listed too)
+Usage: footprint.py [--functions N] DIR NAME...   (`--help` says more)
 
 DIR holds the dumps of `load profile --dump-instr ...`; each dump covers one target's requests, and
 the code a request runs is the same from one request to the next, so the distinct 64-byte lines
 executed in a dump are the code one request touches. Prints KB per target and area, then what each
 `validate` and `mutate` touches beyond the `parse` of the same request type.
 """
+import argparse
 import re
-import sys
 from collections import Counter
 
 AREAS = [
@@ -61,11 +60,14 @@ def area(function):
 
 
 def main():
-    args = sys.argv[1:]
-    functions = 0
-    if args[:1] == ["--functions"]:
-        functions, args = int(args[1]), args[2:]
-    directory, names = args[0], args[1:]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("directory", metavar="DIR", help="the dumps of `load profile --dump-instr`")
+    parser.add_argument("names", metavar="NAME", nargs="+",
+                        help="a name per dump, in order (callgrind.out.1, .2, ...); `-` skips one")
+    parser.add_argument("--functions", type=int, default=0, metavar="N",
+                        help="also list the N functions with the most code beyond `parse`")
+    args = parser.parse_args()
+    directory, names, functions = args.directory, args.names, args.functions
     dumps = {n: lines_of(f"{directory}/callgrind.out.{i}") for i, n in enumerate(names, 1) if n != "-"}
     kb = lambda n: n * 64 / 1024
     by_area = {n: Counter(area(f) for f in d.values()) for n, d in dumps.items()}
