@@ -23,8 +23,9 @@ sysroot=$(rustc --print sysroot)
 host=$(rustc -vV | sed -n 's/^host: //p')
 profdata="$sysroot/lib/rustlib/$host/bin/llvm-profdata"
 if [ ! -x "$profdata" ]; then
-  echo "pgo.sh: no llvm-profdata in the toolchain: rustup component add llvm-tools" >&2
-  exit 2
+  echo "pgo.sh: no llvm-profdata in the toolchain; adding it (rustup component add llvm-tools)" >&2
+  rustup component add llvm-tools >&2 || true
+  [ -x "$profdata" ] || { echo "pgo.sh: llvm-profdata still missing ($profdata)" >&2; exit 2; }
 fi
 
 bench_exe() { # TARGET_DIR [RUSTFLAGS]: build the load bench, print its binary (cargo's output in WORK)
