@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A profile-guided build of the load bench, trained on requests it does not measure, beside the
 # plain one: the evidence for shipping such a build (benches/README.md, "Profile-guided, trained
-# on the fixtures"). Not part of cargo test or CI.
+# on requests it does not measure"). Not part of cargo test or CI.
 #
 #   benches/perf/pgo.sh [WORK]       # WORK defaults to /tmp/ha-guard-pgo; ~30 min on 2 cores
 #

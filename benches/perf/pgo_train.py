@@ -56,7 +56,7 @@ def main() -> int:
     ctx = ssl.create_default_context(cafile=ca)
     ctx.check_hostname = False  # the bench's certificate names localhost; this is 127.0.0.1
     sent, status = 0, {}
-    for name, addr in addrs.items():
+    for addr in addrs.values():
         host, port = addr.rsplit(":", 1)
         conn = http.client.HTTPSConnection(host, int(port), context=ctx)
         for _ in range(a.rounds):
@@ -82,8 +82,7 @@ def main() -> int:
                             f'output = "/dev/null"\n')
             cfg.write("next\n".join(entries))
             cfg.flush()
-            subprocess.run(
-                ["curl", "-K", cfg.name], check=True)
+            subprocess.run(["curl", "-K", cfg.name], check=True)
             sent += len(entries)
     server.stdin.close()
     rc = server.wait(timeout=60)
