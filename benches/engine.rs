@@ -83,6 +83,11 @@ fn benches(c: &mut Criterion) {
     }
     group.finish();
 
+    // As the server makes it per request: a settled view, the default grace.
+    let clock = ha_guard::core::view::AdmissionClock::current(
+        k8s_openapi::jiff::Timestamp::now(),
+        ha_guard::core::view::absence::DEFAULT_GRACE,
+    );
     let mut group = c.benchmark_group("engine/request");
     for (name, body) in fixtures::requests() {
         for (webhook, label) in [(Webhook::Validate, "validate"), (Webhook::Mutate, "mutate")] {
@@ -90,7 +95,7 @@ fn benches(c: &mut Criterion) {
                 b.iter(|| {
                     let req = review::parse(black_box(&body)).expect("the fixture parses");
                     // The outcome borrows the request: both are dropped here, inside the measure.
-                    black_box(review::review(&req, webhook, &view, &config).expect("the fixture is answered"));
+                    black_box(review::review(&req, webhook, &view, &config, &clock).expect("the fixture is answered"));
                 })
             });
         }
@@ -128,7 +133,7 @@ fn benches(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new(name, "validate"), |b| {
             b.iter(|| {
                 let req = review::parse(black_box(&body)).expect("the fixture parses");
-                black_box(review::review(&req, Webhook::Validate, &view, &config).expect("the fixture is answered"));
+                black_box(review::review(&req, Webhook::Validate, &view, &config, &clock).expect("the fixture is answered"));
             })
         });
     }

@@ -12,7 +12,7 @@
 
 use std::borrow::Cow;
 use std::fmt::Debug;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -242,6 +242,9 @@ pub const KINDS: [Kind; 11] = [
 pub struct LiveSource {
     index: RwLock<Index>,
     synced: [AtomicBool; KINDS.len()],
+    /// Per kind, when its watch started failing (milliseconds since the epoch), 0 while it follows
+    /// the cluster: up to when the view is current ([`ViewSource::current_as_of`]).
+    failing_since_ms: [AtomicI64; KINDS.len()],
     /// How a failing watch is retried ([`retry`]).
     retry: RetryPolicy,
     /// Signalled on every change (serve's background audit runs early, debounced).
@@ -265,7 +268,13 @@ impl LiveSource {
         // The cluster is the whole truth: rules asserting absence run, nodes are known.
         index.set_complete(true);
         index.set_knows_nodes(true);
-        LiveSource { index: RwLock::new(index), synced: Default::default(), retry, changes: Default::default() }
+        LiveSource {
+            index: RwLock::new(index),
+            synced: Default::default(),
+            failing_since_ms: Default::default(),
+            retry,
+            changes: Default::default(),
+        }
     }
 
     fn slot(kind: Kind) -> usize {
@@ -291,6 +300,10 @@ impl LiveSource {
         if matches!(event, Event::Apply(_) | Event::Delete(_) | Event::InitDone) {
             self.changes.notify_one();
         }
+        // `Init` only says a (re)list begins; anything else is the watch following again.
+        if !matches!(event, Event::Init) {
+            self.failing_since_ms[Self::slot(K::KIND)].store(0, Ordering::SeqCst);
+        }
         match event {
             Event::Apply(obj) => {
                 let p = obj.project();
@@ -310,6 +323,13 @@ impl LiveSource {
                 self.synced[Self::slot(K::KIND)].store(true, Ordering::SeqCst);
             }
         }
+    }
+
+    /// The watch of `kind` failed: the view holds its writes up to now at most, until the watch
+    /// follows again (the first one of a run of failures counts).
+    pub fn watch_failed(&self, kind: Kind) {
+        let now = k8s_openapi::jiff::Timestamp::now().as_millisecond().max(1);
+        let _ = self.failing_since_ms[Self::slot(kind)].compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// The cluster does not serve `kind` (a custom resource whose CRD is not installed): none of
@@ -361,7 +381,7 @@ impl LiveSource {
                 }
                 true
             };
-            retry::follow(watch, K::KIND, this.retry, apply, not_served).await;
+            retry::follow(watch, K::KIND, this.retry, apply, not_served, || this.watch_failed(K::KIND)).await;
         });
     }
 }
@@ -384,6 +404,17 @@ impl ViewSource for LiveSource {
 
     fn synced(&self) -> bool {
         KINDS.iter().all(|k| self.is_synced(*k))
+    }
+
+    fn current_as_of(&self, now: k8s_openapi::jiff::Timestamp) -> Option<k8s_openapi::jiff::Timestamp> {
+        if !self.synced() {
+            return None;
+        }
+        let failing_since = self.failing_since_ms.iter().map(|f| f.load(Ordering::SeqCst)).filter(|&ms| ms > 0).min();
+        match failing_since {
+            None => Some(now),
+            Some(ms) => k8s_openapi::jiff::Timestamp::from_millisecond(ms).ok().map(|t| t.min(now)),
+        }
     }
 
     fn stats(&self) -> Vec<(Kind, usize, bool)> {
@@ -452,6 +483,38 @@ mod tests {
         let stats = counts(&live);
         assert!(stats.contains(&(Kind::Service, 1, true)), "{stats:?}");
         assert!(stats.contains(&(Kind::MutatingWebhookConfiguration, 0, false)), "{stats:?}");
+    }
+
+    /// How current the view is: unknown before every kind has synced, `now` while every watch
+    /// follows, the start of a failure while one is failing, `now` again once it follows.
+    #[test]
+    fn the_view_is_current_up_to_the_first_failing_watch() {
+        use k8s_openapi::jiff::Timestamp;
+        let live = LiveSource::new();
+        let now = Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(3600);
+        assert_eq!(live.current_as_of(now), None, "never synced");
+        for kind in KINDS {
+            live.not_served(kind);
+        }
+        assert_eq!(live.current_as_of(now), Some(now));
+        let before = Timestamp::now();
+        live.watch_failed(Kind::PodDisruptionBudget);
+        let failing = live.current_as_of(now).expect("synced");
+        // Kept to the millisecond.
+        assert!(failing.as_millisecond() >= before.as_millisecond() && failing < now, "{failing}: [{before}, {now})");
+        // A second failure in the same run does not move it; another kind failing later neither.
+        live.watch_failed(Kind::PodDisruptionBudget);
+        live.watch_failed(Kind::Deployment);
+        assert_eq!(live.current_as_of(now), Some(failing));
+        // The PDB watch follows again (a relist begins with Init, which is no progress yet).
+        let mut buffer = None;
+        live.apply::<PodDisruptionBudget>(Event::Init, &mut buffer);
+        assert_eq!(live.current_as_of(now), Some(failing));
+        live.apply::<PodDisruptionBudget>(Event::InitDone, &mut buffer);
+        let deployment_failed = live.current_as_of(now).expect("synced");
+        assert!(deployment_failed >= failing && deployment_failed < now, "the Deployment watch still fails");
+        live.apply::<Deployment>(Event::InitDone, &mut buffer);
+        assert_eq!(live.current_as_of(now), Some(now));
     }
 
     /// A CRD that is not installed: none of its kind, and synced, so readiness does not wait.

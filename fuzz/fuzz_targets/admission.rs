@@ -120,6 +120,8 @@ const HIDDEN: &[&[u8]] = &[b"qqvault", b"qqhidden"];
 struct Fixture {
     view: Index,
     configs: [(&'static str, Config); 2],
+    /// A fixed moment (the fuzzer stays deterministic), the view current, the default grace.
+    clock: ha_guard::core::view::AdmissionClock,
 }
 
 static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
@@ -131,7 +133,9 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     for d in &loaded.documents {
         view.insert_object(&model::decode(&d.value, "default").expect("decodes").expect("a known kind"));
     }
-    Fixture { view, configs: common::configs() }
+    let now = ha_guard::core::view::absence::Timestamp::from_second(1_800_000_000).expect("a valid moment");
+    let clock = ha_guard::core::view::AdmissionClock::current(now, ha_guard::core::view::absence::DEFAULT_GRACE);
+    Fixture { view, configs: common::configs(), clock }
 });
 
 fuzz_target!(|data: &[u8]| {
@@ -142,7 +146,7 @@ fuzz_target!(|data: &[u8]| {
     // through, while a JSON tree refuses the body). Such bodies keep the uid check only.
     let Ok(body) = serde_json::from_slice::<Value>(data) else {
         for webhook in [Webhook::Validate, Webhook::Mutate] {
-            if let Ok((response, _)) = admission::review(&req, webhook, &fixture.view, &fixture.configs[0].1) {
+            if let Ok((response, _)) = admission::review(&req, webhook, &fixture.view, &fixture.configs[0].1, &fixture.clock) {
                 assert_eq!(response.uid, req.header.uid);
             }
         }
@@ -171,7 +175,7 @@ fuzz_target!(|data: &[u8]| {
     for (name, config) in &fixture.configs {
         for webhook in [Webhook::Validate, Webhook::Mutate] {
             let what = || format!("{name} /{}", webhook.as_str());
-            let Ok((response, outcome)) = admission::review(&req, webhook, &fixture.view, config) else { continue };
+            let Ok((response, outcome)) = admission::review(&req, webhook, &fixture.view, config, &fixture.clock) else { continue };
             assert_eq!(response.uid, req.header.uid, "{}: the response's uid", what());
             assert_eq!(outcome.uid, req.header.uid, "{}: the outcome's uid", what());
             let patch = response.patch.clone();
@@ -201,7 +205,7 @@ fuzz_target!(|data: &[u8]| {
             let again_bytes = serde_json::to_vec(&again).expect("serializes");
             let req2 = admission::parse(&again_bytes)
                 .unwrap_or_else(|e| panic!("{}: the patched request no longer parses: {e}\npatched: {patched}", what()));
-            let (response2, _) = admission::review(&req2, Webhook::Mutate, &fixture.view, config)
+            let (response2, _) = admission::review(&req2, Webhook::Mutate, &fixture.view, config, &fixture.clock)
                 .unwrap_or_else(|e| panic!("{}: the patched request is refused: {e}\npatched: {patched}", what()));
             if let Some(p) = response2.patch {
                 panic!(

@@ -25,7 +25,7 @@ use crate::core::finding::Finding;
 use crate::core::judge::{self, Asks, Review};
 use crate::core::model::ObjectRef;
 use crate::core::rules::drain::nodes_in_zone;
-use crate::core::view::View;
+use crate::core::view::{Absences, View};
 use crate::manifest::Origin;
 use crate::manifest::cores::map_on_cores;
 pub use read::{Cluster, ReadOptions, read};
@@ -44,7 +44,7 @@ pub fn audit(cluster: &Cluster, config: &Config) -> Report {
         .collect();
     let view: &dyn View = &cluster.index;
     let verdicts = map_on_cores(&judged, |l| {
-        judge::audit(&Review { subject: &l.subject, old: None, view, config, asks: Asks::Findings })
+        judge::audit(&Review { subject: &l.subject, old: None, view, config, asks: Asks::Findings, absences: Absences::Judged })
     });
     let checked: HashSet<ObjectRef> = judged.iter().map(|l| l.subject.id()).collect();
     let mut report = Report { objects: judged.len(), files: 0, ..Default::default() };

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::core::config::Config;
 use crate::core::judge::{Asks, Review, Verdict, judge};
 use crate::core::model::{self, Object, ObjectRef, Subject};
-use crate::core::view::Index;
+use crate::core::view::{Absences, Index};
 use crate::core::view::index::Projection;
 use crate::manifest::cores::map_on_cores;
 use crate::manifest::locate::{resolve_in, skeleton_of};
@@ -211,6 +211,8 @@ fn check_prepared(
                 view: &index,
                 config: &options.config,
                 asks: Asks::Both,
+                // The files are the set: an absence is judged as `--complete` says.
+                absences: Absences::Judged,
             });
             let v = &verdict;
             let reported = !v.unchecked.is_empty()

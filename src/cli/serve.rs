@@ -108,6 +108,12 @@ pub struct ClusterArgs {
     /// Where the view comes from: auto, none, live, or manifest files/directories.
     #[arg(long, default_value = "auto", num_args = 1.., value_name = "auto|none|live|FILE")]
     pub cluster: Vec<String>,
+    /// How long an absence must last before an admission reports it (pdb-missing,
+    /// hpa-target-missing, pdb-selects-nothing's "covers no workload"): never on a CREATE, on an
+    /// UPDATE of an object created longer ago than this (the other objects of an apply arrive
+    /// within it). check --complete and the audit report absences always.
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = grace)]
+    pub absence_grace: Duration,
 }
 
 /// The background audit (needs the live view's cluster).
@@ -129,6 +135,13 @@ fn interval(s: &str) -> Result<Duration, String> {
         return Ok(Duration::ZERO);
     }
     humantime::parse_duration(s).map_err(|e| format!("{s} is not a duration such as 30s, 5m or 1h (0: off): {e}"))
+}
+
+fn grace(s: &str) -> Result<Duration, String> {
+    if s.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{s} is not a duration such as 10s or 2m: {e}"))
 }
 
 fn seconds(s: &str) -> Result<Duration, String> {
@@ -183,7 +196,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
             }
         };
         options.managed_tls = crate::server::managed_tls::setup(&args.managed_tls, live_client.clone()).await?;
-        let state = server::AppState::new(source, config);
+        let state = server::AppState::with_absence_grace(source, config, args.view.absence_grace);
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let audit = start_background_audit(&args.audit, live_client, changes, stopping, &state);
         // On SIGTERM the background audit releases its Lease at once (another replica takes over

@@ -7,7 +7,7 @@ use crate::core::decide::{self, Context, Decided};
 use crate::core::model::Subject;
 use crate::core::mutations::{self, Plan};
 use crate::core::rules;
-use crate::core::view::View;
+use crate::core::view::{Absences, View};
 
 /// What a shell wants judged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +38,9 @@ pub struct Review<'a> {
     pub view: &'a dyn View,
     pub config: &'a Config,
     pub asks: Asks,
+    /// Whether rules may assert absences: judged in `check` and the audit, withheld at an
+    /// admission until the absence has lasted ([`Absences::at_admission`]).
+    pub absences: Absences,
 }
 
 /// What the review comes to.
@@ -56,13 +59,14 @@ pub struct Verdict {
 
 /// Judges one object: pure, no I/O.
 pub fn judge(review: &Review) -> Verdict {
-    judge_with(review, rules::evaluate)
+    judge_with(review, rules::evaluate_in)
 }
 
 /// [`judge`] for `ha-guard audit`: the live posture rules run too ([`rules::audit`]). Only the
-/// audit calls it; the webhook's and `check`'s entry is [`judge`].
+/// audit calls it; the webhook's and `check`'s entry is [`judge`]. The audit reads the cluster
+/// whole: its absences are always judged.
 pub fn audit(review: &Review) -> Verdict {
-    judge_with(review, rules::audit)
+    judge_with(review, |subject, view, config, _| rules::audit(subject, view, config))
 }
 
 /// A drain of `nodes` replayed on the view ([`rules::drain`]), its findings decided as any
@@ -85,7 +89,7 @@ pub fn drain(view: &dyn View, config: &Config, nodes: &[String], drained: &str) 
     all
 }
 
-type Evaluate = fn(&Subject, &dyn View, &Config) -> rules::Evaluation;
+type Evaluate = fn(&Subject, &dyn View, &Config, Absences) -> rules::Evaluation;
 
 fn judge_with(review: &Review, evaluate: Evaluate) -> Verdict {
     let Review { subject, view, config, asks, .. } = *review;
@@ -99,12 +103,12 @@ fn judge_with(review: &Review, evaluate: Evaluate) -> Verdict {
     if !asks.findings() {
         return Verdict { plan, ..Default::default() };
     }
-    let mut eval = evaluate(subject, view, config);
+    let mut eval = evaluate(subject, view, config, review.absences);
     eval.unchecked.clear();
     let scale = matches!(subject, Subject::Scale { .. });
     let old = match review.old {
         Some(old) if decide::needs_old_findings(&eval, config, scale) => {
-            old().map(|old| evaluate(&old, view, config).findings)
+            old().map(|old| evaluate(&old, view, config, review.absences).findings)
         }
         _ => None,
     };

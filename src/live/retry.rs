@@ -130,13 +130,15 @@ impl WatchHealth {
 /// recovery is seen (the list comes in) and logged, even for a kind in which nothing happens. A
 /// watcher that only re-opened its watch would say nothing when it worked again. An error for
 /// which `not_served` returns true (a custom resource whose CRD is not installed) is not a
-/// failure: the caller has said so, and the kind is looked for again every `policy.max`.
+/// failure: the caller has said so, and the kind is looked for again every `policy.max`. Every
+/// other error is told to `failed` (the view is no longer current from then on) before the wait.
 pub async fn follow<K, E: Display, S: Stream<Item = Result<Event<K>, E>>>(
     mut watch: impl FnMut() -> S,
     kind: Kind,
     policy: RetryPolicy,
     mut apply: impl FnMut(Event<K>),
     mut not_served: impl FnMut(&E) -> bool,
+    mut failed: impl FnMut(),
 ) {
     let mut health = WatchHealth::new(policy);
     loop {
@@ -161,6 +163,7 @@ pub async fn follow<K, E: Display, S: Stream<Item = Result<Event<K>, E>>>(
                     break;
                 }
                 Err(e) => {
+                    failed();
                     let (retry_in, change) = health.failed();
                     let retry_in_ms = retry_in.as_millis() as u64;
                     match change {

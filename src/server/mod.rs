@@ -253,8 +253,9 @@ fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Res
     let request = review::parse_counted(body, values);
     let result = request.as_ref().map_err(|e| review::BadRequest(e.0.clone())).and_then(|req| {
         let config = state.config();
+        let clock = state.admission_clock();
         let mut out = None;
-        state.view.with_view(&mut |view| out = Some(review::review(req, webhook, view, &config)));
+        state.view.with_view(&mut |view| out = Some(review::review(req, webhook, view, &config, &clock)));
         out.unwrap_or_else(|| Err(review::BadRequest("no view".into())))
     });
     let elapsed = started.elapsed();

@@ -3,11 +3,13 @@
 
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use super::metrics::Metrics;
 use super::review;
 use crate::core::config::Config;
-use crate::core::view::ViewSource;
+use crate::core::view::absence::DEFAULT_GRACE;
+use crate::core::view::{AdmissionClock, ViewSource};
 
 /// Shared by the handlers.
 pub struct AppState {
@@ -20,6 +22,8 @@ pub struct AppState {
     /// Decoding budget, in JSON values: a request takes as many as its body holds while it is
     /// decoded and answered, waiting for them if need be (see [`DECODE_BUDGET`]).
     pub decoding: tokio::sync::Semaphore,
+    /// How long an absence must have lasted before an admission says it (`--absence-grace`).
+    pub absence_grace: Duration,
 }
 
 /// JSON values decoded at once, across requests: one body at [`review::MAX_JSON_VALUES`], or
@@ -31,6 +35,11 @@ pub const DECODE_BUDGET: usize = review::MAX_JSON_VALUES;
 
 impl AppState {
     pub fn new(view: Arc<dyn ViewSource>, config: Config) -> Arc<Self> {
+        Self::with_absence_grace(view, config, DEFAULT_GRACE)
+    }
+
+    /// [`AppState::new`] with the grace an absence must outlast at admission.
+    pub fn with_absence_grace(view: Arc<dyn ViewSource>, config: Config, absence_grace: Duration) -> Arc<Self> {
         Arc::new(AppState {
             view,
             config: RwLock::new(Arc::new(config)),
@@ -38,7 +47,14 @@ impl AppState {
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             decoding: tokio::sync::Semaphore::new(DECODE_BUDGET),
+            absence_grace,
         })
+    }
+
+    /// The clock of one admission: now, and how current the view is.
+    pub fn admission_clock(&self) -> AdmissionClock {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        AdmissionClock { now, grace: self.absence_grace, view_current_as_of: self.view.current_as_of(now) }
     }
 
     pub fn config(&self) -> Arc<Config> {

@@ -89,7 +89,7 @@ fn default_spread_patch_applies_in_the_webhook_too() {
     });
     let req = review::parse(&serde_json::to_vec(&review).unwrap()).expect("parses");
     let view = Index::new();
-    let (response, _) = review::review(&req, Webhook::Mutate, &view, &all_mutations_on()).expect("answers");
+    let (response, _) = review::review(&req, Webhook::Mutate, &view, &all_mutations_on(), &settled()).expect("answers");
     assert_eq!(response.uid, req.header.uid);
     if let Some(patch) = response.patch {
         let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
@@ -160,4 +160,12 @@ spec:
             );
         }
     }
+}
+
+/// An admission at a settled moment: the view current, the default grace.
+fn settled() -> ha_guard::core::view::AdmissionClock {
+    ha_guard::core::view::AdmissionClock::current(
+        k8s_openapi::jiff::Timestamp::now(),
+        ha_guard::core::view::absence::DEFAULT_GRACE,
+    )
 }

@@ -102,6 +102,41 @@ async fn rule_families(#[case] name: &str, #[case] complete: bool, #[case] denie
     assert!(m["warnings"].is_null() && m["status"]["message"].as_str().unwrap_or("").is_empty(), "{m:#}");
 }
 
+/// An absence (here: no workload is the HPA's target) is said at admission only once it has
+/// lasted: not on a CREATE, not on an UPDATE of an object younger than the grace (60 s), and on
+/// an UPDATE of an older one (the fixture: created in 2025). The rest of an apply may be a moment
+/// behind the object under review.
+#[tokio::test]
+async fn an_absence_is_said_at_admission_only_once_it_has_lasted() {
+    let server = Server::start_with(Arc::new(StaticSource(index(VIEW, true))), Config::default(), |_| {}).await;
+    let old_enough = fixture("hpa-target-missing.json");
+    let r = server.review("/validate", &old_enough).await["response"].clone();
+    assert_eq!(rule_ids(warnings(&r).iter().map(String::as_str)), ["hpa-target-missing"], "{r:#}");
+
+    let mut create = old_enough.clone();
+    create["request"]["operation"] = json!("CREATE");
+    create["request"]["oldObject"] = Value::Null;
+    create["request"]["options"] = json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"});
+    let r = server.review("/validate", &create).await["response"].clone();
+    assert_eq!(r["allowed"], true, "{r:#}");
+    assert!(warnings(&r).is_empty(), "a CREATE never asserts an absence: {r:#}");
+
+    // Created a few seconds ago (the apiserver's whole seconds): within the grace.
+    let mut young = old_enough.clone();
+    let a_moment_ago = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(5);
+    let created = a_moment_ago.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    for object in ["object", "oldObject"] {
+        young["request"][object]["metadata"]["creationTimestamp"] = json!(created);
+    }
+    let r = server.review("/validate", &young).await["response"].clone();
+    assert!(warnings(&r).is_empty(), "an UPDATE within the grace does not assert it: {r:#}");
+
+    // The same three on a view that is not complete (a static view of some files): never.
+    let partial = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), Config::default(), |_| {}).await;
+    let r = partial.review("/validate", &old_enough).await["response"].clone();
+    assert!(warnings(&r).is_empty(), "{r:#}");
+}
+
 #[tokio::test]
 async fn deny_messages_say_where_what_and_how_to_fix() {
     let server = Server::start().await;

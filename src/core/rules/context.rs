@@ -7,20 +7,35 @@ use crate::core::catalogue::Rule;
 use crate::core::config::Config;
 use crate::core::finding::{Decision, Finding};
 use crate::core::model::{Kind, ObjectRef, Subject};
-use crate::core::view::{Bounds, Overlay, View, WorkloadInfo, bounds};
+use crate::core::view::{Absences, Bounds, Overlay, View, WorkloadInfo, bounds};
 
 /// What the rules get: the subject, the view with the subject overlaid, the configuration.
 pub struct Ctx<'a> {
     pub subject: &'a Subject,
     pub view: &'a Overlay<'a>,
     pub config: &'a Config,
+    /// Whether this review may assert absences ([`Absences`]): an admission withholds them
+    /// until they have lasted.
+    pub absences: Absences,
     /// [`scaled_workload`], found once: five families ask for it.
     scaled: std::cell::OnceCell<Option<Scaled>>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(subject: &'a Subject, view: &'a Overlay<'a>, config: &'a Config) -> Self {
-        Ctx { subject, view, config, scaled: std::cell::OnceCell::new() }
+        Ctx { subject, view, config, absences: Absences::Judged, scaled: std::cell::OnceCell::new() }
+    }
+
+    /// The same context with absences judged as `absences` says.
+    pub fn with_absences(self, absences: Absences) -> Self {
+        Ctx { absences, ..self }
+    }
+
+    /// An absence in the view is a fact here: the view is complete (the live cluster, `check
+    /// --complete`) and the review does not withhold absences (an admission of a CREATE, or of an
+    /// UPDATE within the grace). The rules that assert one ask this.
+    pub fn absence_is_fact(&self) -> bool {
+        !self.absences.withheld() && self.view.is_complete()
     }
 
     /// The subject's id, made once by the overlay: [`Subject::id`] copies the namespace and name.

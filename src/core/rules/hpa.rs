@@ -23,7 +23,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     let Some(hpa) = ctx.view.hpa(&id.namespace, &id.name) else { return };
     bounds(&hpa, out);
     // The target, when the view holds it, is the scaled workload (found once for every family).
-    if ctx.view.is_complete()
+    if ctx.absence_is_fact()
         && let Some(target) = &hpa.target
         && scaled_workload(ctx).is_none()
     {

@@ -25,7 +25,7 @@ use crate::core::catalogue::Rule;
 use crate::core::config::Config;
 use crate::core::finding::Finding;
 use crate::core::model::Subject;
-use crate::core::view::{Overlay, View};
+use crate::core::view::{Absences, Overlay, View};
 use context::{Ctx, Emitter};
 
 /// The families in catalogue order (DESIGN.md §2).
@@ -62,17 +62,22 @@ pub struct Evaluation {
 /// Evaluates every admission rule on `subject`: pure, no I/O. Rules turned `off` in config are
 /// dropped. The live posture rules are not among them (see [`audit`]).
 pub fn evaluate(subject: &Subject, view: &dyn View, config: &Config) -> Evaluation {
-    evaluate_with(subject, view, config, false)
+    evaluate_with(subject, view, config, Absences::Judged, false)
+}
+
+/// [`evaluate`] in a review that may withhold absences (an admission: [`Absences::at_admission`]).
+pub fn evaluate_in(subject: &Subject, view: &dyn View, config: &Config, absences: Absences) -> Evaluation {
+    evaluate_with(subject, view, config, absences, false)
 }
 
 /// [`evaluate`] plus the live posture rules: the audit's entry.
 pub fn audit(subject: &Subject, view: &dyn View, config: &Config) -> Evaluation {
-    evaluate_with(subject, view, config, true)
+    evaluate_with(subject, view, config, Absences::Judged, true)
 }
 
-fn evaluate_with(subject: &Subject, view: &dyn View, config: &Config, posture: bool) -> Evaluation {
+fn evaluate_with(subject: &Subject, view: &dyn View, config: &Config, absences: Absences, posture: bool) -> Evaluation {
     let overlay = Overlay::new(view, subject);
-    let ctx = Ctx::new(subject, &overlay, config);
+    let ctx = Ctx::new(subject, &overlay, config).with_absences(absences);
     let mut findings = Vec::new();
     let mut out = Emitter::new(overlay.subject_id(), &mut findings);
     spread::evaluate(&ctx, &mut out);

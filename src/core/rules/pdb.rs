@@ -151,7 +151,7 @@ fn pdb_side(ctx: &Ctx, pdb: &PdbInfo, policy: Option<&str>, out: &mut Emitter) {
     }
     let Some(cov) = coverage(ctx.view, pdb) else { return };
     if cov.workloads.is_empty() {
-        if ctx.view.is_complete() {
+        if ctx.absence_is_fact() {
             out.emit(
                 &PDB_SELECTS_NOTHING,
                 "spec.selector",
@@ -238,7 +238,7 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
     // A manifest reported as not checked (a kustomize patch without its selector) gets no
     // finding that asserts an absence: the PDB may well come with the rest of the kustomization.
     let fragment = matches!(ctx.subject, Subject::Workload(full) if !full.missing.is_empty());
-    if covering.is_empty() && scaled.bounds.floor > 1 && ctx.view.is_complete() && !fragment {
+    if covering.is_empty() && scaled.bounds.floor > 1 && ctx.absence_is_fact() && !fragment {
         out.emit(
             &PDB_MISSING,
             scaled.floor_path,

@@ -18,7 +18,7 @@ use crate::core::model::pod::HOSTNAME;
 use crate::core::model::selector::{self, render};
 use crate::core::model::{ObjectRef, Subject};
 use crate::core::view::{
-    Backend, Bounds, FailClosedWebhook, ServiceInfo, View, WebhookConfigInfo, WorkloadInfo, bounds,
+    Absences, Backend, Bounds, FailClosedWebhook, ServiceInfo, View, WebhookConfigInfo, WorkloadInfo, bounds,
 };
 use crate::declare_rule;
 
@@ -50,7 +50,7 @@ fn config_side(ctx: &Ctx, out: &mut Emitter) {
             }
             Backend::Service { namespace, name } => {
                 let Some(service) = ctx.view.service(namespace, name) else { continue };
-                let Some(risk) = backend_risk(ctx.view, &service) else { continue };
+                let Some(risk) = backend_risk(ctx, &service) else { continue };
                 let path = format!("webhooks[{}].failurePolicy", hooks[0].index);
                 let (what, fix) = service_message(&config, &service, &hooks, &risk);
                 out.emit(&WEBHOOK_FAIL_CLOSED_UNAVAILABLE, path, what, fix).related(related(&risk, &service, id));
@@ -67,7 +67,7 @@ fn service_side(ctx: &Ctx, out: &mut Emitter) {
     if configs.is_empty() {
         return;
     }
-    let Some(risk) = backend_risk(ctx.view, &service) else { return };
+    let Some(risk) = backend_risk(ctx, &service) else { return };
     for config in configs {
         let hooks = calling(&config, &service.id);
         let (what, fix) = service_message(&config, &service, &hooks, &risk);
@@ -98,7 +98,7 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
         if !service.selector.as_ref().is_some_and(|s| selector::matches(s, &w.template_labels)) {
             continue;
         }
-        let Some(risk) = backend_risk(ctx.view, &service) else { continue };
+        let Some(risk) = backend_risk(ctx, &service) else { continue };
         let path = workload_path(scaled, &risk);
         for config in ctx.view.webhooks_calling(namespace, &name) {
             let hooks = calling(&config, &service.id);
@@ -151,7 +151,8 @@ struct Risk {
 /// What makes the Service's backend vanish with one node, or `None` when it does not (some
 /// workload behind it is sound on its own) or cannot be told (no selector, or no workload of the
 /// view behind it: the pods of a DaemonSet, of bare pods, or of a workload the view does not hold).
-fn backend_risk(view: &dyn View, service: &ServiceInfo) -> Option<Risk> {
+fn backend_risk(ctx: &Ctx, service: &ServiceInfo) -> Option<Risk> {
+    let view: &dyn View = ctx.view;
     let sel = service.selector.as_ref()?;
     let workloads = view.workloads_selected_by(&service.id.namespace, sel);
     if workloads.is_empty() {
@@ -160,7 +161,7 @@ fn backend_risk(view: &dyn View, service: &ServiceInfo) -> Option<Risk> {
     let mut judged = Vec::new();
     for w in workloads {
         let b = bounds(&w, view);
-        let weaknesses = weaknesses(view, &w, &b);
+        let weaknesses = weaknesses(view, &w, &b, ctx.absences);
         if weaknesses.is_empty() {
             return None;
         }
@@ -169,7 +170,7 @@ fn backend_risk(view: &dyn View, service: &ServiceInfo) -> Option<Risk> {
     Some(Risk { workloads: judged })
 }
 
-fn weaknesses(view: &dyn View, w: &WorkloadInfo, b: &Bounds) -> Vec<Weakness> {
+fn weaknesses(view: &dyn View, w: &WorkloadInfo, b: &Bounds, absences: Absences) -> Vec<Weakness> {
     if b.floor <= 1 {
         return vec![Weakness::Floor];
     }
@@ -177,17 +178,22 @@ fn weaknesses(view: &dyn View, w: &WorkloadInfo, b: &Bounds) -> Vec<Weakness> {
     if !w.kept_apart {
         found.push(Weakness::NotApart);
     }
-    if let Some(why) = unbudgeted(view, w) {
+    if let Some(why) = unbudgeted(view, w, absences) {
         found.push(Weakness::Unbudgeted(why));
     }
     found
 }
 
 /// `None` when a PDB covering `w` keeps at least one of the pods it covers while allowing at least
-/// one eviction (at the floors, DESIGN.md §3); else why not.
-fn unbudgeted(view: &dyn View, w: &WorkloadInfo) -> Option<String> {
+/// one eviction (at the floors, DESIGN.md §3); else why not. No PDB at all is an absence: at an
+/// admission that withholds absences the PDB may be the next object of the same apply, so it is
+/// not held against the backend there.
+fn unbudgeted(view: &dyn View, w: &WorkloadInfo, absences: Absences) -> Option<String> {
     let covering = view.pdbs_covering(&w.id.namespace, &w.template_labels);
     if covering.is_empty() {
+        if absences.withheld() {
+            return None;
+        }
         return Some(
             "no PodDisruptionBudget covers it, so a drain of several nodes at once (a node-pool upgrade, \
              autoscaler consolidation) may evict every replica together"

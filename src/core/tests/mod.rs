@@ -1,6 +1,7 @@
 //! Tests of the core as a whole: decisions, KEDA autoscalers across the families, mutations, and
 //! properties over generated objects.
 
+mod absences;
 mod decisions;
 mod keda;
 mod mutations;

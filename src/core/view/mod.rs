@@ -6,6 +6,7 @@
 //! [`projection`]s (the fields the rules read). While an object is under review, an [`Overlay`]
 //! shows it as it will be; [`bounds`] reads a workload's replica range off the view.
 
+pub mod absence;
 pub mod bounds;
 pub mod index;
 pub mod lookup;
@@ -14,6 +15,7 @@ pub mod pods;
 pub mod projection;
 pub mod source;
 
+pub use absence::{Absences, AdmissionClock};
 pub use bounds::{Bounds, bounds};
 pub use index::Index;
 pub use lookup::View;

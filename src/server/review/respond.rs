@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionResponse, AdmissionReview, Operation};
 
-use super::subject::{old_replicas, subject_and_spec, subject_and_spec_of};
+use super::subject::{created_at, old_replicas, subject_and_spec, subject_and_spec_of};
 use super::unchanged::changes_nothing_read_given;
 use super::wire::{BadRequest, Request};
 use crate::core::catalogue::{Mutation, Rule};
@@ -15,7 +15,7 @@ use crate::core::decide::Decided;
 use crate::core::finding::{Decision, Finding};
 use crate::core::judge::{Asks, Review, judge};
 use crate::core::model::Subject;
-use crate::core::view::View;
+use crate::core::view::{Absences, AdmissionClock, View};
 
 /// Which endpoint answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,12 +99,14 @@ pub const WARNING_ITEM_LIMIT: usize = 256;
 pub const UNCHANGED: &str = "an UPDATE that changes nothing ha-guard reads (spec, labels, ha-guard.io/* and \
                              last-applied annotations)";
 
-/// Answers one request.
+/// Answers one request. `clock` says whether an absence has lasted long enough to be said
+/// ([`Absences::at_admission`]).
 pub fn review<'a>(
     request: &'a Request,
     webhook: Webhook,
     view: &dyn View,
     config: &Config,
+    clock: &AdmissionClock,
 ) -> Result<(AdmissionResponse, Outcome<'a>), BadRequest> {
     let req = &request.header;
     let mut outcome = Outcome {
@@ -152,7 +154,14 @@ pub fn review<'a>(
         Webhook::Validate => Asks::Findings,
         Webhook::Mutate => Asks::Mutations,
     };
-    let verdict = judge(&Review { subject: &subject, old: Some(&old), view, config, asks });
+    // An absence is said only once it has lasted: never on a CREATE (the rest of the apply may be
+    // a few milliseconds behind), on an UPDATE once the object is older than the grace.
+    let update = matches!(req.operation, Operation::Update);
+    let absences = match webhook {
+        Webhook::Validate if update => Absences::at_admission(true, created_at(request, &subject), clock),
+        _ => Absences::Withheld,
+    };
+    let verdict = judge(&Review { subject: &subject, old: Some(&old), view, config, asks, absences });
     if let Some(reason) = verdict.skipped {
         response.audit_annotations.insert("skipped".into(), reason);
         return Ok((response, outcome));

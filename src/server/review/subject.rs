@@ -1,7 +1,8 @@
 //! The subject of a request: its object decoded and defaulted, the typed way when the object's
 //! text allows it, else through a JSON tree and the manifest decoder.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use serde::Deserialize;
@@ -117,6 +118,26 @@ fn scale_replicas_via_tree(object: &RawValue) -> Result<i32, BadRequest> {
         .map(|r| r.as_i64().and_then(|r| i32::try_from(r).ok()).ok_or_else(not_an_integer))
         .transpose()
         .map(|r| r.unwrap_or(0))
+}
+
+/// When the object of the request was created (`metadata.creationTimestamp`): from the decoded
+/// subject, or for a scale write from the Scale's metadata (which the apiserver copies from the
+/// workload), read without decoding the rest of it.
+pub fn created_at(request: &Request, subject: &Subject) -> Option<Timestamp> {
+    if let Some(meta) = subject.meta() {
+        return meta.creation_timestamp.as_ref().map(|t| t.0);
+    }
+    #[derive(Deserialize)]
+    struct Object {
+        metadata: Option<Meta>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        creation_timestamp: Option<Time>,
+    }
+    let object: Object = serde_json::from_str(request.object.as_deref()?.get()).ok()?;
+    object.metadata?.creation_timestamp.map(|t| t.0)
 }
 
 /// `spec.replicas` of an UPDATE's `oldObject`, read without decoding the rest of it.

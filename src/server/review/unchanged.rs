@@ -305,7 +305,7 @@ mod tests {
         let (view, config) = (Index::new(), Config::default());
         let answer = |body: &Value, webhook| {
             let request = parse(&serde_json::to_vec(body).unwrap()).unwrap();
-            let (response, _) = review(&request, webhook, &view, &config).unwrap();
+            let (response, _) = review(&request, webhook, &view, &config, &test_clock()).unwrap();
             (
                 response.allowed,
                 response.warnings.unwrap_or_default(),
@@ -377,7 +377,7 @@ mod tests {
             for webhook in [Webhook::Validate, Webhook::Mutate] {
                 let answer = |body: &Value| {
                     let request = parse(&serde_json::to_vec(body).unwrap()).ok()?;
-                    let (r, _) = review(&request, webhook, &view, &config).ok()?;
+                    let (r, _) = review(&request, webhook, &view, &config, &test_clock()).ok()?;
                     Some((r.allowed, r.result.message, r.warnings, r.patch))
                 };
                 assert_eq!(answer(&body), answer(&other), "{} {webhook:?}", entry.path().display());
@@ -385,5 +385,10 @@ mod tests {
             }
         }
         assert!(compared >= 40, "{compared} answers compared");
+    }
+
+    fn test_clock() -> crate::core::view::AdmissionClock {
+        use crate::core::view::{AdmissionClock, absence::DEFAULT_GRACE};
+        AdmissionClock::current(k8s_openapi::jiff::Timestamp::now(), DEFAULT_GRACE)
     }
 }
