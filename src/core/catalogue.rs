@@ -36,6 +36,63 @@ impl Action {
     }
 }
 
+/// Where a rule is judged: what it must know to be true when it is said (DESIGN.md §2, "Where
+/// rules are judged"). A rule about the object itself, or about objects that exist, is true at
+/// admission; one that asserts an absence is true only of a whole set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Judged {
+    /// At admission (CREATE and UPDATE), in `check` and in the audit.
+    Everywhere,
+    /// Where the nodes are known: at admission with the live view, and in the audit.
+    WithNodes,
+    /// An absence: in `check --complete` and the audit; at admission only on an UPDATE once it has
+    /// lasted (`serve --absence-grace`), never on a CREATE.
+    WholeSet,
+    /// Part of it (no selector at all) everywhere, the absence (covers no workload) as
+    /// [`Judged::WholeSet`].
+    PartlyWholeSet,
+    /// In `ha-guard audit` only (the live posture: pods, nodes, budgets' status).
+    Audit,
+    /// In `ha-guard audit --drain`, `--drain-zone` and `--drain-each` only.
+    Drain,
+}
+
+impl Judged {
+    /// The README table's word for it.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Judged::Everywhere => "everywhere",
+            Judged::WithNodes => "with nodes",
+            Judged::WholeSet => "whole set",
+            Judged::PartlyWholeSet => "partly whole set",
+            Judged::Audit => "audit",
+            Judged::Drain => "drain",
+        }
+    }
+
+    /// What the docs page says under "Judged:".
+    pub const fn text(self) -> &'static str {
+        match self {
+            Judged::Everywhere => "at admission (CREATE and UPDATE), in `check` and in the audit.",
+            Judged::WithNodes => {
+                "at admission with the live view and in the audit (it reads the nodes); not in `check`."
+            }
+            Judged::WholeSet => {
+                "in `check --complete` and in the audit (and its PolicyReports); at admission only on an \
+                 UPDATE of an object created longer ago than the grace (`serve --absence-grace`, 60 s), \
+                 never on a CREATE: it asserts an absence, which the rest of an apply may fill a moment later."
+            }
+            Judged::PartlyWholeSet => {
+                "no selector: at admission, in `check` and in the audit; covers no workload (an absence): in \
+                 `check --complete` and the audit, and at admission only on an UPDATE of a PDB created longer \
+                 ago than the grace (`serve --absence-grace`, 60 s), never on a CREATE."
+            }
+            Judged::Audit => "in `ha-guard audit` (and the background audit's reports) only, never at admission.",
+            Judged::Drain => "in `ha-guard audit --drain`, `--drain-zone` and `--drain-each` only.",
+        }
+    }
+}
+
 /// A validation rule. Declare one with [`declare_rule!`](crate::declare_rule).
 pub struct Rule {
     pub id: &'static str,
@@ -45,6 +102,8 @@ pub struct Rule {
     pub default_text: &'static str,
     /// One line: what `ha-guard rules` and the README table say the rule fires on.
     pub summary: &'static str,
+    /// Where it is judged.
+    pub judged: Judged,
     /// The rule's page, `docs/rules/<id>.md`: what `explain` prints.
     pub doc: &'static str,
 }
@@ -141,21 +200,29 @@ impl Catalogue {
 
 /// Declares a rule: `declare_rule!(pub NAME, "rule-id", Deny, "summary");` or, for a rule whose
 /// action depends on the case, `declare_rule!(pub NAME, "rule-id", Deny ("deny (...), warn (...)"),
-/// "summary");`. Its page is `docs/rules/<rule-id>.md`.
+/// "summary");`. A rule judged other than everywhere says where before its summary:
+/// `declare_rule!(pub NAME, "rule-id", Warn, judged: WholeSet, "summary");` ([`Judged`]). Its page
+/// is `docs/rules/<rule-id>.md`.
 #[macro_export]
 macro_rules! declare_rule {
-    ($(#[$attr:meta])* $vis:vis $name:ident, $id:literal, $default:ident, $summary:literal $(,)?) => {
-        $crate::declare_rule!($(#[$attr])* $vis $name, $id, $default ($crate::core::catalogue::Action::$default.as_str()), $summary);
-    };
-    ($(#[$attr:meta])* $vis:vis $name:ident, $id:literal, $default:ident ($text:expr), $summary:literal $(,)?) => {
+    (@judged) => { $crate::core::catalogue::Judged::Everywhere };
+    (@judged $judged:ident) => { $crate::core::catalogue::Judged::$judged };
+    (@full $(#[$attr:meta])* $vis:vis $name:ident, $id:literal, $default:ident ($text:expr), [$($judged:ident)?], $summary:literal) => {
         $(#[$attr])*
         $vis static $name: $crate::core::catalogue::Rule = $crate::core::catalogue::Rule {
             id: $id,
             default: $crate::core::catalogue::Action::$default,
             default_text: $text,
             summary: $summary,
+            judged: $crate::declare_rule!(@judged $($judged)?),
             doc: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/rules/", $id, ".md")),
         };
+    };
+    ($(#[$attr:meta])* $vis:vis $name:ident, $id:literal, $default:ident, $(judged: $judged:ident,)? $summary:literal $(,)?) => {
+        $crate::declare_rule!(@full $(#[$attr])* $vis $name, $id, $default ($crate::core::catalogue::Action::$default.as_str()), [$($judged)?], $summary);
+    };
+    ($(#[$attr:meta])* $vis:vis $name:ident, $id:literal, $default:ident ($text:expr), $(judged: $judged:ident,)? $summary:literal $(,)?) => {
+        $crate::declare_rule!(@full $(#[$attr])* $vis $name, $id, $default ($text), [$($judged)?], $summary);
     };
 }
 

@@ -53,9 +53,17 @@ pub fn listing() -> String {
 
 /// The README's tables of rules and mutations (between its `<!-- rules -->` markers).
 pub fn readme_tables() -> String {
-    let mut out = String::from("| ID | default | fires when |\n|---|---|---|\n");
+    let mut out = String::from("| ID | default | judged | fires when |\n|---|---|---|---|\n");
     for r in rules() {
-        let _ = writeln!(out, "| [`{}`](docs/rules/{}.md) | {} | {} |", r.id, r.id, r.default_text, r.summary);
+        let _ = writeln!(
+            out,
+            "| [`{}`](docs/rules/{}.md) | {} | {} | {} |",
+            r.id,
+            r.id,
+            r.default_text,
+            r.judged.label(),
+            r.summary
+        );
     }
     out.push_str("\n| Mutation | default | what it does |\n|---|---|---|\n");
     for m in mutations() {
@@ -70,4 +78,9 @@ pub fn default_line(id: &str) -> Option<String> {
     rule(id)
         .map(|r| format!("Default: **{}**", r.default_text))
         .or_else(|| mutation(id).map(|m| format!("Default: **{}**", if m.default_on { "on" } else { "off" })))
+}
+
+/// The line every rule's page carries, saying where the rule is judged.
+pub fn judged_line(id: &str) -> Option<String> {
+    rule(id).map(|r| format!("Judged: {}", r.judged.text()))
 }

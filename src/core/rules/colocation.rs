@@ -13,7 +13,7 @@ use crate::core::model::selector;
 use crate::core::view::{NodeInfo, View};
 use crate::declare_rule;
 
-declare_rule!(pub SPREAD_UNSATISFIABLE, "spread-unsatisfiable", Warn, "the ceiling exceeds what the schedulable nodes can place under the hard constraints");
+declare_rule!(pub SPREAD_UNSATISFIABLE, "spread-unsatisfiable", Warn, judged: WithNodes, "the ceiling exceeds what the schedulable nodes can place under the hard constraints");
 declare_rule!(pub REPLICAS_COLOCATED, "replicas-colocated", Warn, "several replicas and nothing keeps them on different nodes");
 declare_rule!(pub HOST_NETWORK_COLOCATION, "host-network-colocation", Deny, "hostNetwork with several replicas and no hard one-per-node rule");
 

@@ -27,8 +27,8 @@ use crate::core::model::{Kind, ObjectRef, selector};
 use crate::core::view::{PdbInfo, PodInfo, PodOwner, PodPhase, View};
 use crate::declare_rule;
 
-declare_rule!(pub DRAIN_BLOCKED, "drain-blocked", Warn, "audit --drain: a PDB would refuse an eviction of the drain (the PDB, the pods, why)");
-declare_rule!(pub DRAIN_TAKES_ALL_REPLICAS, "drain-takes-all-replicas", Warn, "audit --drain: a workload would lose every ready replica");
+declare_rule!(pub DRAIN_BLOCKED, "drain-blocked", Warn, judged: Drain, "audit --drain: a PDB would refuse an eviction of the drain (the PDB, the pods, why)");
+declare_rule!(pub DRAIN_TAKES_ALL_REPLICAS, "drain-takes-all-replicas", Warn, judged: Drain, "audit --drain: a workload would lose every ready replica");
 
 pub static RULES: &[&Rule] = &[&DRAIN_BLOCKED, &DRAIN_TAKES_ALL_REPLICAS];
 

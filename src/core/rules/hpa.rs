@@ -11,7 +11,7 @@ use crate::core::view::{HpaInfo, View, WorkloadInfo};
 use crate::declare_rule;
 
 declare_rule!(pub HPA_REPLICA_BOUNDS, "hpa-replica-bounds", Deny, "an HPA's minReplicas is above maxReplicas, or below 1");
-declare_rule!(pub HPA_TARGET_MISSING, "hpa-target-missing", Warn, "an HPA's scaleTargetRef names no workload (complete view)");
+declare_rule!(pub HPA_TARGET_MISSING, "hpa-target-missing", Warn, judged: WholeSet, "an HPA's scaleTargetRef names no workload (complete view)");
 declare_rule!(pub HPA_REPLICAS_CONFLICT, "hpa-replicas-conflict", Warn, "a workload sets spec.replicas while an HPA or ScaledObject scales it: every apply resets the count");
 
 pub static RULES: &[&Rule] = &[&HPA_REPLICA_BOUNDS, &HPA_TARGET_MISSING, &HPA_REPLICAS_CONFLICT];

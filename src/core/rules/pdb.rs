@@ -16,8 +16,8 @@ use crate::declare_rule;
 declare_rule!(pub PDB_BLOCKS_EVICTION, "pdb-blocks-eviction", Deny, "a PDB allows zero disruptions when its workloads run at their floor");
 declare_rule!(pub PDB_OVERLAP, "pdb-overlap", Deny, "a workload's pods are covered by more than one PDB");
 declare_rule!(pub PDB_SELECTOR_EMPTY, "pdb-selector-empty", Warn, "a PDB selector is {}: it covers every pod in the namespace");
-declare_rule!(pub PDB_SELECTS_NOTHING, "pdb-selects-nothing", Warn, "a PDB has no selector, or covers no workload (complete view)");
-declare_rule!(pub PDB_MISSING, "pdb-missing", Warn, "a multi-replica workload has no PDB (complete view)");
+declare_rule!(pub PDB_SELECTS_NOTHING, "pdb-selects-nothing", Warn, judged: PartlyWholeSet, "a PDB has no selector, or covers no workload (complete view)");
+declare_rule!(pub PDB_MISSING, "pdb-missing", Warn, judged: WholeSet, "a multi-replica workload has no PDB (complete view)");
 declare_rule!(pub PDB_UNHEALTHY_EVICTION_POLICY, "pdb-unhealthy-eviction-policy", Warn, "a PDB sets unhealthyPodEvictionPolicy: IfHealthyBudget");
 
 pub static RULES: &[&Rule] = &[

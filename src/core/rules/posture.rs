@@ -16,10 +16,10 @@ use crate::core::model::{Subject, Workload, selector};
 use crate::core::view::{PdbInfo, PodInfo, PodPhase, View, bounds};
 use crate::declare_rule;
 
-declare_rule!(pub REPLICAS_SHARE_NODE, "replicas-share-node", Warn, "running replicas share a node (or a zone) that one failure or drain takes at once (audit)");
-declare_rule!(pub PDB_DISRUPTIONS_BLOCKED, "pdb-disruptions-blocked", Warn, "a PDB allows no disruption now (status.disruptionsAllowed 0): a drain would hang (audit)");
-declare_rule!(pub SPREAD_PENDING, "spread-pending", Warn, "pods stay Pending because a DoNotSchedule topology spread cannot be met (audit)");
-declare_rule!(pub POD_ON_CORDONED_NODE, "pod-on-cordoned-node", Warn, "pods tolerate the cordon taint and run on a cordoned node (audit)");
+declare_rule!(pub REPLICAS_SHARE_NODE, "replicas-share-node", Warn, judged: Audit, "running replicas share a node (or a zone) that one failure or drain takes at once (audit)");
+declare_rule!(pub PDB_DISRUPTIONS_BLOCKED, "pdb-disruptions-blocked", Warn, judged: Audit, "a PDB allows no disruption now (status.disruptionsAllowed 0): a drain would hang (audit)");
+declare_rule!(pub SPREAD_PENDING, "spread-pending", Warn, judged: Audit, "pods stay Pending because a DoNotSchedule topology spread cannot be met (audit)");
+declare_rule!(pub POD_ON_CORDONED_NODE, "pod-on-cordoned-node", Warn, judged: Audit, "pods tolerate the cordon taint and run on a cordoned node (audit)");
 
 pub static RULES: &[&Rule] = &[&REPLICAS_SHARE_NODE, &PDB_DISRUPTIONS_BLOCKED, &SPREAD_PENDING, &POD_ON_CORDONED_NODE];
 

@@ -13,7 +13,7 @@ use crate::core::model::{Subject, Workload};
 use crate::core::view::{NodeInfo, View, bounds};
 use crate::declare_rule;
 
-declare_rule!(pub SPREAD_ZONE_MISSING, "spread-zone-missing", Warn, "several replicas on nodes in several zones, and nothing spreads them over zones (live view)");
+declare_rule!(pub SPREAD_ZONE_MISSING, "spread-zone-missing", Warn, judged: WithNodes, "several replicas on nodes in several zones, and nothing spreads them over zones (live view)");
 
 pub static RULES: &[&Rule] = &[&SPREAD_ZONE_MISSING];
 

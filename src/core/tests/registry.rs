@@ -102,6 +102,13 @@ fn every_entry_has_its_page() {
         assert!(doc.starts_with(&format!("# {id}\n")), "docs/rules/{id}.md must start with '# {id}'");
         let default = default_line(id).unwrap();
         assert_eq!(doc.lines().nth(2), Some(default.as_str()), "docs/rules/{id}.md: the default line");
+        if let Some(judged) = judged_line(id) {
+            let unwrapped = doc.replace('\n', " ");
+            assert!(
+                unwrapped.contains(&judged),
+                "docs/rules/{id}.md must say where it is judged, in one paragraph: {judged}"
+            );
+        }
         for section in ["## What it catches", "## Why it matters", "## Example", "## How to fix", "## How to exempt"] {
             let section = if id.starts_with("inject-") {
                 match section {
