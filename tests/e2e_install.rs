@@ -828,12 +828,14 @@ fn writes(cp: &ControlPlane, pods: &[Pod]) {
     // Denied, and nothing stored.
     cp.kubectl_in(&["apply", "-f", "-"], &canary_deny(ns)).denied(&["prestop-exceeds-grace"]);
     assert!(!cp.kubectl(&["get", "deployment", "canary", "-n", ns]).ok(), "nothing stored");
-    // Warned (no PDB covers it) and mutated (its spread gets the workload's selector).
+    // Warned (its pods are killed without a grace) and mutated (its spread gets the workload's
+    // selector).
     let web = pod(
         deployment(ns, "web", 2),
-        json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]}),
+        json!({"terminationGracePeriodSeconds": 0,
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]}),
     );
-    cp.apply(&web).success().warns(&["pdb-missing"]);
+    cp.apply(&web).success().warns(&["termination-grace-zero"]);
     let got = cp.kubectl(&["get", "deployment", "web", "-n", ns, "-o", "json"]).success().json();
     assert_eq!(
         got["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["labelSelector"],
@@ -1182,13 +1184,16 @@ fn upgrade(
     balancer: &Balancer,
 ) {
     let ns = "apps-2";
-    let unbudgeted = deployment(ns, "unbudgeted", 2);
-    // Before: pdb-missing warns (its default).
-    cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &unbudgeted.to_string()).success().warns(&["pdb-missing"]);
+    // Two replicas and nothing keeps them apart.
+    let colocated = deployment(ns, "colocated", 2);
+    // Before: replicas-colocated warns (its default).
+    cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &colocated.to_string())
+        .success()
+        .warns(&["replicas-colocated"]);
     let values = cp.root().join("my-values.yaml");
     let readme_values = readme_values();
     assert!(
-        readme_values.contains("replicaCount: 3") && readme_values.contains("pdb-missing: deny"),
+        readme_values.contains("replicaCount: 3") && readme_values.contains("replicas-colocated: deny"),
         "{readme_values}"
     );
     std::fs::write(&values, &readme_values).expect("my-values.yaml");
@@ -1262,7 +1267,7 @@ fn upgrade(
 
     // After: the new rule is enforced, by every replica.
     for _ in 0..pods.len() {
-        cp.kubectl_in(&["apply", "-f", "-"], &unbudgeted.to_string()).denied(&["pdb-missing"]);
+        cp.kubectl_in(&["apply", "-f", "-"], &colocated.to_string()).denied(&["replicas-colocated"]);
     }
     // The certificates are those of before: the Secret's data and every caBundle unchanged, and
     // no replica made or issued anything; the new replica serves what the Secret holds.

@@ -488,12 +488,13 @@ fn writes(cp: &ControlPlane) {
     cp.kubectl_in(&["apply", "-f", "-"], &canary_deny(ns)).denied(&["prestop-exceeds-grace"]);
     poll("the mutating webhook mutates", WAIT, Duration::from_millis(200), || mutating_live(cp, ns))
         .unwrap_or_else(|e| panic!("{e}"));
-    // Warned and mutated: a spread without labelSelector gets one; no PDB covers it.
+    // Warned and mutated: a spread without labelSelector gets one; its pods get no grace.
     let doc = pod(
         deployment(ns, "web", 2),
-        json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]}),
+        json!({"terminationGracePeriodSeconds": 0,
+            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}]}),
     );
-    cp.apply(&doc).success().warns(&["pdb-missing"]);
+    cp.apply(&doc).success().warns(&["termination-grace-zero"]);
     let got = cp.kubectl(&["get", "deployment", "web", "-n", ns, "-o", "json"]).success().json();
     assert_eq!(
         got["spec"]["template"]["spec"]["topologySpreadConstraints"][0]["labelSelector"],
