@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use super::context::{Ctx, Emitter, scaled_workload};
 use crate::core::catalogue::Rule;
-use crate::core::model::arith::{self, Disruption};
+use crate::core::model::arith::{self, Budget, Disruption};
 use crate::core::model::selector::{self, render};
 use crate::core::model::{ObjectRef, Subject};
+use crate::core::view::budget::selected_pods;
 use crate::core::view::{Bounds, PdbInfo, View, WorkloadInfo, bounds};
 use crate::declare_rule;
 
@@ -71,20 +72,33 @@ fn blocks_message(pdb: &PdbInfo, cov: &Coverage) -> (String, String) {
         .filter(|(_, b)| b.floor > 0)
         .map(|(w, b)| format!("{} floor {}", b.describe(w), b.floor))
         .collect();
+    let plural = |n: i32| if n == 1 { "" } else { "s" };
+    let consequence = "so every voluntary eviction is refused: kubectl drain hangs, node upgrades stall and \
+                       autoscaler consolidation is blocked, while a node that dies is not prevented.";
+    if budget == Budget::Unset {
+        let what = format!(
+            "{} sets neither minAvailable nor maxUnavailable and covers {}: for such a budget the disruption \
+             controller expects no pods and allows 0 disruptions however many of the {} pod{} are healthy, {consequence}",
+            pdb.id,
+            covered.join(", "),
+            d.pods,
+            plural(d.pods),
+        );
+        let fix = "set maxUnavailable: 1 (it always leaves one pod to evict), or minAvailable below the replicas.";
+        return (what, fix.to_string());
+    }
     let what = format!(
-        "{} ({}) covers {}: at their floor of {} pod{} it requires {} healthy and allows {} disruption{}, so \
-         every voluntary eviction is refused: kubectl drain hangs, node upgrades stall and autoscaler \
-         consolidation is blocked, while a node that dies is not prevented.",
+        "{} ({}) covers {}: at their floor of {} pod{} it requires {} healthy and allows {} disruption{}, {consequence}",
         pdb.id,
         budget.describe(),
         covered.join(", "),
-        d.expected,
-        if d.expected == 1 { "" } else { "s" },
+        d.pods,
+        plural(d.pods),
         d.desired_healthy,
-        d.allowed.max(0),
-        if d.allowed == 1 { "" } else { "s" },
+        d.allowed,
+        plural(d.allowed),
     );
-    let fix = if d.expected <= 1 {
+    let fix = if d.pods <= 1 {
         "use maxUnavailable: 1 in the PDB (it always leaves one pod to evict), or run at least 2 replicas \
          (HPA minReplicas 2) with minAvailable 1."
             .to_string()
@@ -92,8 +106,8 @@ fn blocks_message(pdb: &PdbInfo, cov: &Coverage) -> (String, String) {
         format!(
             "lower the budget so at least one of the {} pods may be evicted (maxUnavailable: 1, or minAvailable \
              at most {}).",
-            d.expected,
-            d.expected - 1
+            d.pods,
+            d.pods - 1
         )
     };
     (what, fix)
@@ -151,7 +165,10 @@ fn pdb_side(ctx: &Ctx, pdb: &PdbInfo, policy: Option<&str>, out: &mut Emitter) {
     }
     let Some(cov) = coverage(ctx.view, pdb) else { return };
     if cov.workloads.is_empty() {
-        if ctx.absence_is_fact() {
+        // Pods of no workload (bare pods, a Job's) are protected all the same, or blocked: an
+        // integer minAvailable counts them, a maxUnavailable or a percentage expects none of them and
+        // refuses every eviction (pdb-disruptions-blocked says so in the audit, whose view has pods).
+        if ctx.absence_is_fact() && selected_pods(ctx.view, pdb).is_empty() {
             out.emit(
                 &PDB_SELECTS_NOTHING,
                 "spec.selector",

@@ -209,7 +209,7 @@ fn unbudgeted(view: &dyn View, w: &WorkloadInfo, absences: Absences) -> Option<S
         if d.desired_healthy >= 1 && d.allowed >= 1 {
             return None;
         }
-        why.push(if d.desired_healthy < 1 {
+        why.push(if d.allowed >= 1 {
             format!("PodDisruptionBudget {} ({}) keeps none of its pods up", pdb.id.name, pdb.budget().describe())
         } else {
             format!(

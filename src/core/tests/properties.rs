@@ -38,7 +38,8 @@ fn written() -> impl Strategy<Value = Written> {
     prop_oneof![(0..60i32).prop_map(Written::Int), (0..=100i32).prop_map(Written::Percent)]
 }
 
-/// The reference: DESIGN.md §3 read literally, with `f64::ceil` for the percentages.
+/// The reference: DESIGN.md §3 read literally (every pod healthy, each workload's scale its pods),
+/// with `f64::ceil` for the percentages.
 fn reference(min_available: bool, w: &Written, expected: i32) -> (i32, i32, bool) {
     let e = f64::from(expected);
     // p × e is an exact integer in f64, and one division by 100 rounds correctly; (p / 100) × e
@@ -47,10 +48,11 @@ fn reference(min_available: bool, w: &Written, expected: i32) -> (i32, i32, bool
     let desired = match (min_available, w) {
         (true, Written::Int(n)) => f64::from(*n),
         (true, Written::Percent(p)) => percent_of(*p),
-        (false, Written::Int(m)) => e - f64::from(*m),
-        (false, Written::Percent(p)) => e - percent_of(*p),
+        (false, Written::Int(m)) => (e - f64::from(*m)).max(0.0),
+        (false, Written::Percent(p)) => (e - percent_of(*p)).max(0.0),
     };
-    let allowed = e - desired;
+    // Every pod healthy; nothing is allowed below zero, nor when nothing is expected.
+    let allowed = if expected <= 0 { 0.0 } else { (e - desired).max(0.0) };
     (desired as i32, allowed as i32, expected >= 1 && allowed <= 0.0)
 }
 
@@ -76,6 +78,7 @@ proptest! {
         };
         let d = arith::disruption(&budget, expected).expect("a valid budget");
         let (desired, allowed, blocks) = reference(min_available, &w, expected);
+        prop_assert_eq!(d.pods, expected);
         prop_assert_eq!(d.expected, expected);
         prop_assert_eq!(d.desired_healthy, desired, "{:?} over {}", budget, expected);
         prop_assert_eq!(d.allowed, allowed, "{:?} over {}", budget, expected);

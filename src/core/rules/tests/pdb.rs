@@ -600,3 +600,65 @@ fn a_fragment_gets_no_pdb_missing_and_no_fix_suggests_an_empty_selector() {
     assert_eq!(missing.len(), 1, "{f:#?}");
     assert!(missing[0].fix.contains("selector app=web") && !missing[0].fix.contains("{}"), "{}", missing[0].fix);
 }
+
+// ---------------------------------------------------------------------------------------------
+// A budget with neither field (the disruption controller expects nothing and allows nothing)
+
+/// `getExpectedPodCount` sets no expected count for a PDB with neither `minAvailable` nor
+/// `maxUnavailable`, and `updatePdbStatus` allows 0 disruptions when nothing is expected: such a
+/// PDB refuses every eviction of the pods it selects, whatever their number.
+#[rstest]
+#[case::one_replica(1)]
+#[case::three_replicas(3)]
+#[case::ten_replicas(10)]
+fn a_budget_with_neither_field_blocks_every_eviction(#[case] replicas: i32) {
+    let unset = pdb("web", "web", "unhealthyPodEvictionPolicy: AlwaysAllow");
+    let f = findings(&unset, &deploy("web", "web", Some(replicas)), false);
+    let blocks = of_rule(&f, "pdb-blocks-eviction");
+    assert_eq!(blocks.len(), 1, "{f:#?}");
+    let b = blocks[0];
+    assert_eq!(b.path, "spec.minAvailable");
+    assert!(b.what.contains("sets neither minAvailable nor maxUnavailable"), "{}", b.what);
+    assert!(b.what.contains(&format!("allows 0 disruptions however many of the {replicas} pod")), "{}", b.what);
+    assert!(b.fix.contains("maxUnavailable: 1"), "{}", b.fix);
+    // From the workload's side too, anchored at the PDB.
+    let f = findings(&deploy("web", "web", Some(replicas)), &unset, false);
+    let blocks = of_rule(&f, "pdb-blocks-eviction");
+    assert_eq!(blocks.len(), 1, "{f:#?}");
+    assert_eq!(blocks[0].anchor, ObjectRef::new(Kind::PodDisruptionBudget, "default", "web"));
+}
+
+/// Boundary: the same PDB over nothing blocks nothing; a workload scaled to 0 contributes nothing.
+#[test]
+fn a_budget_with_neither_field_over_no_pod_blocks_nothing() {
+    let unset = pdb("web", "web", "unhealthyPodEvictionPolicy: AlwaysAllow");
+    assert!(of_rule(&findings(&unset, &deploy("web", "web", Some(0)), false), "pdb-blocks-eviction").is_empty());
+    assert!(of_rule(&findings(&unset, "", false), "pdb-blocks-eviction").is_empty());
+}
+
+/// maxUnavailable above the replicas: the controller clamps desired healthy at 0 and allows every
+/// pod to go, so it does not block (and the message never shows a negative count).
+#[rstest]
+#[case::int("maxUnavailable: 5", 2)]
+#[case::percent("maxUnavailable: 100%", 3)]
+fn max_unavailable_above_the_replicas_does_not_block(#[case] budget: &str, #[case] replicas: i32) {
+    let f = findings(&pdb("web", "web", budget), &deploy("web", "web", Some(replicas)), false);
+    assert!(of_rule(&f, "pdb-blocks-eviction").is_empty(), "{f:#?}");
+}
+
+/// In the audit the view holds pods: a PDB over pods of no workload (bare pods) does not "protect
+/// nothing" (an integer minAvailable counts them; a maxUnavailable blocks them, which
+/// pdb-disruptions-blocked says).
+#[test]
+fn a_pdb_over_bare_pods_is_not_said_to_select_nothing() {
+    use crate::core::testing::{pod, view_with_pods};
+    use crate::core::view::PodOwner;
+    let bare = crate::core::view::PodInfo { owner: PodOwner::Unmanaged, ..pod("solo", "web", "n1") };
+    let budget = pdb("web", "web", "maxUnavailable: 1");
+    let with_pods = view_with_pods("", vec![bare]);
+    let f = rules::evaluate(&crate::core::testing::subject(&budget), &with_pods, &Config::default()).findings;
+    assert!(of_rule(&f, "pdb-selects-nothing").is_empty(), "{f:#?}");
+    // Without the pods, the same PDB in a complete view selects nothing.
+    let f = findings(&budget, "", true);
+    assert_eq!(of_rule(&f, "pdb-selects-nothing").len(), 1, "{f:#?}");
+}
