@@ -114,6 +114,34 @@ pub fn decide(eval: Evaluation, namespace: &str, view: &dyn View, config: &Confi
     decided
 }
 
+/// Decides findings that are facts (what a drain would do, DESIGN.md §3 "Drains"): the
+/// configuration's action applies (`off` turns the rule off, `deny` makes an audit fail), while an
+/// exemption, an exempt namespace or a namespace mode hides nothing: the finding says it instead.
+pub fn decide_facts(eval: Evaluation, namespace: &str, view: &dyn View, config: &Config, ctx: &Context) -> Decided {
+    let mut decided = Decided { findings: Vec::with_capacity(eval.findings.len()), ..Default::default() };
+    let skipped = skip_reason(namespace, view, config);
+    let mode = mode_of(namespace, view);
+    for mut f in eval.findings {
+        f.action = match config.action(f.rule, f.action.action()) {
+            Action::Deny => Decision::Deny,
+            Action::Warn => Decision::Warn,
+            Action::Off => continue,
+        };
+        if let Some((who, reason)) = exemption(&f, view, ctx, &mut decided.warnings) {
+            f.notes.push(Note::Fact { why: format!("{who} is exempt from {} ({reason})", f.rule) });
+        }
+        if let Some(reason) = &skipped {
+            f.notes.push(Note::Fact { why: reason.clone() });
+        } else if mode == Mode::Warn {
+            f.notes.push(Note::Fact { why: format!("namespace {namespace} is labelled {MODE_LABEL}=warn") });
+        }
+        decided.findings.push(f);
+    }
+    decided.warnings.sort();
+    decided.warnings.dedup();
+    decided
+}
+
 /// Whether the decision would read the old object's findings: only a finding that denies after
 /// config can be ratcheted, and never on a scale write. Most UPDATEs deny nothing, and decoding
 /// and evaluating `oldObject` was a third of their cost, so shells decode it only when this says so.

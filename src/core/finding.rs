@@ -52,6 +52,9 @@ pub enum Note {
     PreExisting,
     /// A deny in a namespace labelled `ha-guard.io/mode: warn`.
     NamespaceWarn { namespace: String },
+    /// A fact (what a drain would do) reported whatever exempts the object from policy: `why`
+    /// says what would have hidden a policy finding (an exemption, a namespace mode).
+    Fact { why: String },
 }
 
 impl Note {
@@ -61,7 +64,7 @@ impl Note {
             Note::PreExisting => Some("pre-existing"),
             Note::NamespaceWarn { .. } => Some("namespace in warn mode"),
             Note::ScaleWrite => Some("scale writes only warn"),
-            Note::Exempted { .. } => None,
+            Note::Exempted { .. } | Note::Fact { .. } => None,
         }
     }
 }
@@ -73,6 +76,7 @@ impl fmt::Display for Note {
             Note::ScaleWrite => f.write_str("scale writes are never denied"),
             Note::PreExisting => f.write_str("pre-existing"),
             Note::NamespaceWarn { namespace } => write!(f, "namespace {namespace} is labelled {MODE_LABEL}=warn"),
+            Note::Fact { why } => write!(f, "reported although {why}: a drain is a fact, not a policy"),
         }
     }
 }

@@ -69,8 +69,9 @@ pub fn audit(review: &Review) -> Verdict {
     judge_with(review, |subject, view, config, _| rules::audit(subject, view, config))
 }
 
-/// A drain of `nodes` replayed on the view ([`rules::drain`]), its findings decided as any
-/// other: config actions, exemptions (on the PDB or the workload), namespace modes.
+/// A drain of `nodes` replayed on the view ([`rules::drain`]). Its findings are facts: the
+/// configuration's actions apply, while exemptions (on the PDB or the workload), exempt namespaces
+/// and namespace modes hide nothing and are said in the finding ([`decide::decide_facts`]).
 pub fn drain(view: &dyn View, config: &Config, nodes: &[String], drained: &str) -> Decided {
     let mut all = Decided::default();
     for f in rules::drain::simulate(view, nodes, drained) {
@@ -80,7 +81,7 @@ pub fn drain(view: &dyn View, config: &Config, nodes: &[String], drained: &str) 
         let namespace = f.object.namespace.clone();
         let ctx = Context { subject_exemptions: view.exemptions(&f.object), ..Default::default() };
         let eval = rules::Evaluation { findings: vec![f], unchecked: Vec::new() };
-        let decided = decide::decide(eval, &namespace, view, config, &ctx);
+        let decided = decide::decide_facts(eval, &namespace, view, config, &ctx);
         all.findings.extend(decided.findings);
         all.warnings.extend(decided.warnings);
     }

@@ -22,8 +22,9 @@ use super::posture::pod_names;
 use super::zones::ZONE;
 use crate::core::catalogue::Rule;
 use crate::core::finding::Finding;
-use crate::core::model::arith::{self, Amount, Budget};
-use crate::core::model::{Kind, ObjectRef, selector};
+use crate::core::model::arith;
+use crate::core::model::ObjectRef;
+use crate::core::view::budget::{Source, budget_now, selected_pods};
 use crate::core::view::{PdbInfo, PodInfo, PodOwner, PodPhase, View};
 use crate::declare_rule;
 
@@ -44,6 +45,9 @@ struct Ledger {
     current: i32,
     desired: i32,
     allowed: i32,
+    /// Where the numbers come from, and why it expects no pod when it selects some.
+    source: Source,
+    expects_none: Option<&'static str>,
     evicted: Vec<Arc<str>>,
     /// Refused evictions: the pod and why.
     refused: Vec<(Arc<str>, String)>,
@@ -52,48 +56,35 @@ struct Ledger {
 }
 
 impl Ledger {
-    /// The budget over the namespace's pods it selects, as the disruption controller counts:
-    /// expected pods are the pods themselves for an integer minAvailable (or no budget), else the
-    /// scale of the workloads running them.
-    fn open(view: &dyn View, namespace: &str, pdb: Arc<PdbInfo>) -> Ledger {
-        let selected: Vec<Arc<PodInfo>> = match &pdb.selector {
-            Some(sel) => view
-                .pods_in(namespace)
-                .into_iter()
-                .filter(|p| !p.phase.terminal() && selector::matches(sel, &p.labels))
-                .collect(),
-            None => Vec::new(),
+    /// The budget as the eviction API reads it: the PDB's status when it is current, else what the
+    /// disruption controller computes from the pods ([`budget_now`]).
+    fn open(view: &dyn View, pdb: Arc<PdbInfo>) -> Ledger {
+        let now = budget_now(view, &pdb);
+        // A value that is no amount (the apiserver refuses such a PDB) protects everything.
+        let (status, source, expects_none) = match now {
+            Some(n) => (n.status, n.source, n.expects_none),
+            None => {
+                let healthy = selected_pods(view, &pdb).iter().filter(|p| p.ready && !p.terminating).count() as i32;
+                let status =
+                    arith::Status { expected: healthy, desired_healthy: healthy, current_healthy: healthy, allowed: 0 };
+                (status, Source::Computed, None)
+            }
         };
-        let current = selected.iter().filter(|p| p.healthy()).count() as i32;
-        let budget = pdb.budget();
-        let by_pods = match &budget {
-            Budget::MinAvailable(v) => matches!(arith::amount(v), Ok(Amount::Int(_))),
-            Budget::MaxUnavailable(_) => false,
-            Budget::Unset => true,
-        };
-        let expected = if by_pods {
-            selected.len() as i32
-        } else {
-            let owners: BTreeSet<(Kind, &str)> = selected.iter().filter_map(|p| p.workload()).collect();
-            let scale: i32 =
-                owners.iter().map(|(kind, name)| view.workload(*kind, namespace, name).map_or(0, |w| w.replicas)).sum();
-            scale + selected.iter().filter(|p| p.workload().is_none()).count() as i32
-        };
-        // A value that is no amount (refused by the apiserver anyway) protects everything.
-        let desired = arith::disruption(&budget, expected).map_or(expected, |d| d.desired_healthy);
         Ledger {
             pdb,
-            healthy_before: current,
-            current,
-            desired,
-            allowed: current - desired,
+            healthy_before: status.current_healthy,
+            current: status.current_healthy,
+            desired: status.desired_healthy,
+            allowed: status.allowed,
+            source,
+            expects_none,
             evicted: Vec::new(),
             refused: Vec::new(),
             workloads: BTreeSet::new(),
         }
     }
 
-    /// Asks to evict `pod`: true when the eviction API would take it.
+    /// Asks to evict `pod` as the eviction API decides: true when it would take it.
     fn evict(&mut self, pod: &PodInfo) -> bool {
         if !pod.healthy() {
             // Not Ready: it counts toward nothing.
@@ -110,7 +101,7 @@ impl Ledger {
             self.evicted.push(pod.name.clone());
             return true;
         }
-        let why = if pod.healthy() {
+        let mut why = if pod.healthy() {
             format!("{} healthy, {} needed: 0 disruptions allowed", self.current, self.desired)
         } else {
             format!(
@@ -119,11 +110,25 @@ impl Ledger {
                 self.current, self.desired
             )
         };
+        if let Some(reason) = self.expects_none {
+            why.push_str(&format!("; it expects no pods: {reason}"));
+        }
         self.refused.push((pod.name.clone(), why));
         if let Some((kind, name)) = pod.workload() {
             self.workloads.insert(ObjectRef::new(kind, &self.pdb.id.namespace, name));
         }
         false
+    }
+
+    /// Where its numbers came from, for the message: said only of a stale status.
+    fn provenance(&self) -> String {
+        match self.source {
+            Source::Status | Source::Computed => String::new(),
+            Source::Stale { observed, generation } => format!(
+                " (its status is stale, observedGeneration {observed} < generation {generation}: the eviction API \
+                 refuses every eviction until the disruption controller catches up; computed from the spec)"
+            ),
+        }
     }
 }
 
@@ -158,8 +163,7 @@ pub fn simulate(view: &dyn View, nodes: &[String], drained: &str) -> Vec<Finding
             match covering.as_slice() {
                 [] => {}
                 [one] => {
-                    let ledger =
-                        ledgers.entry(one.id.clone()).or_insert_with(|| Ledger::open(view, &namespace, one.clone()));
+                    let ledger = ledgers.entry(one.id.clone()).or_insert_with(|| Ledger::open(view, one.clone()));
                     refused = !ledger.evict(&pod);
                 }
                 many => {
@@ -197,13 +201,14 @@ pub fn simulate(view: &dyn View, nodes: &[String], drained: &str) -> Vec<Finding
             pdb.budget().path(),
             format!(
                 "a drain of {drained} (cordoned first, then each pod evicted, as kubectl drain does) meets {} \
-                 ({}; {} of its pods healthy now, {} needed): it {evicted}, then refuses the eviction of {} \
+                 ({}; {} of its pods healthy now, {} needed{}): it {evicted}, then refuses the eviction of {} \
                  ({}). The drain waits on it until a replacement is Ready on another node, and hangs if none can \
                  start there.",
                 pdb.id,
                 pdb.budget().describe(),
                 ledger.healthy_before,
                 ledger.desired,
+                ledger.provenance(),
                 pod_names(refused.iter().map(String::as_str)),
                 first.1,
             ),

@@ -13,6 +13,7 @@ use super::zones::{ZONE, takes};
 use crate::core::catalogue::Rule;
 use crate::core::model::pod::{HOSTNAME, kept_apart, spread_constraints};
 use crate::core::model::{Subject, Workload, selector};
+use crate::core::view::budget::{Source, budget_now};
 use crate::core::view::{PdbInfo, PodInfo, PodPhase, View, bounds};
 use crate::declare_rule;
 
@@ -249,15 +250,58 @@ fn pod_on_cordoned_node(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
     );
 }
 
-/// `pdb-disruptions-blocked`: the disruption controller says the PDB allows no eviction now, while
-/// it expects pods: every drain of their nodes waits (and `kubectl drain` hangs) until that changes.
+/// `pdb-disruptions-blocked`: the PDB's status (what the eviction API reads) allows no eviction
+/// now while it has pods to protect: it expects some, or has healthy ones it expects none of (a
+/// budget with neither field, pods without a controller under a maxUnavailable); or the status is
+/// stale, which refuses every eviction. Every drain of their nodes waits (and `kubectl drain`
+/// hangs) until that changes. A PDB the disruption controller has not written yet is not judged.
 fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
-    let Some(status) = pdb.status else { return };
-    if status.disruptions_allowed > 0 || status.expected_pods < 1 {
+    if pdb.status.is_none() {
+        return;
+    }
+    let covered = pdb.selector.as_ref().map(|s| view.workloads_selected_by(&pdb.id.namespace, s)).unwrap_or_default();
+    let workloads: Vec<String> = covered.iter().map(|w| format!("{} {}", w.id.kind, w.id.name)).collect();
+    let covering = if workloads.is_empty() { String::new() } else { format!(" (covering {})", workloads.join(", ")) };
+    let related = covered.iter().map(|w| w.id.clone()).collect::<Vec<_>>();
+    let Some(now) = budget_now(view, pdb) else { return };
+    if let Source::Stale { observed, generation } = now.source {
+        out.emit(
+            &PDB_DISRUPTIONS_BLOCKED,
+            "status.observedGeneration",
+            format!(
+                "{}{covering} has a stale status (observedGeneration {observed} < generation {generation}): the \
+                 eviction API refuses every eviction of its pods until the disruption controller has computed the \
+                 current spec, so a drain of their nodes waits.",
+                pdb.id
+            ),
+            "check that kube-controller-manager runs with its disruption controller (its log, its leader \
+             Lease); the status catches up within seconds when it does.",
+        )
+        .related(related);
+        return;
+    }
+    let Some(status) = pdb.current_status() else { return };
+    if status.disruptions_allowed > 0 {
+        return;
+    }
+    if status.expected_pods < 1 {
+        let Some(why) = now.expects_none.filter(|_| status.current_healthy >= 1) else { return };
+        out.emit(
+            &PDB_DISRUPTIONS_BLOCKED,
+            "status.disruptionsAllowed",
+            format!(
+                "{}{covering} allows 0 disruptions now and expects no pods although {} of its pods are healthy: \
+                 {why}. Every eviction of them is refused, so a drain of their nodes (kubectl drain, node upgrades, \
+                 autoscaler consolidation) hangs until that changes.",
+                pdb.id, status.current_healthy
+            ),
+            "set maxUnavailable: 1 over pods of a Deployment or StatefulSet, or an integer minAvailable (it counts \
+             the pods themselves) where the pods have no controller.",
+        )
+        .related(related);
         return;
     }
     let budget = pdb.budget().describe();
-    let covered = pdb.selector.as_ref().map(|s| view.workloads_selected_by(&pdb.id.namespace, s)).unwrap_or_default();
     // Unhealthy pods are the reason whenever some expected pod is not healthy, also when exactly
     // the needed number still is (minAvailable 1 over 2, one not Ready: 1 healthy, 1 needed, 0
     // allowed); too few replicas when even every pod healthy would leave no disruption.
@@ -309,8 +353,6 @@ fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
                 .to_string(),
         )
     };
-    let workloads: Vec<String> = covered.iter().map(|w| format!("{} {}", w.id.kind, w.id.name)).collect();
-    let covering = if workloads.is_empty() { String::new() } else { format!(" (covering {})", workloads.join(", ")) };
     out.emit(
         &PDB_DISRUPTIONS_BLOCKED,
         "status.disruptionsAllowed",
@@ -321,7 +363,7 @@ fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
         ),
         fix,
     )
-    .related(covered.iter().map(|w| w.id.clone()).collect());
+    .related(related);
 }
 
 #[cfg(test)]

@@ -837,6 +837,7 @@ mod tests {
                 exemptions: Exemptions::new(),
                 always_allow_unhealthy: false,
                 status: None,
+                generation: 1,
             });
             for _ in 0..10 {
                 let labels: BTreeMap<String, String> = (0..next(4)).map(|_| pair(next(9))).collect();

@@ -8,6 +8,7 @@
 
 pub mod absence;
 pub mod bounds;
+pub mod budget;
 pub mod index;
 pub mod lookup;
 pub mod overlay;

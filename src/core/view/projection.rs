@@ -80,6 +80,8 @@ pub struct PdbInfo {
     pub always_allow_unhealthy: bool,
     /// What the disruption controller last wrote in `status`, if it has (`pdb-disruptions-blocked`).
     pub status: Option<PdbStatus>,
+    /// `metadata.generation`: a status observed at an older one is stale.
+    pub generation: i64,
 }
 
 /// A PDB's `status` as the disruption controller writes it.
@@ -89,6 +91,8 @@ pub struct PdbStatus {
     pub expected_pods: i32,
     pub current_healthy: i32,
     pub desired_healthy: i32,
+    /// The generation of the spec this status was computed for.
+    pub observed_generation: i64,
 }
 
 impl PdbInfo {
@@ -106,8 +110,22 @@ impl PdbInfo {
                 expected_pods: s.expected_pods,
                 current_healthy: s.current_healthy,
                 desired_healthy: s.desired_healthy,
+                observed_generation: s.observed_generation.unwrap_or(0),
             }),
+            generation: p.metadata.generation.unwrap_or(0),
         }
+    }
+
+    /// The status, when it was computed for the current spec: what the eviction API reads. A
+    /// stale one (`observedGeneration` < `generation`) makes the eviction API refuse every
+    /// eviction (429) until the disruption controller has caught up.
+    pub fn current_status(&self) -> Option<PdbStatus> {
+        self.status.filter(|s| s.observed_generation >= self.generation)
+    }
+
+    /// The status is there but older than the spec.
+    pub fn status_is_stale(&self) -> bool {
+        self.status.is_some_and(|s| s.observed_generation < self.generation)
     }
 
     /// The budget its `minAvailable` / `maxUnavailable` set.

@@ -181,17 +181,94 @@ fn percentages_count_the_workloads_scale() {
     assert!(b[0].what.contains("it evicts web-1, web-2, then refuses the eviction of web-3, web-4"), "{}", b[0].what);
 }
 
+/// A drain is a fact: an exemption or a namespace mode does not hide what it would do, and the
+/// finding says what would have hidden a policy finding; the configuration's actions still apply.
 #[test]
-fn the_decision_applies_exemptions_and_namespace_modes() {
+fn exemptions_and_namespace_modes_do_not_hide_a_drain() {
     let exempt = pdb("minAvailable: 1", "  annotations:\n    ha-guard.io/allow-drain-blocked: \"drained by hand\"\n");
     let view = cluster(&[&web(2), &exempt], placed(&["n1", "n1"]));
     let d = judge::drain(&view, &Config::default(), &["n1".to_string()], "node n1");
     let actions: Vec<_> = d.findings.iter().map(|f| (f.rule.id, f.action)).collect();
-    assert_eq!(actions, [(BLOCKED, Decision::Allowed), (TAKES_ALL, Decision::Warn)]);
-    let off = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: default\n  labels:\n    ha-guard.io/mode: \"off\"\n";
-    let view = cluster(&[&web(2), &pdb("minAvailable: 1", ""), off], placed(&["n1", "n1"]));
-    assert!(judge::drain(&view, &Config::default(), &["n1".to_string()], "node n1").findings.is_empty());
-    let config = crate::core::registry::parse_config("rules:\n  drain-takes-all-replicas: off\n", "c.yaml").unwrap();
-    let view = cluster(&[&web(2)], placed(&["n1", "n1"]));
-    assert!(judge::drain(&view, &config, &["n1".to_string()], "node n1").findings.is_empty());
+    assert_eq!(actions, [(BLOCKED, Decision::Warn), (TAKES_ALL, Decision::Warn)]);
+    let notes: Vec<String> = d.findings[0].notes.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        notes,
+        ["reported although PodDisruptionBudget default/web is exempt from drain-blocked (drained by hand): a drain \
+          is a fact, not a policy"]
+    );
+    assert!(d.findings[1].notes.is_empty(), "the Deployment is not exempt: {:?}", d.findings[1].notes);
+    for (label, said) in [("off", "labelled ha-guard.io/mode=off"), ("warn", "labelled ha-guard.io/mode=warn")] {
+        let ns = format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: default\n  labels:\n    ha-guard.io/mode: \"{label}\"\n"
+        );
+        let view = cluster(&[&web(2), &pdb("minAvailable: 1", ""), &ns], placed(&["n1", "n1"]));
+        let d = judge::drain(&view, &Config::default(), &["n1".to_string()], "node n1");
+        assert_eq!(d.findings.len(), 2, "{label}: {d:#?}");
+        assert!(d.findings.iter().all(|f| f.notes.iter().any(|n| n.to_string().contains(said))), "{d:#?}");
+    }
+    let exempt_ns = crate::core::registry::parse_config("exemptNamespaces: [default]\n", "c.yaml").unwrap();
+    let view = cluster(&[&web(2), &pdb("minAvailable: 1", "")], placed(&["n1", "n1"]));
+    assert_eq!(judge::drain(&view, &exempt_ns, &["n1".to_string()], "node n1").findings.len(), 2);
+    // The configuration's actions: off turns a rule off, deny makes the audit fail.
+    let config = crate::core::registry::parse_config("rules:\n  drain-takes-all-replicas: off\n  drain-blocked: deny\n", "c.yaml")
+        .unwrap();
+    let d = judge::drain(&view, &config, &["n1".to_string()], "node n1");
+    let actions: Vec<_> = d.findings.iter().map(|f| (f.rule.id, f.action)).collect();
+    assert_eq!(actions, [(BLOCKED, Decision::Deny)]);
+}
+
+/// A PDB with neither field allows nothing (the disruption controller expects no pods): the drain
+/// hangs on its first Ready pod, and the finding says why.
+#[test]
+fn a_budget_with_neither_field_hangs_the_drain() {
+    let view = cluster(&[&web(3), &pdb("unhealthyPodEvictionPolicy: AlwaysAllow", "")], placed(&["n1", "n2", "n3"]));
+    let f = drain(&view, &["n1"]);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    for part in [
+        "(no minAvailable or maxUnavailable; 3 of its pods healthy now, 0 needed)",
+        "it evicts none of them, then refuses the eviction of web-1",
+        "it expects no pods: it sets neither minAvailable nor maxUnavailable",
+    ] {
+        assert!(b[0].what.contains(part), "{part:?} not in: {}", b[0].what);
+    }
+}
+
+/// Pods without a controller under a maxUnavailable: not expected, so nothing is allowed; under an
+/// integer minAvailable they are counted and one may go.
+#[test]
+fn pods_without_a_controller_block_a_scale_budget_and_not_an_integer_one() {
+    let bare = |name: &str, node: &str| PodInfo { owner: PodOwner::Unmanaged, ..pod(name, "web", node) };
+    let pods = || vec![bare("web-1", "n1"), bare("web-2", "n2")];
+    let view = cluster(&[&pdb("maxUnavailable: 1", "")], pods());
+    let b = of_rule(&drain(&view, &["n1"]), BLOCKED).iter().map(|f| f.what.clone()).collect::<Vec<_>>();
+    assert_eq!(b.len(), 1);
+    assert!(b[0].contains("its pods have no controller"), "{}", b[0]);
+    let view = cluster(&[&pdb("minAvailable: 1", "")], pods());
+    assert!(of_rule(&drain(&view, &["n1"]), BLOCKED).is_empty());
+}
+
+/// The PDB's status is what the eviction API reads when it is current, even where the pods would
+/// say otherwise; a stale one is said, and the budget computed from the spec.
+#[test]
+fn a_current_status_decides_and_a_stale_one_is_said() {
+    let status = |observed: i32, allowed: i32| {
+        format!(
+            "status:\n  observedGeneration: {observed}\n  disruptionsAllowed: {allowed}\n  expectedPods: 3\n  \
+             currentHealthy: 3\n  desiredHealthy: 2\n"
+        )
+    };
+    let with = |observed: i32, allowed: i32| {
+        format!("{}{}", pdb("maxUnavailable: 1", "  generation: 2\n"), status(observed, allowed))
+    };
+    // Computed, one disruption would be allowed; the current status says none.
+    let view = cluster(&[&web(3), &with(2, 0)], placed(&["n1", "n2", "n3"]));
+    let b = of_rule(&drain(&view, &["n1"]), BLOCKED).iter().map(|f| f.what.clone()).collect::<Vec<_>>();
+    assert_eq!(b.len(), 1, "the current status allows none");
+    assert!(!b[0].contains("stale"), "{}", b[0]);
+    // Stale (observed 1 < generation 2): computed from the pods, and said.
+    let view = cluster(&[&web(3), &with(1, 0)], placed(&["n1", "n1", "n3"]));
+    let b = of_rule(&drain(&view, &["n1"]), BLOCKED).iter().map(|f| f.what.clone()).collect::<Vec<_>>();
+    assert_eq!(b.len(), 1);
+    assert!(b[0].contains("its status is stale, observedGeneration 1 < generation 2"), "{}", b[0]);
 }

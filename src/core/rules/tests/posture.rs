@@ -308,3 +308,48 @@ fn the_projection_reads_the_cordon_toleration_and_the_schedulers_reason() {
     assert_eq!(PodOwner::resolve(None, true, rs), PodOwner::Mirror);
     assert_eq!(PodOwner::resolve(None, false, rs), PodOwner::Unmanaged);
 }
+
+/// A PDB with neither field: the controller writes expected 0 and allows 0 however many pods are
+/// healthy; the audit says so (and why), where before it took "expects nothing" for "blocks nothing".
+#[test]
+fn a_pdb_that_expects_nothing_while_its_pods_are_healthy_blocks_them() {
+    let unset = "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: web\n  namespace: default\nspec:\n  \
+                 selector:\n    matchLabels:\n      app: web\nstatus:\n  disruptionsAllowed: 0\n  expectedPods: 0\n  \
+                 currentHealthy: 2\n  desiredHealthy: 0\n";
+    let view = view_with_pods(&web(2, ""), placed(&["n1", "n2"]));
+    let f = audit_findings(unset, &view);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    for part in [
+        "PodDisruptionBudget default/web (covering Deployment web) allows 0 disruptions now and expects no pods \
+         although 2 of its pods are healthy",
+        "it sets neither minAvailable nor maxUnavailable",
+    ] {
+        assert!(b[0].what.contains(part), "{part:?} not in: {}", b[0].what);
+    }
+    assert!(b[0].fix.contains("maxUnavailable: 1"), "{}", b[0].fix);
+    // Boundary: the same status over no healthy pod protects nothing now.
+    let mut pods = placed(&["n1", "n2"]);
+    pods.iter_mut().for_each(|p| p.ready = false);
+    let view = view_with_pods(&web(2, ""), pods);
+    let quiet = unset.replace("currentHealthy: 2", "currentHealthy: 0");
+    assert!(of_rule(&audit_findings(&quiet, &view), BLOCKED).is_empty());
+}
+
+/// A status older than the spec: the eviction API refuses every eviction until the controller
+/// catches up.
+#[test]
+fn a_stale_status_blocks_every_eviction_and_is_said() {
+    let stale = pdb_with_status(1, 1, 2, 2, 1)
+        .replace("  namespace: default\n", "  namespace: default\n  generation: 3\n")
+        .replace("status:\n", "status:\n  observedGeneration: 2\n");
+    let view = view_with_pods(&web(2, ""), placed(&["n1", "n2"]));
+    let f = audit_findings(&stale, &view);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    assert_eq!(b[0].path, "status.observedGeneration");
+    assert!(b[0].what.contains("stale status (observedGeneration 2 < generation 3)"), "{}", b[0].what);
+    // Current (observed = generation) and allowing one: nothing to say.
+    let current = stale.replace("observedGeneration: 2", "observedGeneration: 3");
+    assert!(of_rule(&audit_findings(&current, &view), BLOCKED).is_empty());
+}
