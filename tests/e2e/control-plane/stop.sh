@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# stop.sh DIR: stops the kube-apiserver and etcd that start.sh DIR started
-# (by their pid files) and waits until both have exited.
+# stop.sh DIR: stops what start.sh DIR or up.sh DIR started (by their pid files; those not
+# started are skipped) and waits until each has exited: kwok, kube-scheduler and
+# kube-controller-manager first (clients of the apiserver), then kube-apiserver, then etcd.
+# down.sh DIR is the same.
 set -euo pipefail
 
 [[ $# -eq 1 ]] || { echo "usage: $0 DIR" >&2; exit 2; }
@@ -9,7 +11,9 @@ log() { echo "stop.sh: $*" >&2; }
 # Alive and not a zombie (a zombie only waits for its parent to reap it).
 running() { [[ "$(ps -o stat= -p "$1" 2>/dev/null)" =~ ^[^Z] ]]; }
 
-for f in apiserver etcd; do   # apiserver first: it needs etcd to shut down cleanly
+# apiserver after its clients (they would only log errors until stopped), before etcd: it needs
+# etcd to shut down cleanly.
+for f in kwok scheduler controller-manager apiserver etcd; do
   pidfile="$dir/$f.pid"
   [[ -s "$pidfile" ]] || continue
   pid="$(cat "$pidfile")"
