@@ -119,6 +119,39 @@ pub fn kube_apiserver() -> Result<PathBuf, String> {
         .clone()
 }
 
+/// Builds (once per machine: cached outside the repository) the whole control plane's binaries
+/// (`build.sh --all`: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok) and
+/// returns them by name. The first build takes minutes; later calls well under a second.
+pub fn control_plane_binaries() -> Result<BTreeMap<String, PathBuf>, String> {
+    static BUILT: OnceLock<Result<BTreeMap<String, PathBuf>, String>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let script = control_plane_script("build.sh");
+            let started = Instant::now();
+            let out = Command::new(&script)
+                .arg("--all")
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if !out.status.success() {
+                return Err(format!("{} --all failed ({}):\n{stderr}", script.display(), out.status));
+            }
+            let bins: BTreeMap<String, PathBuf> = stdout
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(name, path)| (name.to_string(), PathBuf::from(path.trim())))
+                .collect();
+            if let Some((name, path)) = bins.iter().find(|(_, p)| !p.is_file()) {
+                return Err(format!("{} --all: no {name} at {}\n{stderr}", script.display(), path.display()));
+            }
+            eprintln!("[e2e] control plane binaries: {bins:?} (build.sh --all took {:.1?})", started.elapsed());
+            Ok(bins)
+        })
+        .clone()
+}
+
 /// Builds (once per machine: cached outside the repository) and returns the pinned helm, by
 /// running `tests/e2e/helm/build.sh` (from helm's Go module; ~2.5 min the first time, then a
 /// no-op). A helm that cannot be built is a test failure with the script's output, never a skip.
@@ -202,6 +235,10 @@ impl Drop for Reaper {
 
 // --- control plane ---------------------------------------------------------------------------
 
+/// A Pod label kwok's stages read (`tests/e2e/control-plane/kwok-stages.yaml`): a Pod carrying it
+/// becomes Running but never Ready, as with a failing readiness probe.
+pub const NOT_READY: &str = "e2e.ha-guard.io/not-ready";
+
 /// etcd + kube-apiserver on loopback (`start.sh` in a temporary directory; `Drop` runs `stop.sh`).
 /// The temporary directory is also where [`HaGuard`] keeps its certificates, logs and pid file.
 pub struct ControlPlane {
@@ -225,6 +262,34 @@ impl ControlPlane {
     /// the apiserver starts, and returns the flags (`--name=value`, one an item).
     pub fn start_with(prepare: impl FnOnce(&Path) -> Result<Vec<String>, String>) -> Result<ControlPlane, String> {
         let apiserver = kube_apiserver()?;
+        Self::start_script("start.sh", vec![("KUBE_APISERVER", apiserver)], prepare)
+    }
+
+    /// A whole control plane without kubelets (`up.sh`): etcd + kube-apiserver as
+    /// [`ControlPlane::start`], plus kube-controller-manager, kube-scheduler and kwok, which keeps
+    /// the Nodes of [`ControlPlane::kwok_nodes`] Ready and plays their kubelets (Pods bound there
+    /// become Running and Ready, or Running and never Ready with the label
+    /// [`NOT_READY`]; deleted Pods go away). What the controllers decide (a PDB's status, a
+    /// replacement's node, an eviction's answer) is theirs, not the test's.
+    pub fn start_with_controllers() -> Result<ControlPlane, String> {
+        let bins = control_plane_binaries()?;
+        let env = [
+            ("KUBE_APISERVER", "kube-apiserver"),
+            ("KUBE_CONTROLLER_MANAGER", "kube-controller-manager"),
+            ("KUBE_SCHEDULER", "kube-scheduler"),
+            ("KWOK", "kwok"),
+        ]
+        .into_iter()
+        .map(|(var, name)| bins.get(name).cloned().map(|p| (var, p)).ok_or(format!("build.sh --all built no {name}")))
+        .collect::<Result<Vec<_>, String>>()?;
+        Self::start_script("up.sh", env, |_| Ok(Vec::new()))
+    }
+
+    fn start_script(
+        name: &str,
+        binaries: Vec<(&str, PathBuf)>,
+        prepare: impl FnOnce(&Path) -> Result<Vec<String>, String>,
+    ) -> Result<ControlPlane, String> {
         let root = tempfile::Builder::new()
             .prefix("ha-guard-e2e-")
             .tempdir()
@@ -236,11 +301,11 @@ impl ControlPlane {
         if let Some(bad) = flags.iter().find(|f| f.contains('\n') || !f.starts_with("--")) {
             return Err(format!("not a kube-apiserver flag: {bad:?}"));
         }
-        let script = control_plane_script("start.sh");
+        let script = control_plane_script(name);
         let started = Instant::now();
         let out = Command::new(&script)
             .arg(cp.dir())
-            .env("KUBE_APISERVER", &apiserver)
+            .envs(binaries)
             .env("KUBE_APISERVER_EXTRA_FLAGS", flags.join("\n"))
             .stdin(Stdio::null())
             .output()
@@ -353,6 +418,24 @@ impl ControlPlane {
                 self.kubectl(&["taint", "node", name, "node.kubernetes.io/not-ready:NoSchedule-"]).success();
             }
         }
+    }
+
+    /// Nodes that kwok manages (annotated `kwok.x-k8s.io/node=fake`), each `(name, labels)` with
+    /// `kubernetes.io/hostname` added, and waits until every one is Ready (only with
+    /// [`ControlPlane::start_with_controllers`]).
+    pub fn kwok_nodes(&self, nodes: &[(&str, &[(&str, &str)])]) {
+        for (name, labels) in nodes {
+            let mut l: BTreeMap<&str, &str> = labels.iter().copied().collect();
+            l.insert("kubernetes.io/hostname", name);
+            let node = json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": l, "annotations": {"kwok.x-k8s.io/node": "fake"}}});
+            self.apply(&node).success();
+        }
+        let names: Vec<&str> = nodes.iter().map(|(n, _)| *n).collect();
+        let mut args = vec!["wait", "--for=condition=Ready", "--timeout=60s"];
+        let refs: Vec<String> = names.iter().map(|n| format!("node/{n}")).collect();
+        args.extend(refs.iter().map(String::as_str));
+        self.kubectl(&args).success();
     }
 
     /// Stops etcd and kube-apiserver (`stop.sh`); also done on drop.

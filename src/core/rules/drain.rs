@@ -132,6 +132,50 @@ impl Ledger {
     }
 }
 
+/// What the eviction API answers one eviction of a pod (`pkg/registry/core/pod/storage/eviction.go`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EvictionAnswer {
+    /// 201: deleted without asking a budget (Pending, finished or terminating; no PDB selects it).
+    Deleted,
+    /// 201: its one PDB lets it go.
+    Evicted,
+    /// 429 Too Many Requests: its PDB refuses it, and why.
+    Refused(String),
+    /// 500: more than one PDB selects it, which the eviction subresource does not support.
+    SeveralBudgets(Vec<ObjectRef>),
+}
+
+impl EvictionAnswer {
+    /// The HTTP status the eviction API returns.
+    pub fn code(&self) -> u16 {
+        match self {
+            EvictionAnswer::Deleted | EvictionAnswer::Evicted => 201,
+            EvictionAnswer::Refused(_) => 429,
+            EvictionAnswer::SeveralBudgets(_) => 500,
+        }
+    }
+}
+
+/// What the eviction API would answer an eviction of `pod` (in `namespace`) now, the first of a
+/// drain: the same decision the replay makes for each pod ([`simulate`]).
+pub fn eviction_answer(view: &dyn View, namespace: &str, pod: &PodInfo) -> EvictionAnswer {
+    if pod.phase.terminal() || pod.phase == PodPhase::Pending || pod.terminating {
+        return EvictionAnswer::Deleted;
+    }
+    match view.pdbs_covering(namespace, &pod.labels).as_slice() {
+        [] => EvictionAnswer::Deleted,
+        [one] => {
+            let mut ledger = Ledger::open(view, one.clone());
+            if ledger.evict(pod) {
+                EvictionAnswer::Evicted
+            } else {
+                EvictionAnswer::Refused(ledger.refused.pop().map(|(_, why)| why).unwrap_or_default())
+            }
+        }
+        many => EvictionAnswer::SeveralBudgets(many.iter().map(|p| p.id.clone()).collect()),
+    }
+}
+
 /// A workload with pods on the drained nodes.
 #[derive(Default)]
 struct Loss {

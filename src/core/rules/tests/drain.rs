@@ -5,7 +5,7 @@ use crate::core::config::Config;
 use crate::core::finding::{Decision, Finding};
 use crate::core::judge;
 use crate::core::testing::*;
-use crate::core::view::{Index, PodInfo, PodOwner, PodPhase};
+use crate::core::view::{Index, PodInfo, PodOwner, PodPhase, View};
 
 const BLOCKED: &str = "drain-blocked";
 const TAKES_ALL: &str = "drain-takes-all-replicas";
@@ -271,4 +271,27 @@ fn a_current_status_decides_and_a_stale_one_is_said() {
     let b = of_rule(&drain(&view, &["n1"]), BLOCKED).iter().map(|f| f.what.clone()).collect::<Vec<_>>();
     assert_eq!(b.len(), 1);
     assert!(b[0].contains("its status is stale, observedGeneration 1 < generation 2"), "{}", b[0]);
+}
+
+/// One eviction, as the eviction API answers it: 201 without a PDB (or for a Pending pod), 201 or
+/// 429 by its one PDB, 500 under two.
+#[test]
+fn one_eviction_is_answered_as_the_eviction_api_does() {
+    use super::{EvictionAnswer, eviction_answer};
+    let view = cluster(&[&web(2), &pdb("minAvailable: 1", "")], placed(&["n1", "n2"]));
+    let pods = view.pods_in("default");
+    assert_eq!(eviction_answer(&view, "default", &pods[0]), EvictionAnswer::Evicted);
+    let view = cluster(&[&web(2), &pdb("minAvailable: 2", "")], placed(&["n1", "n2"]));
+    let answer = eviction_answer(&view, "default", &view.pods_in("default")[0]);
+    assert_eq!(answer.code(), 429);
+    assert_eq!(answer, EvictionAnswer::Refused("2 healthy, 2 needed: 0 disruptions allowed".into()));
+    let mut pending = placed(&["n1", "n2"]);
+    pending[0].phase = PodPhase::Pending;
+    let view = cluster(&[&web(2), &pdb("minAvailable: 2", "")], pending);
+    assert_eq!(eviction_answer(&view, "default", &view.pods_in("default")[0]), EvictionAnswer::Deleted);
+    let second = pdb("maxUnavailable: 1", "").replace("name: web\n", "name: web-too\n");
+    let view = cluster(&[&web(2), &pdb("maxUnavailable: 1", ""), &second], placed(&["n1", "n2"]));
+    assert_eq!(eviction_answer(&view, "default", &view.pods_in("default")[0]).code(), 500);
+    let view = cluster(&[&web(2)], placed(&["n1", "n2"]));
+    assert_eq!(eviction_answer(&view, "default", &view.pods_in("default")[0]), EvictionAnswer::Deleted);
 }
