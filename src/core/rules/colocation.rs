@@ -1,8 +1,6 @@
 //! Replicas that can land on one node: `spread-unsatisfiable`, `replicas-colocated`,
 //! `host-network-colocation`.
 
-use k8s_openapi::api::core::v1::Toleration;
-
 use super::context::{Ctx, Emitter, pod_path, scaled_workload};
 use crate::core::catalogue::Rule;
 use crate::core::model::Subject;
@@ -10,7 +8,11 @@ use crate::core::model::pod::{
     HOSTNAME, NotApart, declared_host_ports, not_apart, one_per_node_affinity, spread_constraints,
 };
 use crate::core::model::selector;
+use crate::core::view::placement::{SpreadLimit, spread_capacity, takes};
 use crate::core::view::{NodeInfo, View};
+
+const UNSATISFIABLE_FIX: &str = "lower replicas (or the HPA's maxReplicas) to what the nodes can hold, relax the \
+                                 constraint to ScheduleAnyway or a preferred anti-affinity, or add nodes.";
 use crate::declare_rule;
 
 declare_rule!(pub SPREAD_UNSATISFIABLE, "spread-unsatisfiable", Warn, judged: WithNodes, "the ceiling exceeds what the schedulable nodes can place under the hard constraints");
@@ -18,21 +20,6 @@ declare_rule!(pub REPLICAS_COLOCATED, "replicas-colocated", Warn, "several repli
 declare_rule!(pub HOST_NETWORK_COLOCATION, "host-network-colocation", Deny, "hostNetwork with several replicas and no hard one-per-node rule");
 
 pub static RULES: &[&Rule] = &[&SPREAD_UNSATISFIABLE, &REPLICAS_COLOCATED, &HOST_NETWORK_COLOCATION];
-
-fn tolerates(tolerations: &[Toleration], node: &NodeInfo) -> bool {
-    node.taints.iter().all(|taint| {
-        tolerations.iter().any(|t| {
-            let key_ok = match t.key.as_deref() {
-                None | Some("") => t.operator.as_deref() == Some("Exists"),
-                Some(k) => k == taint.key,
-            };
-            let value_ok = t.operator.as_deref() == Some("Exists")
-                || t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("");
-            let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == taint.effect);
-            key_ok && value_ok && effect_ok
-        })
-    })
-}
 
 pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     let Some(scaled) = scaled_workload(ctx) else { return };
@@ -139,47 +126,61 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         return;
     }
     let Some(spec) = full.pod_spec() else { return };
-    let tolerations = spec.tolerations.as_deref().unwrap_or_default();
-    let node_selector = spec.node_selector.clone().unwrap_or_default();
     let known = ctx.view.nodes();
-    let nodes = known
-        .iter()
-        .filter(|n| !n.unschedulable && tolerates(tolerations, n))
-        .filter(|n| node_selector.iter().all(|(k, v)| n.labels.get(k) == Some(v)))
-        .count() as i32;
+    let refs: Vec<&NodeInfo> = known.iter().map(|n| &**n).collect();
+    let nodes = refs.iter().filter(|n| takes(n, spec)).count() as i32;
     // No node these pods may use is known (an empty cluster, a pool that scales from zero): there
     // is nothing to count against, and "at most 0" would be noise, not a bound.
     if nodes == 0 {
         return;
     }
-    let mut capacity: Option<(i32, String, String)> = None;
+    let mut capacity: Option<(i32, String, String, String)> = None;
     if one_per_node_affinity(full) {
         capacity = Some((
             nodes,
             pod_path("affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"),
             format!("a required pod anti-affinity on {HOSTNAME} places at most one replica per node"),
+            UNSATISFIABLE_FIX.to_string(),
         ));
     }
     for (i, c) in spread_constraints(full).iter().enumerate() {
-        // Only a minDomains the constraint sets bounds the count: unset, the scheduler counts the
-        // nodes there are, and a hostname spread places any number of replicas.
-        let Some(min_domains) = c.min_domains else { continue };
-        if c.topology_key == HOSTNAME && c.when_unsatisfiable == "DoNotSchedule" && min_domains > nodes {
-            let cap = c.max_skew.saturating_mul(nodes);
-            if capacity.as_ref().is_none_or(|(c0, _, _)| cap < *c0) {
-                capacity = Some((
-                    cap,
-                    pod_path(&format!("topologySpreadConstraints[{i}].minDomains")),
-                    format!(
-                        "topologySpreadConstraints[{i}] asks for minDomains {min_domains} above the {nodes} \
-                         schedulable nodes, so each node may hold at most maxSkew {} replicas",
-                        c.max_skew
-                    ),
-                ));
-            }
+        let Some(bound) = spread_capacity(c, &refs, spec) else { continue };
+        if capacity.as_ref().is_some_and(|(c0, ..)| *c0 <= bound.cap) {
+            continue;
         }
+        let (field, why, fix) = match &bound.why {
+            SpreadLimit::MinDomains { domains, min_domains } => (
+                "minDomains",
+                format!(
+                    "topologySpreadConstraints[{i}] asks for minDomains {min_domains} above the {domains} {} it counts, \
+                     so each may hold at most maxSkew {} replicas",
+                    if c.topology_key == HOSTNAME { "schedulable nodes".to_string() } else { format!("{} domains", c.topology_key) },
+                    c.max_skew
+                ),
+                UNSATISFIABLE_FIX.to_string(),
+            ),
+            SpreadLimit::IdleDomains(idle) => (
+                "nodeTaintsPolicy",
+                format!(
+                    "topologySpreadConstraints[{i}] ({}) counts {} where no replica may go: nodeTaintsPolicy {} counts \
+                     tainted and cordoned nodes as domains, so the global minimum stays 0 and each of the {} places \
+                     the pods may use holds at most maxSkew {} replicas",
+                    c.topology_key,
+                    idle.join(", "),
+                    c.node_taints_policy.as_deref().unwrap_or("Ignore (the default)"),
+                    bound.cap / c.max_skew.max(1),
+                    c.max_skew
+                ),
+                format!(
+                    "set nodeTaintsPolicy: Honor on topologySpreadConstraints[{i}] (nodes whose taints the pods do not \
+                     tolerate, the cordoned ones included, are then not domains), or tolerate those taints, or relax \
+                     the constraint to ScheduleAnyway."
+                ),
+            ),
+        };
+        capacity = Some((bound.cap, pod_path(&format!("topologySpreadConstraints[{i}].{field}")), why, fix));
     }
-    let Some((cap, path, why)) = capacity else { return };
+    let Some((cap, path, why, fix)) = capacity else { return };
     if ceiling <= cap {
         return;
     }
@@ -192,9 +193,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
                 "{scale} can run {ceiling} replicas but the cluster has {nodes} schedulable nodes and {why}: \
                  at most {cap} can be placed, the rest stay Pending."
             ),
-            "lower replicas (or the HPA's maxReplicas) to what the nodes can hold, relax the constraint to \
-             ScheduleAnyway or a preferred anti-affinity, or add nodes."
-                .to_string(),
+            fix,
         ),
         Some(autoscaler) => out.emit(
             &SPREAD_UNSATISFIABLE,

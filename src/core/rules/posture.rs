@@ -9,11 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::context::{Ctx, Emitter, pod_path};
-use super::zones::{ZONE, takes};
+use super::zones::ZONE;
 use crate::core::catalogue::Rule;
 use crate::core::model::pod::{HOSTNAME, kept_apart, spread_constraints};
 use crate::core::model::{Subject, Workload, selector};
 use crate::core::view::budget::{Source, budget_now};
+use crate::core::view::placement::takes;
 use crate::core::view::{PdbInfo, PodInfo, PodPhase, View, bounds};
 use crate::declare_rule;
 
@@ -254,9 +255,10 @@ fn pod_on_cordoned_node(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
 /// now while it has pods to protect: it expects some, or has healthy ones it expects none of (a
 /// budget with neither field, pods without a controller under a maxUnavailable); or the status is
 /// stale, which refuses every eviction. Every drain of their nodes waits (and `kubectl drain`
-/// hangs) until that changes. A PDB the disruption controller has not written yet is not judged.
+/// hangs) until that changes. A PDB the disruption controller has not written yet (no status, or
+/// the zero status the apiserver creates it with) is not judged.
 fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
-    if pdb.status.is_none() {
+    if pdb.written_status().is_none() {
         return;
     }
     let covered = pdb.selector.as_ref().map(|s| view.workloads_selected_by(&pdb.id.namespace, s)).unwrap_or_default();

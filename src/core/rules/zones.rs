@@ -3,14 +3,14 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, PodSpec, Toleration};
 
 use super::context::{Ctx, Emitter, pod_path};
 use crate::core::catalogue::Rule;
 use crate::core::model::pod::spread_constraints;
 use crate::core::model::selector;
 use crate::core::model::{Subject, Workload};
-use crate::core::view::{NodeInfo, View, bounds};
+use crate::core::view::placement::takes;
+use crate::core::view::{View, bounds};
 use crate::declare_rule;
 
 declare_rule!(pub SPREAD_ZONE_MISSING, "spread-zone-missing", Warn, judged: WithNodes, "several replicas on nodes in several zones, and nothing spreads them over zones (live view)");
@@ -91,72 +91,6 @@ fn spread_over_zones(w: &Workload) -> bool {
             && (w.selector.is_none()
                 || t.label_selector.as_ref().is_some_and(|s| selector::matches(s, w.template_labels())))
     })
-}
-
-/// Whether a pod with `spec` may be scheduled on `node`: not cordoned, its NoSchedule and
-/// NoExecute taints tolerated, its nodeSelector and required node affinity met.
-// The toleration test is the one `spread-unsatisfiable` (colocation.rs) makes; they could share it.
-pub fn takes(node: &NodeInfo, spec: &PodSpec) -> bool {
-    let tolerations = spec.tolerations.as_deref().unwrap_or_default();
-    !node.unschedulable
-        && node
-            .taints
-            .iter()
-            .all(|taint| tolerations.iter().any(|t| tolerates(t, &taint.key, taint.value.as_deref(), &taint.effect)))
-        && spec.node_selector.iter().flatten().all(|(k, v)| node.labels.get(k) == Some(v))
-        && required_node_affinity(node, spec)
-}
-
-fn tolerates(t: &Toleration, key: &str, value: Option<&str>, effect: &str) -> bool {
-    let exists = t.operator.as_deref() == Some("Exists");
-    let key_ok = match t.key.as_deref() {
-        None | Some("") => exists,
-        Some(k) => k == key,
-    };
-    let value_ok = exists || t.value.as_deref().unwrap_or("") == value.unwrap_or("");
-    let effect_ok = t.effect.as_deref().is_none_or(|e| e.is_empty() || e == effect);
-    key_ok && value_ok && effect_ok
-}
-
-/// `requiredDuringSchedulingIgnoredDuringExecution` of the node affinity: its terms are ORed, a
-/// term's requirements ANDed; a term with no requirement matches no node (as the scheduler has it).
-fn required_node_affinity(node: &NodeInfo, spec: &PodSpec) -> bool {
-    let Some(required) = spec
-        .affinity
-        .as_ref()
-        .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
-    else {
-        return true;
-    };
-    required.node_selector_terms.iter().any(|term| {
-        let labels = term.match_expressions.iter().flatten();
-        let fields = term.match_fields.iter().flatten();
-        let mut any = false;
-        let labels_ok = labels.into_iter().all(|r| {
-            any = true;
-            requirement(r, node.labels.get(&r.key).map(String::as_str))
-        });
-        let fields_ok = fields.into_iter().all(|r| {
-            any = true;
-            r.key == "metadata.name" && requirement(r, Some(&node.name))
-        });
-        any && labels_ok && fields_ok
-    })
-}
-
-fn requirement(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = r.values.as_deref().unwrap_or_default();
-    let number = |s: &str| s.parse::<i64>().ok();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" => matches!((value.and_then(number), values.first().and_then(|x| number(x))), (Some(v), Some(x)) if v > x),
-        "Lt" => matches!((value.and_then(number), values.first().and_then(|x| number(x))), (Some(v), Some(x)) if v < x),
-        _ => false,
-    }
 }
 
 #[cfg(test)]

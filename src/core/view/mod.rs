@@ -12,6 +12,7 @@ pub mod budget;
 pub mod index;
 pub mod lookup;
 pub mod overlay;
+pub mod placement;
 pub mod pods;
 pub mod projection;
 pub mod source;

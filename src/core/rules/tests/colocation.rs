@@ -592,3 +592,75 @@ fn host_network_says_pending_or_crash_loop(#[case] ports: &str, #[case] pending:
         None => assert!(h[0].what.contains("fails to bind its host ports and crash-loops"), "{}", h[0].what),
     }
 }
+
+// ---- spread-unsatisfiable as the scheduler counts domains (issue 36, item 3) ----
+
+fn hard_spread(extra: &str) -> String {
+    deployment(
+        "web",
+        "replicas: 3",
+        &format!(
+            "topologySpreadConstraints:\n- maxSkew: 1\n  topologyKey: kubernetes.io/hostname\n  whenUnsatisfiable: \
+             DoNotSchedule\n  labelSelector: {{matchLabels: {{app: web}}}}\n{extra}"
+        ),
+    )
+}
+
+/// A control-plane node tainted NoSchedule: the default nodeTaintsPolicy (Ignore) counts it as a
+/// domain where no replica may go, so each of the two workers holds one replica and the third
+/// stays Pending; nodeTaintsPolicy: Honor leaves it out; tolerating the taint makes it usable.
+#[test]
+fn a_tainted_node_the_spread_counts_leaves_replicas_pending() {
+    let control_plane = node("cp", "taints:\n- {key: node-role.kubernetes.io/control-plane, effect: NoSchedule}\n");
+    let view = live_view(&cluster(&[control_plane, node("w1", ""), node("w2", "")]));
+    let f = findings_in(&hard_spread(""), &view);
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.len(), 1, "{f:#?}");
+    assert_eq!(u[0].path, "spec.template.spec.topologySpreadConstraints[0].nodeTaintsPolicy");
+    for part in [
+        "can run 3 replicas but the cluster has 2 schedulable nodes",
+        "counts cp (taint node-role.kubernetes.io/control-plane:NoSchedule not tolerated) where no replica may go",
+        "nodeTaintsPolicy Ignore (the default)",
+        "at most 2 can be placed",
+    ] {
+        assert!(u[0].what.contains(part), "{part:?} not in: {}", u[0].what);
+    }
+    assert!(u[0].fix.contains("set nodeTaintsPolicy: Honor on topologySpreadConstraints[0]"), "{}", u[0].fix);
+    let honor = hard_spread("  nodeTaintsPolicy: Honor\n");
+    assert!(of_rule(&findings_in(&honor, &view), "spread-unsatisfiable").is_empty());
+    let tolerant = format!(
+        "{}      tolerations:\n      - {{key: node-role.kubernetes.io/control-plane, operator: Exists}}\n",
+        hard_spread("")
+    );
+    assert!(of_rule(&findings_in(&tolerant, &view), "spread-unsatisfiable").is_empty(), "{tolerant}");
+}
+
+/// A cordoned node is a domain under the default policy too: while it is cordoned, replicas
+/// beyond the other nodes stay Pending (what a drain meets).
+#[test]
+fn a_cordoned_node_the_spread_counts_holds_no_replica() {
+    let view = live_view(&cluster(&[node("n1", "unschedulable: true\n"), node("n2", ""), node("n3", "")]));
+    let u = of_rule(&findings_in(&hard_spread(""), &view), "spread-unsatisfiable")
+        .into_iter()
+        .map(|f| f.what.clone())
+        .collect::<Vec<_>>();
+    assert_eq!(u.len(), 1);
+    assert!(u[0].contains("counts n1 (cordoned)"), "{}", u[0]);
+    // Two replicas fit on the two others: the boundary.
+    let two = hard_spread("").replace("replicas: 3", "replicas: 2");
+    assert!(of_rule(&findings_in(&two, &view), "spread-unsatisfiable").is_empty());
+}
+
+/// nodeAffinityPolicy Ignore counts the nodes the pods' selector excludes: they pin the minimum.
+#[test]
+fn the_node_affinity_policy_decides_which_nodes_count() {
+    let view = live_view(&cluster(&[node("n1a", ""), node("n1b", ""), node("n2b", "")]));
+    let pinned = |policy: &str| {
+        format!("{}      nodeSelector: {{pool: b}}\n", hard_spread(policy))
+    };
+    assert!(of_rule(&findings_in(&pinned(""), &view), "spread-unsatisfiable").is_empty());
+    let u = findings_in(&pinned("  nodeAffinityPolicy: Ignore\n"), &view);
+    let u = of_rule(&u, "spread-unsatisfiable");
+    assert_eq!(u.len(), 1, "{u:#?}");
+    assert!(u[0].what.contains("counts n1a (the pods may not go there)"), "{}", u[0].what);
+}
