@@ -46,10 +46,43 @@ pub fn spread_constraints(w: &Workload) -> &[TopologySpreadConstraint] {
     w.pod_spec().and_then(|s| s.topology_spread_constraints.as_deref()).unwrap_or_default()
 }
 
-/// The non-empty selectors of a workload's spreads, kept in the view for the other side of
-/// `spread-selector-overlap`.
+/// The non-empty selectors of a workload's spreads as the scheduler counts pods with them
+/// ([`counting_selector`]), kept in the view for the other side of `spread-selector-overlap`.
 pub fn spread_selectors(w: &Workload) -> Vec<LabelSelector> {
-    spread_constraints(w).iter().filter_map(|c| c.label_selector.clone()).filter(|s| !selector::is_empty(s)).collect()
+    spread_constraints(w)
+        .iter()
+        .filter_map(|c| counting_selector(c, w))
+        .filter(|s| !selector::is_empty(s))
+        .collect()
+}
+
+/// The labels a workload's controller adds to each pod with a hash of its revision:
+/// `matchLabelKeys` naming it counts the pods of one revision of this workload only.
+const REVISION_KEYS: [&str; 2] = ["pod-template-hash", "controller-revision-hash"];
+
+/// The selector a spread counts pods with once `matchLabelKeys` are merged in, as the apiserver
+/// merges them into each pod's constraint at creation (1.34 on): each key the pod template carries
+/// becomes `key In [its value]`; a key it lacks is ignored. `None` when a key is the revision hash
+/// its controller adds (`pod-template-hash`, `controller-revision-hash`): the spread then counts
+/// only this workload's own pods of one revision, never another workload's.
+pub fn counting_selector(c: &TopologySpreadConstraint, w: &Workload) -> Option<LabelSelector> {
+    let mut sel = c.label_selector.clone()?;
+    let keys = c.match_label_keys.as_deref().unwrap_or_default();
+    if keys.iter().any(|k| REVISION_KEYS.contains(&k.as_str())) {
+        return None;
+    }
+    for key in keys {
+        if let Some(value) = w.template_labels().get(key) {
+            sel.match_expressions.get_or_insert_with(Vec::new).push(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                    key: key.clone(),
+                    operator: "In".into(),
+                    values: Some(vec![value.clone()]),
+                },
+            );
+        }
+    }
+    Some(sel)
 }
 
 /// Whether `sel` selects the workload's own pods. A manifest without `spec.selector` (a kustomize

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use super::context::{Ctx, Emitter, pod_path};
 use crate::core::catalogue::{Action, Rule};
 use crate::core::model::Subject;
-use crate::core::model::pod::spread_constraints;
+use crate::core::model::pod::{counting_selector, spread_constraints};
 use crate::core::model::selector::{self, render, render_labels};
 use crate::core::view::View;
 use crate::declare_rule;
@@ -93,8 +93,11 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
             );
             continue;
         }
+        // As the scheduler counts: matchLabelKeys merged in (a revision hash key counts this
+        // workload's own pods only).
+        let Some(counting) = counting_selector(c, w) else { continue };
         let others: Vec<_> =
-            ctx.view.workloads_selected_by(&id.namespace, sel).into_iter().filter(|o| o.id != id).collect();
+            ctx.view.workloads_selected_by(&id.namespace, &counting).into_iter().filter(|o| o.id != id).collect();
         if !others.is_empty() {
             reported.extend(others.iter().map(|o| o.id.clone()));
             let names: Vec<_> = others.iter().map(|o| o.id.to_string()).collect();

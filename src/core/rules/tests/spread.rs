@@ -271,3 +271,41 @@ fn overlap_through_match_expressions() {
     assert_eq!(overlap.len(), 1, "{f:#?}");
     assert_eq!(overlap[0].anchor, dep("a"));
 }
+
+// ---- matchLabelKeys: the selector as the scheduler counts with it ----
+
+/// `frontend` whose spread also lists `matchLabelKeys` (at the constraint's level).
+fn frontend_keyed(name: &str, keys: &str, extra_label: &str) -> String {
+    edit(
+        &edit(&frontend(name, "default", true), "          matchLabels:\n            tier: fe\n", &format!(
+            "          matchLabels:\n            tier: fe\n        matchLabelKeys: [{keys}]\n"
+        )),
+        "        tier: fe\n    spec:",
+        &format!("        tier: fe\n{extra_label}    spec:"),
+    )
+}
+
+/// `matchLabelKeys: [pod-template-hash]`: the pods of each revision are counted alone, so another
+/// Deployment's pods are never in the skew, whichever side writes.
+#[test]
+fn match_label_keys_on_the_revision_hash_separates_the_workloads() {
+    let a = frontend_keyed("a", "pod-template-hash", "");
+    let f = findings(&a, &frontend("b", "default", false), false);
+    assert!(of_rule(&f, "spread-selector-overlap").is_empty(), "{f:#?}");
+    // From b's side: a's spread does not count b's pods.
+    let f = findings(&frontend("b", "default", false), &a, false);
+    assert!(of_rule(&f, "spread-selector-overlap").is_empty(), "{f:#?}");
+}
+
+/// A key the two templates give different values separates them; the same value, or a key the
+/// template lacks (ignored), does not.
+#[test]
+fn match_label_keys_on_a_label_separate_where_the_values_differ() {
+    let a = frontend_keyed("a", "track", "        track: stable\n");
+    let b_canary = edit(&frontend("b", "default", false), "        tier: fe\n", "        tier: fe\n        track: canary\n");
+    let b_stable = edit(&frontend("b", "default", false), "        tier: fe\n", "        tier: fe\n        track: stable\n");
+    assert!(of_rule(&findings(&a, &b_canary, false), "spread-selector-overlap").is_empty());
+    assert_eq!(of_rule(&findings(&a, &b_stable, false), "spread-selector-overlap").len(), 1);
+    let unlabelled = frontend_keyed("a", "track", "");
+    assert_eq!(of_rule(&findings(&unlabelled, &b_canary, false), "spread-selector-overlap").len(), 1);
+}
