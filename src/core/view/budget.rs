@@ -75,7 +75,7 @@ pub fn budget_now(view: &dyn View, pdb: &PdbInfo) -> Option<BudgetNow> {
     let (counts, unscalable) = counts(view, &pdb.id.namespace, &pods);
     let computed = arith::status(&budget, counts).ok()?;
     let by_scale = budget.expects_controllers_scale();
-    let (status, source) = match (pdb.current_status(), pdb.status) {
+    let (status, source) = match (pdb.current_status(), pdb.written_status()) {
         (Some(s), _) => (
             Status {
                 expected: s.expected_pods,

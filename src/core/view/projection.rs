@@ -120,12 +120,18 @@ impl PdbInfo {
     /// stale one (`observedGeneration` < `generation`) makes the eviction API refuse every
     /// eviction (429) until the disruption controller has caught up.
     pub fn current_status(&self) -> Option<PdbStatus> {
-        self.status.filter(|s| s.observed_generation >= self.generation)
+        self.written_status().filter(|s| s.observed_generation >= self.generation)
     }
 
-    /// The status is there but older than the spec.
+    /// The status the disruption controller wrote, current or not: the apiserver creates every
+    /// PDB with a zero status (`observedGeneration` unset), which no controller has computed.
+    pub fn written_status(&self) -> Option<PdbStatus> {
+        self.status.filter(|s| s.observed_generation >= 1 || self.generation == 0)
+    }
+
+    /// The controller wrote a status, for an older spec than the current one.
     pub fn status_is_stale(&self) -> bool {
-        self.status.is_some_and(|s| s.observed_generation < self.generation)
+        self.written_status().is_some_and(|s| s.observed_generation < self.generation)
     }
 
     /// The budget its `minAvailable` / `maxUnavailable` set.
