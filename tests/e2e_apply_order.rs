@@ -88,31 +88,31 @@ fn install_crds(cp: &ControlPlane) {
 
 #[test]
 fn warnings_are_still_true_when_the_apply_finishes() {
-    let cp = ControlPlane::start().unwrap_or_else(|e| panic!("control plane: {e}"));
-    cp.nodes(&["node-a", "node-b", "node-c"]);
-    install_crds(&cp);
-    cp.namespace(NS, &[]);
-    let fail_open = FailOpen::start(&cp);
-    let mut spec = Spec::new(&cp, "ha-guard");
-    spec.args = ["--absence-grace", &format!("{}s", GRACE.as_secs()), "--audit-interval"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([format!("{}s", INTERVAL.as_secs())])
-        .collect();
-    spec.env = vec![("POD_NAMESPACE".into(), NS.into())];
-    let hg = HaGuard::start_spec(&cp, &spec).unwrap_or_else(|e| panic!("ha-guard: {e}"));
-    register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating])
-        .unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
-
-    let log = hg.log_path();
-    let mut steps = Steps::new(move || format!("ha-guard log (last lines):\n{}", tail(&log, 12)));
-    steps.run("1 every order, client-side and server-side: no warning", || every_order(&cp, &hg));
-    steps.run("2 as Helm installs and renders it: no warning", || helm_orders(&cp));
-    steps.run("3 without the PDB: pdb-missing in the audit, the report and check --complete", || {
-        without_the_pdb(&cp)
+    let mut h = Harness::start(Setup {
+        nodes: &["node-a", "node-b", "node-c"],
+        before: Some(Box::new(|cp| {
+            install_crds(cp);
+            cp.namespace(NS, &[]);
+        })),
+        spec: Some(Box::new(|spec| {
+            spec.args = vec![
+                "--absence-grace".into(),
+                format!("{}s", GRACE.as_secs()),
+                "--audit-interval".into(),
+                format!("{}s", INTERVAL.as_secs()),
+            ];
+            spec.env = vec![("POD_NAMESPACE".into(), NS.into())];
+        })),
+        ..Default::default()
     });
-    steps.run("4 an UPDATE warns once the absence has lasted the grace", || update_after_the_grace(&cp));
-    steps.run("no webhook call failed", || fail_open.finish(&cp));
+    let mut steps = h.steps();
+    let guard = h.guard();
+    let (cp, hg) = (&h.cp, &h.hg);
+    steps.run("1 every order, client-side and server-side: no warning", || every_order(cp, hg));
+    steps.run("2 as Helm installs and renders it: no warning", || helm_orders(cp));
+    steps.run("3 without the PDB: pdb-missing in the audit, the report and check --complete", || without_the_pdb(cp));
+    steps.run("4 an UPDATE warns once the absence has lasted the grace", || update_after_the_grace(cp));
+    steps.run("no webhook call failed", || guard.finish(cp));
     steps.finish();
 }
 

@@ -44,22 +44,21 @@ const NODES: [&str; 4] = ["node-a", "node-b", "node-c", "node-d"];
 
 #[test]
 fn kubernetes_is_the_judge() {
-    let cp = ControlPlane::start_with_controllers().unwrap_or_else(|e| panic!("control plane: {e}"));
-    let nodes: Vec<(&str, &[(&str, &str)])> = NODES.iter().map(|n| (*n, &[][..])).collect();
-    cp.kwok_nodes(&nodes);
+    // The webhooks are registered after the oracle steps (see the module's doc).
+    let mut h = Harness::start(Setup { controllers: true, nodes: &NODES, webhooks: &[], ..Default::default() });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let client = cp.kube_client(&rt);
+    let client = h.cp.kube_client(&rt);
 
-    let mut steps = Steps::new(String::new);
+    let mut steps = h.steps();
+    let guard = h.guard();
     let scenarios = scenarios();
-    steps.run("1 arithmetic against the disruption controller", || arithmetic(&cp, &rt, &client, &scenarios));
-    steps.run("2 evictions against the eviction API", || evictions(&cp, &rt, &client));
-    let fail_open = FailOpen::start(&cp);
-    let hg = HaGuard::start(&cp).unwrap_or_else(|e| panic!("ha-guard: {e}"));
-    register_fail_closed(&cp, &hg);
-    steps.run("3 controllers are never refused", || controllers(&cp, &hg));
-    steps.run("4 the HA drill: drain one node of an HA workload", || drill(&cp, &hg));
-    steps.run("no webhook call failed", || fail_open.finish(&cp));
+    let (cp, hg) = (&h.cp, &h.hg);
+    steps.run("1 arithmetic against the disruption controller", || arithmetic(cp, &rt, &client, &scenarios));
+    steps.run("2 evictions against the eviction API", || evictions(cp, &rt, &client));
+    register_fail_closed(cp, hg);
+    steps.run("3 controllers are never refused", || controllers(cp, hg));
+    steps.run("4 the HA drill: drain one node of an HA workload", || drill(cp, hg));
+    steps.run("no webhook call failed", || guard.finish(cp));
     steps.finish();
 }
 

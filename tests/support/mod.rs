@@ -2085,3 +2085,97 @@ impl FailOpen {
         );
     }
 }
+
+// --- the usual set-up, in one constructor --------------------------------------------------------
+
+/// How an end-to-end test wants its cluster: [`Harness::start`] does what the e2e tests each used
+/// to do by hand (control plane, nodes, ha-guard, the webhooks registered and seen to answer, the
+/// guard that counts failed and failed-open webhook calls).
+pub struct Setup<'a> {
+    /// kube-controller-manager, kube-scheduler and kwok too ([`ControlPlane::start_with_controllers`]);
+    /// else etcd and kube-apiserver only.
+    pub controllers: bool,
+    /// Nodes: kwok's (kept Ready) with `controllers`, else plain Node objects ([`ControlPlane::nodes`]).
+    pub nodes: &'a [&'a str],
+    /// Run on the control plane before ha-guard starts (objects that predate the guardrail).
+    pub before: Option<Box<dyn FnOnce(&ControlPlane) + 'a>>,
+    /// ha-guard's `serve` flags and environment.
+    pub spec: Option<Box<dyn FnOnce(&mut Spec) + 'a>>,
+    /// The shipped webhook configurations to register.
+    pub webhooks: &'a [Webhooks],
+    /// Register them with `failurePolicy: Fail` (the shipped default is Ignore).
+    pub fail_closed: bool,
+}
+
+impl Default for Setup<'_> {
+    fn default() -> Self {
+        Setup {
+            controllers: false,
+            nodes: &[],
+            before: None,
+            spec: None,
+            webhooks: &[Webhooks::Mutating, Webhooks::Validating],
+            fail_closed: false,
+        }
+    }
+}
+
+/// A control plane, ha-guard registered with it, and the guard over the apiserver's webhook calls.
+pub struct Harness {
+    // Field order is drop order: ha-guard before its control plane.
+    pub hg: HaGuard,
+    pub fail_open: Option<FailOpen>,
+    pub cp: ControlPlane,
+}
+
+impl Harness {
+    /// Sets up as `setup` says; every failure panics with what went wrong (and ha-guard's log).
+    pub fn start(setup: Setup) -> Harness {
+        let cp = if setup.controllers { ControlPlane::start_with_controllers() } else { ControlPlane::start() }
+            .unwrap_or_else(|e| panic!("control plane: {e}"));
+        if setup.controllers {
+            let nodes: Vec<(&str, &[(&str, &str)])> = setup.nodes.iter().map(|n| (*n, &[][..])).collect();
+            cp.kwok_nodes(&nodes);
+        } else if !setup.nodes.is_empty() {
+            cp.nodes(setup.nodes);
+        }
+        if let Some(before) = setup.before {
+            before(&cp);
+        }
+        let fail_open = FailOpen::start(&cp);
+        let mut spec = Spec::new(&cp, "ha-guard");
+        if let Some(f) = setup.spec {
+            f(&mut spec);
+        }
+        let hg = HaGuard::start_spec(&cp, &spec).unwrap_or_else(|e| panic!("ha-guard: {e}"));
+        if !setup.webhooks.is_empty() {
+            let mut docs: Vec<Value> =
+                webhook_configurations(&hg).into_iter().filter(|d| setup.webhooks.iter().any(|w| d["kind"] == w.kind())).collect();
+            if setup.fail_closed {
+                for hook in docs.iter_mut().flat_map(|d| d["webhooks"].as_array_mut().into_iter().flatten()) {
+                    hook["failurePolicy"] = json!("Fail");
+                }
+            }
+            let registered = if setup.webhooks.len() == 2 {
+                register_configurations(&cp, &hg, &docs, &[])
+            } else {
+                assert!(!setup.fail_closed, "fail-closed registration is of both webhooks");
+                register(&cp, &hg, setup.webhooks)
+            };
+            registered.unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
+        }
+        Harness { hg, fail_open: Some(fail_open), cp }
+    }
+
+    /// The steps' runner, with ha-guard's last log lines shown under a failed step.
+    pub fn steps(&self) -> Steps {
+        let log = self.hg.log_path();
+        Steps::new(move || format!("ha-guard log (last lines):\n{}", tail(&log, 12)))
+    }
+
+    /// The guard over the webhook calls, for the last step: [`FailOpen::finish`].
+    pub fn guard(&mut self) -> FailOpen {
+        self.fail_open.take().expect("the guard is taken once")
+    }
+
+}
