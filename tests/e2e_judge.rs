@@ -11,7 +11,8 @@
 //!    PDB over Ready workloads at rest exactly where the controller allows none.
 //! 2. `evictions`: a dry-run eviction of every one of those pods against the eviction API; its
 //!    answer (201 / 429 / 500) must be the one ha-guard predicts, from the status and from its own
-//!    arithmetic alike.
+//!    arithmetic alike; and the audit's `pdb-disruptions-blocked` must fire exactly on the PDBs
+//!    some of whose pods the eviction API refuses.
 //! 3. `controllers`: the scenarios' namespace deleted, then rollouts, `kubectl scale`, a drain and
 //!    a namespace deletion, with both webhooks fail-closed: the apiserver counts no rejected or
 //!    failed call, and ha-guard denied nothing.
@@ -54,7 +55,7 @@ fn kubernetes_is_the_judge() {
     let scenarios = scenarios();
     let (cp, hg) = (&h.cp, &h.hg);
     steps.run("1 arithmetic against the disruption controller", || arithmetic(cp, &rt, &client, &scenarios));
-    steps.run("2 evictions against the eviction API", || evictions(cp, &rt, &client));
+    steps.run("2 evictions against the eviction API", || evictions(cp, &rt, &client, &scenarios));
     register_fail_closed(cp, hg);
     steps.run("3 controllers are never refused", || controllers(cp, hg));
     steps.run("4 the HA drill: drain one node of an HA workload", || drill(cp, hg));
@@ -313,9 +314,9 @@ fn client_without_retries(cp: &ControlPlane, rt: &tokio::runtime::Runtime) -> ku
     })
 }
 
-fn evictions(cp: &ControlPlane, rt: &tokio::runtime::Runtime, client: &kube::Client) {
+fn evictions(cp: &ControlPlane, rt: &tokio::runtime::Runtime, client: &kube::Client, scenarios: &[Scenario]) {
     use futures::StreamExt;
-    let (view, _) = read(rt, client);
+    let (view, subjects) = read(rt, client);
     let computed = without_status(read(rt, client).0);
     let api: kube::Api<Pod> = kube::Api::namespaced(client_without_retries(cp, rt), NS);
     let pods = view.pods_in(NS);
@@ -349,6 +350,32 @@ fn evictions(cp: &ControlPlane, rt: &tokio::runtime::Runtime, client: &kube::Cli
             ));
         }
     }
+    // pdb-disruptions-blocked (the audit's, from the status) fires exactly where the eviction API
+    // refuses some pod the PDB alone selects: what a drain would meet now.
+    let (mut blocked, mut judged) = (0, 0);
+    for s in scenarios.iter().filter(|s| !s.second) {
+        judged += 1;
+        let selected = pods.iter().filter(|p| p.labels.get("group").is_some_and(|g| *g == s.name));
+        let truth = selected.into_iter().any(|p| answers[&*p.name] == 429);
+        let subject = subjects.iter().find(|p| p.id().name == s.name).expect("the PDB");
+        let said = rules::audit(subject, &view, &Config::default()).findings.iter().any(|f| f.rule == "pdb-disruptions-blocked");
+        if said != truth {
+            wrong.push(format!(
+                "{} {} (ready {}, not ready {}, bare {}, AlwaysAllow {}): pdb-disruptions-blocked {} but the eviction \
+                 API refuses {}",
+                s.name,
+                s.budget,
+                s.ready,
+                s.unready,
+                s.bare,
+                s.always_allow,
+                if said { "fires" } else { "is silent" },
+                if truth { "some pod" } else { "none" }
+            ));
+        }
+        blocked += usize::from(truth);
+    }
+    eprintln!("[e2e] pdb-disruptions-blocked held to the eviction API on {judged} PDBs ({blocked} blocked)");
     eprintln!("[e2e] dry-run evictions of {} pods, by answer: {counts:?}", pods.len());
     for code in [201, 429, 500] {
         assert!(counts.get(&code).copied().unwrap_or(0) >= 5, "few answers {code}: {counts:?}");

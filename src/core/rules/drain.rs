@@ -24,7 +24,7 @@ use crate::core::catalogue::Rule;
 use crate::core::finding::Finding;
 use crate::core::model::arith;
 use crate::core::model::ObjectRef;
-use crate::core::view::budget::{Source, budget_now, selected_pods};
+use crate::core::view::budget::{Source, budget_now, refuses, selected_pods};
 use crate::core::view::{PdbInfo, PodInfo, PodOwner, PodPhase, View};
 use crate::declare_rule;
 
@@ -84,19 +84,24 @@ impl Ledger {
         }
     }
 
-    /// Asks to evict `pod` as the eviction API decides: true when it would take it.
+    /// Asks to evict `pod` as the eviction API decides ([`refuses`]): true when it would take it.
+    /// An eviction the budget allows takes one disruption, and the pod's health if it had some.
     fn evict(&mut self, pod: &PodInfo) -> bool {
-        if !pod.healthy() {
-            // Not Ready: it counts toward nothing.
-            if self.pdb.always_allow_unhealthy || (self.current >= self.desired && self.desired > 0) {
-                self.evicted.push(pod.name.clone());
-                return true;
-            }
-        }
-        if self.allowed > 0 {
-            self.allowed -= 1;
-            if pod.healthy() {
-                self.current -= 1;
+        let now = arith::Status {
+            expected: 0,
+            desired_healthy: self.desired,
+            current_healthy: self.current,
+            allowed: self.allowed,
+        };
+        if !refuses(&now, self.pdb.always_allow_unhealthy, pod) {
+            // Not Ready and let go without asking the budget: it counts toward nothing.
+            let unhealthy_exit = !pod.healthy()
+                && (self.pdb.always_allow_unhealthy || (self.current >= self.desired && self.desired > 0));
+            if !unhealthy_exit {
+                self.allowed -= 1;
+                if pod.healthy() {
+                    self.current -= 1;
+                }
             }
             self.evicted.push(pod.name.clone());
             return true;

@@ -13,7 +13,7 @@ use super::zones::ZONE;
 use crate::core::catalogue::Rule;
 use crate::core::model::pod::{HOSTNAME, kept_apart, spread_constraints};
 use crate::core::model::{Subject, Workload, selector};
-use crate::core::view::budget::{Source, budget_now};
+use crate::core::view::budget::{Source, budget_now, refuses};
 use crate::core::view::placement::takes;
 use crate::core::view::{PdbInfo, PodInfo, PodPhase, View, bounds};
 use crate::declare_rule;
@@ -283,7 +283,9 @@ fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
         return;
     }
     let Some(status) = pdb.current_status() else { return };
-    if status.disruptions_allowed > 0 {
+    // Blocked is what a drain meets: the eviction API refuses some pod it selects. All its pods
+    // not Ready under AlwaysAllow, say, go without asking: nothing to report then.
+    if status.disruptions_allowed > 0 || !now.pods.iter().any(|p| refuses(&now.status, pdb.always_allow_unhealthy, p)) {
         return;
     }
     if status.expected_pods < 1 {

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::lookup::View;
-use super::projection::{PdbInfo, PodInfo, PodOwner};
+use super::projection::{PdbInfo, PodInfo, PodOwner, PodPhase};
 use crate::core::model::arith::{self, Budget, Counts, Status};
 use crate::core::model::{Kind, selector};
 
@@ -107,6 +107,23 @@ pub fn budget_now(view: &dyn View, pdb: &PdbInfo) -> Option<BudgetNow> {
         )
     });
     Some(BudgetNow { status, source, pods, expects_none })
+}
+
+/// Whether the eviction API refuses (429) an eviction of `pod`, one the PDB with `status` selects
+/// (`eviction.go`): a Pending, finished or terminating pod is deleted without asking; one that is
+/// not Ready goes when the PDB says `unhealthyPodEvictionPolicy: AlwaysAllow` or when its budget
+/// is met (current healthy ≥ desired healthy > 0); any other goes only while a disruption is
+/// allowed.
+pub fn refuses(status: &Status, always_allow_unhealthy: bool, pod: &PodInfo) -> bool {
+    if pod.phase.terminal() || pod.phase == PodPhase::Pending || pod.terminating {
+        return false;
+    }
+    if !pod.ready
+        && (always_allow_unhealthy || (status.current_healthy >= status.desired_healthy && status.desired_healthy > 0))
+    {
+        return false;
+    }
+    status.allowed <= 0
 }
 
 #[cfg(test)]

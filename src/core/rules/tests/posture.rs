@@ -362,3 +362,17 @@ fn the_zero_status_a_pdb_is_created_with_is_not_judged() {
     let view = view_with_pods(&web(2, ""), placed(&["n1", "n2"]));
     assert!(of_rule(&audit_findings(&created, &view), BLOCKED).is_empty());
 }
+
+/// Blocked is what a drain meets: with every pod not Ready and unhealthyPodEvictionPolicy
+/// AlwaysAllow, the eviction API lets each go without asking the budget, so nothing blocks
+/// although the status allows 0; under IfHealthyBudget (the default) the same pods are refused.
+#[test]
+fn a_pdb_whose_pods_all_go_without_asking_is_not_blocked() {
+    let mut pods = placed(&["n1", "n2"]);
+    pods.iter_mut().for_each(|p| p.ready = false);
+    let view = view_with_pods(&web(2, ""), pods);
+    let if_healthy = pdb_with_status(1, 0, 2, 0, 1);
+    assert_eq!(of_rule(&audit_findings(&if_healthy, &view), BLOCKED).len(), 1);
+    let always = if_healthy.replace("  selector:", "  unhealthyPodEvictionPolicy: AlwaysAllow\n  selector:");
+    assert!(of_rule(&audit_findings(&always, &view), BLOCKED).is_empty());
+}
