@@ -20,6 +20,13 @@
 //!    (3 replicas, a PDB with minAvailable 2, a hostname spread with its selector) applied without
 //!    a warning, one node drained with `kubectl drain`, `kubectl rollout status`, uncordon.
 //!
+//! 5. `posture`: the audit's live posture rules on what the scheduler placed, kwok reported and the
+//!    disruption controller computed (replicas sharing a node, a budget blocked by pods not Ready,
+//!    a zone spread leaving a replica Pending until a node of a third zone comes, pods on a
+//!    cordoned node).
+//! 6. `drains`: `ha-guard audit --drain` / `--drain-zone` on those placements, and the drain it
+//!    predicts to hang run with `kubectl drain`.
+//!
 //! The oracle steps run before the webhooks are registered: their PDBs are the cluster's as it was
 //! before ha-guard (many of them would be refused).
 
@@ -59,6 +66,8 @@ fn kubernetes_is_the_judge() {
     register_fail_closed(cp, hg);
     steps.run("3 controllers are never refused", || controllers(cp, hg));
     steps.run("4 the HA drill: drain one node of an HA workload", || drill(cp, hg));
+    steps.run("5 live posture on the controllers' placements and budgets", || posture_on_real_placements(cp));
+    steps.run("6 drain predictions on real placements, and a real drain", || drain_predictions(cp));
     steps.run("no webhook call failed", || guard.finish(cp));
     steps.finish();
 }
@@ -484,4 +493,224 @@ fn controllers(cp: &ControlPlane, hg: &HaGuard) {
     assert!(calls.calls > 0.0, "the writes went through the webhooks: {calls:?}");
     assert_eq!((calls.rejected, calls.failed, calls.fail_open), (0.0, 0.0, 0.0), "{calls:?}");
     assert_eq!(denied(hg), denied_before, "ha-guard denied nothing");
+}
+
+// --- 5. posture and 6. drain predictions, on real placements -------------------------------------
+
+const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
+const POSTURE: [&str; 4] = ["replicas-share-node", "pdb-disruptions-blocked", "spread-pending", "pod-on-cordoned-node"];
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// `ha-guard audit ARGS --format json` (exit 0 or 1 as the findings say): the report.
+fn audit_json(cp: &ControlPlane, args: &[&str]) -> Value {
+    let out = std::process::Command::new(BIN)
+        .arg("audit")
+        .args(args)
+        .args(["--format", "json"])
+        .env("KUBECONFIG", cp.kubeconfig())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run ha-guard audit");
+    assert!(matches!(out.status.code(), Some(0 | 1)), "ha-guard audit {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("audit json ({e})"))
+}
+
+/// (rule, name, message) of the report's findings of `rules`, sorted.
+fn of_rules(report: &Value, rules: &[&str]) -> Vec<(String, String, String)> {
+    let mut out: Vec<_> = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| rules.contains(&f["rule"].as_str().unwrap_or_default()))
+        .map(|f| {
+            let s = |k: &str| f[k].as_str().unwrap_or_default().to_string();
+            (s("rule"), s("name"), s("message"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[track_caller]
+fn only(found: &[(String, String, String)], expected: &[(&str, &str)], needles: &[&str]) {
+    let got: Vec<(&str, &str)> = found.iter().map(|(r, n, _)| (r.as_str(), n.as_str())).collect();
+    assert_eq!(got, expected, "{found:#?}");
+    for needle in needles {
+        assert!(found.iter().any(|(_, _, m)| m.contains(needle)), "{needle:?} in the messages: {found:#?}");
+    }
+}
+
+/// The live posture findings of namespace `ns`, once the PDBs' statuses and the pods have settled.
+fn posture(cp: &ControlPlane, ns: &str) -> Vec<(String, String, String)> {
+    of_rules(&audit_json(cp, &["--namespace", ns]), &POSTURE)
+}
+
+/// The names of the pods of `app` in `ns`, sorted.
+fn pods_of(cp: &ControlPlane, ns: &str, app: &str) -> Vec<String> {
+    let out = cp.kubectl(&["-n", ns, "get", "pods", "-l", &format!("app={app}"), "-o", "jsonpath={.items[*].metadata.name}"]);
+    let mut names: Vec<String> = out.success().stdout.split_whitespace().map(str::to_string).collect();
+    names.sort();
+    names
+}
+
+/// Waits until Deployment `name` has rolled out, and the PDBs of `ns` have a current status.
+fn rolled_out(cp: &ControlPlane, ns: &str, name: &str) {
+    cp.kubectl(&["-n", ns, "rollout", "status", &format!("deployment/{name}"), "--timeout=90s"]).success();
+    poll("the PDBs' statuses are current", WAIT, Duration::from_millis(200), || {
+        let pdbs = cp.kubectl(&["-n", ns, "get", "pdb", "-o", "json"]).success().json();
+        let stale = pdbs["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["status"]["observedGeneration"] != p["metadata"]["generation"]);
+        if stale { Err("stale".into()) } else { Ok(()) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Required node affinity: only the nodes without a zone (node-a .. node-d).
+fn unzoned() -> Value {
+    json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": ZONE, "operator": "DoesNotExist"}]}]}}})
+}
+
+fn posture_on_real_placements(cp: &ControlPlane) {
+    let ns = "posture";
+    cp.namespace(ns, &[]);
+    cp.kwok_nodes(&[
+        ("z-a1", &[(ZONE, "zone-a"), ("pool", "first")]),
+        ("z-a2", &[(ZONE, "zone-a")]),
+        ("z-b1", &[(ZONE, "zone-b")]),
+    ]);
+    assert_eq!(posture(cp, ns), vec![], "an empty namespace");
+
+    // Two replicas of a pool that had one node when they were placed, Running and never Ready
+    // (kwok), under a budget that keeps unhealthy pods (IfHealthyBudget): the disruption controller
+    // allows nothing. Then the pool grows to three nodes: the replicas still share the first.
+    let mut pair = pod(deployment(ns, "pair", 2), json!({"nodeSelector": {"pool": "first"}}));
+    pair["spec"]["template"]["metadata"]["labels"][NOT_READY] = json!("true");
+    cp.apply(&pair).success();
+    cp.apply(pdb(ns, "pair", "pair", json!({"minAvailable": 1, "unhealthyPodEvictionPolicy": "IfHealthyBudget"})))
+        .success()
+        .warns(&["pdb-unhealthy-eviction-policy"]);
+    poll("pair's pods Running", WAIT, Duration::from_millis(200), || {
+        let running = cp.kubectl(&["-n", ns, "get", "pods", "-l", "app=pair", "--field-selector=status.phase=Running", "-o", "name"]);
+        if running.success().stdout.lines().count() == 2 { Ok(()) } else { Err("not yet".into()) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    for n in ["z-a2", "z-b1"] {
+        cp.kubectl(&["label", "node", n, "pool=first"]).success();
+    }
+    poll("the controller's word on pair", WAIT, Duration::from_millis(250), || {
+        let found = posture(cp, ns);
+        if found.len() == 2 { Ok(()) } else { Err(format!("{found:#?}")) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let names = pods_of(cp, ns, "pair");
+    only(
+        &posture(cp, ns),
+        &[("pdb-disruptions-blocked", "pair"), ("replicas-share-node", "pair")],
+        &[
+            &format!("2 of its 2 running pods are on node z-a1 ({}, {}) although 3 nodes could hold them apart", names[0], names[1]),
+            "unhealthy pods: 0 of 2 expected pods are healthy",
+            "and minAvailable 1 needs 1",
+        ],
+    );
+
+    // Ready, and spread over nodes without a zone, one a node (a rollout): nothing left.
+    let apart = json!({"spec": {"template": {"metadata": {"labels": {NOT_READY: null}},
+        "spec": {"nodeSelector": null, "affinity": unzoned(),
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "pair"}}}]}}}});
+    cp.kubectl(&["-n", ns, "patch", "deployment", "pair", "--type=merge", "-p", &apart.to_string()]).success();
+    rolled_out(cp, ns, "pair");
+    poll("nothing left of pair", WAIT, Duration::from_millis(250), || {
+        let found = posture(cp, ns);
+        if found.is_empty() { Ok(()) } else { Err(format!("{found:#?}")) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+
+    // A DoNotSchedule zone spread asking for three zones where the scheduler knows two: it places
+    // one replica a zone and leaves the third Pending.
+    let zonal = pod(
+        deployment(ns, "zonal", 3),
+        json!({"topologySpreadConstraints": [{"maxSkew": 1, "minDomains": 3, "topologyKey": ZONE,
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "zonal"}}}]}),
+    );
+    cp.apply(&zonal).success();
+    poll("zonal's third replica Pending", WAIT, Duration::from_millis(250), || {
+        let found = posture(cp, ns);
+        if found.iter().any(|(r, _, _)| r == "spread-pending") { Ok(()) } else { Err(format!("{found:#?}")) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    only(
+        &posture(cp, ns),
+        &[("spread-pending", "zonal")],
+        &["1 of its pods is Pending", "topologySpreadConstraints[0] (topologyKey topology.kubernetes.io/zone"],
+    );
+    // A node in a third zone: the scheduler places it.
+    cp.kwok_nodes(&[("z-c1", &[(ZONE, "zone-c")])]);
+    rolled_out(cp, ns, "zonal");
+    only(&posture(cp, ns), &[], &[]);
+
+    // Pods that tolerate the cordon taint, and their node cordoned.
+    let sticky = pod(
+        spread_out(deployment(ns, "sticky", 2)),
+        json!({"affinity": unzoned(), "tolerations": [
+            {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]}),
+    );
+    cp.apply(&sticky).success();
+    rolled_out(cp, ns, "sticky");
+    only(&posture(cp, ns), &[], &[]);
+    let first = pods_of(cp, ns, "sticky").remove(0);
+    let node = node_of(cp, ns, &first);
+    cp.kubectl(&["cordon", &node]).success();
+    only(&posture(cp, ns), &[("pod-on-cordoned-node", "sticky")], &[&format!("1 pod on cordoned nodes ({first} on {node})")]);
+    cp.kubectl(&["uncordon", &node]).success();
+    only(&posture(cp, ns), &[], &[]);
+}
+
+/// `ha-guard audit --drain` on pods the scheduler placed and budgets the controller computed, then
+/// the drain it predicts to hang, run for real.
+fn drain_predictions(cp: &ControlPlane) {
+    let ns = "drains";
+    cp.namespace(ns, &[]);
+    // Both replicas of `both` on z-b1 (the only node of zone-b), a budget that allows one.
+    cp.apply(pod(deployment(ns, "both", 2), json!({"nodeSelector": {"kubernetes.io/hostname": "z-b1"}}))).success();
+    cp.apply(pdb(ns, "both", "both", json!({"maxUnavailable": 1}))).success();
+    // Three replicas, one a node (among the nodes without a zone), a budget that allows one.
+    cp.apply(pod(spread_out(deployment(ns, "three", 3)), json!({"affinity": unzoned()}))).success();
+    cp.apply(pdb(ns, "three", "three", json!({"minAvailable": 2}))).success();
+    rolled_out(cp, ns, "both");
+    rolled_out(cp, ns, "three");
+    let both = pods_of(cp, ns, "both");
+    let three = pods_of(cp, ns, "three");
+    let drained = |args: &[&str]| {
+        let mut all = vec!["--namespace", ns];
+        all.extend_from_slice(args);
+        of_rules(&audit_json(cp, &all), &["drain-blocked", "drain-takes-all-replicas"])
+    };
+    let expected = [("drain-blocked", "both"), ("drain-takes-all-replicas", "both")];
+    let evicts = format!("evicts {}, then refuses the eviction of {}", both[0], both[1]);
+    let needles = [evicts.as_str(), "1 healthy, 1 needed: 0 disruptions allowed"];
+    only(&drained(&["--drain", "z-b1"]), &expected, &needles);
+    only(&drained(&["--drain-zone", "zone-b"]), &expected, &["zone zone-b"]);
+    // One of three replicas: nothing; two of three: the second eviction is refused.
+    let nodes: Vec<String> = three.iter().map(|p| node_of(cp, ns, p)).collect();
+    only(&drained(&["--drain", &nodes[0]]), &[], &[]);
+    only(&drained(&["--drain", &nodes[0], &nodes[1]]), &[("drain-blocked", "three")], &[&three[1]]);
+
+    // The prediction held to kubectl drain: the second of `both` is refused until the drain gives
+    // up, and its replacement (which only z-b1 could take) stays Pending.
+    let out = cp.kubectl(&["drain", "z-b1", "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=20s"]);
+    assert!(!out.ok(), "the drain hangs on both's budget: {}", out.output());
+    assert!(
+        out.stderr.contains("Cannot evict pod as it would violate the pod's disruption budget"),
+        "{}",
+        out.output()
+    );
+    let left: Vec<String> = pods_of(cp, ns, "both").into_iter().filter(|p| node_of(cp, ns, p) == "z-b1").collect();
+    assert_eq!(left.len(), 1, "one of both's replicas is left on z-b1: {left:?}");
+    cp.kubectl(&["uncordon", "z-b1"]).success();
+    rolled_out(cp, ns, "both");
 }
