@@ -12,7 +12,8 @@ use super::projection::NodeInfo;
 /// `NodeUnschedulable`: a cordoned node (`spec.unschedulable`) takes only pods that tolerate
 /// `node.kubernetes.io/unschedulable:NoSchedule`.
 pub fn node_unschedulable(node: &NodeInfo, spec: &PodSpec) -> bool {
-    !node.unschedulable || tolerations(spec).iter().any(|t| tolerates(t, crate::core::model::pod::CORDON_TAINT, None, "NoSchedule"))
+    !node.unschedulable
+        || tolerations(spec).iter().any(|t| tolerates(t, crate::core::model::pod::CORDON_TAINT, None, "NoSchedule"))
 }
 
 /// `TaintToleration`: every NoSchedule and NoExecute taint of the node is tolerated
@@ -31,7 +32,8 @@ pub fn untolerated<'n>(node: &'n NodeInfo, spec: &PodSpec) -> Option<&'n Taint> 
 
 /// `NodeAffinity`: the pod's `nodeSelector` and its required node affinity both match.
 pub fn node_affinity(node: &NodeInfo, spec: &PodSpec) -> bool {
-    spec.node_selector.iter().flatten().all(|(k, v)| node.labels.get(k) == Some(v)) && required_node_affinity(node, spec)
+    spec.node_selector.iter().flatten().all(|(k, v)| node.labels.get(k) == Some(v))
+        && required_node_affinity(node, spec)
 }
 
 /// The filters of this module that need no other pod: the nodes a replacement may go to before
@@ -124,8 +126,12 @@ pub fn spread_capacity(c: &TopologySpreadConstraint, nodes: &[&NodeInfo], spec: 
     if c.when_unsatisfiable != "DoNotSchedule" {
         return None;
     }
-    let counted: BTreeSet<&str> =
-        nodes.iter().filter(|n| spread_counts(c, n, spec)).filter_map(|n| n.labels.get(&c.topology_key)).map(String::as_str).collect();
+    let counted: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|n| spread_counts(c, n, spec))
+        .filter_map(|n| n.labels.get(&c.topology_key))
+        .map(String::as_str)
+        .collect();
     let usable: BTreeSet<&str> = nodes
         .iter()
         .filter(|n| takes(n, spec) && spread_counts(c, n, spec))
@@ -227,7 +233,8 @@ mod tests {
         let plain = spec(PLAIN);
         assert!(takes(&node("a", &[], &[], false), &plain));
         assert!(!takes(&node("a", &[], &[], true), &plain), "cordoned");
-        let tolerant = spec(&format!("{PLAIN}tolerations: [{{key: node.kubernetes.io/unschedulable, operator: Exists}}]"));
+        let tolerant =
+            spec(&format!("{PLAIN}tolerations: [{{key: node.kubernetes.io/unschedulable, operator: Exists}}]"));
         assert!(takes(&node("a", &[], &[], true), &tolerant), "the cordon tolerated");
         assert!(!takes(&node("a", &[], &[("dedicated", "NoSchedule")], false), &plain));
         let zoned = spec(&format!("{PLAIN}nodeSelector: {{zone: a}}"));
@@ -255,7 +262,9 @@ mod tests {
         assert_eq!(bound.cap, 2);
         assert_eq!(
             bound.why,
-            SpreadLimit::IdleDomains(vec!["cp (taint node-role.kubernetes.io/control-plane:NoSchedule not tolerated)".into()])
+            SpreadLimit::IdleDomains(vec![
+                "cp (taint node-role.kubernetes.io/control-plane:NoSchedule not tolerated)".into()
+            ])
         );
         assert_eq!(spread_capacity(&spread("nodeTaintsPolicy: Honor"), &refs, &spec(PLAIN)), None);
         // Boundary: all nodes usable, nothing bounds.
@@ -273,7 +282,11 @@ mod tests {
     /// Ignore counts the others too, which then pin the minimum at 0.
     #[test]
     fn the_node_affinity_policy_decides_which_nodes_are_domains() {
-        let nodes = [node("a", &[("pool", "web")], &[], false), node("b", &[("pool", "web")], &[], false), node("c", &[("pool", "db")], &[], false)];
+        let nodes = [
+            node("a", &[("pool", "web")], &[], false),
+            node("b", &[("pool", "web")], &[], false),
+            node("c", &[("pool", "db")], &[], false),
+        ];
         let refs: Vec<&NodeInfo> = nodes.iter().collect();
         let web = spec(&format!("{PLAIN}nodeSelector: {{pool: web}}"));
         assert_eq!(spread_capacity(&spread(""), &refs, &web), None);
@@ -290,8 +303,564 @@ mod tests {
         assert_eq!(bound.map(|b| b.cap), Some(4));
         assert_eq!(spread_capacity(&spread("minDomains: 2"), &refs, &spec(PLAIN)), None, "as many domains as asked");
         // ScheduleAnyway never bounds.
-        let soft: TopologySpreadConstraint = TopologySpreadConstraint { when_unsatisfiable: "ScheduleAnyway".into(), ..spread("minDomains: 3") };
+        let soft: TopologySpreadConstraint =
+            TopologySpreadConstraint { when_unsatisfiable: "ScheduleAnyway".into(), ..spread("minDomains: 3") };
         assert_eq!(spread_capacity(&soft, &refs, &spec(PLAIN)), None);
     }
+}
 
+// --- a pod among other pods: the filters that count what is placed ------------------------------
+
+/// Resources as the scheduler sums them: CPU in millicores, the rest in bytes (or a count).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resources {
+    pub cpu_milli: i64,
+    pub memory: i64,
+    pub ephemeral_storage: i64,
+    /// Extended resources and hugepages, by name.
+    pub scalar: std::collections::BTreeMap<String, i64>,
+}
+
+impl Resources {
+    fn add(&mut self, o: &Resources) {
+        self.cpu_milli = self.cpu_milli.saturating_add(o.cpu_milli);
+        self.memory = self.memory.saturating_add(o.memory);
+        self.ephemeral_storage = self.ephemeral_storage.saturating_add(o.ephemeral_storage);
+        for (k, v) in &o.scalar {
+            let e = self.scalar.entry(k.clone()).or_default();
+            *e = e.saturating_add(*v);
+        }
+    }
+
+    fn max(&mut self, o: &Resources) {
+        self.cpu_milli = self.cpu_milli.max(o.cpu_milli);
+        self.memory = self.memory.max(o.memory);
+        self.ephemeral_storage = self.ephemeral_storage.max(o.ephemeral_storage);
+        for (k, v) in &o.scalar {
+            let e = self.scalar.entry(k.clone()).or_default();
+            *e = (*e).max(*v);
+        }
+    }
+
+    fn is_zero(&self) -> bool {
+        self.cpu_milli == 0 && self.memory == 0 && self.ephemeral_storage == 0 && self.scalar.values().all(|v| *v == 0)
+    }
+
+    /// From a resource list (`requests`, `allocatable`, `overhead`): values that are no quantity
+    /// count as 0.
+    pub fn of(
+        list: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+    ) -> Resources {
+        let mut r = Resources::default();
+        for (name, q) in list.into_iter().flatten() {
+            match name.as_str() {
+                "cpu" => r.cpu_milli = quantity_milli(&q.0).unwrap_or(0),
+                "memory" => r.memory = quantity(&q.0).unwrap_or(0),
+                "ephemeral-storage" => r.ephemeral_storage = quantity(&q.0).unwrap_or(0),
+                "pods" => {}
+                other => {
+                    r.scalar.insert(other.to_string(), quantity(&q.0).unwrap_or(0));
+                }
+            }
+        }
+        r
+    }
+}
+
+/// A pod's request as the scheduler computes it (`k8s.io/component-helpers/resource`): the larger
+/// of the containers' sum (sidecars, restartable init containers, included) and each init
+/// container with the sidecars declared before it; then the pod's overhead. Only `requests` are
+/// read: for Pods the apiserver defaults missing requests to limits, for templates it does not.
+pub fn pod_requests(spec: &PodSpec) -> Resources {
+    let requests = |c: &k8s_openapi::api::core::v1::Container| {
+        Resources::of(c.resources.as_ref().and_then(|r| r.requests.as_ref()))
+    };
+    let mut sum = Resources::default();
+    for c in &spec.containers {
+        sum.add(&requests(c));
+    }
+    let mut sidecars = Resources::default();
+    let mut init_peak = Resources::default();
+    for c in spec.init_containers.iter().flatten() {
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars.add(&requests(c));
+        } else {
+            let mut with = requests(c);
+            with.add(&sidecars);
+            init_peak.max(&with);
+        }
+    }
+    sum.add(&sidecars);
+    sum.max(&init_peak);
+    sum.add(&Resources::of(spec.overhead.as_ref()));
+    sum
+}
+
+/// A Kubernetes quantity (`500m`, `2`, `1Gi`, `128M`, `1e3`) in whole units, rounded up. Written
+/// here because no crate of our stack parses them (k8s-openapi keeps them as strings).
+pub fn quantity(s: &str) -> Option<i64> {
+    quantity_scaled(s, 1)
+}
+
+/// [`quantity`] in thousandths (CPU in millicores).
+pub fn quantity_milli(s: &str) -> Option<i64> {
+    quantity_scaled(s, 1000)
+}
+
+fn quantity_scaled(s: &str, scale: i128) -> Option<i64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(s.len());
+    let (number, suffix) = s.split_at(split);
+    let (num, den): (i128, i128) = match number.split_once('.') {
+        Some((int, frac)) => {
+            let digits = frac.len() as u32;
+            let whole: i128 = if int.is_empty() || int == "+" { 0 } else { int.parse().ok()? };
+            let f: i128 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
+            let den = 10i128.checked_pow(digits)?;
+            (whole.checked_mul(den)?.checked_add(if whole < 0 { -f } else { f })?, den)
+        }
+        None => (number.parse().ok()?, 1),
+    };
+    let (mul, div): (i128, i128) = match suffix {
+        "" => (1, 1),
+        "m" => (1, 1000),
+        "k" => (1_000, 1),
+        "M" => (1_000_000, 1),
+        "G" => (1_000_000_000, 1),
+        "T" => (1_000_000_000_000, 1),
+        "P" => (1_000_000_000_000_000, 1),
+        "Ki" => (1 << 10, 1),
+        "Mi" => (1 << 20, 1),
+        "Gi" => (1 << 30, 1),
+        "Ti" => (1 << 40, 1),
+        "Pi" => (1 << 50, 1),
+        e if e.starts_with(['e', 'E']) => (10i128.checked_pow(e[1..].parse().ok()?)?, 1),
+        _ => return None,
+    };
+    let top = num.checked_mul(mul)?.checked_mul(scale)?;
+    let bottom = den.checked_mul(div)?;
+    // Rounded up, as the scheduler's value of a fractional quantity is.
+    let value = (top + bottom - 1).div_euclid(bottom);
+    i64::try_from(value).ok()
+}
+
+/// A host port a pod asks for (`NodePorts`): protocol (TCP when unset), IP (0.0.0.0 when unset).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HostPort {
+    pub protocol: String,
+    pub ip: String,
+    pub port: i32,
+}
+
+/// The host ports of a pod: its containers' and sidecars' (ordinary init containers release
+/// theirs); with hostNetwork every container port is one.
+pub fn host_ports(spec: &PodSpec) -> Vec<HostPort> {
+    let host_network = spec.host_network == Some(true);
+    let sidecars = spec.init_containers.iter().flatten().filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    spec.containers
+        .iter()
+        .chain(sidecars)
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let port = p.host_port.filter(|h| *h > 0).or(host_network.then_some(p.container_port))?;
+            Some(HostPort {
+                protocol: p.protocol.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "TCP".into()),
+                ip: p.host_ip.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "0.0.0.0".into()),
+                port,
+            })
+        })
+        .collect()
+}
+
+/// Two host ports that cannot share a node: same protocol and port, and the same IP or either
+/// one the wildcard 0.0.0.0.
+pub fn ports_conflict(a: &HostPort, b: &HostPort) -> bool {
+    a.protocol == b.protocol && a.port == b.port && (a.ip == b.ip || a.ip == "0.0.0.0" || b.ip == "0.0.0.0")
+}
+
+/// A pod already bound to a node, as the filters that count other pods read it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Placed {
+    pub namespace: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub requests: Resources,
+    pub ports: Vec<HostPort>,
+    /// Being deleted: PodTopologySpread no longer counts it; the other filters still do.
+    pub terminating: bool,
+}
+
+/// A node with what is on it.
+#[derive(Clone, Debug)]
+pub struct NodeState<'n> {
+    pub node: &'n NodeInfo,
+    pub allocatable: Resources,
+    /// `allocatable.pods`; `None`: not known, unbounded.
+    pub max_pods: Option<i64>,
+    pub pods: Vec<Placed>,
+}
+
+/// Why a pod cannot go on a node: the filter that says no, named after the scheduler plugin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unfit {
+    NodeUnschedulable,
+    TaintToleration(String),
+    NodeAffinity,
+    NodeResourcesFit(String),
+    NodePorts(i32),
+    InterPodAffinity(String),
+    PodTopologySpread(usize),
+}
+
+impl std::fmt::Display for Unfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unfit::NodeUnschedulable => f.write_str("cordoned"),
+            Unfit::TaintToleration(t) => write!(f, "taint {t} not tolerated"),
+            Unfit::NodeAffinity => f.write_str("nodeSelector or required node affinity not met"),
+            Unfit::NodeResourcesFit(r) => write!(f, "not enough {r}"),
+            Unfit::NodePorts(p) => write!(f, "host port {p} in use"),
+            Unfit::InterPodAffinity(why) => f.write_str(why),
+            Unfit::PodTopologySpread(i) => write!(f, "topologySpreadConstraints[{i}] would be skewed beyond maxSkew"),
+        }
+    }
+}
+
+/// The pod to place: its namespace, labels and spec (a replacement: its template's).
+#[derive(Clone, Copy, Debug)]
+pub struct Incoming<'a> {
+    pub namespace: &'a str,
+    pub labels: &'a std::collections::BTreeMap<String, String>,
+    pub spec: &'a PodSpec,
+}
+
+/// Whether `pod` can go on `nodes[at]`, the other nodes as they are (for the affinities and the
+/// spreads): `Ok`, or the first filter that refuses, in the scheduler's order.
+pub fn fits(pod: Incoming, at: usize, nodes: &[NodeState]) -> Result<(), Unfit> {
+    let here = &nodes[at];
+    if !node_unschedulable(here.node, pod.spec) {
+        return Err(Unfit::NodeUnschedulable);
+    }
+    if let Some(t) = untolerated(here.node, pod.spec) {
+        return Err(Unfit::TaintToleration(format!("{}:{}", t.key, t.effect)));
+    }
+    if !node_affinity(here.node, pod.spec) {
+        return Err(Unfit::NodeAffinity);
+    }
+    let want = pod_requests(pod.spec);
+    if here.max_pods.is_some_and(|max| here.pods.len() as i64 + 1 > max) {
+        return Err(Unfit::NodeResourcesFit("pods".into()));
+    }
+    if !want.is_zero() {
+        let mut used = Resources::default();
+        for p in &here.pods {
+            used.add(&p.requests);
+        }
+        let free = |a: i64, u: i64| a.saturating_sub(u);
+        if want.cpu_milli > free(here.allocatable.cpu_milli, used.cpu_milli) {
+            return Err(Unfit::NodeResourcesFit("cpu".into()));
+        }
+        if want.memory > free(here.allocatable.memory, used.memory) {
+            return Err(Unfit::NodeResourcesFit("memory".into()));
+        }
+        if want.ephemeral_storage > 0
+            && want.ephemeral_storage > free(here.allocatable.ephemeral_storage, used.ephemeral_storage)
+        {
+            return Err(Unfit::NodeResourcesFit("ephemeral-storage".into()));
+        }
+        for (name, v) in &want.scalar {
+            let a = here.allocatable.scalar.get(name).copied().unwrap_or(0);
+            if *v > free(a, used.scalar.get(name).copied().unwrap_or(0)) {
+                return Err(Unfit::NodeResourcesFit(name.clone()));
+            }
+        }
+    }
+    for wanted in host_ports(pod.spec) {
+        if here.pods.iter().flat_map(|p| &p.ports).any(|used| ports_conflict(&wanted, used)) {
+            return Err(Unfit::NodePorts(wanted.port));
+        }
+    }
+    inter_pod_affinity(pod, here, nodes)?;
+    pod_topology_spread(pod, here, nodes)
+}
+
+/// `InterPodAffinity` for the pod's required terms (in its own namespace unless the term names
+/// others): anti-affinity refuses a node whose domain holds a matching pod (a node without the
+/// key passes); affinity needs a matching pod in the node's domain for every term (a node without
+/// the key fails), unless no pod anywhere matches and the pod matches its own terms.
+fn inter_pod_affinity(pod: Incoming, here: &NodeState, nodes: &[NodeState]) -> Result<(), Unfit> {
+    let Some(affinity) = pod.spec.affinity.as_ref() else { return Ok(()) };
+    let matches = |term: &k8s_openapi::api::core::v1::PodAffinityTerm, p: &Placed| {
+        let in_namespace = match term.namespaces.as_deref() {
+            Some(list) if !list.is_empty() => list.iter().any(|n| *n == p.namespace),
+            _ => term.namespace_selector.is_some() || p.namespace == pod.namespace,
+        };
+        in_namespace
+            && term.label_selector.as_ref().is_some_and(|s| crate::core::model::selector::matches(s, &p.labels))
+    };
+    let in_domain = |term: &k8s_openapi::api::core::v1::PodAffinityTerm| {
+        let value = here.node.labels.get(&term.topology_key)?;
+        Some(
+            nodes
+                .iter()
+                .filter(|n| n.node.labels.get(&term.topology_key) == Some(value))
+                .flat_map(|n| &n.pods)
+                .any(|p| matches(term, p)),
+        )
+    };
+    for term in affinity
+        .pod_anti_affinity
+        .iter()
+        .flat_map(|a| a.required_during_scheduling_ignored_during_execution.iter().flatten())
+    {
+        if in_domain(term) == Some(true) {
+            return Err(Unfit::InterPodAffinity(format!("required pod anti-affinity on {}", term.topology_key)));
+        }
+    }
+    let required: Vec<_> = affinity
+        .pod_affinity
+        .iter()
+        .flat_map(|a| a.required_during_scheduling_ignored_during_execution.iter().flatten())
+        .collect();
+    if required.is_empty() {
+        return Ok(());
+    }
+    let anywhere = required.iter().all(|t| nodes.iter().flat_map(|n| &n.pods).any(|p| matches(t, p)));
+    let own = Placed {
+        namespace: pod.namespace.to_string(),
+        labels: pod.labels.clone(),
+        requests: Resources::default(),
+        ports: Vec::new(),
+        terminating: false,
+    };
+    if !anywhere && required.iter().all(|t| matches(t, &own)) {
+        return Ok(());
+    }
+    for term in required {
+        if in_domain(term) != Some(true) {
+            return Err(Unfit::InterPodAffinity(format!("required pod affinity on {}", term.topology_key)));
+        }
+    }
+    Ok(())
+}
+
+/// `PodTopologySpread` for the pod's `DoNotSchedule` constraints, with the pods placed: a node
+/// must carry the key, and its domain's matching pods + 1 − the minimum over the counted domains
+/// (0 while fewer than `minDomains`) must not exceed `maxSkew`. Only nodes carrying every key of
+/// the pod's hard constraints are counted; terminating pods are not.
+fn pod_topology_spread(pod: Incoming, here: &NodeState, nodes: &[NodeState]) -> Result<(), Unfit> {
+    let hard: Vec<(usize, &TopologySpreadConstraint)> = pod
+        .spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, c)| c.when_unsatisfiable == "DoNotSchedule")
+        .collect();
+    for (i, c) in &hard {
+        let Some(value) = here.node.labels.get(&c.topology_key) else { return Err(Unfit::PodTopologySpread(*i)) };
+        let Some(sel) = c.label_selector.as_ref() else { continue };
+        let counts_pod = |p: &Placed| {
+            !p.terminating
+                && p.namespace == pod.namespace
+                && !crate::core::model::selector::is_empty(sel)
+                && crate::core::model::selector::matches(sel, &p.labels)
+        };
+        let mut domains: std::collections::BTreeMap<&str, i32> = std::collections::BTreeMap::new();
+        for n in nodes {
+            if !hard.iter().all(|(_, h)| n.node.labels.contains_key(&h.topology_key))
+                || !spread_counts(c, n.node, pod.spec)
+            {
+                continue;
+            }
+            let Some(d) = n.node.labels.get(&c.topology_key) else { continue };
+            *domains.entry(d.as_str()).or_default() += n.pods.iter().filter(|p| counts_pod(p)).count() as i32;
+        }
+        let min = if (domains.len() as i32) < c.min_domains.unwrap_or(1) {
+            0
+        } else {
+            domains.values().copied().min().unwrap_or(0)
+        };
+        let own = i32::from(crate::core::model::selector::matches(sel, pod.labels));
+        let here_count = domains.get(value.as_str()).copied().unwrap_or(0);
+        if here_count + own - min > c.max_skew {
+            return Err(Unfit::PodTopologySpread(*i));
+        }
+    }
+    Ok(())
+}
+
+/// Where the scheduler may put `pod` now: the nodes every filter lets it go to, or, when none
+/// does, why each node refuses (the first filter that says no, by node name).
+pub fn feasible(pod: Incoming, nodes: &[NodeState]) -> Result<Vec<usize>, Vec<(String, Unfit)>> {
+    let mut ok = Vec::new();
+    let mut why = Vec::new();
+    for at in 0..nodes.len() {
+        match fits(pod, at, nodes) {
+            Ok(()) => ok.push(at),
+            Err(e) => why.push((nodes[at].node.name.clone(), e)),
+        }
+    }
+    if ok.is_empty() { Err(why) } else { Ok(ok) }
+}
+
+#[cfg(test)]
+mod pod_tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn node(name: &str, labels: &[(&str, &str)]) -> NodeInfo {
+        let mut l: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        l.insert("kubernetes.io/hostname".into(), name.into());
+        NodeInfo { name: name.into(), labels: l, unschedulable: false, taints: Vec::new() }
+    }
+
+    fn spec(yaml: &str) -> PodSpec {
+        serde_saphyr::from_str(yaml).expect("a pod spec")
+    }
+
+    fn labels(app: &str) -> BTreeMap<String, String> {
+        [("app".to_string(), app.to_string())].into()
+    }
+
+    fn placed(app: &str, cpu_milli: i64) -> Placed {
+        Placed {
+            namespace: "default".into(),
+            labels: labels(app),
+            requests: Resources { cpu_milli, ..Default::default() },
+            ports: Vec::new(),
+            terminating: false,
+        }
+    }
+
+    fn state<'n>(n: &'n NodeInfo, cpu: i64, pods: Vec<Placed>) -> NodeState<'n> {
+        NodeState {
+            node: n,
+            allocatable: Resources { cpu_milli: cpu, memory: 1 << 40, ..Default::default() },
+            max_pods: Some(110),
+            pods,
+        }
+    }
+
+    #[test]
+    fn quantities_as_kubernetes_writes_them() {
+        assert_eq!(quantity_milli("500m"), Some(500));
+        assert_eq!(quantity_milli("2"), Some(2000));
+        assert_eq!(quantity_milli("0.25"), Some(250));
+        assert_eq!(quantity("1Gi"), Some(1 << 30));
+        assert_eq!(quantity("128M"), Some(128_000_000));
+        assert_eq!(quantity("1e3"), Some(1000));
+        assert_eq!(quantity("1.5Ki"), Some(1536));
+        assert_eq!(quantity("100m"), Some(1), "a fraction of a byte rounds up");
+        assert_eq!(quantity("lots"), None);
+    }
+
+    #[test]
+    fn requests_sum_containers_and_sidecars_against_the_largest_init_container() {
+        let s = spec(
+            "containers:\n- {name: a, image: x, resources: {requests: {cpu: 100m, memory: 64Mi}}}\n- {name: b, image: x, \
+             resources: {requests: {cpu: 200m}}}\ninitContainers:\n- {name: side, image: x, restartPolicy: Always, \
+             resources: {requests: {cpu: 50m}}}\n- {name: migrate, image: x, resources: {requests: {cpu: '1'}}}\n",
+        );
+        let r = pod_requests(&s);
+        assert_eq!((r.cpu_milli, r.memory), (1050, 64 << 20), "max(100+200+50, 1000+50) millicores");
+    }
+
+    #[test]
+    fn resources_that_do_not_fit_refuse_the_node() {
+        let (a, b) = (node("a", &[]), node("b", &[]));
+        let nodes = [state(&a, 1000, vec![placed("other", 800)]), state(&b, 1000, vec![])];
+        let s = spec("containers: [{name: app, image: x, resources: {requests: {cpu: 500m}}}]");
+        let pod = Incoming { namespace: "default", labels: &labels("web"), spec: &s };
+        assert_eq!(fits(pod, 0, &nodes), Err(Unfit::NodeResourcesFit("cpu".into())));
+        assert_eq!(feasible(pod, &nodes), Ok(vec![1]));
+        // Boundary: exactly what is free fits.
+        let s = spec("containers: [{name: app, image: x, resources: {requests: {cpu: 200m}}}]");
+        assert_eq!(fits(Incoming { spec: &s, ..pod }, 0, &nodes), Ok(()));
+    }
+
+    #[test]
+    fn host_ports_conflict_on_protocol_port_and_address() {
+        let used = HostPort { protocol: "TCP".into(), ip: "0.0.0.0".into(), port: 9100 };
+        let wanted = |ip: &str, protocol: &str| HostPort { protocol: protocol.into(), ip: ip.into(), port: 9100 };
+        assert!(ports_conflict(&wanted("10.0.0.1", "TCP"), &used), "the wildcard takes every address");
+        assert!(!ports_conflict(&wanted("0.0.0.0", "UDP"), &used), "another protocol");
+        let specific = HostPort { ip: "10.0.0.1".into(), ..used.clone() };
+        assert!(!ports_conflict(&wanted("10.0.0.2", "TCP"), &specific));
+        let s = spec("hostNetwork: true\ncontainers: [{name: app, image: x, ports: [{containerPort: 9100}]}]");
+        assert_eq!(host_ports(&s), vec![used.clone()], "with hostNetwork a container port is a host port");
+        let n = node("a", &[]);
+        let mut taken = placed("exporter", 0);
+        taken.ports = vec![used];
+        let nodes = [state(&n, 1000, vec![taken])];
+        let pod = Incoming { namespace: "default", labels: &labels("exporter"), spec: &s };
+        assert_eq!(fits(pod, 0, &nodes), Err(Unfit::NodePorts(9100)));
+    }
+
+    #[test]
+    fn required_anti_affinity_on_hostname_keeps_one_a_node() {
+        let (a, b) = (node("a", &[]), node("b", &[]));
+        let s = spec(
+            "containers: [{name: app, image: x}]\naffinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: \
+             [{topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: web}}}]}}",
+        );
+        let nodes = [state(&a, 1000, vec![placed("web", 0)]), state(&b, 1000, vec![placed("api", 0)])];
+        let pod = Incoming { namespace: "default", labels: &labels("web"), spec: &s };
+        assert_eq!(feasible(pod, &nodes), Ok(vec![1]));
+        let full = [state(&a, 1000, vec![placed("web", 0)]), state(&b, 1000, vec![placed("web", 0)])];
+        let why = feasible(pod, &full).unwrap_err();
+        assert_eq!(why[0].1, Unfit::InterPodAffinity("required pod anti-affinity on kubernetes.io/hostname".into()));
+    }
+
+    #[test]
+    fn required_affinity_needs_a_match_in_the_domain_unless_none_exists_and_it_matches_itself() {
+        let (a, b) = (node("a", &[("zone", "z1")]), node("b", &[("zone", "z2")]));
+        let s = spec(
+            "containers: [{name: app, image: x}]\naffinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: \
+             [{topologyKey: zone, labelSelector: {matchLabels: {app: cache}}}]}}",
+        );
+        let nodes = [state(&a, 1000, vec![placed("cache", 0)]), state(&b, 1000, vec![])];
+        let pod = Incoming { namespace: "default", labels: &labels("web"), spec: &s };
+        assert_eq!(feasible(pod, &nodes), Ok(vec![0]));
+        // No cache pod anywhere, and the pod is no cache pod: nowhere.
+        let empty = [state(&a, 1000, vec![]), state(&b, 1000, vec![])];
+        assert!(feasible(pod, &empty).is_err());
+        // The first cache pod may go anywhere (it matches its own term).
+        let first = Incoming { labels: &labels("cache"), ..pod };
+        assert_eq!(feasible(first, &empty), Ok(vec![0, 1]));
+    }
+
+    /// The drain's case: a hostname spread, three nodes one a replica, one cordoned with its
+    /// replica evicted. The cordoned node is still a domain (nodeTaintsPolicy Ignore) with 0, so
+    /// the replacement fits nowhere; with Honor (and the cordon taint on the node) it goes.
+    #[test]
+    fn a_cordoned_domain_keeps_a_replacement_pending_under_the_default_policy() {
+        let mut cordoned = node("a", &[]);
+        cordoned.unschedulable = true;
+        cordoned.taints = vec![k8s_openapi::api::core::v1::Taint {
+            key: "node.kubernetes.io/unschedulable".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }];
+        let (b, c) = (node("b", &[]), node("c", &[]));
+        let nodes = [
+            state(&cordoned, 1000, vec![]),
+            state(&b, 1000, vec![placed("web", 0)]),
+            state(&c, 1000, vec![placed("web", 0)]),
+        ];
+        let spread = |policy: &str| {
+            spec(&format!(
+                "containers: [{{name: app, image: x}}]\ntopologySpreadConstraints: [{{maxSkew: 1, topologyKey: \
+                 kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {{matchLabels: {{app: web}}}}{policy}}}]"
+            ))
+        };
+        let s = spread("");
+        let pod = Incoming { namespace: "default", labels: &labels("web"), spec: &s };
+        let why = feasible(pod, &nodes).unwrap_err();
+        assert_eq!(
+            why.iter().map(|(n, u)| (n.as_str(), u.clone())).collect::<Vec<_>>(),
+            [("a", Unfit::NodeUnschedulable), ("b", Unfit::PodTopologySpread(0)), ("c", Unfit::PodTopologySpread(0))]
+        );
+        let s = spread(", nodeTaintsPolicy: Honor");
+        assert_eq!(feasible(Incoming { spec: &s, ..pod }, &nodes), Ok(vec![1, 2]));
+    }
 }
