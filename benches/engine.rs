@@ -133,7 +133,9 @@ fn benches(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new(name, "validate"), |b| {
             b.iter(|| {
                 let req = review::parse(black_box(&body)).expect("the fixture parses");
-                black_box(review::review(&req, Webhook::Validate, &view, &config, &clock).expect("the fixture is answered"));
+                black_box(
+                    review::review(&req, Webhook::Validate, &view, &config, &clock).expect("the fixture is answered"),
+                );
             })
         });
     }

@@ -184,7 +184,8 @@ fn helm_orders(cp: &ControlPlane) {
     let dir_str = dir.to_str().expect("path");
 
     // helm install: Helm sorts by kind (PDB, Deployment, HPA) and creates them one by one.
-    let (_, stderr) = helm_run(&["install", "web", dir_str, "-n", "helm-install", "--create-namespace", "--wait=false"]);
+    let (_, stderr) =
+        helm_run(&["install", "web", dir_str, "-n", "helm-install", "--create-namespace", "--wait=false"]);
     eprintln!("[e2e] helm install stderr: {stderr:?}");
     assert_eq!(warned_rules(&stderr), Vec::<String>::new(), "helm install printed ha-guard warnings: {stderr}");
     for kind in ["deployment", "pdb", "hpa"] {
@@ -244,7 +245,8 @@ fn without_the_pdb(cp: &ControlPlane) {
         })
     };
     for (ns, _) in &files {
-        let message = missing_in(&audit, ns).unwrap_or_else(|| panic!("pdb-missing in {ns} in ha-guard audit: {audit}"));
+        let message =
+            missing_in(&audit, ns).unwrap_or_else(|| panic!("pdb-missing in {ns} in ha-guard audit: {audit}"));
         assert!(message.contains("no PodDisruptionBudget covers it"), "{message}");
     }
     // Nothing is missing where the PDB came with the rest, whatever the order.
@@ -253,7 +255,9 @@ fn without_the_pdb(cp: &ControlPlane) {
         .expect("findings")
         .iter()
         .filter(|f| {
-            f["namespace"].as_str().is_some_and(|n| n.starts_with("order-") || n == "helm-install" || n == "helm-template")
+            f["namespace"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("order-") || n == "helm-install" || n == "helm-template")
         })
         .filter(|f| f["name"] == "web")
         .collect();
@@ -283,18 +287,20 @@ fn without_the_pdb(cp: &ControlPlane) {
 
     // The background audit's report, within one interval (plus the run).
     for (ns, _) in &files {
-        let report = poll(&format!("pdb-missing in the PolicyReport of {ns}"), WAIT, Duration::from_millis(250), || {
-            let k = cp.kubectl(&["-n", ns, "get", "policyreports.wgpolicyk8s.io", "ha-guard", "-o", "json"]);
-            if !k.ok() {
-                return Err(k.output());
-            }
-            let report = k.json();
-            let found = report["results"].as_array().into_iter().flatten().any(|r| {
-                r["rule"] == "pdb-missing" && r["result"] == "warn" && r["resources"][0]["name"] == "web"
-            });
-            if found { Ok(report) } else { Err(report.to_string()) }
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
+        let report =
+            poll(&format!("pdb-missing in the PolicyReport of {ns}"), WAIT, Duration::from_millis(250), || {
+                let k = cp.kubectl(&["-n", ns, "get", "policyreports.wgpolicyk8s.io", "ha-guard", "-o", "json"]);
+                if !k.ok() {
+                    return Err(k.output());
+                }
+                let report = k.json();
+                let found =
+                    report["results"].as_array().into_iter().flatten().any(|r| {
+                        r["rule"] == "pdb-missing" && r["result"] == "warn" && r["resources"][0]["name"] == "web"
+                    });
+                if found { Ok(report) } else { Err(report.to_string()) }
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
         let took = applied.elapsed();
         eprintln!("[e2e] pdb-missing in the report of {ns} {took:.1?} after the apply (interval {INTERVAL:?})");
         assert!(took <= INTERVAL * 3, "the report said it {took:?} after the apply; the interval is {INTERVAL:?}");
@@ -321,9 +327,11 @@ fn update_after_the_grace(cp: &ControlPlane) {
     assert!(created.elapsed() < GRACE / 2, "the first update came {:?} after the create", created.elapsed());
     // Whole seconds of creationTimestamp, and a second more for the clocks.
     std::thread::sleep((GRACE + Duration::from_secs(2)).saturating_sub(created.elapsed()));
-    set_image(cp, ns, "nginx:1.29")
-        .warns(&["pdb-missing"])
-        .shows(&["[pdb-missing] spec.replicas: ", "no PodDisruptionBudget covers it", "Fix: add a PodDisruptionBudget"]);
+    set_image(cp, ns, "nginx:1.29").warns(&["pdb-missing"]).shows(&[
+        "[pdb-missing] spec.replicas: ",
+        "no PodDisruptionBudget covers it",
+        "Fix: add a PodDisruptionBudget",
+    ]);
     // The same write where a PDB came later in the grace: nothing is missing.
     cp.apply(pdb(ns, "web", "web", json!({"maxUnavailable": 1}))).success().no_warnings();
     poll("the PDB reaches the view", WAIT, Duration::from_millis(200), || {

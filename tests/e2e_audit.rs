@@ -97,7 +97,6 @@ fn findings(report: &Value) -> Vec<Value> {
     report["findings"].as_array().expect("findings").clone()
 }
 
-
 // --- acceptance 1: what is stored, as check sees the same files ------------------------------
 
 /// Objects that break rules, as a cluster without ha-guard would have stored them.
@@ -321,7 +320,6 @@ fn node(cp: &ControlPlane, name: &str, zone: &str) {
     cp.nodes(&[name]);
     cp.kubectl(&["label", "node", name, &format!("topology.kubernetes.io/zone={zone}"), "--overwrite"]).success();
 }
-
 
 // --- the kubectl plugin -----------------------------------------------------------------------
 

@@ -243,14 +243,16 @@ fn arithmetic(cp: &ControlPlane, rt: &tokio::runtime::Runtime, client: &kube::Cl
 
     let (view, subjects) = read(rt, client);
     let computed = without_status(read(rt, client).0);
-    let mut table = String::from("PDB        budget                     ready unready bare | expected desired healthy allowed\n");
+    let mut table =
+        String::from("PDB        budget                     ready unready bare | expected desired healthy allowed\n");
     let mut wrong = Vec::new();
     let mut blocks_checked = 0;
     for s in scenarios {
         for name in std::iter::once(s.name.clone()).chain(s.second.then(|| format!("{}-also", s.name))) {
             let pdb = view.pdb(NS, &name).unwrap_or_else(|| panic!("PDB {name} in the view"));
             let status = pdb.status.unwrap_or_else(|| panic!("PDB {name} has a status"));
-            let truth = (status.expected_pods, status.desired_healthy, status.current_healthy, status.disruptions_allowed);
+            let truth =
+                (status.expected_pods, status.desired_healthy, status.current_healthy, status.disruptions_allowed);
             let ours = budget_now(&computed, &computed.pdb(NS, &name).expect("PDB")).expect("a budget").status;
             let predicted = (ours.expected, ours.desired_healthy, ours.current_healthy, ours.allowed);
             let _ = writeln!(
@@ -367,7 +369,10 @@ fn evictions(cp: &ControlPlane, rt: &tokio::runtime::Runtime, client: &kube::Cli
         let selected = pods.iter().filter(|p| p.labels.get("group").is_some_and(|g| *g == s.name));
         let truth = selected.into_iter().any(|p| answers[&*p.name] == 429);
         let subject = subjects.iter().find(|p| p.id().name == s.name).expect("the PDB");
-        let said = rules::audit(subject, &view, &Config::default()).findings.iter().any(|f| f.rule == "pdb-disruptions-blocked");
+        let said = rules::audit(subject, &view, &Config::default())
+            .findings
+            .iter()
+            .any(|f| f.rule == "pdb-disruptions-blocked");
         if said != truth {
             wrong.push(format!(
                 "{} {} (ready {}, not ready {}, bare {}, AlwaysAllow {}): pdb-disruptions-blocked {} but the eviction \
@@ -424,7 +429,8 @@ fn drill(cp: &ControlPlane, hg: &HaGuard) {
     cp.kubectl(&["apply", "-f", file.to_str().expect("path")]).success().no_warnings();
     cp.kubectl(&["-n", ns, "rollout", "status", "deployment/web", "--timeout=90s"]).success();
 
-    let pods = cp.kubectl(&["-n", ns, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}"]).success();
+    let pods =
+        cp.kubectl(&["-n", ns, "get", "pods", "-l", "app=web", "-o", "jsonpath={.items[*].metadata.name}"]).success();
     let first = pods.stdout.split_whitespace().next().expect("a pod").to_string();
     let node = node_of(cp, ns, &first);
     let started = Instant::now();
@@ -511,7 +517,11 @@ fn audit_json(cp: &ControlPlane, args: &[&str]) -> Value {
         .stdin(std::process::Stdio::null())
         .output()
         .expect("run ha-guard audit");
-    assert!(matches!(out.status.code(), Some(0 | 1)), "ha-guard audit {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "ha-guard audit {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("audit json ({e})"))
 }
 
@@ -547,7 +557,8 @@ fn posture(cp: &ControlPlane, ns: &str) -> Vec<(String, String, String)> {
 
 /// The names of the pods of `app` in `ns`, sorted.
 fn pods_of(cp: &ControlPlane, ns: &str, app: &str) -> Vec<String> {
-    let out = cp.kubectl(&["-n", ns, "get", "pods", "-l", &format!("app={app}"), "-o", "jsonpath={.items[*].metadata.name}"]);
+    let out =
+        cp.kubectl(&["-n", ns, "get", "pods", "-l", &format!("app={app}"), "-o", "jsonpath={.items[*].metadata.name}"]);
     let mut names: Vec<String> = out.success().stdout.split_whitespace().map(str::to_string).collect();
     names.sort();
     names
@@ -594,7 +605,17 @@ fn posture_on_real_placements(cp: &ControlPlane) {
         .success()
         .warns(&["pdb-unhealthy-eviction-policy"]);
     poll("pair's pods Running", WAIT, Duration::from_millis(200), || {
-        let running = cp.kubectl(&["-n", ns, "get", "pods", "-l", "app=pair", "--field-selector=status.phase=Running", "-o", "name"]);
+        let running = cp.kubectl(&[
+            "-n",
+            ns,
+            "get",
+            "pods",
+            "-l",
+            "app=pair",
+            "--field-selector=status.phase=Running",
+            "-o",
+            "name",
+        ]);
         if running.success().stdout.lines().count() == 2 { Ok(()) } else { Err("not yet".into()) }
     })
     .unwrap_or_else(|e| panic!("{e}"));
@@ -611,7 +632,10 @@ fn posture_on_real_placements(cp: &ControlPlane) {
         &posture(cp, ns),
         &[("pdb-disruptions-blocked", "pair"), ("replicas-share-node", "pair")],
         &[
-            &format!("2 of its 2 running pods are on node z-a1 ({}, {}) although 3 nodes could hold them apart", names[0], names[1]),
+            &format!(
+                "2 of its 2 running pods are on node z-a1 ({}, {}) although 3 nodes could hold them apart",
+                names[0], names[1]
+            ),
             "unhealthy pods: 0 of 2 expected pods are healthy",
             "and minAvailable 1 needs 1",
         ],
@@ -665,7 +689,11 @@ fn posture_on_real_placements(cp: &ControlPlane) {
     let first = pods_of(cp, ns, "sticky").remove(0);
     let node = node_of(cp, ns, &first);
     cp.kubectl(&["cordon", &node]).success();
-    only(&posture(cp, ns), &[("pod-on-cordoned-node", "sticky")], &[&format!("1 pod on cordoned nodes ({first} on {node})")]);
+    only(
+        &posture(cp, ns),
+        &[("pod-on-cordoned-node", "sticky")],
+        &[&format!("1 pod on cordoned nodes ({first} on {node})")],
+    );
     cp.kubectl(&["uncordon", &node]).success();
     only(&posture(cp, ns), &[], &[]);
 }

@@ -108,9 +108,7 @@ fn script() -> Vec<Write> {
     let web = |ns: &str| spread_out(deployment(ns, "web", 3));
     vec![
         // Creates: always sent.
-        write("create a Deployment", false, Some(("deployment", "web")), move |cp, hg, ns| {
-            create(cp, hg, web(ns))
-        }),
+        write("create a Deployment", false, Some(("deployment", "web")), move |cp, hg, ns| create(cp, hg, web(ns))),
         write("create a PDB (mutated)", false, Some(("pdb", "web")), |cp, hg, ns| {
             create(cp, hg, pdb(ns, "web", "web", json!({"maxUnavailable": 1})))
         }),

@@ -44,7 +44,14 @@ pub fn audit(cluster: &Cluster, config: &Config) -> Report {
         .collect();
     let view: &dyn View = &cluster.index;
     let verdicts = map_on_cores(&judged, |l| {
-        judge::audit(&Review { subject: &l.subject, old: None, view, config, asks: Asks::Findings, absences: Absences::Judged })
+        judge::audit(&Review {
+            subject: &l.subject,
+            old: None,
+            view,
+            config,
+            asks: Asks::Findings,
+            absences: Absences::Judged,
+        })
     });
     let checked: HashSet<ObjectRef> = judged.iter().map(|l| l.subject.id()).collect();
     let mut report = Report { objects: judged.len(), files: 0, ..Default::default() };

@@ -17,7 +17,14 @@ use crate::corpus;
 
 /// The verdict on a subject, findings and patch both.
 fn verdict(subject: &Subject, view: &dyn View) -> Verdict {
-    judge(&Review { subject, old: None, view, config: &Config::default(), asks: Asks::Both, absences: Default::default() })
+    judge(&Review {
+        subject,
+        old: None,
+        view,
+        config: &Config::default(),
+        asks: Asks::Both,
+        absences: Default::default(),
+    })
 }
 
 /// `object` as the webhook decodes it from a CREATE in `namespace` (a workload in one pass), or

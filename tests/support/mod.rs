@@ -2149,8 +2149,10 @@ impl Harness {
         }
         let hg = HaGuard::start_spec(&cp, &spec).unwrap_or_else(|e| panic!("ha-guard: {e}"));
         if !setup.webhooks.is_empty() {
-            let mut docs: Vec<Value> =
-                webhook_configurations(&hg).into_iter().filter(|d| setup.webhooks.iter().any(|w| d["kind"] == w.kind())).collect();
+            let mut docs: Vec<Value> = webhook_configurations(&hg)
+                .into_iter()
+                .filter(|d| setup.webhooks.iter().any(|w| d["kind"] == w.kind()))
+                .collect();
             if setup.fail_closed {
                 for hook in docs.iter_mut().flat_map(|d| d["webhooks"].as_array_mut().into_iter().flatten()) {
                     hook["failurePolicy"] = json!("Fail");
@@ -2177,5 +2179,4 @@ impl Harness {
     pub fn guard(&mut self) -> FailOpen {
         self.fail_open.take().expect("the guard is taken once")
     }
-
 }

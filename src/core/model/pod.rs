@@ -49,11 +49,7 @@ pub fn spread_constraints(w: &Workload) -> &[TopologySpreadConstraint] {
 /// The non-empty selectors of a workload's spreads as the scheduler counts pods with them
 /// ([`counting_selector`]), kept in the view for the other side of `spread-selector-overlap`.
 pub fn spread_selectors(w: &Workload) -> Vec<LabelSelector> {
-    spread_constraints(w)
-        .iter()
-        .filter_map(|c| counting_selector(c, w))
-        .filter(|s| !selector::is_empty(s))
-        .collect()
+    spread_constraints(w).iter().filter_map(|c| counting_selector(c, w)).filter(|s| !selector::is_empty(s)).collect()
 }
 
 /// The labels a workload's controller adds to each pod with a hash of its revision:

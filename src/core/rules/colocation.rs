@@ -154,7 +154,11 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
                 format!(
                     "topologySpreadConstraints[{i}] asks for minDomains {min_domains} above the {domains} {} it counts, \
                      so each may hold at most maxSkew {} replicas",
-                    if c.topology_key == HOSTNAME { "schedulable nodes".to_string() } else { format!("{} domains", c.topology_key) },
+                    if c.topology_key == HOSTNAME {
+                        "schedulable nodes".to_string()
+                    } else {
+                        format!("{} domains", c.topology_key)
+                    },
                     c.max_skew
                 ),
                 UNSATISFIABLE_FIX.to_string(),

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeSet;
 
-
 use super::context::{Ctx, Emitter, pod_path};
 use crate::core::catalogue::Rule;
 use crate::core::model::pod::spread_constraints;

@@ -85,15 +85,16 @@ pub fn budget_now(view: &dyn View, pdb: &PdbInfo) -> Option<BudgetNow> {
             },
             Source::Status,
         ),
-        (None, Some(stale)) => (
-            computed,
-            Source::Stale { observed: stale.observed_generation, generation: pdb.generation },
-        ),
+        (None, Some(stale)) => {
+            (computed, Source::Stale { observed: stale.observed_generation, generation: pdb.generation })
+        }
         (None, None) if unscalable && by_scale => (Status { allowed: 0, ..computed }, Source::Computed),
         (None, None) => (computed, Source::Computed),
     };
     let expects_none = (status.expected <= 0 && !pods.is_empty()).then(|| match budget {
-        Budget::Unset => "it sets neither minAvailable nor maxUnavailable, for which the disruption controller expects no pods",
+        Budget::Unset => {
+            "it sets neither minAvailable nor maxUnavailable, for which the disruption controller expects no pods"
+        }
         _ if by_scale && counts.scale == 0 => {
             "its pods have no controller, and a maxUnavailable or a percentage counts the pods' controllers' scale \
              (pods without one count for nothing); an integer minAvailable counts the pods themselves"

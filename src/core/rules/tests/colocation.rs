@@ -655,9 +655,7 @@ fn a_cordoned_node_the_spread_counts_holds_no_replica() {
 #[test]
 fn the_node_affinity_policy_decides_which_nodes_count() {
     let view = live_view(&cluster(&[node("n1a", ""), node("n1b", ""), node("n2b", "")]));
-    let pinned = |policy: &str| {
-        format!("{}      nodeSelector: {{pool: b}}\n", hard_spread(policy))
-    };
+    let pinned = |policy: &str| format!("{}      nodeSelector: {{pool: b}}\n", hard_spread(policy));
     assert!(of_rule(&findings_in(&pinned(""), &view), "spread-unsatisfiable").is_empty());
     let u = findings_in(&pinned("  nodeAffinityPolicy: Ignore\n"), &view);
     let u = of_rule(&u, "spread-unsatisfiable");

@@ -210,8 +210,11 @@ fn exemptions_and_namespace_modes_do_not_hide_a_drain() {
     let view = cluster(&[&web(2), &pdb("minAvailable: 1", "")], placed(&["n1", "n1"]));
     assert_eq!(judge::drain(&view, &exempt_ns, &["n1".to_string()], "node n1").findings.len(), 2);
     // The configuration's actions: off turns a rule off, deny makes the audit fail.
-    let config = crate::core::registry::parse_config("rules:\n  drain-takes-all-replicas: off\n  drain-blocked: deny\n", "c.yaml")
-        .unwrap();
+    let config = crate::core::registry::parse_config(
+        "rules:\n  drain-takes-all-replicas: off\n  drain-blocked: deny\n",
+        "c.yaml",
+    )
+    .unwrap();
     let d = judge::drain(&view, &config, &["n1".to_string()], "node n1");
     let actions: Vec<_> = d.findings.iter().map(|f| (f.rule.id, f.action)).collect();
     assert_eq!(actions, [(BLOCKED, Decision::Deny)]);

@@ -358,7 +358,8 @@ fn a_stale_status_blocks_every_eviction_and_is_said() {
 /// has computed it, so it says nothing (neither blocked nor stale).
 #[test]
 fn the_zero_status_a_pdb_is_created_with_is_not_judged() {
-    let created = pdb_with_status(1, 0, 0, 0, 0).replace("  namespace: default\n", "  namespace: default\n  generation: 1\n");
+    let created =
+        pdb_with_status(1, 0, 0, 0, 0).replace("  namespace: default\n", "  namespace: default\n  generation: 1\n");
     let view = view_with_pods(&web(2, ""), placed(&["n1", "n2"]));
     assert!(of_rule(&audit_findings(&created, &view), BLOCKED).is_empty());
 }

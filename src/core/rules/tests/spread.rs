@@ -277,9 +277,11 @@ fn overlap_through_match_expressions() {
 /// `frontend` whose spread also lists `matchLabelKeys` (at the constraint's level).
 fn frontend_keyed(name: &str, keys: &str, extra_label: &str) -> String {
     edit(
-        &edit(&frontend(name, "default", true), "          matchLabels:\n            tier: fe\n", &format!(
-            "          matchLabels:\n            tier: fe\n        matchLabelKeys: [{keys}]\n"
-        )),
+        &edit(
+            &frontend(name, "default", true),
+            "          matchLabels:\n            tier: fe\n",
+            &format!("          matchLabels:\n            tier: fe\n        matchLabelKeys: [{keys}]\n"),
+        ),
         "        tier: fe\n    spec:",
         &format!("        tier: fe\n{extra_label}    spec:"),
     )
@@ -302,8 +304,10 @@ fn match_label_keys_on_the_revision_hash_separates_the_workloads() {
 #[test]
 fn match_label_keys_on_a_label_separate_where_the_values_differ() {
     let a = frontend_keyed("a", "track", "        track: stable\n");
-    let b_canary = edit(&frontend("b", "default", false), "        tier: fe\n", "        tier: fe\n        track: canary\n");
-    let b_stable = edit(&frontend("b", "default", false), "        tier: fe\n", "        tier: fe\n        track: stable\n");
+    let b_canary =
+        edit(&frontend("b", "default", false), "        tier: fe\n", "        tier: fe\n        track: canary\n");
+    let b_stable =
+        edit(&frontend("b", "default", false), "        tier: fe\n", "        tier: fe\n        track: stable\n");
     assert!(of_rule(&findings(&a, &b_canary, false), "spread-selector-overlap").is_empty());
     assert_eq!(of_rule(&findings(&a, &b_stable, false), "spread-selector-overlap").len(), 1);
     let unlabelled = frontend_keyed("a", "track", "");
