@@ -153,6 +153,8 @@ pub fn pod(name: &str, owner: &str, node: &str) -> crate::core::view::PodInfo {
         ready: true,
         terminating: false,
         tolerates_cordon: false,
+        requests: Default::default(),
+        ports: Vec::new(),
     }
 }
 

@@ -4,9 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::api::core::v1::{Container, ContainerPort, PodSpec, ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
+
+use super::resources::{HostPort, Resources, host_ports, pod_requests};
 
 /// The annotation the kubelet puts on the API mirror of a static pod.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -51,6 +54,27 @@ pub fn controller_of(owners: &[OwnerReference]) -> Option<&OwnerReference> {
 pub struct LivePodSpec {
     pub node_name: Option<String>,
     pub tolerations: Vec<Toleration>,
+    /// What the scheduler reads of them: requests and ports (`LiveContainer`).
+    pub containers: Vec<LiveContainer>,
+    pub init_containers: Vec<LiveContainer>,
+    pub host_network: Option<bool>,
+    pub overhead: Option<BTreeMap<String, Quantity>>,
+}
+
+/// A container, as much as placement reads: its requests, host ports and restart policy (a
+/// restartable init container is a sidecar).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LiveContainer {
+    pub resources: LiveResources,
+    pub ports: Vec<ContainerPort>,
+    pub restart_policy: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct LiveResources {
+    pub requests: Option<BTreeMap<String, Quantity>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -90,6 +114,33 @@ impl LivePod {
 
     pub fn mirror(&self) -> bool {
         self.metadata.annotations.contains_key(MIRROR_ANNOTATION)
+    }
+
+    /// The spec as placement reads it (requests, ports), for [`pod_requests`] and [`host_ports`].
+    fn placement_spec(&self) -> PodSpec {
+        let container = |c: &LiveContainer| Container {
+            resources: Some(ResourceRequirements { requests: c.resources.requests.clone(), ..Default::default() }),
+            ports: Some(c.ports.clone()),
+            restart_policy: c.restart_policy.clone(),
+            ..Default::default()
+        };
+        PodSpec {
+            containers: self.spec.containers.iter().map(container).collect(),
+            init_containers: Some(self.spec.init_containers.iter().map(container).collect()),
+            host_network: self.spec.host_network,
+            overhead: self.spec.overhead.clone(),
+            ..Default::default()
+        }
+    }
+
+    /// What the pod asks of its node, as the scheduler sums it.
+    pub fn requests(&self) -> Resources {
+        pod_requests(&self.placement_spec())
+    }
+
+    /// Its host ports.
+    pub fn host_ports(&self) -> Vec<HostPort> {
+        host_ports(&self.placement_spec())
     }
 }
 

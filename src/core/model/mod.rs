@@ -2,7 +2,8 @@
 //! ([`object`]), decoding manifests into them ([`decode`]) with the apiserver's defaults
 //! ([`defaults`]), the fields of a workload's spec the rules read ([`read`], what the webhook
 //! decodes), what a pod template says about placement and shutdown ([`pod`]), label
-//! selectors ([`selector`]) and the disruption arithmetic ([`arith`]); the kinds k8s-openapi has no
+//! selectors ([`selector`]), the disruption arithmetic ([`arith`]) and what a pod asks of a node
+//! ([`resources`]); the kinds k8s-openapi has no
 //! type for, or a type that decodes more than is read ([`keda`], [`webhook`], [`live_pod`]). Nothing here knows of views,
 //! rules or I/O.
 
@@ -14,6 +15,7 @@ pub mod live_pod;
 pub mod object;
 pub mod pod;
 pub mod read;
+pub mod resources;
 pub mod selector;
 pub mod webhook;
 

@@ -164,6 +164,8 @@ mod tests {
             ready: true,
             terminating: false,
             tolerates_cordon: false,
+            requests: Default::default(),
+            ports: Vec::new(),
         }
     }
 

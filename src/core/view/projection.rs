@@ -14,6 +14,7 @@ use crate::core::model::arith::Budget;
 use crate::core::model::defaults::{HPA_MIN_REPLICAS, KEDA_MAX_REPLICAS, KEDA_MIN_REPLICAS};
 use crate::core::model::keda::ScaledObject;
 use crate::core::model::live_pod::LivePod;
+use crate::core::model::resources::{HostPort, Resources, quantity};
 use crate::core::model::webhook::WebhookConfiguration;
 use crate::core::model::{
     Exemptions, Kind, ObjectRef, ReplicasSource, Workload, exemptions_of, name_of, ns_of, pod, selector,
@@ -345,17 +346,22 @@ impl PvcInfo {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeInfo {
     pub name: String,
     pub labels: BTreeMap<String, String>,
     pub unschedulable: bool,
     pub taints: Vec<Taint>,
+    /// `status.allocatable` (what pods may request here), `None` when the node reports none.
+    pub allocatable: Option<Resources>,
+    /// `status.allocatable.pods`: how many pods the node takes.
+    pub max_pods: Option<i64>,
 }
 
 impl NodeInfo {
     pub fn of(n: &Node) -> Self {
         let spec = n.spec.clone().unwrap_or_default();
+        let allocatable = n.status.as_ref().and_then(|s| s.allocatable.as_ref());
         NodeInfo {
             name: name_of(&n.metadata),
             labels: n.metadata.labels.clone().unwrap_or_default(),
@@ -366,6 +372,8 @@ impl NodeInfo {
                 .into_iter()
                 .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
                 .collect(),
+            allocatable: allocatable.map(|a| Resources::of(Some(a))),
+            max_pods: allocatable.and_then(|a| a.get("pods")).and_then(|q| quantity(&q.0)),
         }
     }
 }
@@ -457,6 +465,9 @@ pub struct PodInfo {
     pub terminating: bool,
     /// One of its tolerations lets it onto a cordoned node (see `toleration-wildcard`).
     pub tolerates_cordon: bool,
+    /// What it asks of its node (`NodeResourcesFit`), and its host ports (`NodePorts`).
+    pub requests: Resources,
+    pub ports: Vec<HostPort>,
 }
 
 impl PodInfo {
@@ -472,6 +483,8 @@ impl PodInfo {
             ready: p.ready(),
             terminating: p.metadata.deletion_timestamp.is_some(),
             tolerates_cordon: p.spec.tolerations.iter().any(|t| pod::tolerates_cordon(t).is_some()),
+            requests: p.requests(),
+            ports: p.host_ports(),
         }
     }
 
