@@ -175,6 +175,7 @@ fn objects_of(s: &Scenario) -> Vec<Value> {
 /// was computed for its spec and no longer changes: what the controllers decided, settled.
 fn settled(cp: &ControlPlane, what: &str) {
     let mut last = String::new();
+    let mut stable = 0;
     let started = Instant::now();
     poll(what, Duration::from_secs(240), Duration::from_millis(1000), || {
         let deployments = cp.kubectl(&["-n", NS, "get", "deployments", "-o", "json"]).success().json();
@@ -190,6 +191,15 @@ fn settled(cp: &ControlPlane, what: &str) {
             if p["status"]["phase"] != "Running" || p["metadata"]["deletionTimestamp"].is_string() {
                 return Err(format!("pod {} is {}", p["metadata"]["name"], p["status"]["phase"]));
             }
+            // kwok has written its final word: Ready, or (labelled so) Running and not Ready.
+            let ready = p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            if ready == p["metadata"]["labels"][NOT_READY].is_string() {
+                return Err(format!("pod {} is not in its final readiness yet", p["metadata"]["name"]));
+            }
         }
         let pdbs = cp.kubectl(&["-n", NS, "get", "pdb", "-o", "json"]).success().json();
         let mut state = String::new();
@@ -199,13 +209,15 @@ fn settled(cp: &ControlPlane, what: &str) {
             }
             let _ = write!(state, "{}{};", p["metadata"]["name"], p["status"]);
         }
-        // Two looks a second apart that agree.
+        // Looks a second apart that agree for three seconds: the disruption controller has worked
+        // off the events of the pods' last changes.
         if state == last {
-            Ok(())
+            stable += 1;
         } else {
+            stable = 0;
             last = state;
-            Err("the PDBs' statuses still change".into())
         }
+        if stable >= 3 { Ok(()) } else { Err("the PDBs' statuses still change".into()) }
     })
     .unwrap_or_else(|e| panic!("{e}"));
     eprintln!("[e2e] {what}: {:.1?}", started.elapsed());
@@ -716,17 +728,55 @@ fn drain_predictions(cp: &ControlPlane) {
     let drained = |args: &[&str]| {
         let mut all = vec!["--namespace", ns];
         all.extend_from_slice(args);
-        of_rules(&audit_json(cp, &all), &["drain-blocked", "drain-takes-all-replicas"])
+        of_rules(
+            &audit_json(cp, &all),
+            &["drain-blocked", "drain-takes-all-replicas", "drain-leaves-pending", "drain-refused"],
+        )
     };
     let expected = [("drain-blocked", "both"), ("drain-takes-all-replicas", "both")];
     let evicts = format!("evicts {}, then refuses the eviction of {}", both[0], both[1]);
     let needles = [evicts.as_str(), "1 healthy, 1 needed: 0 disruptions allowed"];
     only(&drained(&["--drain", "z-b1"]), &expected, &needles);
+    let report = audit_json(cp, &["--namespace", ns, "--drain", "z-b1"]);
+    let run = &report["drains"][0];
+    assert_eq!((run["nodes"].clone(), run["outcome"].clone()), (json!(["z-b1"]), json!("hangs")), "{run}");
+    let results: Vec<(&str, &str)> = run["evictions"]
+        .as_array()
+        .expect("evictions")
+        .iter()
+        .map(|e| (e["pod"].as_str().unwrap_or_default(), e["result"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(results, [(both[0].as_str(), "evicted"), (both[1].as_str(), "refused")], "{run}");
     only(&drained(&["--drain-zone", "zone-b"]), &expected, &["zone zone-b"]);
-    // One of three replicas: nothing; two of three: the second eviction is refused.
+    // One of three replicas: its replacement goes to the fourth node, nothing to say. Two of three:
+    // the first replacement takes the fourth node, the budget lets the second go, and its
+    // replacement fits nowhere (the cordoned nodes are still domains of the hostname spread):
+    // the drain completes and leaves it Pending.
     let nodes: Vec<String> = three.iter().map(|p| node_of(cp, ns, p)).collect();
     only(&drained(&["--drain", &nodes[0]]), &[], &[]);
-    only(&drained(&["--drain", &nodes[0], &nodes[1]]), &[("drain-blocked", "three")], &[&three[1]]);
+    let two = &["--drain", nodes[0].as_str(), nodes[1].as_str()];
+    only(
+        &drained(two),
+        &[("drain-leaves-pending", "three")],
+        &["completes, but the replacement of", "topologySpreadConstraints[0] would be skewed beyond maxSkew"],
+    );
+    let mut all = vec!["--namespace", ns];
+    all.extend_from_slice(two);
+    let report = audit_json(cp, &all);
+    assert_eq!(report["drains"][0]["outcome"], "leaves-pending", "{}", report["drains"]);
+    // Held to kubectl drain: it completes, and one replica of three stays Pending until uncordon.
+    let out =
+        cp.kubectl(&["drain", &nodes[0], &nodes[1], "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s"]);
+    assert!(out.ok(), "the drain completes: {}", out.output());
+    let pending = cp
+        .kubectl(&["-n", ns, "get", "pods", "-l", "app=three", "--field-selector=status.phase=Pending", "-o", "name"])
+        .success()
+        .stdout;
+    assert_eq!(pending.lines().count(), 1, "one replica Pending: {pending}");
+    for n in &nodes[..2] {
+        cp.kubectl(&["uncordon", n]).success();
+    }
+    rolled_out(cp, ns, "three");
 
     // The prediction held to kubectl drain: the second of `both` is refused until the drain gives
     // up, and its replacement (which only z-b1 could take) stays Pending.

@@ -338,7 +338,7 @@ impl Background {
 
     async fn audit_once(&self, state: &AppState, written: &mut Written) {
         let started = std::time::Instant::now();
-        let options = ReadOptions { namespace: None, selector: None, page: PAGE };
+        let options = ReadOptions { namespace: None, selector: None, page: PAGE, templates: false };
         let cluster = match super::read(&self.client, &options, &Progress::new(false)).await {
             Ok(c) => c,
             Err(e) => {

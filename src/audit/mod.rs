@@ -116,9 +116,9 @@ pub fn drain(cluster: &Cluster, config: &Config, drain: &Drain) -> Result<Report
             (nodes, format!("zone {zone} (nodes {})", nodes_in_zone(view, zone).join(", ")))
         }
     };
-    let decided = judge::drain(view, config, &nodes, &drained);
+    let (run, decided) = judge::drain(view, config, &nodes, &drained);
     let on_nodes = view.pods_on_nodes(&nodes);
-    let mut report = Report { objects: on_nodes.len(), files: 0, ..Default::default() };
+    let mut report = Report { objects: on_nodes.len(), files: 0, drains: vec![run], ..Default::default() };
     for f in decided.findings {
         let path = read::subject_path(&f.object);
         report.findings.push(located(f, &path));

@@ -111,6 +111,8 @@ pub struct ReadOptions {
     pub selector: Option<String>,
     /// Items per list request.
     pub page: u32,
+    /// Keep the workloads' pod templates in the view (a drain places replacements from them).
+    pub templates: bool,
 }
 
 /// A subject to judge and where it is.
@@ -401,6 +403,7 @@ pub async fn read(client: &Client, options: &ReadOptions, progress: &Progress) -
     // and the nodes are known.
     index.set_complete(true);
     index.set_knows_nodes(true);
+    index.set_keeps_templates(options.templates);
     let mut subjects = Vec::new();
     let mut namespaces: BTreeMap<String, ()> = BTreeMap::new();
     for (object, path) in objects {

@@ -279,7 +279,7 @@ pub fn json(report: &Report) -> Value {
             })
         })
         .collect();
-    json!({
+    let mut out = json!({
         "findings": findings,
         "summary": {
             "deny": report.count(Decision::Deny),
@@ -290,6 +290,31 @@ pub fn json(report: &Report) -> Value {
         "unchecked": report.unchecked.iter().map(|(o, m)| json!({"file": o.shown_file(), "document": o.document, "line": o.shown_line(), "message": m})).collect::<Vec<_>>(),
         "errors": report.errors.iter().map(|e| json!({"file": e.file, "document": e.document, "message": e.message})).collect::<Vec<_>>(),
         "diagnostics": diagnostics(report).iter().map(Diagnostic::json).collect::<Vec<_>>(),
+    });
+    if !report.drains.is_empty() {
+        out["drains"] = report.drains.iter().map(drain_json).collect();
+    }
+    out
+}
+
+/// One drain as `audit --drain --format json` gives it (DESIGN.md §5).
+fn drain_json(run: &crate::core::view::replay::DrainRun) -> Value {
+    json!({
+        "nodes": run.nodes,
+        "outcome": run.outcome.as_str(),
+        "evictions": run.evictions.iter().map(|e| json!({
+            "namespace": e.namespace,
+            "pod": e.pod,
+            "result": e.result.as_str(),
+            "replacement": e.replacement,
+            "reason": e.reason,
+        })).collect::<Vec<_>>(),
+        "pending": run.pending.iter().map(|p| json!({
+            "namespace": p.namespace,
+            "pod": p.pod,
+            "workload": format!("{}/{}", p.workload.kind.as_str(), p.workload.name),
+            "reason": p.reason,
+        })).collect::<Vec<_>>(),
     })
 }
 

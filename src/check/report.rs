@@ -44,6 +44,8 @@ pub struct Report {
     pub files: usize,
     /// Every object checked, with the file it is shown in (for reports that list passes, JUnit).
     pub checked: Vec<(String, ObjectRef)>,
+    /// The drains `audit --drain` replayed, each with its outcome (the JSON's `drains`).
+    pub drains: Vec<crate::core::view::replay::DrainRun>,
 }
 
 /// Which findings make `check` fail (exit 1): deny ones (the default), warn ones too, or none.

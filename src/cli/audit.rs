@@ -50,8 +50,12 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
         (None, false) => Some(Drain::Nodes(args.drain.clone())),
         (None, true) => None,
     };
-    let options =
-        ReadOptions { namespace: args.namespace.clone(), selector: args.selector.clone(), page: args.chunk_size };
+    let options = ReadOptions {
+        namespace: args.namespace.clone(),
+        selector: args.selector.clone(),
+        page: args.chunk_size,
+        templates: drain.is_some(),
+    };
     let progress = Progress::on_terminal();
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -7,6 +7,7 @@ use crate::core::decide::{self, Context, Decided};
 use crate::core::model::Subject;
 use crate::core::mutations::{self, Plan};
 use crate::core::rules;
+use crate::core::view::replay::DrainRun;
 use crate::core::view::{Absences, View};
 
 /// What a shell wants judged.
@@ -72,9 +73,10 @@ pub fn audit(review: &Review) -> Verdict {
 /// A drain of `nodes` replayed on the view ([`rules::drain`]). Its findings are facts: the
 /// configuration's actions apply, while exemptions (on the PDB or the workload), exempt namespaces
 /// and namespace modes hide nothing and are said in the finding ([`decide::decide_facts`]).
-pub fn drain(view: &dyn View, config: &Config, nodes: &[String], drained: &str) -> Decided {
+pub fn drain(view: &dyn View, config: &Config, nodes: &[String], drained: &str) -> (DrainRun, Decided) {
     let mut all = Decided::default();
-    for f in rules::drain::simulate(view, nodes, drained) {
+    let (run, findings) = rules::drain::run(view, nodes, drained);
+    for f in findings {
         if config.is_off(f.rule) {
             continue;
         }
@@ -87,7 +89,7 @@ pub fn drain(view: &dyn View, config: &Config, nodes: &[String], drained: &str) 
     }
     all.warnings.sort();
     all.warnings.dedup();
-    all
+    (run, all)
 }
 
 type Evaluate = fn(&Subject, &dyn View, &Config, Absences) -> rules::Evaluation;

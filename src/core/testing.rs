@@ -167,6 +167,22 @@ pub fn view_with_pods(yaml: &str, pods: Vec<crate::core::view::PodInfo>) -> Inde
     index
 }
 
+/// [`view_with_pods`] that also keeps the workloads' pod templates (the drain replay places
+/// replacements from them, as the audit's view for a drain does).
+pub fn view_with_templates(yaml: &str, pods: Vec<crate::core::view::PodInfo>) -> Index {
+    let mut index = Index::new();
+    index.set_keeps_templates(true);
+    index.set_complete(true);
+    index.set_knows_nodes(true);
+    for o in objects(yaml) {
+        index.insert_object(&o);
+    }
+    for p in pods {
+        index.upsert_pod("default", p);
+    }
+    index
+}
+
 /// Node objects: `(name, zone, cordoned)` (no zone label when the zone is empty).
 pub fn nodes(list: &[(&str, &str, bool)]) -> String {
     list.iter()

@@ -1,18 +1,12 @@
 //! What would a drain do? `ha-guard audit --drain NODE...` / `--drain-zone ZONE` replays a
-//! `kubectl drain` of those nodes against the pods and budgets of the view: `drain-blocked` (an
-//! eviction a PDB would refuse) and `drain-takes-all-replicas` (a workload whose every ready
-//! replica is on them).
-//!
-//! The replay follows `kubectl drain` and the eviction API: every node is cordoned first, then
-//! the nodes are drained one after the other, each node's pods in name order. DaemonSet pods
-//! (`--ignore-daemonsets`) and static pods' mirrors are left; finished, terminating and Pending
-//! pods are deleted without asking a budget. A pod covered by more than one PDB cannot be
-//! evicted at all. Otherwise its PDB's arithmetic (DESIGN.md §3) decides, on the pods actually
-//! running and ready now: a Ready pod goes while the budget allows a disruption, and each eviction
-//! takes one healthy pod and one disruption away; a pod that is not Ready goes if the budget is
-//! met (or its PDB says `unhealthyPodEvictionPolicy: AlwaysAllow`). Nothing replaces an evicted
-//! pod during the replay: a refused eviction is one the drain waits on until a replacement is
-//! Ready elsewhere, and hangs on if none can start.
+//! `kubectl drain` of those nodes against the pods, budgets and nodes of the view
+//! ([`replay`](crate::core::view::replay)): the nodes cordoned, a pod without a controller
+//! refusing the drain, every other pod evicted as the eviction API answers, each evicted pod's
+//! replacement placed as kube-scheduler would on the nodes that remain, the budgets counting the
+//! replacements once Ready. The findings: `drain-blocked` (an eviction stays refused: the drain
+//! hangs), `drain-refused` (kubectl drain refuses a pod: no controller, or two PDBs),
+//! `drain-leaves-pending` (the drain completes, and replacements stay Pending), and
+//! `drain-takes-all-replicas` (a workload whose every ready replica is on the drained nodes).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -23,162 +17,22 @@ use super::zones::ZONE;
 use crate::core::catalogue::Rule;
 use crate::core::finding::Finding;
 use crate::core::model::ObjectRef;
-use crate::core::model::arith;
-use crate::core::view::budget::{Source, budget_now, refuses, selected_pods};
-use crate::core::view::{PdbInfo, PodInfo, PodOwner, PodPhase, View};
+use crate::core::view::replay::{EvictionResult, replay};
+use crate::core::view::{PdbInfo, PodOwner, View};
 use crate::declare_rule;
 
 declare_rule!(pub DRAIN_BLOCKED, "drain-blocked", Warn, judged: Drain, "audit --drain: a PDB would refuse an eviction of the drain (the PDB, the pods, why)");
 declare_rule!(pub DRAIN_TAKES_ALL_REPLICAS, "drain-takes-all-replicas", Warn, judged: Drain, "audit --drain: a workload would lose every ready replica");
+declare_rule!(pub DRAIN_LEAVES_PENDING, "drain-leaves-pending", Warn, judged: Drain, "audit --drain: the drain completes but replacements cannot be placed on the nodes that remain");
+declare_rule!(pub DRAIN_REFUSED, "drain-refused", Warn, judged: Drain, "audit --drain: kubectl drain refuses a pod (no controller, or two PDBs)");
 
-pub static RULES: &[&Rule] = &[&DRAIN_BLOCKED, &DRAIN_TAKES_ALL_REPLICAS];
+pub static RULES: &[&Rule] = &[&DRAIN_BLOCKED, &DRAIN_TAKES_ALL_REPLICAS, &DRAIN_LEAVES_PENDING, &DRAIN_REFUSED];
+
+pub use crate::core::view::replay::{DrainRun, EvictionAnswer, Outcome, eviction_answer};
 
 /// The nodes labelled with `zone` (`topology.kubernetes.io/zone`), by name.
 pub fn nodes_in_zone(view: &dyn View, zone: &str) -> Vec<String> {
     view.nodes().iter().filter(|n| n.labels.get(ZONE).is_some_and(|z| z == zone)).map(|n| n.name.clone()).collect()
-}
-
-/// A PDB's state during the replay.
-struct Ledger {
-    pdb: Arc<PdbInfo>,
-    healthy_before: i32,
-    current: i32,
-    desired: i32,
-    allowed: i32,
-    /// Where the numbers come from, and why it expects no pod when it selects some.
-    source: Source,
-    expects_none: Option<&'static str>,
-    evicted: Vec<Arc<str>>,
-    /// Refused evictions: the pod and why.
-    refused: Vec<(Arc<str>, String)>,
-    /// Workloads of the refused pods.
-    workloads: BTreeSet<ObjectRef>,
-}
-
-impl Ledger {
-    /// The budget as the eviction API reads it: the PDB's status when it is current, else what the
-    /// disruption controller computes from the pods ([`budget_now`]).
-    fn open(view: &dyn View, pdb: Arc<PdbInfo>) -> Ledger {
-        let now = budget_now(view, &pdb);
-        // A value that is no amount (the apiserver refuses such a PDB) protects everything.
-        let (status, source, expects_none) = match now {
-            Some(n) => (n.status, n.source, n.expects_none),
-            None => {
-                let healthy = selected_pods(view, &pdb).iter().filter(|p| p.ready && !p.terminating).count() as i32;
-                let status =
-                    arith::Status { expected: healthy, desired_healthy: healthy, current_healthy: healthy, allowed: 0 };
-                (status, Source::Computed, None)
-            }
-        };
-        Ledger {
-            pdb,
-            healthy_before: status.current_healthy,
-            current: status.current_healthy,
-            desired: status.desired_healthy,
-            allowed: status.allowed,
-            source,
-            expects_none,
-            evicted: Vec::new(),
-            refused: Vec::new(),
-            workloads: BTreeSet::new(),
-        }
-    }
-
-    /// Asks to evict `pod` as the eviction API decides ([`refuses`]): true when it would take it.
-    /// An eviction the budget allows takes one disruption, and the pod's health if it had some.
-    fn evict(&mut self, pod: &PodInfo) -> bool {
-        let now = arith::Status {
-            expected: 0,
-            desired_healthy: self.desired,
-            current_healthy: self.current,
-            allowed: self.allowed,
-        };
-        if !refuses(&now, self.pdb.always_allow_unhealthy, pod) {
-            // Not Ready and let go without asking the budget: it counts toward nothing.
-            let unhealthy_exit = !pod.healthy()
-                && (self.pdb.always_allow_unhealthy || (self.current >= self.desired && self.desired > 0));
-            if !unhealthy_exit {
-                self.allowed -= 1;
-                if pod.healthy() {
-                    self.current -= 1;
-                }
-            }
-            self.evicted.push(pod.name.clone());
-            return true;
-        }
-        let mut why = if pod.healthy() {
-            format!("{} healthy, {} needed: 0 disruptions allowed", self.current, self.desired)
-        } else {
-            format!(
-                "it is not Ready and the budget is not met ({} healthy, {} needed); unhealthyPodEvictionPolicy \
-                 IfHealthyBudget (the default) keeps it",
-                self.current, self.desired
-            )
-        };
-        if let Some(reason) = self.expects_none {
-            why.push_str(&format!("; it expects no pods: {reason}"));
-        }
-        self.refused.push((pod.name.clone(), why));
-        if let Some((kind, name)) = pod.workload() {
-            self.workloads.insert(ObjectRef::new(kind, &self.pdb.id.namespace, name));
-        }
-        false
-    }
-
-    /// Where its numbers came from, for the message: said only of a stale status.
-    fn provenance(&self) -> String {
-        match self.source {
-            Source::Status | Source::Computed => String::new(),
-            Source::Stale { observed, generation } => format!(
-                " (its status is stale, observedGeneration {observed} < generation {generation}: the eviction API \
-                 refuses every eviction until the disruption controller catches up; computed from the spec)"
-            ),
-        }
-    }
-}
-
-/// What the eviction API answers one eviction of a pod (`pkg/registry/core/pod/storage/eviction.go`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum EvictionAnswer {
-    /// 201: deleted without asking a budget (Pending, finished or terminating; no PDB selects it).
-    Deleted,
-    /// 201: its one PDB lets it go.
-    Evicted,
-    /// 429 Too Many Requests: its PDB refuses it, and why.
-    Refused(String),
-    /// 500: more than one PDB selects it, which the eviction subresource does not support.
-    SeveralBudgets(Vec<ObjectRef>),
-}
-
-impl EvictionAnswer {
-    /// The HTTP status the eviction API returns.
-    pub fn code(&self) -> u16 {
-        match self {
-            EvictionAnswer::Deleted | EvictionAnswer::Evicted => 201,
-            EvictionAnswer::Refused(_) => 429,
-            EvictionAnswer::SeveralBudgets(_) => 500,
-        }
-    }
-}
-
-/// What the eviction API would answer an eviction of `pod` (in `namespace`) now, the first of a
-/// drain: the same decision the replay makes for each pod ([`simulate`]).
-pub fn eviction_answer(view: &dyn View, namespace: &str, pod: &PodInfo) -> EvictionAnswer {
-    if pod.phase.terminal() || pod.phase == PodPhase::Pending || pod.terminating {
-        return EvictionAnswer::Deleted;
-    }
-    match view.pdbs_covering(namespace, &pod.labels).as_slice() {
-        [] => EvictionAnswer::Deleted,
-        [one] => {
-            let mut ledger = Ledger::open(view, one.clone());
-            if ledger.evict(pod) {
-                EvictionAnswer::Evicted
-            } else {
-                EvictionAnswer::Refused(ledger.refused.pop().map(|(_, why)| why).unwrap_or_default())
-            }
-        }
-        many => EvictionAnswer::SeveralBudgets(many.iter().map(|p| p.id.clone()).collect()),
-    }
 }
 
 /// A workload with pods on the drained nodes.
@@ -189,99 +43,146 @@ struct Loss {
     refused: bool,
 }
 
-/// A pod covered by several PDBs: its namespace, name, workload, and the PDBs.
-type Overlapped = (String, Arc<str>, Option<ObjectRef>, Vec<ObjectRef>);
-
 /// Replays a drain of `nodes` (`drained`: how the user asked, e.g. "node a" or "zone z") and
 /// returns its findings (rule defaults; the caller decides them).
 pub fn simulate(view: &dyn View, nodes: &[String], drained: &str) -> Vec<Finding> {
+    run(view, nodes, drained).1
+}
+
+/// [`simulate`], with the replay itself (the `drains` of `audit --format json`).
+pub fn run(view: &dyn View, nodes: &[String], drained: &str) -> (DrainRun, Vec<Finding>) {
+    let replay = replay(view, nodes);
     let mut findings = Vec::new();
-    let mut ledgers: BTreeMap<ObjectRef, Ledger> = BTreeMap::new();
-    // Pods covered by several PDBs: (namespace, pod) → the PDBs.
-    let mut multiple: Vec<Overlapped> = Vec::new();
-    let mut losses: BTreeMap<ObjectRef, Loss> = BTreeMap::new();
-    for (namespace, pod) in view.pods_on_nodes(nodes) {
-        if matches!(pod.owner, PodOwner::DaemonSet | PodOwner::Mirror) || pod.phase.terminal() || pod.terminating {
-            continue;
-        }
-        let workload = pod.workload().map(|(kind, name)| ObjectRef::new(kind, &namespace, name));
-        let covering: Vec<Arc<PdbInfo>> = view.pdbs_covering(&namespace, &pod.labels);
-        let mut refused = false;
-        // The eviction API deletes a Pending pod without asking a budget.
-        if pod.phase != PodPhase::Pending {
-            match covering.as_slice() {
-                [] => {}
-                [one] => {
-                    let ledger = ledgers.entry(one.id.clone()).or_insert_with(|| Ledger::open(view, one.clone()));
-                    refused = !ledger.evict(&pod);
-                }
-                many => {
-                    refused = true;
-                    multiple.push((
-                        namespace.clone(),
-                        pod.name.clone(),
-                        workload.clone(),
-                        many.iter().map(|p| p.id.clone()).collect(),
-                    ));
-                }
-            }
-        }
-        if let Some(w) = workload {
-            let loss = losses.entry(w).or_default();
-            if pod.healthy() {
-                loss.ready_drained.push(pod.name.clone());
-            }
-            loss.pdbs.extend(covering.iter().map(|p| p.id.clone()));
-            loss.refused |= refused;
-        }
-    }
-    for ledger in ledgers.values().filter(|l| !l.refused.is_empty()) {
-        let pdb = &ledger.pdb;
-        let first = &ledger.refused[0];
-        let evicted = if ledger.evicted.is_empty() {
+    for b in &replay.blocked {
+        let pdb = &b.pdb;
+        let evicted = if b.evicted.is_empty() {
             "evicts none of them".to_string()
         } else {
-            format!("evicts {}", pod_names(ledger.evicted.iter().map(|n| &**n)))
+            format!("evicts {}", pod_names(b.evicted.iter().map(|n| &**n)))
         };
-        let refused: Vec<String> = ledger.refused.iter().map(|(pod, _)| pod.to_string()).collect();
+        let refused: Vec<&str> = b.refused.iter().map(|(pod, _)| &**pod).collect();
+        let stale = b
+            .stale
+            .map(|(observed, generation)| {
+                format!(
+                    " (its status is stale, observedGeneration {observed} < generation {generation}: the eviction API \
+                     refuses every eviction until the disruption controller catches up; computed from the spec)"
+                )
+            })
+            .unwrap_or_default();
+        let ending = if replay.replaces {
+            let pending: Vec<String> = replay
+                .pending
+                .iter()
+                .filter(|p| p.namespace == pdb.id.namespace && pdb.covers(&pod_labels(view, &p.workload)))
+                .map(|p| format!("the replacement of {} stays Pending ({})", p.pod, p.reason))
+                .collect();
+            let why = if pending.is_empty() { String::new() } else { format!(" {}.", pending.join("; ")) };
+            format!(
+                "Replacements were counted as the controllers place them and the scheduler can: no replacement makes \
+                 room, so the drain hangs (kubectl drain retries every 5 s until its --timeout).{why}"
+            )
+        } else {
+            "The drain waits on it until a replacement is Ready on another node, and hangs if none can start there."
+                .to_string()
+        };
         let mut out = Emitter::new(&pdb.id, &mut findings);
         out.emit(
             &DRAIN_BLOCKED,
             pdb.budget().path(),
             format!(
                 "a drain of {drained} (cordoned first, then each pod evicted, as kubectl drain does) meets {} \
-                 ({}; {} of its pods healthy now, {} needed{}): it {evicted}, then refuses the eviction of {} \
-                 ({}). The drain waits on it until a replacement is Ready on another node, and hangs if none can \
-                 start there.",
+                 ({}; {} of its pods healthy now, {} needed{stale}): it {evicted}, then refuses the eviction of {} \
+                 ({}). {ending}",
                 pdb.id,
                 pdb.budget().describe(),
-                ledger.healthy_before,
-                ledger.desired,
-                ledger.provenance(),
-                pod_names(refused.iter().map(String::as_str)),
-                first.1,
+                b.healthy_before,
+                b.desired,
+                pod_names(refused.iter().copied()),
+                b.refused[0].1,
             ),
             "before the drain, make room for the replacements off these nodes (capacity, and spreads and \
              affinities they can meet), keep the replicas on different nodes so a drain takes one at a time \
              (see replicas-share-node), or run more replicas than the budget needs.",
         )
-        .related(ledger.workloads.iter().cloned().collect());
+        .related(b.workloads.iter().cloned().collect());
     }
-    for (namespace, pod, workload, pdbs) in multiple {
+    for (namespace, pod, workload, pdbs) in &replay.refused {
+        if pdbs.is_empty() {
+            // A bare pod is of no kind the engine judges: the finding is about its namespace.
+            let subject = ObjectRef::new(crate::core::model::Kind::Namespace, "", namespace);
+            let mut out = Emitter::new(&subject, &mut findings);
+            out.emit(
+                &DRAIN_REFUSED,
+                "metadata.ownerReferences",
+                format!(
+                    "a drain of {drained} is refused before it evicts anything: pod {namespace}/{pod} has no controller, \
+                     and kubectl drain deletes such a pod only with --force (it is then gone for good: nothing \
+                     recreates it)."
+                ),
+                "run the pod under a controller (a Deployment or StatefulSet), or delete it yourself before the drain \
+                 if losing it is acceptable.",
+            );
+            continue;
+        }
         let mut out = Emitter::new(&pdbs[0], &mut findings);
         let names: Vec<String> = pdbs.iter().map(|p| p.name.clone()).collect();
         out.emit(
-            &DRAIN_BLOCKED,
+            &DRAIN_REFUSED,
             "spec.selector",
             format!(
                 "a drain of {drained} cannot evict pod {namespace}/{pod}: {} PodDisruptionBudgets ({}) select it, \
-                 and the eviction API refuses every eviction of a pod with more than one. The drain hangs on it.",
+                 and the eviction API answers 500 for a pod with more than one; kubectl drain gives up on it.",
                 pdbs.len(),
                 names.join(", ")
             ),
             "make exactly one PDB cover each pod (see pdb-overlap): narrow or merge the selectors.",
         )
-        .related(pdbs[1..].iter().cloned().chain(workload).collect());
+        .related(pdbs[1..].iter().cloned().chain(workload.clone()).collect());
+    }
+    if replay.outcome == Outcome::LeavesPending {
+        let mut by_workload: BTreeMap<&ObjectRef, Vec<&crate::core::view::replay::Pending>> = BTreeMap::new();
+        for p in &replay.pending {
+            by_workload.entry(&p.workload).or_default().push(p);
+        }
+        for (w, pending) in by_workload {
+            let pods: Vec<&str> = pending.iter().map(|p| p.pod.as_str()).collect();
+            let mut out = Emitter::new(w, &mut findings);
+            out.emit(
+                &DRAIN_LEAVES_PENDING,
+                "spec.template.spec",
+                format!(
+                    "a drain of {drained} completes, but the {} of {} cannot be placed on the nodes that remain ({}): \
+                     {w} runs {} short until the nodes are uncordoned.",
+                    if pods.len() == 1 { "replacement" } else { "replacements" },
+                    pod_names(pods.iter().copied()),
+                    pending[0].reason,
+                    pods.len()
+                ),
+                "make room for the replacements on the nodes that remain before the drain: capacity, a spread they \
+                 can meet (nodeTaintsPolicy: Honor stops cordoned nodes counting as domains), free host ports, \
+                 affinities other nodes satisfy; or drain when another node is there.",
+            );
+        }
+    }
+    // drain-takes-all-replicas: a workload whose every ready replica is on the drained nodes.
+    let mut losses: BTreeMap<ObjectRef, Loss> = BTreeMap::new();
+    for (namespace, pod) in view.pods_on_nodes(nodes) {
+        if matches!(pod.owner, PodOwner::DaemonSet | PodOwner::Mirror) || pod.phase.terminal() || pod.terminating {
+            continue;
+        }
+        let Some(w) = pod.workload().map(|(kind, name)| ObjectRef::new(kind, &namespace, name)) else { continue };
+        let covering: Vec<Arc<PdbInfo>> = view.pdbs_covering(&namespace, &pod.labels);
+        let refused = replay
+            .evictions
+            .iter()
+            .any(|e| e.namespace == namespace && *e.pod == *pod.name && e.result == EvictionResult::Refused);
+        let loss = losses.entry(w).or_default();
+        if pod.healthy() {
+            loss.ready_drained.push(pod.name.clone());
+        }
+        loss.pdbs.extend(covering.iter().map(|p| p.id.clone()));
+        loss.refused |= refused;
     }
     for (id, loss) in losses {
         if loss.ready_drained.is_empty() {
@@ -321,7 +222,12 @@ pub fn simulate(view: &dyn View, nodes: &[String], drained: &str) -> Vec<Finding
         )
         .related(loss.pdbs.into_iter().collect());
     }
-    findings
+    (replay, findings)
+}
+
+/// The pod labels of a workload (its template's), for the PDBs that cover it.
+fn pod_labels(view: &dyn View, w: &ObjectRef) -> BTreeMap<String, String> {
+    view.workload(w.kind, &w.namespace, &w.name).map(|w| w.template_labels.clone()).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use crate::core::catalogue::Action;
 use crate::core::registry::*;
 
 /// Rule IDs and their order are contract (DESIGN.md §2).
-const CONTRACT_RULES: [&str; 31] = [
+const CONTRACT_RULES: [&str; 33] = [
     "spread-selector-missing",
     "spread-selector-mismatch",
     "spread-selector-overlap",
@@ -38,6 +38,8 @@ const CONTRACT_RULES: [&str; 31] = [
     "pod-on-cordoned-node",
     "drain-blocked",
     "drain-takes-all-replicas",
+    "drain-leaves-pending",
+    "drain-refused",
 ];
 
 #[test]
@@ -83,6 +85,8 @@ fn the_defaults_are_the_contract() {
         "pod-on-cordoned-node",
         "drain-blocked",
         "drain-takes-all-replicas",
+        "drain-leaves-pending",
+        "drain-refused",
     ];
     for r in rules() {
         let expected = if warn.contains(&r.id) { Action::Warn } else { Action::Deny };

@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use super::lookup::View;
 use super::pods::Pods;
 use super::projection::{
-    HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo, spreads_over,
+    HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, Template, WebhookConfigInfo, WorkloadInfo, spreads_over,
 };
 use crate::core::model::{Kind, Object, ObjectRef, Subject, name_of, selector};
 
@@ -312,6 +312,9 @@ pub struct Index {
     namespace_labels: HashMap<String, BTreeMap<String, String>>,
     /// Pods: only the audit's view holds them (the live posture rules and the drain read them).
     pods: Pods,
+    /// Workloads' pod templates, kept only when asked ([`Index::set_keeps_templates`]): the drain
+    /// replay places replacements from them.
+    templates: Option<HashMap<ObjectRef, Arc<Template>>>,
     complete: bool,
     knows_nodes: bool,
 }
@@ -332,7 +335,17 @@ impl Index {
 
     /// Add (or replace) any decoded object.
     pub fn insert_object(&mut self, object: &Object) {
+        if let (Some(templates), Object::Subject(Subject::Workload(w))) = (self.templates.as_mut(), object)
+            && let Some(spec) = w.pod_spec()
+        {
+            templates.insert(w.id(), Arc::new(Template { labels: w.template_labels().clone(), spec: spec.clone() }));
+        }
         self.insert_projection(Projection::of(object));
+    }
+
+    /// Keep the pod templates of the workloads inserted from now on (the drain replay's view).
+    pub fn set_keeps_templates(&mut self, keep: bool) {
+        self.templates = keep.then(HashMap::default);
     }
 
     /// Add (or replace) what the view keeps of an object.
@@ -575,6 +588,10 @@ impl Index {
 impl View for Index {
     fn is_complete(&self) -> bool {
         self.complete
+    }
+
+    fn template(&self, workload: &ObjectRef) -> Option<Arc<Template>> {
+        self.templates.as_ref()?.get(workload).cloned()
     }
 
     fn knows_nodes(&self) -> bool {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::projection::{
-    HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo, spreads_over,
+    HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, Template, WebhookConfigInfo, WorkloadInfo, spreads_over,
 };
 use crate::core::model::{Exemptions, Kind, ObjectRef};
 
@@ -63,6 +63,11 @@ pub trait View: Send + Sync {
     /// The pods on `nodes` with their namespace, by node in the order given, then namespace and
     /// name. The one scan of the cluster: a drain simulation asks once a run, no rule does.
     fn pods_on_nodes(&self, nodes: &[String]) -> Vec<(String, Arc<PodInfo>)>;
+
+    /// The pod template of a workload, when the view keeps templates (the audit's, for a drain).
+    fn template(&self, _workload: &ObjectRef) -> Option<Arc<Template>> {
+        None
+    }
 
     /// Exemption annotations of an object the view knows.
     fn exemptions(&self, r: &ObjectRef) -> Exemptions {

@@ -15,6 +15,7 @@ pub mod overlay;
 pub mod placement;
 pub mod pods;
 pub mod projection;
+pub mod replay;
 pub mod source;
 
 pub use absence::{Absences, AdmissionClock};
@@ -24,6 +25,6 @@ pub use lookup::View;
 pub use overlay::Overlay;
 pub use projection::{
     Backend, FailClosedWebhook, HpaInfo, NodeInfo, PdbInfo, PdbStatus, PodInfo, PodOwner, PodPhase, PvcInfo,
-    ServiceInfo, WebhookConfigInfo, WorkloadInfo,
+    ServiceInfo, Template, WebhookConfigInfo, WorkloadInfo,
 };
 pub use source::{StaticSource, ViewSource};

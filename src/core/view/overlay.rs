@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::lookup::View;
 use super::projection::{
-    HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, WebhookConfigInfo, WorkloadInfo, spreads_over,
+    HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, Template, WebhookConfigInfo, WorkloadInfo, spreads_over,
 };
 use crate::core::model::{Kind, ObjectRef, Subject, selector};
 
@@ -67,6 +67,10 @@ impl View for Overlay<'_> {
 
     fn knows_nodes(&self) -> bool {
         self.base.knows_nodes()
+    }
+
+    fn template(&self, workload: &ObjectRef) -> Option<Arc<Template>> {
+        self.base.template(workload)
     }
 
     fn workload(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<WorkloadInfo>> {

@@ -346,6 +346,13 @@ impl PvcInfo {
     }
 }
 
+/// A workload's pod template: what its controller makes a replacement pod from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Template {
+    pub labels: BTreeMap<String, String>,
+    pub spec: k8s_openapi::api::core::v1::PodSpec,
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeInfo {
     pub name: String,

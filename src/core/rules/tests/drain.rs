@@ -9,6 +9,8 @@ use crate::core::view::{Index, PodInfo, PodOwner, PodPhase, View};
 
 const BLOCKED: &str = "drain-blocked";
 const TAKES_ALL: &str = "drain-takes-all-replicas";
+const REFUSED: &str = "drain-refused";
+const PENDING: &str = "drain-leaves-pending";
 
 fn web(replicas: i32) -> String {
     deployment("web", &format!("replicas: {replicas}"), "")
@@ -131,19 +133,21 @@ fn daemonset_mirror_finished_and_pending_pods_are_not_asked_of_a_budget() {
 }
 
 #[test]
-fn a_pod_under_two_pdbs_cannot_be_evicted() {
+fn a_pod_under_two_pdbs_is_refused() {
     let other = pdb("minAvailable: 0", "").replace("name: web\n", "name: web-extra\n");
     let view = cluster(&[&web(3), &pdb("maxUnavailable: 1", ""), &other], placed(&["n1", "n2", "n3"]));
-    let f = drain(&view, &["n1"]);
-    let b = of_rule(&f, BLOCKED);
-    assert_eq!(b.len(), 1, "{f:#?}");
+    let (run, f) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::Refused);
+    let r = of_rule(&f, REFUSED);
+    assert_eq!(r.len(), 1, "{f:#?}");
     assert!(
-        b[0].what.contains("cannot evict pod default/web-1: 2 PodDisruptionBudgets (web, web-extra) select it"),
+        r[0].what.contains("cannot evict pod default/web-1: 2 PodDisruptionBudgets (web, web-extra) select it"),
         "{}",
-        b[0].what
+        r[0].what
     );
+    assert!(r[0].what.contains("the eviction API answers 500"), "{}", r[0].what);
     assert_eq!(
-        b[0].related.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        r[0].related.iter().map(ToString::to_string).collect::<Vec<_>>(),
         ["PodDisruptionBudget default/web-extra", "Deployment default/web"]
     );
 }
@@ -187,7 +191,7 @@ fn percentages_count_the_workloads_scale() {
 fn exemptions_and_namespace_modes_do_not_hide_a_drain() {
     let exempt = pdb("minAvailable: 1", "  annotations:\n    ha-guard.io/allow-drain-blocked: \"drained by hand\"\n");
     let view = cluster(&[&web(2), &exempt], placed(&["n1", "n1"]));
-    let d = judge::drain(&view, &Config::default(), &["n1".to_string()], "node n1");
+    let d = judge::drain(&view, &Config::default(), &["n1".to_string()], "node n1").1;
     let actions: Vec<_> = d.findings.iter().map(|f| (f.rule.id, f.action)).collect();
     assert_eq!(actions, [(BLOCKED, Decision::Warn), (TAKES_ALL, Decision::Warn)]);
     let notes: Vec<String> = d.findings[0].notes.iter().map(ToString::to_string).collect();
@@ -202,20 +206,20 @@ fn exemptions_and_namespace_modes_do_not_hide_a_drain() {
             "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: default\n  labels:\n    ha-guard.io/mode: \"{label}\"\n"
         );
         let view = cluster(&[&web(2), &pdb("minAvailable: 1", ""), &ns], placed(&["n1", "n1"]));
-        let d = judge::drain(&view, &Config::default(), &["n1".to_string()], "node n1");
+        let d = judge::drain(&view, &Config::default(), &["n1".to_string()], "node n1").1;
         assert_eq!(d.findings.len(), 2, "{label}: {d:#?}");
         assert!(d.findings.iter().all(|f| f.notes.iter().any(|n| n.to_string().contains(said))), "{d:#?}");
     }
     let exempt_ns = crate::core::registry::parse_config("exemptNamespaces: [default]\n", "c.yaml").unwrap();
     let view = cluster(&[&web(2), &pdb("minAvailable: 1", "")], placed(&["n1", "n1"]));
-    assert_eq!(judge::drain(&view, &exempt_ns, &["n1".to_string()], "node n1").findings.len(), 2);
+    assert_eq!(judge::drain(&view, &exempt_ns, &["n1".to_string()], "node n1").1.findings.len(), 2);
     // The configuration's actions: off turns a rule off, deny makes the audit fail.
     let config = crate::core::registry::parse_config(
         "rules:\n  drain-takes-all-replicas: off\n  drain-blocked: deny\n",
         "c.yaml",
     )
     .unwrap();
-    let d = judge::drain(&view, &config, &["n1".to_string()], "node n1");
+    let d = judge::drain(&view, &config, &["n1".to_string()], "node n1").1;
     let actions: Vec<_> = d.findings.iter().map(|f| (f.rule.id, f.action)).collect();
     assert_eq!(actions, [(BLOCKED, Decision::Deny)]);
 }
@@ -237,18 +241,27 @@ fn a_budget_with_neither_field_hangs_the_drain() {
     }
 }
 
-/// Pods without a controller under a maxUnavailable: not expected, so nothing is allowed; under an
-/// integer minAvailable they are counted and one may go.
+/// Pods without a controller: kubectl drain refuses the whole drain before it evicts anything
+/// (without --force), whatever the budget.
 #[test]
-fn pods_without_a_controller_block_a_scale_budget_and_not_an_integer_one() {
+fn a_pod_without_a_controller_refuses_the_drain() {
     let bare = |name: &str, node: &str| PodInfo { owner: PodOwner::Unmanaged, ..pod(name, "web", node) };
-    let pods = || vec![bare("web-1", "n1"), bare("web-2", "n2")];
-    let view = cluster(&[&pdb("maxUnavailable: 1", "")], pods());
-    let b = of_rule(&drain(&view, &["n1"]), BLOCKED).iter().map(|f| f.what.clone()).collect::<Vec<_>>();
-    assert_eq!(b.len(), 1);
-    assert!(b[0].contains("its pods have no controller"), "{}", b[0]);
-    let view = cluster(&[&pdb("minAvailable: 1", "")], pods());
-    assert!(of_rule(&drain(&view, &["n1"]), BLOCKED).is_empty());
+    for budget in ["maxUnavailable: 1", "minAvailable: 1"] {
+        let view = cluster(&[&web(2), &pdb(budget, "")], vec![bare("solo", "n1"), pod("web-1", "web", "n1")]);
+        let (run, f) = super::run(&view, &["n1".to_string()], "node n1");
+        assert_eq!(run.outcome, super::Outcome::Refused, "{budget}");
+        let r = of_rule(&f, REFUSED);
+        assert_eq!(r.len(), 1, "{f:#?}");
+        assert!(
+            r[0].what.contains("refused before it evicts anything: pod default/solo has no controller"),
+            "{}",
+            r[0].what
+        );
+        assert!(
+            run.evictions.iter().all(|e| e.result != crate::core::view::replay::EvictionResult::Evicted),
+            "{run:#?}"
+        );
+    }
 }
 
 /// The PDB's status is what the eviction API reads when it is current, even where the pods would
@@ -297,4 +310,104 @@ fn one_eviction_is_answered_as_the_eviction_api_does() {
     assert_eq!(eviction_answer(&view, "default", &view.pods_in("default")[0]).code(), 500);
     let view = cluster(&[&web(2)], placed(&["n1", "n2"]));
     assert_eq!(eviction_answer(&view, "default", &view.pods_in("default")[0]), EvictionAnswer::Deleted);
+}
+
+// ---- replacements placed as the scheduler would (issue 37) ----
+
+fn cluster_with_templates(objects: &[&str], pods: Vec<PodInfo>) -> Index {
+    let n = nodes(&[("n1", "za", false), ("n2", "za", false), ("n3", "zb", false)]);
+    let mut all = vec![n.as_str()];
+    all.extend_from_slice(objects);
+    view_with_templates(&docs(&all), pods)
+}
+
+/// Both replicas on the drained node, a budget that allows one: the first goes, its replacement is
+/// placed on another node and Ready, the budget allows one again, the second goes: it completes.
+#[test]
+fn replacements_that_find_room_let_the_drain_complete() {
+    let view = cluster_with_templates(&[&web(2), &pdb("minAvailable: 1", "")], placed(&["n1", "n1"]));
+    let (run, f) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::Completes, "{run:#?}");
+    assert!(of_rule(&f, BLOCKED).is_empty() && of_rule(&f, PENDING).is_empty(), "{f:#?}");
+    let placed_on: Vec<Option<&str>> = run.evictions.iter().map(|e| e.replacement.as_deref()).collect();
+    assert_eq!(placed_on, [Some("n2"), Some("n3")], "spread over the nodes left: {run:#?}");
+    // Every ready replica was on the node: said all the same.
+    assert_eq!(of_rule(&f, TAKES_ALL).len(), 1);
+}
+
+/// A DoNotSchedule hostname spread, one replica a node: the cordoned node stays a domain with 0
+/// (nodeTaintsPolicy Ignore), so the replacement fits nowhere; the drain completes and leaves it
+/// Pending. With nodeTaintsPolicy Honor it goes.
+#[test]
+fn a_spread_counting_the_cordoned_node_leaves_the_replacement_pending() {
+    let spread = |policy: &str| {
+        deployment(
+            "web",
+            "replicas: 3",
+            &format!(
+                "topologySpreadConstraints:\n- maxSkew: 1\n  topologyKey: kubernetes.io/hostname\n  whenUnsatisfiable: \
+                 DoNotSchedule\n  labelSelector: {{matchLabels: {{app: web}}}}\n{policy}"
+            ),
+        )
+    };
+    let view = cluster_with_templates(&[&spread(""), &pdb("maxUnavailable: 1", "")], placed(&["n1", "n2", "n3"]));
+    let (run, f) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
+    let p = of_rule(&f, PENDING);
+    assert_eq!(p.len(), 1, "{f:#?}");
+    assert_eq!(p[0].object.to_string(), "Deployment default/web");
+    for part in [
+        "a drain of node n1 completes, but the replacement of web-1 cannot be placed on the nodes that remain",
+        "cordoned on n1",
+        "topologySpreadConstraints[0] would be skewed beyond maxSkew on n2, n3",
+        "runs 1 short until the nodes are uncordoned",
+    ] {
+        assert!(p[0].what.contains(part), "{part:?} not in: {}", p[0].what);
+    }
+    let honor = spread("  nodeTaintsPolicy: Honor\n");
+    let view = cluster_with_templates(&[&honor, &pdb("maxUnavailable: 1", "")], placed(&["n1", "n2", "n3"]));
+    assert_eq!(super::run(&view, &["n1".to_string()], "node n1").0.outcome, super::Outcome::Completes);
+}
+
+/// Both replicas pinned to the drained node: the first replacement has nowhere to go, the budget
+/// never allows the second eviction: the drain hangs, and says why.
+#[test]
+fn a_replacement_with_nowhere_to_go_hangs_the_drain() {
+    let pinned = deployment("web", "replicas: 2", "nodeSelector: {kubernetes.io/hostname: n1}\n");
+    let view = cluster_with_templates(&[&pinned, &pdb("maxUnavailable: 1", "")], placed(&["n1", "n1"]));
+    let (run, f) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::Hangs, "{run:#?}");
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    for part in [
+        "it evicts web-1, then refuses the eviction of web-2",
+        "no replacement makes room, so the drain hangs",
+        "the replacement of web-1 stays Pending (cordoned on n1; nodeSelector or required node affinity not met on n2, n3)",
+    ] {
+        assert!(b[0].what.contains(part), "{part:?} not in: {}", b[0].what);
+    }
+    let results: Vec<(&str, &str)> = run.evictions.iter().map(|e| (e.pod.as_str(), e.result.as_str())).collect();
+    assert_eq!(results, [("web-1", "evicted"), ("web-2", "refused")]);
+}
+
+/// Two of three replicas (one a node of four) drained at once: the first replacement takes the
+/// free node, the budget lets the second go, its replacement fits nowhere under the hostname spread.
+#[test]
+fn two_nodes_of_a_spread_workload_leave_one_replica_pending() {
+    let n =
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: NAME\n  labels:\n    kubernetes.io/hostname: NAME\nspec: {}\n";
+    let four: Vec<String> = ["n1", "n2", "n3", "n4"].iter().map(|name| n.replace("NAME", name)).collect();
+    let spread = deployment(
+        "web",
+        "replicas: 3",
+        "topologySpreadConstraints:\n- maxSkew: 1\n  topologyKey: kubernetes.io/hostname\n  whenUnsatisfiable: \
+         DoNotSchedule\n  labelSelector: {matchLabels: {app: web}}\n",
+    );
+    let mut all: Vec<&str> = four.iter().map(String::as_str).collect();
+    let budget = pdb("minAvailable: 2", "");
+    all.extend([spread.as_str(), budget.as_str()]);
+    let view = view_with_templates(&docs(&all), placed(&["n1", "n2", "n3"]));
+    let (run, f) = super::run(&view, &["n1".to_string(), "n2".to_string()], "nodes n1, n2");
+    assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
+    assert_eq!(of_rule(&f, PENDING).len(), 1, "{f:#?}");
 }

@@ -1,0 +1,571 @@
+//! A drain replayed as `kubectl drain --ignore-daemonsets --delete-emptydir-data` runs it, and as
+//! the control plane answers it (DESIGN.md §3, "Drains"): the nodes are cordoned; a pod without a
+//! controller refuses the whole drain before anything is evicted (it needs `--force`); DaemonSet
+//! and mirror pods are left; every other pod is evicted concurrently, a refused (429) eviction
+//! retried, a pod under two PDBs answered 500 (kubectl gives up on it). Each evicted pod of a
+//! workload gets a replacement from its controller, placed as kube-scheduler would
+//! ([`placement::feasible`]) on the nodes not drained and Ready once placed; the budgets count it
+//! as the disruption controller does. The replay stops when a round changes nothing: what is then
+//! refused hangs the drain.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use super::budget::{Source, budget_now, refuses, selected_pods};
+use super::lookup::View;
+use super::placement::{Incoming, NodeState, Placed, Unfit, feasible};
+use super::projection::{NodeInfo, PdbInfo, PodInfo, PodOwner, PodPhase};
+use crate::core::model::ObjectRef;
+use crate::core::model::arith;
+use crate::core::model::pod::CORDON_TAINT;
+use crate::core::model::resources::Resources;
+
+/// How a drain ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    /// Every pod evicted, every replacement placed.
+    Completes,
+    /// Every pod evicted; some replacements cannot be placed on the nodes that remain.
+    LeavesPending,
+    /// An eviction stays refused: the drain waits until its timeout (or forever).
+    Hangs,
+    /// kubectl drain refuses (a pod without a controller) or gives up on a pod (two PDBs: 500).
+    Refused,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completes => "completes",
+            Outcome::LeavesPending => "leaves-pending",
+            Outcome::Hangs => "hangs",
+            Outcome::Refused => "refused",
+        }
+    }
+}
+
+/// What happened to one pod of the drained nodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Eviction {
+    pub namespace: String,
+    pub pod: String,
+    pub result: EvictionResult,
+    /// The node its replacement went to, if it got one placed.
+    pub replacement: Option<String>,
+    /// Why it was refused or left, or why its replacement stays Pending.
+    pub reason: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvictionResult {
+    Evicted,
+    Refused,
+    /// Not evicted: a DaemonSet's or a mirror pod (kubectl drain leaves them), or the drain was
+    /// refused before it evicted anything.
+    Left,
+}
+
+impl EvictionResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvictionResult::Evicted => "evicted",
+            EvictionResult::Refused => "refused",
+            EvictionResult::Left => "left",
+        }
+    }
+}
+
+/// A replacement that stays Pending: the workload runs short until the nodes are uncordoned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pending {
+    pub namespace: String,
+    /// The evicted pod it replaces.
+    pub pod: String,
+    pub workload: ObjectRef,
+    /// Why no node takes it: each node's first refusing filter, grouped.
+    pub reason: String,
+}
+
+/// A PDB that refused evictions until the end, and what it let go before.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Blocked {
+    pub pdb: Arc<PdbInfo>,
+    pub healthy_before: i32,
+    pub desired: i32,
+    pub evicted: Vec<Arc<str>>,
+    pub refused: Vec<(Arc<str>, String)>,
+    pub workloads: BTreeSet<ObjectRef>,
+    pub stale: Option<(i64, i64)>,
+}
+
+/// A drain replayed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DrainRun {
+    pub nodes: Vec<String>,
+    pub outcome: Outcome,
+    pub evictions: Vec<Eviction>,
+    pub pending: Vec<Pending>,
+    /// The PDBs that refused until the end.
+    pub blocked: Vec<Blocked>,
+    /// Pods kubectl drain refuses: without a controller (before evicting anything), or under
+    /// several PDBs (500), with the PDBs.
+    pub refused: Vec<(String, Arc<str>, Option<ObjectRef>, Vec<ObjectRef>)>,
+    /// Whether replacements were placed (the view held the workloads' pod templates).
+    pub replaces: bool,
+}
+
+/// A PDB's state during the replay.
+struct Ledger {
+    pdb: Arc<PdbInfo>,
+    healthy_before: i32,
+    expected: i32,
+    current: i32,
+    desired: i32,
+    allowed: i32,
+    stale: Option<(i64, i64)>,
+    expects_none: Option<&'static str>,
+    evicted: Vec<Arc<str>>,
+    workloads: BTreeSet<ObjectRef>,
+}
+
+impl Ledger {
+    /// The budget as the eviction API reads it ([`budget_now`]).
+    fn open(view: &dyn View, pdb: Arc<PdbInfo>) -> Ledger {
+        let (status, source, expects_none) = match budget_now(view, &pdb) {
+            Some(n) => (n.status, n.source, n.expects_none),
+            None => {
+                // A value that is no amount (refused by the apiserver anyway) protects everything.
+                let healthy = selected_pods(view, &pdb).iter().filter(|p| p.ready && !p.terminating).count() as i32;
+                (
+                    arith::Status { expected: healthy, desired_healthy: healthy, current_healthy: healthy, allowed: 0 },
+                    Source::Computed,
+                    None,
+                )
+            }
+        };
+        let stale = match source {
+            Source::Stale { observed, generation } => Some((observed, generation)),
+            _ => None,
+        };
+        Ledger {
+            pdb,
+            healthy_before: status.current_healthy,
+            expected: status.expected,
+            current: status.current_healthy,
+            desired: status.desired_healthy,
+            allowed: status.allowed,
+            stale,
+            expects_none,
+            evicted: Vec::new(),
+            workloads: BTreeSet::new(),
+        }
+    }
+
+    fn status(&self) -> arith::Status {
+        arith::Status {
+            expected: self.expected,
+            desired_healthy: self.desired,
+            current_healthy: self.current,
+            allowed: self.allowed,
+        }
+    }
+
+    /// One eviction of `pod` (which only this PDB selects), as the eviction API decides it: `Ok`
+    /// when it goes, else why it is refused (429).
+    fn evict(&mut self, pod: &PodInfo) -> Result<(), String> {
+        if refuses(&self.status(), self.pdb.always_allow_unhealthy, pod) {
+            let mut why = if pod.healthy() {
+                format!("{} healthy, {} needed: 0 disruptions allowed", self.current, self.desired)
+            } else {
+                format!(
+                    "it is not Ready and the budget is not met ({} healthy, {} needed); unhealthyPodEvictionPolicy \
+                     IfHealthyBudget (the default) keeps it",
+                    self.current, self.desired
+                )
+            };
+            if let Some(reason) = self.expects_none {
+                why.push_str(&format!("; it expects no pods: {reason}"));
+            }
+            if let Some((kind, name)) = pod.workload() {
+                self.workloads.insert(ObjectRef::new(kind, &self.pdb.id.namespace, name));
+            }
+            return Err(why);
+        }
+        // Not Ready and let go without asking the budget: it counts toward nothing.
+        let unhealthy_exit =
+            !pod.healthy() && (self.pdb.always_allow_unhealthy || (self.current >= self.desired && self.desired > 0));
+        if !unhealthy_exit {
+            self.allowed -= 1;
+            if pod.healthy() {
+                self.current -= 1;
+            }
+        }
+        self.evicted.push(pod.name.clone());
+        Ok(())
+    }
+
+    /// A replacement became Ready: the disruption controller counts it healthy again.
+    fn replaced(&mut self) {
+        self.current += 1;
+        self.allowed = if self.expected <= 0 { 0 } else { (self.current - self.desired).max(0) };
+    }
+}
+
+/// What the eviction API answers one eviction of a pod (`pkg/registry/core/pod/storage/eviction.go`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EvictionAnswer {
+    /// 201: deleted without asking a budget (Pending, finished or terminating; no PDB selects it).
+    Deleted,
+    /// 201: its one PDB lets it go.
+    Evicted,
+    /// 429 Too Many Requests: its PDB refuses it, and why.
+    Refused(String),
+    /// 500: more than one PDB selects it, which the eviction subresource does not support.
+    SeveralBudgets(Vec<ObjectRef>),
+}
+
+impl EvictionAnswer {
+    /// The HTTP status the eviction API returns.
+    pub fn code(&self) -> u16 {
+        match self {
+            EvictionAnswer::Deleted | EvictionAnswer::Evicted => 201,
+            EvictionAnswer::Refused(_) => 429,
+            EvictionAnswer::SeveralBudgets(_) => 500,
+        }
+    }
+}
+
+/// What the eviction API would answer an eviction of `pod` (in `namespace`) now, the first of a
+/// drain: the same decision the replay makes for each pod ([`replay`]).
+pub fn eviction_answer(view: &dyn View, namespace: &str, pod: &PodInfo) -> EvictionAnswer {
+    if pod.phase.terminal() || pod.phase == PodPhase::Pending || pod.terminating {
+        return EvictionAnswer::Deleted;
+    }
+    match view.pdbs_covering(namespace, &pod.labels).as_slice() {
+        [] => EvictionAnswer::Deleted,
+        [one] => {
+            let mut ledger = Ledger::open(view, one.clone());
+            match ledger.evict(pod) {
+                Ok(()) => EvictionAnswer::Evicted,
+                Err(why) => EvictionAnswer::Refused(why),
+            }
+        }
+        many => EvictionAnswer::SeveralBudgets(many.iter().map(|p| p.id.clone()).collect()),
+    }
+}
+
+/// The nodes and what is on them, the drained ones cordoned (with the cordon taint the node
+/// lifecycle controller adds).
+fn node_states(view: &dyn View, drained: &[String]) -> (Vec<Arc<NodeInfo>>, Vec<Vec<(String, Arc<PodInfo>)>>) {
+    let nodes: Vec<Arc<NodeInfo>> = view
+        .nodes()
+        .into_iter()
+        .map(|n| {
+            if drained.contains(&n.name) {
+                let mut cordoned = (*n).clone();
+                cordoned.unschedulable = true;
+                if !cordoned.taints.iter().any(|t| t.key == CORDON_TAINT) {
+                    cordoned.taints.push(k8s_openapi::api::core::v1::Taint {
+                        key: CORDON_TAINT.into(),
+                        effect: "NoSchedule".into(),
+                        ..Default::default()
+                    });
+                }
+                Arc::new(cordoned)
+            } else {
+                n
+            }
+        })
+        .collect();
+    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+    let mut pods: Vec<Vec<(String, Arc<PodInfo>)>> = vec![Vec::new(); nodes.len()];
+    for (namespace, pod) in view.pods_on_nodes(&names) {
+        if pod.phase.terminal() {
+            continue;
+        }
+        if let Some(at) = pod.node.as_deref().and_then(|n| names.iter().position(|m| m == n)) {
+            pods[at].push((namespace, pod));
+        }
+    }
+    (nodes, pods)
+}
+
+fn placed(namespace: &str, pod: &PodInfo) -> Placed {
+    Placed {
+        namespace: namespace.to_string(),
+        labels: (*pod.labels).clone(),
+        requests: pod.requests.clone(),
+        ports: pod.ports.clone(),
+        terminating: pod.terminating,
+    }
+}
+
+/// Replays a drain of `drained` on the view.
+pub fn replay(view: &dyn View, drained: &[String]) -> DrainRun {
+    let (nodes, on_node) = node_states(view, drained);
+    let mut states: Vec<NodeState> = nodes
+        .iter()
+        .zip(&on_node)
+        .map(|(n, pods)| NodeState {
+            node: n,
+            allocatable: n.allocatable.clone().unwrap_or(Resources {
+                cpu_milli: i64::MAX / 4,
+                memory: i64::MAX / 4,
+                ephemeral_storage: i64::MAX / 4,
+                ..Default::default()
+            }),
+            max_pods: n.max_pods,
+            pods: pods.iter().map(|(ns, p)| placed(ns, p)).collect(),
+        })
+        .collect();
+    let mut run = DrainRun {
+        nodes: drained.to_vec(),
+        outcome: Outcome::Completes,
+        evictions: Vec::new(),
+        pending: Vec::new(),
+        blocked: Vec::new(),
+        refused: Vec::new(),
+        replaces: true,
+    };
+    // The pods of the drained nodes, in the order asked, then namespace and name.
+    let mut to_evict: Vec<(String, Arc<PodInfo>)> = Vec::new();
+    for node in drained {
+        let Some(at) = nodes.iter().position(|n| n.name == *node) else { continue };
+        for (namespace, pod) in &on_node[at] {
+            if matches!(pod.owner, PodOwner::DaemonSet | PodOwner::Mirror) {
+                run.evictions.push(Eviction {
+                    namespace: namespace.clone(),
+                    pod: pod.name.to_string(),
+                    result: EvictionResult::Left,
+                    replacement: None,
+                    reason: if pod.owner == PodOwner::DaemonSet {
+                        "a DaemonSet's pod: --ignore-daemonsets leaves it".into()
+                    } else {
+                        "a static pod's mirror: kubectl drain skips it".into()
+                    },
+                });
+            } else {
+                to_evict.push((namespace.clone(), pod.clone()));
+            }
+        }
+    }
+    // Pre-flight: a pod without a controller refuses the drain before anything is evicted.
+    let unmanaged: Vec<&(String, Arc<PodInfo>)> =
+        to_evict.iter().filter(|(_, p)| p.owner == PodOwner::Unmanaged && !p.phase.terminal()).collect();
+    if !unmanaged.is_empty() {
+        for (namespace, pod) in &unmanaged {
+            run.refused.push((namespace.clone(), pod.name.clone(), None, Vec::new()));
+        }
+        for (namespace, pod) in &to_evict {
+            let reason = if pod.owner == PodOwner::Unmanaged {
+                "it has no controller: kubectl drain refuses it without --force (and --force deletes it for good)"
+            } else {
+                "kubectl drain refused before evicting anything (pods without a controller)"
+            };
+            run.evictions.push(Eviction {
+                namespace: namespace.clone(),
+                pod: pod.name.to_string(),
+                result: if pod.owner == PodOwner::Unmanaged { EvictionResult::Refused } else { EvictionResult::Left },
+                replacement: None,
+                reason: reason.into(),
+            });
+        }
+        run.outcome = Outcome::Refused;
+        return run;
+    }
+    let mut ledgers: BTreeMap<ObjectRef, Ledger> = BTreeMap::new();
+    let mut results: BTreeMap<(String, Arc<str>), Eviction> = BTreeMap::new();
+    let mut remaining: Vec<(String, Arc<PodInfo>)> = to_evict;
+    loop {
+        let mut progress = false;
+        let mut still = Vec::new();
+        for (namespace, pod) in remaining {
+            let key = (namespace.clone(), pod.name.clone());
+            let covering = view.pdbs_covering(&namespace, &pod.labels);
+            let asks = !(pod.phase == PodPhase::Pending || pod.terminating);
+            let answer: Result<(), (String, bool)> = match (asks, covering.as_slice()) {
+                (false, _) | (true, []) => Ok(()),
+                (true, [one]) => ledgers
+                    .entry(one.id.clone())
+                    .or_insert_with(|| Ledger::open(view, one.clone()))
+                    .evict(&pod)
+                    .map_err(|why| (why, false)),
+                (true, many) => {
+                    let names: Vec<String> = many.iter().map(|p| p.id.name.clone()).collect();
+                    run.refused.push((
+                        namespace.clone(),
+                        pod.name.clone(),
+                        pod.workload().map(|(k, n)| ObjectRef::new(k, &namespace, n)),
+                        many.iter().map(|p| p.id.clone()).collect(),
+                    ));
+                    Err((
+                        format!(
+                            "{} PodDisruptionBudgets ({}) select it: the eviction API answers 500 and kubectl drain \
+                             gives up on it",
+                            many.len(),
+                            names.join(", ")
+                        ),
+                        true,
+                    ))
+                }
+            };
+            match answer {
+                Ok(()) => {
+                    progress = true;
+                    let replacement = evicted(view, &namespace, &pod, &mut states, &mut ledgers, &mut run);
+                    results.insert(
+                        key,
+                        Eviction {
+                            namespace,
+                            pod: pod.name.to_string(),
+                            result: EvictionResult::Evicted,
+                            replacement: replacement.0,
+                            reason: replacement.1,
+                        },
+                    );
+                }
+                Err((why, final_)) if final_ => {
+                    results.insert(
+                        key,
+                        Eviction {
+                            namespace,
+                            pod: pod.name.to_string(),
+                            result: EvictionResult::Refused,
+                            replacement: None,
+                            reason: why,
+                        },
+                    );
+                }
+                Err((why, _)) => {
+                    results.insert(
+                        key.clone(),
+                        Eviction {
+                            namespace: namespace.clone(),
+                            pod: pod.name.to_string(),
+                            result: EvictionResult::Refused,
+                            replacement: None,
+                            reason: why,
+                        },
+                    );
+                    still.push((namespace, pod));
+                }
+            }
+        }
+        remaining = still;
+        if remaining.is_empty() || !progress {
+            break;
+        }
+    }
+    // What stays refused: each pod under one PDB, with that PDB's last word.
+    let mut refused_by: BTreeMap<ObjectRef, Vec<(Arc<str>, String)>> = BTreeMap::new();
+    for (namespace, pod) in &remaining {
+        if let [one] = view.pdbs_covering(namespace, &pod.labels).as_slice() {
+            let why = results.get(&(namespace.clone(), pod.name.clone())).map(|e| e.reason.clone()).unwrap_or_default();
+            refused_by.entry(one.id.clone()).or_default().push((pod.name.clone(), why));
+        }
+    }
+    run.evictions.extend(results.into_values());
+    for (id, ledger) in ledgers {
+        let Some(refused) = refused_by.remove(&id) else { continue };
+        run.blocked.push(Blocked {
+            pdb: ledger.pdb,
+            healthy_before: ledger.healthy_before,
+            desired: ledger.desired,
+            evicted: ledger.evicted,
+            refused,
+            workloads: ledger.workloads,
+            stale: ledger.stale,
+        });
+    }
+    run.outcome = if !run.refused.is_empty() {
+        Outcome::Refused
+    } else if !remaining.is_empty() {
+        Outcome::Hangs
+    } else if !run.pending.is_empty() {
+        Outcome::LeavesPending
+    } else {
+        Outcome::Completes
+    };
+    run
+}
+
+/// `pod` was evicted: it leaves its node, and its controller makes a replacement, placed as the
+/// scheduler would, Ready once placed. The node the replacement went to, or why it stays Pending.
+fn evicted(
+    view: &dyn View,
+    namespace: &str,
+    pod: &PodInfo,
+    states: &mut [NodeState],
+    ledgers: &mut BTreeMap<ObjectRef, Ledger>,
+    run: &mut DrainRun,
+) -> (Option<String>, String) {
+    if let Some(at) = pod.node.as_deref().and_then(|n| states.iter().position(|s| s.node.name == n)) {
+        let labels = &*pod.labels;
+        if let Some(i) = states[at].pods.iter().position(|p| p.namespace == namespace && p.labels == *labels) {
+            states[at].pods.remove(i);
+        }
+    }
+    let Some((kind, name)) = pod.workload() else {
+        return (None, "no controller replaces it".into());
+    };
+    let workload = ObjectRef::new(kind, namespace, name);
+    let Some(template) = view.template(&workload) else {
+        run.replaces = false;
+        return (None, format!("{workload} replaces it (its pod template is not in the view)"));
+    };
+    let incoming = Incoming { namespace, labels: &template.labels, spec: &template.spec };
+    match feasible(incoming, states) {
+        Ok(candidates) => {
+            let at = choose(&candidates, states, namespace, &template.labels);
+            let requests = crate::core::model::resources::pod_requests(&template.spec);
+            let ports = crate::core::model::resources::host_ports(&template.spec);
+            states[at].pods.push(Placed {
+                namespace: namespace.to_string(),
+                labels: template.labels.clone(),
+                requests,
+                ports,
+                terminating: false,
+            });
+            for pdb in view.pdbs_covering(namespace, &template.labels) {
+                if let Some(l) = ledgers.get_mut(&pdb.id) {
+                    l.replaced();
+                }
+            }
+            let node = states[at].node.name.clone();
+            (Some(node.clone()), format!("replaced on {node}"))
+        }
+        Err(why) => {
+            let reason = explain(&why);
+            run.pending.push(Pending {
+                namespace: namespace.to_string(),
+                pod: pod.name.to_string(),
+                workload,
+                reason: reason.clone(),
+            });
+            (None, format!("its replacement stays Pending: {reason}"))
+        }
+    }
+}
+
+/// Where among `candidates` the replacement goes: the node with the fewest pods of the same
+/// labels (the scheduler's default spreading), then the fewest pods, then the name.
+fn choose(candidates: &[usize], states: &[NodeState], namespace: &str, labels: &BTreeMap<String, String>) -> usize {
+    *candidates
+        .iter()
+        .min_by_key(|at| {
+            let s = &states[**at];
+            let same = s.pods.iter().filter(|p| p.namespace == namespace && p.labels == *labels).count();
+            (same, s.pods.len(), s.node.name.clone())
+        })
+        .expect("candidates are not empty")
+}
+
+/// Why no node takes a pod: the refusing filters, each with the nodes it refused.
+fn explain(why: &[(String, Unfit)]) -> String {
+    let mut by: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (node, unfit) in why {
+        by.entry(unfit.to_string()).or_default().push(node);
+    }
+    let parts: Vec<String> = by.into_iter().map(|(u, nodes)| format!("{u} on {}", nodes.join(", "))).collect();
+    if parts.is_empty() { "no node".into() } else { parts.join("; ") }
+}
