@@ -748,6 +748,41 @@ fn drain_predictions(cp: &ControlPlane) {
         .collect();
     assert_eq!(results, [(both[0].as_str(), "evicted"), (both[1].as_str(), "refused")], "{run}");
     only(&drained(&["--drain-zone", "zone-b"]), &expected, &["zone zone-b"]);
+    // --drain-each: every schedulable node alone, the same replay as --drain of that node.
+    let each = audit_json(cp, &["--namespace", ns, "--drain-each"]);
+    let outcomes: BTreeMap<String, String> = each["drains"]
+        .as_array()
+        .expect("drains")
+        .iter()
+        .map(|d| {
+            (
+                d["nodes"][0].as_str().unwrap_or_default().to_string(),
+                d["outcome"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let schedulable =
+        cp.kubectl(&["get", "nodes", "--field-selector=spec.unschedulable=false", "-o", "name"]).success();
+    assert_eq!(outcomes.len(), schedulable.stdout.lines().count(), "one drain a schedulable node: {outcomes:?}");
+    assert_eq!(outcomes.get("z-b1").map(String::as_str), Some("hangs"), "{outcomes:?}");
+    for (node, outcome) in &outcomes {
+        let alone = audit_json(cp, &["--namespace", ns, "--drain", node]);
+        assert_eq!(alone["drains"][0]["outcome"].as_str(), Some(outcome.as_str()), "{node}");
+    }
+    let text = std::process::Command::new(BIN)
+        .args(["audit", "--namespace", ns, "--drain-each"])
+        .env("KUBECONFIG", cp.kubeconfig())
+        .output()
+        .expect("run ha-guard audit");
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    let troubled = outcomes.values().filter(|o| *o != "completes").count();
+    assert!(
+        text.contains(&format!("{troubled} of {} nodes cannot be drained cleanly today:", outcomes.len()))
+            && text.contains("drain of z-b1: hangs: drains/"),
+        "{text}"
+    );
+    eprintln!("[e2e] ha-guard audit --drain-each --namespace {ns}:\n{text}");
+
     // One of three replicas: its replacement goes to the fourth node, nothing to say. Two of three:
     // the first replacement takes the fourth node, the budget lets the second go, and its
     // replacement fits nowhere (the cordoned nodes are still domains of the hostname spread):

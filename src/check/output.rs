@@ -153,6 +153,9 @@ pub fn text(report: &Report, style: TextStyle) -> String {
             );
         }
     }
+    if !report.drains.is_empty() {
+        out.push_str(&drains_text(&report.drains));
+    }
     let fixes: usize = report.fixes.iter().map(|f| f.changes.len()).sum();
     let _ = writeln!(
         out,
@@ -294,6 +297,50 @@ pub fn json(report: &Report) -> Value {
     if !report.drains.is_empty() {
         out["drains"] = report.drains.iter().map(drain_json).collect();
     }
+    out
+}
+
+/// How the drains end, for a person: one line per drain that does not complete, and for several
+/// (`--drain-each`) a summary first, e.g. "3 of 40 nodes cannot be drained today".
+fn drains_text(drains: &[crate::core::view::replay::DrainRun]) -> String {
+    use crate::core::view::replay::Outcome;
+    let mut out = String::new();
+    let troubled: Vec<_> = drains.iter().filter(|d| d.outcome != Outcome::Completes).collect();
+    if drains.len() > 1 {
+        let _ = writeln!(
+            out,
+            "{} of {} nodes cannot be drained cleanly today{}",
+            troubled.len(),
+            drains.len(),
+            if troubled.is_empty() { "." } else { ":" }
+        );
+    }
+    for d in &troubled {
+        let why = match d.outcome {
+            Outcome::Hangs => d
+                .evictions
+                .iter()
+                .filter(|e| e.result == crate::core::view::replay::EvictionResult::Refused)
+                .map(|e| format!("{}/{} is refused ({})", e.namespace, e.pod, e.reason))
+                .next()
+                .unwrap_or_default(),
+            Outcome::Refused => d
+                .evictions
+                .iter()
+                .find(|e| e.result == crate::core::view::replay::EvictionResult::Refused)
+                .map(|e| format!("{}/{}: {}", e.namespace, e.pod, e.reason))
+                .unwrap_or_default(),
+            Outcome::LeavesPending => {
+                d.pending.iter().map(|p| format!("{} runs short ({})", p.workload, p.reason)).next().unwrap_or_default()
+            }
+            Outcome::Completes => String::new(),
+        };
+        let _ = writeln!(out, "  drain of {}: {}: {why}", d.nodes.join(", "), d.outcome.as_str());
+    }
+    if drains.len() == 1 && troubled.is_empty() {
+        let _ = writeln!(out, "drain of {}: completes", drains[0].nodes.join(", "));
+    }
+    out.push('\n');
     out
 }
 

@@ -29,13 +29,18 @@ pub struct AuditArgs {
     /// view still holds every object, so rules about absence stay right.
     #[arg(short = 'l', long, value_name = "SELECTOR")]
     pub selector: Option<String>,
-    /// Simulate a `kubectl drain` of these nodes against the live pods and budgets, and report only
-    /// what it would do (`drain-blocked`, `drain-takes-all-replicas`).
-    #[arg(long, num_args = 1.., value_name = "NODE", conflicts_with = "drain_zone")]
+    /// Simulate a `kubectl drain` of these nodes against the live pods, budgets and nodes, and
+    /// report only what it would do (`drain-blocked`, `drain-leaves-pending`, `drain-refused`,
+    /// `drain-takes-all-replicas`) and how it ends.
+    #[arg(long, num_args = 1.., value_name = "NODE", conflicts_with_all = ["drain_zone", "drain_each"])]
     pub drain: Vec<String>,
     /// Simulate a drain (or the loss) of every node labelled topology.kubernetes.io/zone=ZONE.
-    #[arg(long, value_name = "ZONE")]
+    #[arg(long, value_name = "ZONE", conflicts_with = "drain_each")]
     pub drain_zone: Option<String>,
+    /// Simulate a rolling node upgrade: each schedulable node drained alone in turn (uncordoned
+    /// before the next), and say which nodes cannot be drained today and why.
+    #[arg(long)]
+    pub drain_each: bool,
     #[command(flatten)]
     pub report: ReportArgs,
     /// Objects per list request: large collections are read in pages of this many.
@@ -46,6 +51,7 @@ pub struct AuditArgs {
 pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
     let config = args.report.config()?;
     let drain = match (&args.drain_zone, args.drain.is_empty()) {
+        _ if args.drain_each => Some(Drain::Each),
         (Some(zone), _) => Some(Drain::Zone(zone.clone())),
         (None, false) => Some(Drain::Nodes(args.drain.clone())),
         (None, true) => None,

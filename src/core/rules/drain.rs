@@ -77,7 +77,12 @@ pub fn run(view: &dyn View, nodes: &[String], drained: &str) -> (DrainRun, Vec<F
                 .filter(|p| p.namespace == pdb.id.namespace && pdb.covers(&pod_labels(view, &p.workload)))
                 .map(|p| format!("the replacement of {} stays Pending ({})", p.pod, p.reason))
                 .collect();
-            let why = if pending.is_empty() { String::new() } else { format!(" {}.", pending.join("; ")) };
+            let why = if pending.is_empty() {
+                String::new()
+            } else {
+                let joined = pending.join("; ");
+                format!(" {}{}.", joined[..1].to_uppercase(), &joined[1..])
+            };
             format!(
                 "Replacements were counted as the controllers place them and the scheduler can: no replacement makes \
                  room, so the drain hangs (kubectl drain retries every 5 s until its --timeout).{why}"

@@ -382,7 +382,7 @@ fn a_replacement_with_nowhere_to_go_hangs_the_drain() {
     for part in [
         "it evicts web-1, then refuses the eviction of web-2",
         "no replacement makes room, so the drain hangs",
-        "the replacement of web-1 stays Pending (cordoned on n1; nodeSelector or required node affinity not met on n2, n3)",
+        "The replacement of web-1 stays Pending (cordoned on n1; nodeSelector or required node affinity not met on n2, n3)",
     ] {
         assert!(b[0].what.contains(part), "{part:?} not in: {}", b[0].what);
     }
