@@ -11,6 +11,10 @@
 //! budget's status no longer changes: kwok makes replacements Ready at once, so a refusal that
 //! outlives a few retries is final.
 //!
+//! Then spreads against the scheduler: for node sets with taints, cordons, zones and missing keys,
+//! and hostname or zone spreads (both taint policies, minDomains) or a required anti-affinity, the
+//! number of replicas ha-guard's placement module places equals the number kube-scheduler places.
+//!
 //! No ha-guard webhook is registered: many scenarios are budgets ha-guard would refuse.
 
 #[path = "support/mod.rs"]
@@ -371,4 +375,188 @@ fn drains_end_as_predicted() {
     for want in ["completes", "leaves-pending", "hangs", "refused"] {
         assert!(outcomes.contains(want), "no scenario {want}: {outcomes:?}");
     }
+    // The placement module against the scheduler, on node sets of their own.
+    spreads(cp);
+}
+
+// --- spreads against the scheduler ---------------------------------------------------------------
+
+/// A node set and a placement rule: how many of `replicas` the scheduler places.
+struct SpreadCase {
+    name: String,
+    /// Nodes: (suffix, labels, tainted, cordoned).
+    nodes: Vec<(&'static str, Vec<(&'static str, &'static str)>, bool, bool)>,
+    rule: Value,
+    replicas: i64,
+}
+
+fn spread_cases() -> Vec<SpreadCase> {
+    let hostname = |extra: Value| {
+        let mut c = json!({"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "app"}}});
+        for (k, v) in extra.as_object().expect("extra") {
+            c[k] = v.clone();
+        }
+        json!({"topologySpreadConstraints": [c]})
+    };
+    let zone = |extra: Value| {
+        let mut c = json!({"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": "app"}}});
+        for (k, v) in extra.as_object().expect("extra") {
+            c[k] = v.clone();
+        }
+        json!({"topologySpreadConstraints": [c]})
+    };
+    let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "app"}}}]}}});
+    let plain = |n: usize| (0..n).map(|i| (["a", "b", "c", "d"][i], vec![], false, false)).collect::<Vec<_>>();
+    let tainted = vec![("a", vec![], true, false), ("b", vec![], false, false), ("c", vec![], false, false)];
+    let cordoned = vec![("a", vec![], false, true), ("b", vec![], false, false), ("c", vec![], false, false)];
+    let zoned = vec![
+        ("a", vec![("topology.kubernetes.io/zone", "za")], false, false),
+        ("b", vec![("topology.kubernetes.io/zone", "za")], false, false),
+        ("c", vec![("topology.kubernetes.io/zone", "zb")], false, false),
+        ("d", vec![("topology.kubernetes.io/zone", "zb")], false, false),
+    ];
+    let missing_key = vec![
+        ("a", vec![("topology.kubernetes.io/zone", "za")], false, false),
+        ("b", vec![("topology.kubernetes.io/zone", "zb")], false, false),
+        ("c", vec![], false, false),
+    ];
+    let cases = [
+        (plain(3), hostname(json!({})), 5),
+        (tainted.clone(), hostname(json!({})), 5),
+        (tainted, hostname(json!({"nodeTaintsPolicy": "Honor"})), 5),
+        (cordoned.clone(), hostname(json!({})), 4),
+        (cordoned, anti.clone(), 4),
+        (plain(3), anti, 5),
+        (zoned.clone(), zone(json!({})), 6),
+        (zoned.clone(), zone(json!({"minDomains": 3})), 5),
+        (zoned, hostname(json!({"minDomains": 5})), 9),
+        (missing_key.clone(), zone(json!({})), 5),
+        (missing_key, hostname(json!({})), 5),
+        (plain(4), hostname(json!({"maxSkew": 2, "minDomains": 6})), 12),
+    ];
+    cases
+        .into_iter()
+        .enumerate()
+        .map(|(i, (nodes, rule, replicas))| SpreadCase { name: format!("sp{i}"), nodes, rule, replicas })
+        .collect()
+}
+
+fn spread_deployment(c: &SpreadCase) -> Value {
+    let mut spec =
+        json!({"nodeSelector": {"scenario": c.name}, "containers": [{"name": "app", "image": "nginx:1.27"}]});
+    for (k, v) in c.rule.as_object().expect("rule") {
+        spec[k] = v.clone();
+    }
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "app", "namespace": c.name},
+        "spec": {"replicas": c.replicas, "selector": {"matchLabels": {"app": "app"}},
+            "template": {"metadata": {"labels": {"app": "app"}}, "spec": spec}}})
+}
+
+/// How many replicas ha-guard's placement module places on the cluster as the audit reads it.
+fn predicted_placed(cp: &ControlPlane, rt: &tokio::runtime::Runtime, c: &SpreadCase) -> usize {
+    use ha_guard::core::view::View;
+    use ha_guard::core::view::placement::{Incoming, NodeState, place_replicas};
+    let client = cp.kube_client(rt);
+    let options = ha_guard::audit::read::ReadOptions { namespace: Some(c.name.clone()), ..Default::default() };
+    let progress = ha_guard::audit::progress::Progress::new(false);
+    let cluster = rt.block_on(ha_guard::audit::read::read(&client, &options, &progress)).expect("read the cluster");
+    let nodes = cluster.index.nodes();
+    let mut states: Vec<NodeState> = nodes
+        .iter()
+        .map(|n| NodeState {
+            node: n,
+            allocatable: n.allocatable.clone().unwrap_or_default(),
+            max_pods: n.max_pods,
+            pods: Vec::new(),
+        })
+        .collect();
+    let d = spread_deployment(c);
+    let spec: k8s_openapi::api::core::v1::PodSpec =
+        serde_json::from_value(d["spec"]["template"]["spec"].clone()).expect("a pod spec");
+    let labels: std::collections::BTreeMap<String, String> =
+        serde_json::from_value(d["spec"]["template"]["metadata"]["labels"].clone()).expect("labels");
+    place_replicas(Incoming { namespace: &c.name, labels: &labels, spec: &spec }, &mut states, c.replicas as usize)
+}
+
+fn spreads(cp: &ControlPlane) {
+    let cases = spread_cases();
+    let mut nodes: Vec<(String, Vec<(&str, String)>)> = Vec::new();
+    for c in &cases {
+        for (suffix, labels, _, _) in &c.nodes {
+            let mut l: Vec<(&str, String)> = labels.iter().map(|(k, v)| (*k, v.to_string())).collect();
+            l.push(("scenario", c.name.clone()));
+            nodes.push((format!("{}-{suffix}", c.name), l));
+        }
+    }
+    let refs: Vec<(&str, Vec<(&str, &str)>)> =
+        nodes.iter().map(|(n, l)| (n.as_str(), l.iter().map(|(k, v)| (*k, v.as_str())).collect())).collect();
+    let refs: Vec<(&str, &[(&str, &str)])> = refs.iter().map(|(n, l)| (*n, l.as_slice())).collect();
+    cp.kwok_nodes(&refs);
+    for c in &cases {
+        for (suffix, _, tainted, cordoned) in &c.nodes {
+            let node = format!("{}-{suffix}", c.name);
+            if *tainted {
+                cp.kubectl(&["taint", "node", &node, "dedicated=db:NoSchedule"]).success();
+            }
+            if *cordoned {
+                cp.kubectl(&["cordon", &node]).success();
+            }
+        }
+        cp.namespace(&c.name, &[]);
+    }
+    // The node lifecycle controller adds the cordon taint: wait for it (nodeTaintsPolicy reads it).
+    std::thread::sleep(Duration::from_secs(2));
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    let mut table = String::new();
+    let mut wrong = Vec::new();
+    for c in &cases {
+        let predicted = predicted_placed(cp, &rt, c);
+        cp.apply(spread_deployment(c)).success();
+        let mut last = (usize::MAX, 0);
+        let mut stable = 0;
+        let real = poll(&format!("{} settled", c.name), WAIT, Duration::from_millis(500), || {
+            let p = pods(cp, &c.name);
+            let running = p.iter().filter(|(_, _, phase)| phase == "Running").count();
+            let pending = p.iter().filter(|(_, _, phase)| phase == "Pending").count();
+            if running + pending == c.replicas as usize && (running, pending) == last {
+                stable += 1;
+            } else {
+                stable = 0;
+                last = (running, pending);
+            }
+            if stable >= 4 { Ok(running) } else { Err(format!("{running} running, {pending} pending")) }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let nodes: Vec<String> = c
+            .nodes
+            .iter()
+            .map(|(s, l, t, k)| {
+                format!(
+                    "{s}{}{}{}",
+                    if l.is_empty() { "" } else { "(zone)" },
+                    if *t { "(tainted)" } else { "" },
+                    if *k { "(cordoned)" } else { "" }
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            table,
+            "{:<5} nodes {:<40} {:<110} replicas {:>2} | ha-guard places {:>2} | scheduler {:>2}{}",
+            c.name,
+            nodes.join(" "),
+            c.rule.to_string(),
+            c.replicas,
+            predicted,
+            real,
+            if predicted == real { "" } else { "   <-- differs" }
+        );
+        if predicted != real {
+            wrong.push(format!("{}: ha-guard places {predicted}, the scheduler {real}", c.name));
+        }
+    }
+    eprintln!("[e2e] replicas placed, ha-guard and kube-scheduler:\n{table}");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }

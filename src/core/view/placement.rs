@@ -3,7 +3,7 @@
 //! (`pkg/scheduler/framework/plugins/...` of Kubernetes 1.37), pure functions of the pod spec and
 //! the view's nodes. One toleration test, one node-affinity test, for every rule that needs them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, PodSpec, Taint, Toleration, TopologySpreadConstraint};
 
@@ -539,6 +539,39 @@ pub fn feasible(pod: Incoming, nodes: &[NodeState]) -> Result<Vec<usize>, Vec<(S
     if ok.is_empty() { Err(why) } else { Ok(ok) }
 }
 
+/// Where among `candidates` a new pod goes: the node with the fewest pods of the same labels in
+/// the namespace (the scheduler's default spreading), then the fewest pods, then the name. The
+/// scheduler scores more than this; the choice matters only where it changes what fits next.
+pub fn choose(candidates: &[usize], states: &[NodeState], namespace: &str, labels: &BTreeMap<String, String>) -> usize {
+    *candidates
+        .iter()
+        .min_by_key(|at| {
+            let s = &states[**at];
+            let same = s.pods.iter().filter(|p| p.namespace == namespace && p.labels == *labels).count();
+            (same, s.pods.len(), s.node.name.clone())
+        })
+        .expect("candidates are not empty")
+}
+
+/// How many of `n` replicas of `pod` the scheduler places on `states`, one after the other, each
+/// counted by the next (the rest stay Pending); the replicas placed are added to `states`.
+pub fn place_replicas(pod: Incoming, states: &mut [NodeState], n: usize) -> usize {
+    let requests = pod_requests(pod.spec);
+    let ports = host_ports(pod.spec);
+    for placed in 0..n {
+        let Ok(candidates) = feasible(pod, states) else { return placed };
+        let at = choose(&candidates, states, pod.namespace, pod.labels);
+        states[at].pods.push(Placed {
+            namespace: pod.namespace.to_string(),
+            labels: pod.labels.clone(),
+            requests: requests.clone(),
+            ports: ports.clone(),
+            terminating: false,
+        });
+    }
+    n
+}
+
 #[cfg(test)]
 mod pod_tests {
     use super::*;
@@ -674,5 +707,32 @@ mod pod_tests {
         );
         let s = spread(", nodeTaintsPolicy: Honor");
         assert_eq!(feasible(Incoming { spec: &s, ..pod }, &nodes), Ok(vec![1, 2]));
+    }
+
+    /// Replicas placed one after the other: a tainted node the default policy counts keeps each
+    /// other node at maxSkew; with Honor the two usable nodes take them all, evenly.
+    #[test]
+    fn replicas_are_placed_one_after_the_other() {
+        let mut tainted = node("cp", &[]);
+        tainted.taints = vec![k8s_openapi::api::core::v1::Taint {
+            key: "dedicated".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }];
+        let (a, b) = (node("a", &[]), node("b", &[]));
+        let spread = |policy: &str| {
+            spec(&format!(
+                "containers: [{{name: app, image: x}}]\ntopologySpreadConstraints: [{{maxSkew: 1, topologyKey: \
+                 kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {{matchLabels: {{app: web}}}}{policy}}}]"
+            ))
+        };
+        let fresh = || vec![state(&tainted, 1000, vec![]), state(&a, 1000, vec![]), state(&b, 1000, vec![])];
+        let s = spread("");
+        let pod = Incoming { namespace: "default", labels: &labels("web"), spec: &s };
+        assert_eq!(place_replicas(pod, &mut fresh(), 4), 2);
+        let s = spread(", nodeTaintsPolicy: Honor");
+        let mut states = fresh();
+        assert_eq!(place_replicas(Incoming { spec: &s, ..pod }, &mut states, 4), 4);
+        assert_eq!(states.iter().map(|s| s.pods.len()).collect::<Vec<_>>(), [0, 2, 2]);
     }
 }

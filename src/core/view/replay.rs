@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::budget::{Source, budget_now, refuses, selected_pods};
 use super::lookup::View;
-use super::placement::{Incoming, NodeState, Placed, Unfit, feasible};
+use super::placement::{Incoming, NodeState, Placed, Unfit, choose, feasible};
 use super::projection::{NodeInfo, PdbInfo, PodInfo, PodOwner, PodPhase};
 use crate::core::model::ObjectRef;
 use crate::core::model::arith;
@@ -545,19 +545,6 @@ fn evicted(
             (None, format!("its replacement stays Pending: {reason}"))
         }
     }
-}
-
-/// Where among `candidates` the replacement goes: the node with the fewest pods of the same
-/// labels (the scheduler's default spreading), then the fewest pods, then the name.
-fn choose(candidates: &[usize], states: &[NodeState], namespace: &str, labels: &BTreeMap<String, String>) -> usize {
-    *candidates
-        .iter()
-        .min_by_key(|at| {
-            let s = &states[**at];
-            let same = s.pods.iter().filter(|p| p.namespace == namespace && p.labels == *labels).count();
-            (same, s.pods.len(), s.node.name.clone())
-        })
-        .expect("candidates are not empty")
 }
 
 /// Why no node takes a pod: the refusing filters, each with the nodes it refused.
