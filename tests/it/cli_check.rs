@@ -749,6 +749,8 @@ fn rules_lists_every_rule_and_mutation_with_its_default() {
         ("pod-on-cordoned-node", "warn"),
         ("drain-blocked", "warn"),
         ("drain-takes-all-replicas", "warn"),
+        ("drain-leaves-pending", "warn"),
+        ("drain-refused", "warn"),
     ];
     let expected_mutations = [
         ("inject-spread-selector", "on"),

@@ -23,8 +23,9 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::autoscaling::v2::{CrossVersionObjectReference, HorizontalPodAutoscalerSpec};
 use k8s_openapi::api::core::v1::{
     Affinity, Container, ContainerPort, Lifecycle, PersistentVolumeClaimVolumeSource, PodSpec, PodTemplateSpec,
-    Toleration, TopologySpreadConstraint, Volume,
+    ResourceRequirements, Toleration, TopologySpreadConstraint, Volume,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -148,6 +149,7 @@ struct PodSpecRead {
     host_network: Option<bool>,
     init_containers: Option<Vec<ContainerRead>>,
     node_selector: Option<BTreeMap<String, String>>,
+    overhead: Option<BTreeMap<String, Quantity>>,
     termination_grace_period_seconds: Option<i64>,
     tolerations: Option<Vec<Toleration>>,
     topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
@@ -163,6 +165,7 @@ impl From<PodSpecRead> for PodSpec {
             host_network: s.host_network,
             init_containers: containers(s.init_containers),
             node_selector: s.node_selector,
+            overhead: s.overhead,
             termination_grace_period_seconds: s.termination_grace_period_seconds,
             tolerations: s.tolerations,
             topology_spread_constraints: s.topology_spread_constraints,
@@ -173,13 +176,23 @@ impl From<PodSpecRead> for PodSpec {
 }
 
 /// A container: its name and image (the CSI controller check), its lifecycle (preStop against
-/// the grace period) and its ports (host ports).
+/// the grace period), its ports (host ports), its requests and restart policy (where the
+/// scheduler can place replicas: `spread-unsatisfiable`).
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct ContainerRead {
     name: Option<String>,
     image: Option<String>,
     lifecycle: Option<Lifecycle>,
     ports: Option<Vec<ContainerPort>>,
+    resources: Option<ResourcesRead>,
+    restart_policy: Option<String>,
+}
+
+/// A container's `resources`: its requests only.
+#[derive(Deserialize)]
+struct ResourcesRead {
+    requests: Option<BTreeMap<String, Quantity>>,
 }
 
 impl From<ContainerRead> for Container {
@@ -189,6 +202,8 @@ impl From<ContainerRead> for Container {
             image: c.image,
             lifecycle: c.lifecycle,
             ports: c.ports,
+            resources: c.resources.map(|r| ResourceRequirements { requests: r.requests, ..Default::default() }),
+            restart_policy: c.restart_policy,
             ..Default::default()
         }
     }

@@ -7,8 +7,11 @@ use crate::core::model::Subject;
 use crate::core::model::pod::{
     HOSTNAME, NotApart, declared_host_ports, not_apart, one_per_node_affinity, spread_constraints,
 };
+use crate::core::model::resources::Resources;
 use crate::core::model::selector;
-use crate::core::view::placement::{SpreadLimit, spread_capacity, takes};
+use crate::core::view::placement::{
+    Incoming, NodeState, SpreadLimit, feasible, place_replicas, spread_capacity, takes,
+};
 use crate::core::view::{NodeInfo, View};
 
 const UNSATISFIABLE_FIX: &str = "lower replicas (or the HPA's maxReplicas) to what the nodes can hold, relax the \
@@ -184,10 +187,46 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         };
         capacity = Some((bound.cap, pod_path(&format!("topologySpreadConstraints[{i}].{field}")), why, fix));
     }
-    let Some((cap, path, why, fix)) = capacity else { return };
-    if ceiling <= cap {
-        return;
-    }
+    // The count is the placement module's, replica after replica on the nodes as they are empty
+    // (the view holds no pods at admission): what the drain replay and the scheduler agree on. The
+    // analysis above names the constraint that binds; without one, the filters that refuse do.
+    let placed = {
+        let big = Resources {
+            cpu_milli: i64::MAX / 4,
+            memory: i64::MAX / 4,
+            ephemeral_storage: i64::MAX / 4,
+            ..Default::default()
+        };
+        let mut states: Vec<NodeState> = refs
+            .iter()
+            .map(|n| NodeState {
+                node: n,
+                allocatable: n.allocatable.clone().unwrap_or(big.clone()),
+                max_pods: n.max_pods,
+                pods: Vec::new(),
+            })
+            .collect();
+        let pod = Incoming { namespace: &ctx.id().namespace, labels: full.template_labels(), spec };
+        let wanted = usize::try_from(ceiling).unwrap_or(0);
+        let placed = place_replicas(pod, &mut states, wanted);
+        (placed < wanted).then(|| (placed as i32, feasible(pod, &states).err().unwrap_or_default()))
+    };
+    let Some((cap, refusals)) = placed else { return };
+    let (path, why, fix) = match capacity {
+        Some((_, path, why, fix)) => (path, why, fix),
+        None => {
+            let mut by: std::collections::BTreeMap<String, Vec<&str>> = std::collections::BTreeMap::new();
+            for (node, unfit) in &refusals {
+                by.entry(unfit.to_string()).or_default().push(node);
+            }
+            let reasons: Vec<String> = by.into_iter().map(|(u, n)| format!("{u} on {}", n.join(", "))).collect();
+            (
+                pod_path("containers"),
+                format!("the scheduler's filters then refuse every node ({})", reasons.join("; ")),
+                UNSATISFIABLE_FIX.to_string(),
+            )
+        }
+    };
     let scale = scale();
     match node_autoscaler(ctx.view, &known) {
         None => out.emit(

@@ -662,3 +662,30 @@ fn the_node_affinity_policy_decides_which_nodes_count() {
     assert_eq!(u.len(), 1, "{u:#?}");
     assert!(u[0].what.contains("counts n1a (the pods may not go there)"), "{}", u[0].what);
 }
+
+/// The count is the placement module's: a request no two replicas can share a node with is a
+/// bound too, and the message names the filter that refuses and where.
+#[test]
+fn requests_that_fit_one_a_node_bound_the_replicas() {
+    let node = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\nspec: {{}}\n\
+             status:\n  allocatable: {{cpu: '8', memory: 32Gi, pods: '110'}}\n"
+        )
+    };
+    let view = live_view(&cluster(&[node("n1"), node("n2")]));
+    let big = deployment(
+        "web",
+        "replicas: 3",
+        "containers:\n- name: app\n  image: nginx\n  resources: {requests: {cpu: '5'}}\n",
+    );
+    let f = findings_in(&big, &view);
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.len(), 1, "{f:#?}");
+    for part in ["can run 3 replicas", "at most 2 can be placed", "not enough cpu on n1, n2"] {
+        assert!(u[0].what.contains(part), "{part:?} not in: {}", u[0].what);
+    }
+    // Boundary: two replicas fit, one a node.
+    let two = big.replace("replicas: 3", "replicas: 2");
+    assert!(of_rule(&findings_in(&two, &view), "spread-unsatisfiable").is_empty());
+}
