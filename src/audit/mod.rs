@@ -135,14 +135,15 @@ pub fn drain(cluster: &Cluster, config: &Config, drain: &Drain) -> Result<Report
     Ok(report)
 }
 
-/// `--drain-each`: every schedulable node drained alone, in name order, each from the cluster as
-/// it is (the previous one uncordoned, as a rolling node upgrade does).
+/// `--drain-each`: every schedulable node drained alone, in name order, each from what the one
+/// before left (its replacements where they went, the node uncordoned), as a rolling node
+/// upgrade does.
 fn drain_each(cluster: &Cluster, config: &Config) -> Report {
     let view: &dyn View = &cluster.index;
     let nodes: Vec<String> = view.nodes().iter().filter(|n| !n.unschedulable).map(|n| n.name.clone()).collect();
     let mut report = Report { objects: view.pods_on_nodes(&nodes).len(), files: 0, ..Default::default() };
-    for node in &nodes {
-        let (run, decided) = judge::drain(view, config, std::slice::from_ref(node), &format!("node {node}"));
+    for (node, run) in nodes.iter().zip(crate::core::view::replay::replay_each(view, &nodes)) {
+        let decided = judge::drain_decided(view, config, &run, &format!("node {node}"));
         for f in decided.findings {
             let path = read::subject_path(&f.object);
             report.findings.push(located(f, &path));

@@ -74,9 +74,15 @@ pub fn audit(review: &Review) -> Verdict {
 /// configuration's actions apply, while exemptions (on the PDB or the workload), exempt namespaces
 /// and namespace modes hide nothing and are said in the finding ([`decide::decide_facts`]).
 pub fn drain(view: &dyn View, config: &Config, nodes: &[String], drained: &str) -> (DrainRun, Decided) {
+    let run = rules::drain::replay(view, nodes);
+    let decided = drain_decided(view, config, &run, drained);
+    (run, decided)
+}
+
+/// The findings of a drain already replayed ([`rules::drain::findings_of`]), decided as facts.
+pub fn drain_decided(view: &dyn View, config: &Config, run: &DrainRun, drained: &str) -> Decided {
     let mut all = Decided::default();
-    let (run, findings) = rules::drain::run(view, nodes, drained);
-    for f in findings {
+    for f in rules::drain::findings_of(view, run, drained) {
         if config.is_off(f.rule) {
             continue;
         }
@@ -89,7 +95,7 @@ pub fn drain(view: &dyn View, config: &Config, nodes: &[String], drained: &str) 
     }
     all.warnings.sort();
     all.warnings.dedup();
-    (run, all)
+    all
 }
 
 type Evaluate = fn(&Subject, &dyn View, &Config, Absences) -> rules::Evaluation;

@@ -17,7 +17,7 @@ use super::zones::ZONE;
 use crate::core::catalogue::Rule;
 use crate::core::finding::Finding;
 use crate::core::model::ObjectRef;
-use crate::core::view::replay::{EvictionResult, replay};
+use crate::core::view::replay::EvictionResult;
 use crate::core::view::{PdbInfo, PodOwner, View};
 use crate::declare_rule;
 
@@ -28,7 +28,7 @@ declare_rule!(pub DRAIN_REFUSED, "drain-refused", Warn, judged: Drain, "audit --
 
 pub static RULES: &[&Rule] = &[&DRAIN_BLOCKED, &DRAIN_TAKES_ALL_REPLICAS, &DRAIN_LEAVES_PENDING, &DRAIN_REFUSED];
 
-pub use crate::core::view::replay::{DrainRun, EvictionAnswer, Outcome, eviction_answer};
+pub use crate::core::view::replay::{DrainRun, EvictionAnswer, Outcome, eviction_answer, replay};
 
 /// The nodes labelled with `zone` (`topology.kubernetes.io/zone`), by name.
 pub fn nodes_in_zone(view: &dyn View, zone: &str) -> Vec<String> {
@@ -52,6 +52,13 @@ pub fn simulate(view: &dyn View, nodes: &[String], drained: &str) -> Vec<Finding
 /// [`simulate`], with the replay itself (the `drains` of `audit --format json`).
 pub fn run(view: &dyn View, nodes: &[String], drained: &str) -> (DrainRun, Vec<Finding>) {
     let replay = replay(view, nodes);
+    let findings = findings_of(view, &replay, drained);
+    (replay, findings)
+}
+
+/// The findings of a replayed drain (`drained`: how the user asked).
+pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Finding> {
+    let nodes = &replay.nodes;
     let mut findings = Vec::new();
     for b in &replay.blocked {
         let pdb = &b.pdb;
@@ -227,7 +234,7 @@ pub fn run(view: &dyn View, nodes: &[String], drained: &str) -> (DrainRun, Vec<F
         )
         .related(loss.pdbs.into_iter().collect());
     }
-    (replay, findings)
+    findings
 }
 
 /// The pod labels of a workload (its template's), for the PDBs that cover it.

@@ -254,15 +254,41 @@ pub fn eviction_answer(view: &dyn View, namespace: &str, pod: &PodInfo) -> Evict
     }
 }
 
-/// The nodes and what is on them, the drained ones cordoned (with the cordon taint the node
-/// lifecycle controller adds).
-fn node_states(view: &dyn View, drained: &[String]) -> (Vec<Arc<NodeInfo>>, Vec<Vec<(String, Arc<PodInfo>)>>) {
-    let nodes: Vec<Arc<NodeInfo>> = view
-        .nodes()
-        .into_iter()
-        .map(|n| {
-            if drained.contains(&n.name) {
-                let mut cordoned = (*n).clone();
+/// The nodes and the pods on them, as a drain starts: the view's, or what earlier drains of
+/// `--drain-each` left.
+#[derive(Clone, Debug)]
+pub struct World {
+    nodes: Vec<Arc<NodeInfo>>,
+    pods: Vec<Vec<(String, Arc<PodInfo>)>>,
+}
+
+impl World {
+    /// The view's nodes and the pods on them (finished pods left out).
+    pub fn of(view: &dyn View) -> World {
+        let nodes = view.nodes();
+        let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        let mut pods: Vec<Vec<(String, Arc<PodInfo>)>> = vec![Vec::new(); nodes.len()];
+        for (namespace, pod) in view.pods_on_nodes(&names) {
+            if pod.phase.terminal() {
+                continue;
+            }
+            if let Some(at) = pod.node.as_deref().and_then(|n| names.iter().position(|m| m == n)) {
+                pods[at].push((namespace, pod));
+            }
+        }
+        World { nodes, pods }
+    }
+
+    /// The same with `drained` cordoned, with the cordon taint the node lifecycle controller adds.
+    fn cordoned(&self, drained: &[String]) -> World {
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|n| {
+                if !drained.contains(&n.name) {
+                    return n.clone();
+                }
+                let mut cordoned = (**n).clone();
                 cordoned.unschedulable = true;
                 if !cordoned.taints.iter().any(|t| t.key == CORDON_TAINT) {
                     cordoned.taints.push(k8s_openapi::api::core::v1::Taint {
@@ -272,22 +298,33 @@ fn node_states(view: &dyn View, drained: &[String]) -> (Vec<Arc<NodeInfo>>, Vec<
                     });
                 }
                 Arc::new(cordoned)
-            } else {
-                n
-            }
-        })
-        .collect();
-    let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
-    let mut pods: Vec<Vec<(String, Arc<PodInfo>)>> = vec![Vec::new(); nodes.len()];
-    for (namespace, pod) in view.pods_on_nodes(&names) {
-        if pod.phase.terminal() {
-            continue;
-        }
-        if let Some(at) = pod.node.as_deref().and_then(|n| names.iter().position(|m| m == n)) {
-            pods[at].push((namespace, pod));
-        }
+            })
+            .collect();
+        World { nodes, pods: self.pods.clone() }
     }
-    (nodes, pods)
+
+    fn at(&self, node: &str) -> Option<usize> {
+        self.nodes.iter().position(|n| n.name == node)
+    }
+
+    /// The scheduler's view of it, for placing pods.
+    fn states(&self) -> Vec<NodeState<'_>> {
+        self.nodes
+            .iter()
+            .zip(&self.pods)
+            .map(|(n, pods)| NodeState {
+                node: n,
+                allocatable: n.allocatable.clone().unwrap_or(Resources {
+                    cpu_milli: i64::MAX / 4,
+                    memory: i64::MAX / 4,
+                    ephemeral_storage: i64::MAX / 4,
+                    ..Default::default()
+                }),
+                max_pods: n.max_pods,
+                pods: pods.iter().map(|(ns, p)| placed(ns, p)).collect(),
+            })
+            .collect()
+    }
 }
 
 fn placed(namespace: &str, pod: &PodInfo) -> Placed {
@@ -302,22 +339,76 @@ fn placed(namespace: &str, pod: &PodInfo) -> Placed {
 
 /// Replays a drain of `drained` on the view.
 pub fn replay(view: &dyn View, drained: &[String]) -> DrainRun {
-    let (nodes, on_node) = node_states(view, drained);
-    let mut states: Vec<NodeState> = nodes
-        .iter()
-        .zip(&on_node)
-        .map(|(n, pods)| NodeState {
-            node: n,
-            allocatable: n.allocatable.clone().unwrap_or(Resources {
-                cpu_milli: i64::MAX / 4,
-                memory: i64::MAX / 4,
-                ephemeral_storage: i64::MAX / 4,
-                ..Default::default()
-            }),
-            max_pods: n.max_pods,
-            pods: pods.iter().map(|(ns, p)| placed(ns, p)).collect(),
-        })
-        .collect();
+    replay_in(view, &World::of(view), drained)
+}
+
+/// `--drain-each`: each node drained alone, in the order given, as a rolling node upgrade does:
+/// each drain starts from what the one before left (its pods' replacements where they went, the
+/// node uncordoned and the replacements that were Pending placed again).
+pub fn replay_each(view: &dyn View, nodes: &[String]) -> Vec<DrainRun> {
+    let mut world = World::of(view);
+    let mut runs = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let run = replay_in(view, &world, std::slice::from_ref(node));
+        // What the drain left: the evicted pods gone, the replacements where they went.
+        let Some(at) = world.at(node) else { continue };
+        let mut pending = Vec::new();
+        for e in run.evictions.iter().filter(|e| e.result == EvictionResult::Evicted) {
+            let Some(k) = world.pods[at].iter().position(|(ns, p)| *ns == e.namespace && *p.name == *e.pod) else {
+                continue;
+            };
+            let (namespace, pod) = world.pods[at].remove(k);
+            let Some(template) =
+                pod.workload().and_then(|(kind, name)| view.template(&ObjectRef::new(kind, &namespace, name)))
+            else {
+                continue;
+            };
+            match e.replacement.as_deref().and_then(|n| world.at(n)) {
+                Some(to) => {
+                    let replacement = replacement_of(&pod, &template, i, &world.nodes[to].name);
+                    world.pods[to].push((namespace, Arc::new(replacement)));
+                }
+                None => pending.push((namespace, pod, template)),
+            }
+        }
+        // Uncordoned: what was Pending is placed again, now that the node takes pods.
+        for (namespace, pod, template) in pending {
+            let states = world.states();
+            let incoming = Incoming { namespace: &namespace, labels: &template.labels, spec: &template.spec };
+            if let Ok(candidates) = feasible(incoming, &states) {
+                let to = choose(&candidates, &states, &namespace, &template.labels);
+                drop(states);
+                let replacement = replacement_of(&pod, &template, i, &world.nodes[to].name);
+                world.pods[to].push((namespace, Arc::new(replacement)));
+            }
+        }
+        runs.push(run);
+    }
+    runs
+}
+
+/// The replacement a controller makes for `pod`: its template's labels, requests and ports, Ready.
+fn replacement_of(pod: &PodInfo, template: &super::projection::Template, drain: usize, node: &str) -> PodInfo {
+    PodInfo {
+        name: format!("{}-replacement-{drain}", pod.name).into(),
+        owner: pod.owner.clone(),
+        node: Some(node.into()),
+        labels: Arc::new(template.labels.clone()),
+        unschedulable: None,
+        phase: PodPhase::Running,
+        ready: true,
+        terminating: false,
+        tolerates_cordon: pod.tolerates_cordon,
+        requests: crate::core::model::resources::pod_requests(&template.spec),
+        ports: crate::core::model::resources::host_ports(&template.spec),
+    }
+}
+
+/// A drain of `drained` from `world` (as it is before the cordon).
+fn replay_in(view: &dyn View, world: &World, drained: &[String]) -> DrainRun {
+    let world = world.cordoned(drained);
+    let (nodes, on_node) = (&world.nodes, &world.pods);
+    let mut states = world.states();
     let mut run = DrainRun {
         nodes: drained.to_vec(),
         outcome: Outcome::Completes,

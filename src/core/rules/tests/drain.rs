@@ -411,3 +411,26 @@ fn two_nodes_of_a_spread_workload_leave_one_replica_pending() {
     assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
     assert_eq!(of_rule(&f, PENDING).len(), 1, "{f:#?}");
 }
+
+/// --drain-each drains the nodes in turn: each drain starts where the one before left the pods
+/// (the replacement of n1's replica is on n3 when n3 is drained).
+#[test]
+fn each_drain_starts_from_what_the_one_before_left() {
+    let anti = deployment(
+        "web",
+        "replicas: 2",
+        "affinity:\n  podAntiAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n    - topologyKey: \
+         kubernetes.io/hostname\n      labelSelector: {matchLabels: {app: web}}\n",
+    );
+    let view = cluster_with_templates(&[&anti, &pdb("maxUnavailable: 1", "")], placed(&["n1", "n2"]));
+    let nodes: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| n.to_string()).collect();
+    let runs = crate::core::view::replay::replay_each(&view, &nodes);
+    let moves: Vec<Vec<(&str, Option<&str>)>> =
+        runs.iter().map(|r| r.evictions.iter().map(|e| (e.pod.as_str(), e.replacement.as_deref())).collect()).collect();
+    assert_eq!(
+        moves,
+        [vec![("web-1", Some("n3"))], vec![("web-2", Some("n1"))], vec![("web-1-replacement-0", Some("n2"))]],
+        "{runs:#?}"
+    );
+    assert!(runs.iter().all(|r| r.outcome == super::Outcome::Completes));
+}
