@@ -54,7 +54,8 @@ fn decode(v: serde_json::Value) -> Object {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let (nodes, pods, rounds) = (flag(&args, "--nodes", 1000), flag(&args, "--pods", 30000), flag(&args, "--rounds", 1));
+    let (nodes, pods, rounds) =
+        (flag(&args, "--nodes", 1000), flag(&args, "--pods", 30000), flag(&args, "--rounds", 1));
     let workloads = pods / 3;
     let started = Instant::now();
     let mut index = Index::new();
@@ -72,7 +73,8 @@ fn main() {
     for w in 0..workloads {
         let ns = format!("ns-{}", w % 100);
         let name = format!("app-{w}");
-        let mut spec = json!({"containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "100m"}}}]});
+        let mut spec =
+            json!({"containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": "100m"}}}]});
         if w % 2 == 0 {
             spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
                 "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": name}}}]);

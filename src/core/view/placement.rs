@@ -369,9 +369,122 @@ pub struct Incoming<'a> {
     pub spec: &'a PodSpec,
 }
 
+/// What the filters that count other pods read, counted once for a pod over every node (so a
+/// placement costs one pass over the pods, not one a candidate node).
+struct Counted {
+    /// Per `DoNotSchedule` spread of the pod (its index): the domains it counts with their matching
+    /// pods and the minimum it skews against; `None` for a spread without a selector.
+    spreads: Vec<(usize, Option<(BTreeMap<String, i32>, i32)>)>,
+    /// Per required anti-affinity term: its topology key and the values whose domain holds a
+    /// matching pod.
+    anti: Vec<(String, BTreeSet<String>)>,
+    /// The same for the required affinity terms, and whether the first-pod escape applies.
+    affinity: Vec<(String, BTreeSet<String>)>,
+    affinity_escape: bool,
+}
+
+fn term_matches(term: &k8s_openapi::api::core::v1::PodAffinityTerm, namespace: &str, p: &Placed) -> bool {
+    let in_namespace = match term.namespaces.as_deref() {
+        Some(list) if !list.is_empty() => list.iter().any(|n| *n == p.namespace),
+        _ => term.namespace_selector.is_some() || p.namespace == namespace,
+    };
+    in_namespace && term.label_selector.as_ref().is_some_and(|s| crate::core::model::selector::matches(s, &p.labels))
+}
+
+fn counted(pod: Incoming, nodes: &[NodeState]) -> Counted {
+    use crate::core::model::selector;
+    let hard: Vec<(usize, &TopologySpreadConstraint)> = pod
+        .spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, c)| c.when_unsatisfiable == "DoNotSchedule")
+        .collect();
+    let spreads = hard
+        .iter()
+        .map(|(i, c)| {
+            let Some(sel) = c.label_selector.as_ref() else { return (*i, None) };
+            let empty = selector::is_empty(sel);
+            let mut domains: BTreeMap<String, i32> = BTreeMap::new();
+            for n in nodes {
+                if !hard.iter().all(|(_, h)| n.node.labels.contains_key(&h.topology_key))
+                    || !spread_counts(c, n.node, pod.spec)
+                {
+                    continue;
+                }
+                let Some(d) = n.node.labels.get(&c.topology_key) else { continue };
+                let count = if empty {
+                    0
+                } else {
+                    n.pods
+                        .iter()
+                        .filter(|p| !p.terminating && p.namespace == pod.namespace && selector::matches(sel, &p.labels))
+                        .count() as i32
+                };
+                *domains.entry(d.clone()).or_default() += count;
+            }
+            let min = if (domains.len() as i32) < c.min_domains.unwrap_or(1) {
+                0
+            } else {
+                domains.values().copied().min().unwrap_or(0)
+            };
+            (*i, Some((domains, min)))
+        })
+        .collect();
+    let affinity = pod.spec.affinity.as_ref();
+    let with_match = |terms: Vec<&k8s_openapi::api::core::v1::PodAffinityTerm>| -> Vec<(String, BTreeSet<String>)> {
+        terms
+            .into_iter()
+            .map(|term| {
+                let values = nodes
+                    .iter()
+                    .filter(|n| n.pods.iter().any(|p| term_matches(term, pod.namespace, p)))
+                    .filter_map(|n| n.node.labels.get(&term.topology_key).cloned())
+                    .collect();
+                (term.topology_key.clone(), values)
+            })
+            .collect()
+    };
+    let anti_terms: Vec<_> = affinity
+        .iter()
+        .flat_map(|a| a.pod_anti_affinity.iter())
+        .flat_map(|a| a.required_during_scheduling_ignored_during_execution.iter().flatten())
+        .collect();
+    let affinity_terms: Vec<_> = affinity
+        .iter()
+        .flat_map(|a| a.pod_affinity.iter())
+        .flat_map(|a| a.required_during_scheduling_ignored_during_execution.iter().flatten())
+        .collect();
+    let own = Placed {
+        namespace: pod.namespace.to_string(),
+        labels: pod.labels.clone(),
+        requests: Resources::default(),
+        ports: Vec::new(),
+        terminating: false,
+    };
+    let affinity_escape = !affinity_terms.is_empty()
+        && !affinity_terms
+            .iter()
+            .all(|t| nodes.iter().flat_map(|n| &n.pods).any(|p| term_matches(t, pod.namespace, p)))
+        && affinity_terms.iter().all(|t| term_matches(t, pod.namespace, &own));
+    Counted { spreads, anti: with_match(anti_terms), affinity: with_match(affinity_terms), affinity_escape }
+}
+
 /// Whether `pod` can go on `nodes[at]`, the other nodes as they are (for the affinities and the
 /// spreads): `Ok`, or the first filter that refuses, in the scheduler's order.
 pub fn fits(pod: Incoming, at: usize, nodes: &[NodeState]) -> Result<(), Unfit> {
+    fits_counted(pod, at, nodes, &counted(pod, nodes), &pod_requests(pod.spec), &host_ports(pod.spec))
+}
+
+fn fits_counted(
+    pod: Incoming,
+    at: usize,
+    nodes: &[NodeState],
+    counted: &Counted,
+    want: &Resources,
+    wanted_ports: &[HostPort],
+) -> Result<(), Unfit> {
     let here = &nodes[at];
     if !node_unschedulable(here.node, pod.spec) {
         return Err(Unfit::NodeUnschedulable);
@@ -382,7 +495,6 @@ pub fn fits(pod: Incoming, at: usize, nodes: &[NodeState]) -> Result<(), Unfit> 
     if !node_affinity(here.node, pod.spec) {
         return Err(Unfit::NodeAffinity);
     }
-    let want = pod_requests(pod.spec);
     if here.max_pods.is_some_and(|max| here.pods.len() as i64 + 1 > max) {
         return Err(Unfit::NodeResourcesFit("pods".into()));
     }
@@ -410,115 +522,39 @@ pub fn fits(pod: Incoming, at: usize, nodes: &[NodeState]) -> Result<(), Unfit> 
             }
         }
     }
-    for wanted in host_ports(pod.spec) {
-        if here.pods.iter().flat_map(|p| &p.ports).any(|used| ports_conflict(&wanted, used)) {
+    for wanted in wanted_ports {
+        if here.pods.iter().flat_map(|p| &p.ports).any(|used| ports_conflict(wanted, used)) {
             return Err(Unfit::NodePorts(wanted.port));
         }
     }
-    inter_pod_affinity(pod, here, nodes)?;
-    pod_topology_spread(pod, here, nodes)
-}
-
-/// `InterPodAffinity` for the pod's required terms (in its own namespace unless the term names
-/// others): anti-affinity refuses a node whose domain holds a matching pod (a node without the
-/// key passes); affinity needs a matching pod in the node's domain for every term (a node without
-/// the key fails), unless no pod anywhere matches and the pod matches its own terms.
-fn inter_pod_affinity(pod: Incoming, here: &NodeState, nodes: &[NodeState]) -> Result<(), Unfit> {
-    let Some(affinity) = pod.spec.affinity.as_ref() else { return Ok(()) };
-    let matches = |term: &k8s_openapi::api::core::v1::PodAffinityTerm, p: &Placed| {
-        let in_namespace = match term.namespaces.as_deref() {
-            Some(list) if !list.is_empty() => list.iter().any(|n| *n == p.namespace),
-            _ => term.namespace_selector.is_some() || p.namespace == pod.namespace,
-        };
-        in_namespace
-            && term.label_selector.as_ref().is_some_and(|s| crate::core::model::selector::matches(s, &p.labels))
-    };
-    let in_domain = |term: &k8s_openapi::api::core::v1::PodAffinityTerm| {
-        let value = here.node.labels.get(&term.topology_key)?;
-        Some(
-            nodes
-                .iter()
-                .filter(|n| n.node.labels.get(&term.topology_key) == Some(value))
-                .flat_map(|n| &n.pods)
-                .any(|p| matches(term, p)),
-        )
-    };
-    for term in affinity
-        .pod_anti_affinity
-        .iter()
-        .flat_map(|a| a.required_during_scheduling_ignored_during_execution.iter().flatten())
-    {
-        if in_domain(term) == Some(true) {
-            return Err(Unfit::InterPodAffinity(format!("required pod anti-affinity on {}", term.topology_key)));
+    // InterPodAffinity: anti-affinity refuses a node whose domain holds a matching pod (a node
+    // without the key passes); affinity needs a match in the node's domain for every term (a node
+    // without the key fails), unless no pod anywhere matches and the pod matches its own terms.
+    for (key, values) in &counted.anti {
+        if here.node.labels.get(key).is_some_and(|v| values.contains(v)) {
+            return Err(Unfit::InterPodAffinity(format!("required pod anti-affinity on {key}")));
         }
     }
-    let required: Vec<_> = affinity
-        .pod_affinity
-        .iter()
-        .flat_map(|a| a.required_during_scheduling_ignored_during_execution.iter().flatten())
-        .collect();
-    if required.is_empty() {
-        return Ok(());
-    }
-    let anywhere = required.iter().all(|t| nodes.iter().flat_map(|n| &n.pods).any(|p| matches(t, p)));
-    let own = Placed {
-        namespace: pod.namespace.to_string(),
-        labels: pod.labels.clone(),
-        requests: Resources::default(),
-        ports: Vec::new(),
-        terminating: false,
-    };
-    if !anywhere && required.iter().all(|t| matches(t, &own)) {
-        return Ok(());
-    }
-    for term in required {
-        if in_domain(term) != Some(true) {
-            return Err(Unfit::InterPodAffinity(format!("required pod affinity on {}", term.topology_key)));
-        }
-    }
-    Ok(())
-}
-
-/// `PodTopologySpread` for the pod's `DoNotSchedule` constraints, with the pods placed: a node
-/// must carry the key, and its domain's matching pods + 1 − the minimum over the counted domains
-/// (0 while fewer than `minDomains`) must not exceed `maxSkew`. Only nodes carrying every key of
-/// the pod's hard constraints are counted; terminating pods are not.
-fn pod_topology_spread(pod: Incoming, here: &NodeState, nodes: &[NodeState]) -> Result<(), Unfit> {
-    let hard: Vec<(usize, &TopologySpreadConstraint)> = pod
-        .spec
-        .topology_spread_constraints
-        .iter()
-        .flatten()
-        .enumerate()
-        .filter(|(_, c)| c.when_unsatisfiable == "DoNotSchedule")
-        .collect();
-    for (i, c) in &hard {
-        let Some(value) = here.node.labels.get(&c.topology_key) else { return Err(Unfit::PodTopologySpread(*i)) };
-        let Some(sel) = c.label_selector.as_ref() else { continue };
-        let counts_pod = |p: &Placed| {
-            !p.terminating
-                && p.namespace == pod.namespace
-                && !crate::core::model::selector::is_empty(sel)
-                && crate::core::model::selector::matches(sel, &p.labels)
-        };
-        let mut domains: std::collections::BTreeMap<&str, i32> = std::collections::BTreeMap::new();
-        for n in nodes {
-            if !hard.iter().all(|(_, h)| n.node.labels.contains_key(&h.topology_key))
-                || !spread_counts(c, n.node, pod.spec)
-            {
-                continue;
+    if !counted.affinity_escape {
+        for (key, values) in &counted.affinity {
+            if !here.node.labels.get(key).is_some_and(|v| values.contains(v)) {
+                return Err(Unfit::InterPodAffinity(format!("required pod affinity on {key}")));
             }
-            let Some(d) = n.node.labels.get(&c.topology_key) else { continue };
-            *domains.entry(d.as_str()).or_default() += n.pods.iter().filter(|p| counts_pod(p)).count() as i32;
         }
-        let min = if (domains.len() as i32) < c.min_domains.unwrap_or(1) {
-            0
-        } else {
-            domains.values().copied().min().unwrap_or(0)
+    }
+    // PodTopologySpread: the node must carry the key, and its domain's matching pods + 1 − the
+    // minimum must not exceed maxSkew.
+    let constraints: Vec<&TopologySpreadConstraint> = pod.spec.topology_spread_constraints.iter().flatten().collect();
+    for (i, c) in &counted.spreads {
+        let constraint = constraints[*i];
+        let Some(value) = here.node.labels.get(&constraint.topology_key) else {
+            return Err(Unfit::PodTopologySpread(*i));
         };
+        let Some((domains, min)) = c else { continue };
+        let sel = constraint.label_selector.as_ref().expect("counted with a selector");
         let own = i32::from(crate::core::model::selector::matches(sel, pod.labels));
-        let here_count = domains.get(value.as_str()).copied().unwrap_or(0);
-        if here_count + own - min > c.max_skew {
+        let here_count = domains.get(value).copied().unwrap_or(0);
+        if here_count + own - min > constraint.max_skew {
             return Err(Unfit::PodTopologySpread(*i));
         }
     }
@@ -528,10 +564,12 @@ fn pod_topology_spread(pod: Incoming, here: &NodeState, nodes: &[NodeState]) -> 
 /// Where the scheduler may put `pod` now: the nodes every filter lets it go to, or, when none
 /// does, why each node refuses (the first filter that says no, by node name).
 pub fn feasible(pod: Incoming, nodes: &[NodeState]) -> Result<Vec<usize>, Vec<(String, Unfit)>> {
+    let counted = counted(pod, nodes);
+    let (want, ports) = (pod_requests(pod.spec), host_ports(pod.spec));
     let mut ok = Vec::new();
     let mut why = Vec::new();
     for at in 0..nodes.len() {
-        match fits(pod, at, nodes) {
+        match fits_counted(pod, at, nodes, &counted, &want, &ports) {
             Ok(()) => ok.push(at),
             Err(e) => why.push((nodes[at].node.name.clone(), e)),
         }
