@@ -458,21 +458,13 @@ fn spread_deployment(c: &SpreadCase) -> Value {
 /// How many replicas ha-guard's placement module places on the cluster as the audit reads it.
 fn predicted_placed(cp: &ControlPlane, rt: &tokio::runtime::Runtime, c: &SpreadCase) -> usize {
     use ha_guard::core::view::View;
-    use ha_guard::core::view::placement::{Incoming, NodeState, place_replicas};
+    use ha_guard::core::view::placement::{Incoming, Nodes, place_replicas};
     let client = cp.kube_client(rt);
     let options = ha_guard::audit::read::ReadOptions { namespace: Some(c.name.clone()), ..Default::default() };
     let progress = ha_guard::audit::progress::Progress::new(false);
     let cluster = rt.block_on(ha_guard::audit::read::read(&client, &options, &progress)).expect("read the cluster");
     let nodes = cluster.index.nodes();
-    let mut states: Vec<NodeState> = nodes
-        .iter()
-        .map(|n| NodeState {
-            node: n,
-            allocatable: n.allocatable.clone().unwrap_or_default(),
-            max_pods: n.max_pods,
-            pods: Vec::new(),
-        })
-        .collect();
+    let mut states = Nodes::empty(nodes);
     let d = spread_deployment(c);
     let spec: k8s_openapi::api::core::v1::PodSpec =
         serde_json::from_value(d["spec"]["template"]["spec"].clone()).expect("a pod spec");

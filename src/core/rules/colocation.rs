@@ -7,11 +7,8 @@ use crate::core::model::Subject;
 use crate::core::model::pod::{
     HOSTNAME, NotApart, declared_host_ports, not_apart, one_per_node_affinity, spread_constraints,
 };
-use crate::core::model::resources::Resources;
 use crate::core::model::selector;
-use crate::core::view::placement::{
-    Incoming, NodeState, SpreadLimit, feasible, place_replicas, spread_capacity, takes,
-};
+use crate::core::view::placement::{Incoming, Nodes, SpreadLimit, feasible, place_replicas, spread_capacity, takes};
 use crate::core::view::{NodeInfo, View};
 
 const UNSATISFIABLE_FIX: &str = "lower replicas (or the HPA's maxReplicas) to what the nodes can hold, relax the \
@@ -191,21 +188,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     // (the view holds no pods at admission): what the drain replay and the scheduler agree on. The
     // analysis above names the constraint that binds; without one, the filters that refuse do.
     let placed = {
-        let big = Resources {
-            cpu_milli: i64::MAX / 4,
-            memory: i64::MAX / 4,
-            ephemeral_storage: i64::MAX / 4,
-            ..Default::default()
-        };
-        let mut states: Vec<NodeState> = refs
-            .iter()
-            .map(|n| NodeState {
-                node: n,
-                allocatable: n.allocatable.clone().unwrap_or(big.clone()),
-                max_pods: n.max_pods,
-                pods: Vec::new(),
-            })
-            .collect();
+        let mut states = Nodes::empty(known.iter().cloned());
         let pod = Incoming { namespace: &ctx.id().namespace, labels: full.template_labels(), spec };
         let wanted = usize::try_from(ceiling).unwrap_or(0);
         let placed = place_replicas(pod, &mut states, wanted);

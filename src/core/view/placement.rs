@@ -3,7 +3,8 @@
 //! (`pkg/scheduler/framework/plugins/...` of Kubernetes 1.37), pure functions of the pod spec and
 //! the view's nodes. One toleration test, one node-affinity test, for every rule that needs them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, PodSpec, Taint, Toleration, TopologySpreadConstraint};
 
@@ -314,25 +315,140 @@ mod tests {
 
 // --- a pod among other pods: the filters that count what is placed ------------------------------
 
-/// A pod already bound to a node, as the filters that count other pods read it.
+/// A pod already bound to a node, as the filters that count other pods read it. Its namespace and
+/// labels are shared with the pod they come from (a drain replay holds every pod of the cluster).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Placed {
-    pub namespace: String,
-    pub labels: std::collections::BTreeMap<String, String>,
+    pub namespace: Arc<str>,
+    pub labels: Arc<BTreeMap<String, String>>,
     pub requests: Resources,
     pub ports: Vec<HostPort>,
     /// Being deleted: PodTopologySpread no longer counts it; the other filters still do.
     pub terminating: bool,
 }
 
-/// A node with what is on it.
+/// A node with what is on it: its pods, kept in namespace order (the filters that count pods
+/// read one namespace, so a placement reads a few pods a node, not all of them) and their
+/// requests summed.
 #[derive(Clone, Debug)]
-pub struct NodeState<'n> {
-    pub node: &'n NodeInfo,
+pub struct NodeState {
+    pub node: Arc<NodeInfo>,
     pub allocatable: Resources,
     /// `allocatable.pods`; `None`: not known, unbounded.
     pub max_pods: Option<i64>,
-    pub pods: Vec<Placed>,
+    pods: Vec<Placed>,
+    used: Resources,
+}
+
+impl NodeState {
+    /// The node empty; what it does not report (`allocatable`) does not bound it.
+    pub fn new(node: Arc<NodeInfo>) -> NodeState {
+        let allocatable = node.allocatable.clone().unwrap_or(Resources {
+            cpu_milli: i64::MAX / 4,
+            memory: i64::MAX / 4,
+            ephemeral_storage: i64::MAX / 4,
+            ..Default::default()
+        });
+        NodeState { max_pods: node.max_pods, node, allocatable, pods: Vec::new(), used: Resources::default() }
+    }
+
+    pub fn pods(&self) -> &[Placed] {
+        &self.pods
+    }
+
+    /// The pods of one namespace.
+    pub fn in_namespace(&self, namespace: &str) -> &[Placed] {
+        let from = self.pods.partition_point(|p| *p.namespace < *namespace);
+        let to = from + self.pods[from..].partition_point(|p| *p.namespace == *namespace);
+        &self.pods[from..to]
+    }
+
+    pub fn push(&mut self, pod: Placed) {
+        self.used.add(&pod.requests);
+        let at = self.pods.partition_point(|p| *p.namespace <= *pod.namespace);
+        self.pods.insert(at, pod);
+    }
+
+    /// Takes off the first pod of `namespace` that `which` picks.
+    pub fn remove(&mut self, namespace: &str, which: impl Fn(&Placed) -> bool) -> Option<Placed> {
+        let from = self.pods.partition_point(|p| *p.namespace < *namespace);
+        let at = from + self.pods[from..].iter().take_while(|p| *p.namespace == *namespace).position(which)?;
+        let pod = self.pods.remove(at);
+        // Summed again rather than subtracted: the sums saturate, and a node holds few pods.
+        self.used = Resources::default();
+        for p in &self.pods {
+            self.used.add(&p.requests);
+        }
+        Some(pod)
+    }
+
+    /// The requests of the pods on it, summed.
+    pub fn used(&self) -> &Resources {
+        &self.used
+    }
+}
+
+/// The nodes a pod is placed among, with where each namespace has pods: the filters that count
+/// other pods read one namespace, so a placement visits the nodes that hold pods of it, not every
+/// pod of the cluster (a drain replay of a large cluster places thousands of pods).
+#[derive(Clone, Debug, Default)]
+pub struct Nodes {
+    states: Vec<NodeState>,
+    /// Per namespace: the nodes holding pods of it (index into `states`), with how many.
+    by_namespace: HashMap<Arc<str>, BTreeMap<usize, usize>>,
+}
+
+impl Nodes {
+    pub fn new(states: Vec<NodeState>) -> Nodes {
+        let mut by_namespace: HashMap<Arc<str>, BTreeMap<usize, usize>> = HashMap::new();
+        for (at, s) in states.iter().enumerate() {
+            for p in &s.pods {
+                *by_namespace.entry(p.namespace.clone()).or_default().entry(at).or_default() += 1;
+            }
+        }
+        Nodes { states, by_namespace }
+    }
+
+    /// The nodes empty.
+    pub fn empty(nodes: impl IntoIterator<Item = Arc<NodeInfo>>) -> Nodes {
+        Nodes::new(nodes.into_iter().map(NodeState::new).collect())
+    }
+
+    /// The nodes holding pods of `namespace`, in order.
+    pub fn holding(&self, namespace: &str) -> impl Iterator<Item = usize> + '_ {
+        self.by_namespace.get(namespace).into_iter().flat_map(|m| m.keys().copied())
+    }
+
+    pub fn push(&mut self, at: usize, pod: Placed) {
+        *self.by_namespace.entry(pod.namespace.clone()).or_default().entry(at).or_default() += 1;
+        self.states[at].push(pod);
+    }
+
+    /// Takes off `states[at]` the first pod of `namespace` that `which` picks.
+    pub fn remove(&mut self, at: usize, namespace: &str, which: impl Fn(&Placed) -> bool) -> Option<Placed> {
+        let pod = self.states[at].remove(namespace, which)?;
+        if let Some(on) = self.by_namespace.get_mut(namespace) {
+            if let Some(n) = on.get_mut(&at) {
+                *n -= 1;
+                if *n == 0 {
+                    on.remove(&at);
+                }
+            }
+        }
+        Some(pod)
+    }
+
+    /// Replaces the node of `states[at]` (a cordon, and the node as it was again).
+    pub fn set_node(&mut self, at: usize, node: Arc<NodeInfo>) -> Arc<NodeInfo> {
+        std::mem::replace(&mut self.states[at].node, node)
+    }
+}
+
+impl std::ops::Deref for Nodes {
+    type Target = [NodeState];
+    fn deref(&self) -> &[NodeState] {
+        &self.states
+    }
 }
 
 /// Why a pod cannot go on a node: the filter that says no, named after the scheduler plugin.
@@ -370,28 +486,54 @@ pub struct Incoming<'a> {
 }
 
 /// What the filters that count other pods read, counted once for a pod over every node (so a
-/// placement costs one pass over the pods, not one a candidate node).
-struct Counted {
+/// placement costs one pass over the nodes, not one a candidate node).
+struct Counted<'a> {
     /// Per `DoNotSchedule` spread of the pod (its index): the domains it counts with their matching
     /// pods and the minimum it skews against; `None` for a spread without a selector.
-    spreads: Vec<(usize, Option<(BTreeMap<String, i32>, i32)>)>,
+    spreads: Vec<(usize, Option<(BTreeMap<&'a str, i32>, i32)>)>,
     /// Per required anti-affinity term: its topology key and the values whose domain holds a
     /// matching pod.
-    anti: Vec<(String, BTreeSet<String>)>,
+    anti: Vec<(&'a str, BTreeSet<&'a str>)>,
     /// The same for the required affinity terms, and whether the first-pod escape applies.
-    affinity: Vec<(String, BTreeSet<String>)>,
+    affinity: Vec<(&'a str, BTreeSet<&'a str>)>,
     affinity_escape: bool,
 }
 
-fn term_matches(term: &k8s_openapi::api::core::v1::PodAffinityTerm, namespace: &str, p: &Placed) -> bool {
+/// Whether a pod of `namespace` with `labels` matches `term` of a pod in `own`.
+fn term_matches(
+    term: &k8s_openapi::api::core::v1::PodAffinityTerm,
+    own: &str,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
     let in_namespace = match term.namespaces.as_deref() {
-        Some(list) if !list.is_empty() => list.iter().any(|n| *n == p.namespace),
-        _ => term.namespace_selector.is_some() || p.namespace == namespace,
+        Some(list) if !list.is_empty() => list.iter().any(|n| n == namespace),
+        _ => term.namespace_selector.is_some() || namespace == own,
     };
-    in_namespace && term.label_selector.as_ref().is_some_and(|s| crate::core::model::selector::matches(s, &p.labels))
+    in_namespace && term.label_selector.as_ref().is_some_and(|s| crate::core::model::selector::matches(s, labels))
 }
 
-fn counted(pod: Incoming, nodes: &[NodeState]) -> Counted {
+/// Whether a pod on `n` matches `term` of a pod in `own`: only the namespaces the term reads.
+fn any_matches(term: &k8s_openapi::api::core::v1::PodAffinityTerm, own: &str, n: &NodeState) -> bool {
+    let hit = |pods: &[Placed]| pods.iter().any(|p| term_matches(term, own, &p.namespace, &p.labels));
+    match term.namespaces.as_deref() {
+        Some(list) if !list.is_empty() => list.iter().any(|ns| hit(n.in_namespace(ns))),
+        _ if term.namespace_selector.is_some() => hit(n.pods()),
+        _ => hit(n.in_namespace(own)),
+    }
+}
+
+/// The nodes that may hold a pod matching `term` of a pod in `own`: those holding pods of the
+/// namespaces the term reads.
+fn term_nodes(term: &k8s_openapi::api::core::v1::PodAffinityTerm, own: &str, nodes: &Nodes) -> BTreeSet<usize> {
+    match term.namespaces.as_deref() {
+        Some(list) if !list.is_empty() => list.iter().flat_map(|ns| nodes.holding(ns)).collect(),
+        _ if term.namespace_selector.is_some() => (0..nodes.len()).collect(),
+        _ => nodes.holding(own).collect(),
+    }
+}
+
+fn counted<'a>(pod: Incoming<'a>, nodes: &'a Nodes) -> Counted<'a> {
     use crate::core::model::selector;
     let hard: Vec<(usize, &TopologySpreadConstraint)> = pod
         .spec
@@ -405,24 +547,28 @@ fn counted(pod: Incoming, nodes: &[NodeState]) -> Counted {
         .iter()
         .map(|(i, c)| {
             let Some(sel) = c.label_selector.as_ref() else { return (*i, None) };
-            let empty = selector::is_empty(sel);
-            let mut domains: BTreeMap<String, i32> = BTreeMap::new();
-            for n in nodes {
+            // The matching pods by node, from the nodes holding pods of the namespace (an empty
+            // selector counts none).
+            let mut matching: HashMap<usize, i32> = HashMap::new();
+            if !selector::is_empty(sel) {
+                for at in nodes.holding(pod.namespace) {
+                    let n = nodes[at]
+                        .in_namespace(pod.namespace)
+                        .iter()
+                        .filter(|p| !p.terminating && selector::matches(sel, &p.labels))
+                        .count() as i32;
+                    matching.insert(at, n);
+                }
+            }
+            let mut domains: BTreeMap<&'a str, i32> = BTreeMap::new();
+            for (at, n) in nodes.iter().enumerate() {
                 if !hard.iter().all(|(_, h)| n.node.labels.contains_key(&h.topology_key))
-                    || !spread_counts(c, n.node, pod.spec)
+                    || !spread_counts(c, &n.node, pod.spec)
                 {
                     continue;
                 }
                 let Some(d) = n.node.labels.get(&c.topology_key) else { continue };
-                let count = if empty {
-                    0
-                } else {
-                    n.pods
-                        .iter()
-                        .filter(|p| !p.terminating && p.namespace == pod.namespace && selector::matches(sel, &p.labels))
-                        .count() as i32
-                };
-                *domains.entry(d.clone()).or_default() += count;
+                *domains.entry(d.as_str()).or_default() += matching.get(&at).copied().unwrap_or(0);
             }
             let min = if (domains.len() as i32) < c.min_domains.unwrap_or(1) {
                 0
@@ -433,16 +579,17 @@ fn counted(pod: Incoming, nodes: &[NodeState]) -> Counted {
         })
         .collect();
     let affinity = pod.spec.affinity.as_ref();
-    let with_match = |terms: Vec<&k8s_openapi::api::core::v1::PodAffinityTerm>| -> Vec<(String, BTreeSet<String>)> {
+    let with_match = |terms: &[&'a k8s_openapi::api::core::v1::PodAffinityTerm]| -> Vec<(&'a str, BTreeSet<&'a str>)> {
         terms
-            .into_iter()
+            .iter()
             .map(|term| {
-                let values = nodes
-                    .iter()
-                    .filter(|n| n.pods.iter().any(|p| term_matches(term, pod.namespace, p)))
-                    .filter_map(|n| n.node.labels.get(&term.topology_key).cloned())
+                let values = term_nodes(term, pod.namespace, nodes)
+                    .into_iter()
+                    .map(|at| &nodes[at])
+                    .filter(|n| any_matches(term, pod.namespace, n))
+                    .filter_map(|n| n.node.labels.get(&term.topology_key).map(String::as_str))
                     .collect();
-                (term.topology_key.clone(), values)
+                (term.topology_key.as_str(), values)
             })
             .collect()
     };
@@ -456,24 +603,17 @@ fn counted(pod: Incoming, nodes: &[NodeState]) -> Counted {
         .flat_map(|a| a.pod_affinity.iter())
         .flat_map(|a| a.required_during_scheduling_ignored_during_execution.iter().flatten())
         .collect();
-    let own = Placed {
-        namespace: pod.namespace.to_string(),
-        labels: pod.labels.clone(),
-        requests: Resources::default(),
-        ports: Vec::new(),
-        terminating: false,
-    };
     let affinity_escape = !affinity_terms.is_empty()
-        && !affinity_terms
-            .iter()
-            .all(|t| nodes.iter().flat_map(|n| &n.pods).any(|p| term_matches(t, pod.namespace, p)))
-        && affinity_terms.iter().all(|t| term_matches(t, pod.namespace, &own));
-    Counted { spreads, anti: with_match(anti_terms), affinity: with_match(affinity_terms), affinity_escape }
+        && !affinity_terms.iter().all(|t| {
+            term_nodes(t, pod.namespace, nodes).into_iter().any(|at| any_matches(t, pod.namespace, &nodes[at]))
+        })
+        && affinity_terms.iter().all(|t| term_matches(t, pod.namespace, pod.namespace, pod.labels));
+    Counted { spreads, anti: with_match(&anti_terms), affinity: with_match(&affinity_terms), affinity_escape }
 }
 
 /// Whether `pod` can go on `nodes[at]`, the other nodes as they are (for the affinities and the
 /// spreads): `Ok`, or the first filter that refuses, in the scheduler's order.
-pub fn fits(pod: Incoming, at: usize, nodes: &[NodeState]) -> Result<(), Unfit> {
+pub fn fits(pod: Incoming, at: usize, nodes: &Nodes) -> Result<(), Unfit> {
     fits_counted(pod, at, nodes, &counted(pod, nodes), &pod_requests(pod.spec), &host_ports(pod.spec))
 }
 
@@ -486,23 +626,20 @@ fn fits_counted(
     wanted_ports: &[HostPort],
 ) -> Result<(), Unfit> {
     let here = &nodes[at];
-    if !node_unschedulable(here.node, pod.spec) {
+    if !node_unschedulable(&here.node, pod.spec) {
         return Err(Unfit::NodeUnschedulable);
     }
-    if let Some(t) = untolerated(here.node, pod.spec) {
+    if let Some(t) = untolerated(&here.node, pod.spec) {
         return Err(Unfit::TaintToleration(format!("{}:{}", t.key, t.effect)));
     }
-    if !node_affinity(here.node, pod.spec) {
+    if !node_affinity(&here.node, pod.spec) {
         return Err(Unfit::NodeAffinity);
     }
     if here.max_pods.is_some_and(|max| here.pods.len() as i64 + 1 > max) {
         return Err(Unfit::NodeResourcesFit("pods".into()));
     }
     if !want.is_zero() {
-        let mut used = Resources::default();
-        for p in &here.pods {
-            used.add(&p.requests);
-        }
+        let used = here.used();
         let free = |a: i64, u: i64| a.saturating_sub(u);
         if want.cpu_milli > free(here.allocatable.cpu_milli, used.cpu_milli) {
             return Err(Unfit::NodeResourcesFit("cpu".into()));
@@ -531,13 +668,13 @@ fn fits_counted(
     // without the key passes); affinity needs a match in the node's domain for every term (a node
     // without the key fails), unless no pod anywhere matches and the pod matches its own terms.
     for (key, values) in &counted.anti {
-        if here.node.labels.get(key).is_some_and(|v| values.contains(v)) {
+        if here.node.labels.get(*key).is_some_and(|v| values.contains(v.as_str())) {
             return Err(Unfit::InterPodAffinity(format!("required pod anti-affinity on {key}")));
         }
     }
     if !counted.affinity_escape {
         for (key, values) in &counted.affinity {
-            if !here.node.labels.get(key).is_some_and(|v| values.contains(v)) {
+            if !here.node.labels.get(*key).is_some_and(|v| values.contains(v.as_str())) {
                 return Err(Unfit::InterPodAffinity(format!("required pod affinity on {key}")));
             }
         }
@@ -553,7 +690,7 @@ fn fits_counted(
         let Some((domains, min)) = c else { continue };
         let sel = constraint.label_selector.as_ref().expect("counted with a selector");
         let own = i32::from(crate::core::model::selector::matches(sel, pod.labels));
-        let here_count = domains.get(value).copied().unwrap_or(0);
+        let here_count = domains.get(value.as_str()).copied().unwrap_or(0);
         if here_count + own - min > constraint.max_skew {
             return Err(Unfit::PodTopologySpread(*i));
         }
@@ -563,7 +700,7 @@ fn fits_counted(
 
 /// Where the scheduler may put `pod` now: the nodes every filter lets it go to, or, when none
 /// does, why each node refuses (the first filter that says no, by node name).
-pub fn feasible(pod: Incoming, nodes: &[NodeState]) -> Result<Vec<usize>, Vec<(String, Unfit)>> {
+pub fn feasible(pod: Incoming, nodes: &Nodes) -> Result<Vec<usize>, Vec<(String, Unfit)>> {
     let counted = counted(pod, nodes);
     let (want, ports) = (pod_requests(pod.spec), host_ports(pod.spec));
     let mut ok = Vec::new();
@@ -580,32 +717,34 @@ pub fn feasible(pod: Incoming, nodes: &[NodeState]) -> Result<Vec<usize>, Vec<(S
 /// Where among `candidates` a new pod goes: the node with the fewest pods of the same labels in
 /// the namespace (the scheduler's default spreading), then the fewest pods, then the name. The
 /// scheduler scores more than this; the choice matters only where it changes what fits next.
-pub fn choose(candidates: &[usize], states: &[NodeState], namespace: &str, labels: &BTreeMap<String, String>) -> usize {
+pub fn choose(candidates: &[usize], nodes: &Nodes, namespace: &str, labels: &BTreeMap<String, String>) -> usize {
+    let same: HashMap<usize, usize> = nodes
+        .holding(namespace)
+        .map(|at| (at, nodes[at].in_namespace(namespace).iter().filter(|p| *p.labels == *labels).count()))
+        .collect();
     *candidates
         .iter()
         .min_by_key(|at| {
-            let s = &states[**at];
-            let same = s.pods.iter().filter(|p| p.namespace == namespace && p.labels == *labels).count();
-            (same, s.pods.len(), s.node.name.clone())
+            let s = &nodes[**at];
+            (same.get(*at).copied().unwrap_or(0), s.pods.len(), s.node.name.as_str())
         })
         .expect("candidates are not empty")
 }
 
 /// How many of `n` replicas of `pod` the scheduler places on `states`, one after the other, each
 /// counted by the next (the rest stay Pending); the replicas placed are added to `states`.
-pub fn place_replicas(pod: Incoming, states: &mut [NodeState], n: usize) -> usize {
-    let requests = pod_requests(pod.spec);
-    let ports = host_ports(pod.spec);
+pub fn place_replicas(pod: Incoming, states: &mut Nodes, n: usize) -> usize {
+    let one = Placed {
+        namespace: pod.namespace.into(),
+        labels: Arc::new(pod.labels.clone()),
+        requests: pod_requests(pod.spec),
+        ports: host_ports(pod.spec),
+        terminating: false,
+    };
     for placed in 0..n {
         let Ok(candidates) = feasible(pod, states) else { return placed };
         let at = choose(&candidates, states, pod.namespace, pod.labels);
-        states[at].pods.push(Placed {
-            namespace: pod.namespace.to_string(),
-            labels: pod.labels.clone(),
-            requests: requests.clone(),
-            ports: ports.clone(),
-            terminating: false,
-        });
+        states.push(at, one.clone());
     }
     n
 }
@@ -632,26 +771,55 @@ mod pod_tests {
     fn placed(app: &str, cpu_milli: i64) -> Placed {
         Placed {
             namespace: "default".into(),
-            labels: labels(app),
+            labels: Arc::new(labels(app)),
             requests: Resources { cpu_milli, ..Default::default() },
             ports: Vec::new(),
             terminating: false,
         }
     }
 
-    fn state<'n>(n: &'n NodeInfo, cpu: i64, pods: Vec<Placed>) -> NodeState<'n> {
-        NodeState {
-            node: n,
-            allocatable: Resources { cpu_milli: cpu, memory: 1 << 40, ..Default::default() },
-            max_pods: Some(110),
-            pods,
+    fn state(n: &NodeInfo, cpu: i64, pods: Vec<Placed>) -> NodeState {
+        let mut s = NodeState::new(Arc::new(n.clone()));
+        s.allocatable = Resources { cpu_milli: cpu, memory: 1 << 40, ..Default::default() };
+        s.max_pods = Some(110);
+        for p in pods {
+            s.push(p);
         }
+        s
+    }
+
+    /// The pods of a node in namespace order, the nodes holding each namespace and the requests
+    /// summed follow every push and removal.
+    #[test]
+    fn nodes_keep_their_pods_by_namespace() {
+        let (a, b) = (node("a", &[]), node("b", &[]));
+        let mut nodes = Nodes::new(vec![state(&a, 1000, vec![]), state(&b, 1000, vec![])]);
+        let in_ns = |ns: &str, app: &str, cpu: i64| Placed { namespace: ns.into(), ..placed(app, cpu) };
+        nodes.push(0, in_ns("web", "x", 100));
+        nodes.push(0, in_ns("api", "y", 200));
+        nodes.push(0, in_ns("web", "z", 300));
+        nodes.push(1, in_ns("web", "x", 400));
+        let apps = |at: usize, ns: &str| -> Vec<String> {
+            nodes[at].in_namespace(ns).iter().map(|p| p.labels["app"].clone()).collect()
+        };
+        assert_eq!(apps(0, "web"), ["x", "z"]);
+        assert_eq!(apps(0, "api"), ["y"]);
+        assert!(apps(0, "db").is_empty());
+        assert_eq!(nodes.holding("web").collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(nodes[0].used().cpu_milli, 600);
+        let mut nodes = nodes;
+        assert_eq!(nodes.remove(0, "web", |p| p.labels["app"] == "z").map(|p| p.requests.cpu_milli), Some(300));
+        assert_eq!(nodes.remove(0, "web", |p| p.labels["app"] == "y"), None, "y is in api");
+        assert_eq!(nodes[0].used().cpu_milli, 300);
+        nodes.remove(1, "web", |_| true);
+        assert_eq!(nodes.holding("web").collect::<Vec<_>>(), [0], "b holds no web pod now");
+        assert_eq!(nodes.holding("api").collect::<Vec<_>>(), [0]);
     }
 
     #[test]
     fn resources_that_do_not_fit_refuse_the_node() {
         let (a, b) = (node("a", &[]), node("b", &[]));
-        let nodes = [state(&a, 1000, vec![placed("other", 800)]), state(&b, 1000, vec![])];
+        let nodes = Nodes::new(vec![state(&a, 1000, vec![placed("other", 800)]), state(&b, 1000, vec![])]);
         let s = spec("containers: [{name: app, image: x, resources: {requests: {cpu: 500m}}}]");
         let pod = Incoming { namespace: "default", labels: &labels("web"), spec: &s };
         assert_eq!(fits(pod, 0, &nodes), Err(Unfit::NodeResourcesFit("cpu".into())));
@@ -674,7 +842,7 @@ mod pod_tests {
         let n = node("a", &[]);
         let mut taken = placed("exporter", 0);
         taken.ports = vec![used];
-        let nodes = [state(&n, 1000, vec![taken])];
+        let nodes = Nodes::new(vec![state(&n, 1000, vec![taken])]);
         let pod = Incoming { namespace: "default", labels: &labels("exporter"), spec: &s };
         assert_eq!(fits(pod, 0, &nodes), Err(Unfit::NodePorts(9100)));
     }
@@ -686,10 +854,10 @@ mod pod_tests {
             "containers: [{name: app, image: x}]\naffinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: \
              [{topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: web}}}]}}",
         );
-        let nodes = [state(&a, 1000, vec![placed("web", 0)]), state(&b, 1000, vec![placed("api", 0)])];
+        let nodes = Nodes::new(vec![state(&a, 1000, vec![placed("web", 0)]), state(&b, 1000, vec![placed("api", 0)])]);
         let pod = Incoming { namespace: "default", labels: &labels("web"), spec: &s };
         assert_eq!(feasible(pod, &nodes), Ok(vec![1]));
-        let full = [state(&a, 1000, vec![placed("web", 0)]), state(&b, 1000, vec![placed("web", 0)])];
+        let full = Nodes::new(vec![state(&a, 1000, vec![placed("web", 0)]), state(&b, 1000, vec![placed("web", 0)])]);
         let why = feasible(pod, &full).unwrap_err();
         assert_eq!(why[0].1, Unfit::InterPodAffinity("required pod anti-affinity on kubernetes.io/hostname".into()));
     }
@@ -701,11 +869,11 @@ mod pod_tests {
             "containers: [{name: app, image: x}]\naffinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: \
              [{topologyKey: zone, labelSelector: {matchLabels: {app: cache}}}]}}",
         );
-        let nodes = [state(&a, 1000, vec![placed("cache", 0)]), state(&b, 1000, vec![])];
+        let nodes = Nodes::new(vec![state(&a, 1000, vec![placed("cache", 0)]), state(&b, 1000, vec![])]);
         let pod = Incoming { namespace: "default", labels: &labels("web"), spec: &s };
         assert_eq!(feasible(pod, &nodes), Ok(vec![0]));
         // No cache pod anywhere, and the pod is no cache pod: nowhere.
-        let empty = [state(&a, 1000, vec![]), state(&b, 1000, vec![])];
+        let empty = Nodes::new(vec![state(&a, 1000, vec![]), state(&b, 1000, vec![])]);
         assert!(feasible(pod, &empty).is_err());
         // The first cache pod may go anywhere (it matches its own term).
         let first = Incoming { labels: &labels("cache"), ..pod };
@@ -725,11 +893,11 @@ mod pod_tests {
             ..Default::default()
         }];
         let (b, c) = (node("b", &[]), node("c", &[]));
-        let nodes = [
+        let nodes = Nodes::new(vec![
             state(&cordoned, 1000, vec![]),
             state(&b, 1000, vec![placed("web", 0)]),
             state(&c, 1000, vec![placed("web", 0)]),
-        ];
+        ]);
         let spread = |policy: &str| {
             spec(&format!(
                 "containers: [{{name: app, image: x}}]\ntopologySpreadConstraints: [{{maxSkew: 1, topologyKey: \
@@ -764,13 +932,14 @@ mod pod_tests {
                  kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {{matchLabels: {{app: web}}}}{policy}}}]"
             ))
         };
-        let fresh = || vec![state(&tainted, 1000, vec![]), state(&a, 1000, vec![]), state(&b, 1000, vec![])];
+        let fresh =
+            || Nodes::new(vec![state(&tainted, 1000, vec![]), state(&a, 1000, vec![]), state(&b, 1000, vec![])]);
         let s = spread("");
         let pod = Incoming { namespace: "default", labels: &labels("web"), spec: &s };
         assert_eq!(place_replicas(pod, &mut fresh(), 4), 2);
         let s = spread(", nodeTaintsPolicy: Honor");
         let mut states = fresh();
         assert_eq!(place_replicas(Incoming { spec: &s, ..pod }, &mut states, 4), 4);
-        assert_eq!(states.iter().map(|s| s.pods.len()).collect::<Vec<_>>(), [0, 2, 2]);
+        assert_eq!(states.iter().map(|s| s.pods().len()).collect::<Vec<_>>(), [0, 2, 2]);
     }
 }

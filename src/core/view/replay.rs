@@ -8,17 +8,16 @@
 //! as the disruption controller does. The replay stops when a round changes nothing: what is then
 //! refused hangs the drain.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::budget::{Source, budget_now, refuses, selected_pods};
 use super::lookup::View;
-use super::placement::{Incoming, NodeState, Placed, Unfit, choose, feasible};
+use super::placement::{Incoming, NodeState, Nodes, Placed, Unfit, choose, feasible};
 use super::projection::{NodeInfo, PdbInfo, PodInfo, PodOwner, PodPhase};
 use crate::core::model::ObjectRef;
 use crate::core::model::arith;
 use crate::core::model::pod::CORDON_TAINT;
-use crate::core::model::resources::Resources;
 
 /// How a drain ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -255,10 +254,13 @@ pub fn eviction_answer(view: &dyn View, namespace: &str, pod: &PodInfo) -> Evict
 }
 
 /// The nodes and the pods on them, as a drain starts: the view's, or what earlier drains of
-/// `--drain-each` left.
+/// `--drain-each` left. Kept from one drain to the next rather than built again for each: a
+/// rolling upgrade of a large cluster replays a drain a node.
 #[derive(Clone, Debug)]
 pub struct World {
-    nodes: Vec<Arc<NodeInfo>>,
+    /// The scheduler's view of the nodes, for placing pods.
+    states: Nodes,
+    /// The pods on each node, by name: what a drain of it evicts.
     pods: Vec<Vec<(String, Arc<PodInfo>)>>,
 }
 
@@ -267,70 +269,58 @@ impl World {
     pub fn of(view: &dyn View) -> World {
         let nodes = view.nodes();
         let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        let at: HashMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+        let mut states: Vec<NodeState> = nodes.iter().map(|n| NodeState::new(n.clone())).collect();
         let mut pods: Vec<Vec<(String, Arc<PodInfo>)>> = vec![Vec::new(); nodes.len()];
+        let mut namespaces: HashMap<String, Arc<str>> = HashMap::new();
         for (namespace, pod) in view.pods_on_nodes(&names) {
             if pod.phase.terminal() {
                 continue;
             }
-            if let Some(at) = pod.node.as_deref().and_then(|n| names.iter().position(|m| m == n)) {
-                pods[at].push((namespace, pod));
+            if let Some(&i) = pod.node.as_deref().and_then(|n| at.get(n)) {
+                let shared = namespaces.entry(namespace.clone()).or_insert_with(|| namespace.as_str().into()).clone();
+                states[i].push(placed(shared, &pod));
+                pods[i].push((namespace, pod));
             }
         }
-        World { nodes, pods }
+        World { states: Nodes::new(states), pods }
     }
 
-    /// The same with `drained` cordoned, with the cordon taint the node lifecycle controller adds.
-    fn cordoned(&self, drained: &[String]) -> World {
-        let nodes = self
-            .nodes
-            .iter()
-            .map(|n| {
-                if !drained.contains(&n.name) {
-                    return n.clone();
-                }
-                let mut cordoned = (**n).clone();
-                cordoned.unschedulable = true;
-                if !cordoned.taints.iter().any(|t| t.key == CORDON_TAINT) {
-                    cordoned.taints.push(k8s_openapi::api::core::v1::Taint {
-                        key: CORDON_TAINT.into(),
-                        effect: "NoSchedule".into(),
-                        ..Default::default()
-                    });
-                }
-                Arc::new(cordoned)
-            })
-            .collect();
-        World { nodes, pods: self.pods.clone() }
+    /// Cordons `drained`, with the taint the node lifecycle controller adds; gives back the nodes
+    /// as they were, for [`World::uncordon`].
+    fn cordon(&mut self, drained: &[String]) -> Vec<(usize, Arc<NodeInfo>)> {
+        let mut was = Vec::new();
+        for node in drained {
+            let Some(at) = self.at(node) else { continue };
+            let mut cordoned = (*self.states[at].node).clone();
+            cordoned.unschedulable = true;
+            if !cordoned.taints.iter().any(|t| t.key == CORDON_TAINT) {
+                cordoned.taints.push(k8s_openapi::api::core::v1::Taint {
+                    key: CORDON_TAINT.into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                });
+            }
+            was.push((at, self.states.set_node(at, Arc::new(cordoned))));
+        }
+        was
+    }
+
+    fn uncordon(&mut self, was: Vec<(usize, Arc<NodeInfo>)>) {
+        for (at, node) in was {
+            self.states.set_node(at, node);
+        }
     }
 
     fn at(&self, node: &str) -> Option<usize> {
-        self.nodes.iter().position(|n| n.name == node)
-    }
-
-    /// The scheduler's view of it, for placing pods.
-    fn states(&self) -> Vec<NodeState<'_>> {
-        self.nodes
-            .iter()
-            .zip(&self.pods)
-            .map(|(n, pods)| NodeState {
-                node: n,
-                allocatable: n.allocatable.clone().unwrap_or(Resources {
-                    cpu_milli: i64::MAX / 4,
-                    memory: i64::MAX / 4,
-                    ephemeral_storage: i64::MAX / 4,
-                    ..Default::default()
-                }),
-                max_pods: n.max_pods,
-                pods: pods.iter().map(|(ns, p)| placed(ns, p)).collect(),
-            })
-            .collect()
+        self.states.iter().position(|s| s.node.name == node)
     }
 }
 
-fn placed(namespace: &str, pod: &PodInfo) -> Placed {
+fn placed(namespace: Arc<str>, pod: &PodInfo) -> Placed {
     Placed {
-        namespace: namespace.to_string(),
-        labels: (*pod.labels).clone(),
+        namespace,
+        labels: pod.labels.clone(),
         requests: pod.requests.clone(),
         ports: pod.ports.clone(),
         terminating: pod.terminating,
@@ -339,7 +329,7 @@ fn placed(namespace: &str, pod: &PodInfo) -> Placed {
 
 /// Replays a drain of `drained` on the view.
 pub fn replay(view: &dyn View, drained: &[String]) -> DrainRun {
-    replay_in(view, &World::of(view), drained)
+    replay_in(view, &mut World::of(view), drained)
 }
 
 /// `--drain-each`: each node drained alone, in the order given, as a rolling node upgrade does:
@@ -349,8 +339,9 @@ pub fn replay_each(view: &dyn View, nodes: &[String]) -> Vec<DrainRun> {
     let mut world = World::of(view);
     let mut runs = Vec::new();
     for (i, node) in nodes.iter().enumerate() {
-        let run = replay_in(view, &world, std::slice::from_ref(node));
-        // What the drain left: the evicted pods gone, the replacements where they went.
+        // The drain leaves the evicted pods gone and their replacements placed in `world.states`;
+        // the pods by name follow here.
+        let run = replay_in(view, &mut world, std::slice::from_ref(node));
         let Some(at) = world.at(node) else { continue };
         let mut pending = Vec::new();
         for e in run.evictions.iter().filter(|e| e.result == EvictionResult::Evicted) {
@@ -365,7 +356,7 @@ pub fn replay_each(view: &dyn View, nodes: &[String]) -> Vec<DrainRun> {
             };
             match e.replacement.as_deref().and_then(|n| world.at(n)) {
                 Some(to) => {
-                    let replacement = replacement_of(&pod, &template, i, &world.nodes[to].name);
+                    let replacement = replacement_of(&pod, &template, i, &world.states[to].node.name);
                     world.pods[to].push((namespace, Arc::new(replacement)));
                 }
                 None => pending.push((namespace, pod, template)),
@@ -373,14 +364,12 @@ pub fn replay_each(view: &dyn View, nodes: &[String]) -> Vec<DrainRun> {
         }
         // Uncordoned: what was Pending is placed again, now that the node takes pods.
         for (namespace, pod, template) in pending {
-            let states = world.states();
             let incoming = Incoming { namespace: &namespace, labels: &template.labels, spec: &template.spec };
-            if let Ok(candidates) = feasible(incoming, &states) {
-                let to = choose(&candidates, &states, &namespace, &template.labels);
-                drop(states);
-                let replacement = replacement_of(&pod, &template, i, &world.nodes[to].name);
-                world.pods[to].push((namespace, Arc::new(replacement)));
-            }
+            let Ok(candidates) = feasible(incoming, &world.states) else { continue };
+            let to = choose(&candidates, &world.states, &namespace, &template.labels);
+            let replacement = replacement_of(&pod, &template, i, &world.states[to].node.name);
+            world.states.push(to, placed(namespace.as_str().into(), &replacement));
+            world.pods[to].push((namespace, Arc::new(replacement)));
         }
         runs.push(run);
     }
@@ -404,11 +393,16 @@ fn replacement_of(pod: &PodInfo, template: &super::projection::Template, drain: 
     }
 }
 
-/// A drain of `drained` from `world` (as it is before the cordon).
-fn replay_in(view: &dyn View, world: &World, drained: &[String]) -> DrainRun {
-    let world = world.cordoned(drained);
-    let (nodes, on_node) = (&world.nodes, &world.pods);
-    let mut states = world.states();
+/// A drain of `drained` from `world` (as it is before the cordon), which it leaves as the drain
+/// does: the evicted pods off their nodes, their replacements placed (the nodes uncordoned again).
+fn replay_in(view: &dyn View, world: &mut World, drained: &[String]) -> DrainRun {
+    let was = world.cordon(drained);
+    let run = drain(view, &mut world.states, &world.pods, drained);
+    world.uncordon(was);
+    run
+}
+
+fn drain(view: &dyn View, states: &mut Nodes, on_node: &[Vec<(String, Arc<PodInfo>)>], drained: &[String]) -> DrainRun {
     let mut run = DrainRun {
         nodes: drained.to_vec(),
         outcome: Outcome::Completes,
@@ -421,7 +415,7 @@ fn replay_in(view: &dyn View, world: &World, drained: &[String]) -> DrainRun {
     // The pods of the drained nodes, in the order asked, then namespace and name.
     let mut to_evict: Vec<(String, Arc<PodInfo>)> = Vec::new();
     for node in drained {
-        let Some(at) = nodes.iter().position(|n| n.name == *node) else { continue };
+        let Some(at) = states.iter().position(|s| s.node.name == *node) else { continue };
         for (namespace, pod) in &on_node[at] {
             if matches!(pod.owner, PodOwner::DaemonSet | PodOwner::Mirror) {
                 run.evictions.push(Eviction {
@@ -503,7 +497,7 @@ fn replay_in(view: &dyn View, world: &World, drained: &[String]) -> DrainRun {
             match answer {
                 Ok(()) => {
                     progress = true;
-                    let replacement = evicted(view, &namespace, &pod, &mut states, &mut ledgers, &mut run);
+                    let replacement = evicted(view, &namespace, &pod, states, &mut ledgers, &mut run);
                     results.insert(
                         key,
                         Eviction {
@@ -586,15 +580,12 @@ fn evicted(
     view: &dyn View,
     namespace: &str,
     pod: &PodInfo,
-    states: &mut [NodeState],
+    states: &mut Nodes,
     ledgers: &mut BTreeMap<ObjectRef, Ledger>,
     run: &mut DrainRun,
 ) -> (Option<String>, String) {
     if let Some(at) = pod.node.as_deref().and_then(|n| states.iter().position(|s| s.node.name == n)) {
-        let labels = &*pod.labels;
-        if let Some(i) = states[at].pods.iter().position(|p| p.namespace == namespace && p.labels == *labels) {
-            states[at].pods.remove(i);
-        }
+        states.remove(at, namespace, |p| p.labels == pod.labels);
     }
     let Some((kind, name)) = pod.workload() else {
         return (None, "no controller replaces it".into());
@@ -608,15 +599,16 @@ fn evicted(
     match feasible(incoming, states) {
         Ok(candidates) => {
             let at = choose(&candidates, states, namespace, &template.labels);
-            let requests = crate::core::model::resources::pod_requests(&template.spec);
-            let ports = crate::core::model::resources::host_ports(&template.spec);
-            states[at].pods.push(Placed {
-                namespace: namespace.to_string(),
-                labels: template.labels.clone(),
-                requests,
-                ports,
-                terminating: false,
-            });
+            states.push(
+                at,
+                Placed {
+                    namespace: namespace.into(),
+                    labels: Arc::new(template.labels.clone()),
+                    requests: crate::core::model::resources::pod_requests(&template.spec),
+                    ports: crate::core::model::resources::host_ports(&template.spec),
+                    terminating: false,
+                },
+            );
             for pdb in view.pdbs_covering(namespace, &template.labels) {
                 if let Some(l) = ledgers.get_mut(&pdb.id) {
                     l.replaced();
