@@ -381,11 +381,14 @@ fn drains_end_as_predicted() {
 
 // --- spreads against the scheduler ---------------------------------------------------------------
 
+/// A node of a spread case: (suffix, labels, tainted, cordoned).
+type SpreadNode = (&'static str, Vec<(&'static str, &'static str)>, bool, bool);
+
 /// A node set and a placement rule: how many of `replicas` the scheduler places.
 struct SpreadCase {
     name: String,
     /// Nodes: (suffix, labels, tainted, cordoned).
-    nodes: Vec<(&'static str, Vec<(&'static str, &'static str)>, bool, bool)>,
+    nodes: Vec<SpreadNode>,
     rule: Value,
     replicas: i64,
 }

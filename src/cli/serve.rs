@@ -186,7 +186,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
         let mut changes = None;
         let source: Arc<dyn ViewSource> = match resolve_cluster(&args.view.cluster).await? {
             Cluster::None => Arc::new(StaticSource(Index::new())),
-            Cluster::Files(index) => Arc::new(StaticSource(index)),
+            Cluster::Files(index) => Arc::new(StaticSource(*index)),
             Cluster::Live(client) => {
                 live_client = Some(client.clone());
                 let live = Arc::new(crate::live::LiveSource::new());
@@ -260,7 +260,7 @@ fn init_tracing(format: LogFormat) {
 enum Cluster {
     None,
     Live(kube::Client),
-    Files(Index),
+    Files(Box<Index>),
 }
 
 /// Resolves `--cluster`. `auto`: in-cluster service account, else KUBECONFIG / ~/.kube/config,
@@ -287,7 +287,7 @@ async fn resolve_cluster(cluster: &[String]) -> Result<Cluster, Error> {
             let index = crate::manifest::objects::static_view(&loaded, "default")
                 .map_err(|e| Error(format!("--cluster: {e}")))?;
             tracing::info!(files = loaded.sources.len(), "static cluster view loaded");
-            Ok(Cluster::Files(index))
+            Ok(Cluster::Files(Box::new(index)))
         }
     }
 }

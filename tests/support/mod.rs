@@ -2095,6 +2095,11 @@ impl FailOpen {
 
 // --- the usual set-up, in one constructor --------------------------------------------------------
 
+/// Run on the control plane before ha-guard starts.
+pub type BeforeStart<'a> = Box<dyn FnOnce(&ControlPlane) + 'a>;
+/// Changes to ha-guard's `serve` flags and environment.
+pub type SpecEdit<'a> = Box<dyn FnOnce(&mut Spec) + 'a>;
+
 /// How an end-to-end test wants its cluster: [`Harness::start`] does what the e2e tests each used
 /// to do by hand (control plane, nodes, ha-guard, the webhooks registered and seen to answer, the
 /// guard that counts failed and failed-open webhook calls).
@@ -2105,9 +2110,9 @@ pub struct Setup<'a> {
     /// Nodes: kwok's (kept Ready) with `controllers`, else plain Node objects ([`ControlPlane::nodes`]).
     pub nodes: &'a [&'a str],
     /// Run on the control plane before ha-guard starts (objects that predate the guardrail).
-    pub before: Option<Box<dyn FnOnce(&ControlPlane) + 'a>>,
+    pub before: Option<BeforeStart<'a>>,
     /// ha-guard's `serve` flags and environment.
-    pub spec: Option<Box<dyn FnOnce(&mut Spec) + 'a>>,
+    pub spec: Option<SpecEdit<'a>>,
     /// The shipped webhook configurations to register.
     pub webhooks: &'a [Webhooks],
     /// Register them with `failurePolicy: Fail` (the shipped default is Ignore).

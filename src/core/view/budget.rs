@@ -91,7 +91,7 @@ pub fn budget_now(view: &dyn View, pdb: &PdbInfo) -> Option<BudgetNow> {
         (None, None) if unscalable && by_scale => (Status { allowed: 0, ..computed }, Source::Computed),
         (None, None) => (computed, Source::Computed),
     };
-    let expects_none = (status.expected <= 0 && !pods.is_empty()).then(|| match budget {
+    let expects_none = (status.expected <= 0 && !pods.is_empty()).then_some(match budget {
         Budget::Unset => {
             "it sets neither minAvailable nor maxUnavailable, for which the disruption controller expects no pods"
         }

@@ -427,12 +427,12 @@ impl Nodes {
     /// Takes off `states[at]` the first pod of `namespace` that `which` picks.
     pub fn remove(&mut self, at: usize, namespace: &str, which: impl Fn(&Placed) -> bool) -> Option<Placed> {
         let pod = self.states[at].remove(namespace, which)?;
-        if let Some(on) = self.by_namespace.get_mut(namespace) {
-            if let Some(n) = on.get_mut(&at) {
-                *n -= 1;
-                if *n == 0 {
-                    on.remove(&at);
-                }
+        if let Some(on) = self.by_namespace.get_mut(namespace)
+            && let Some(n) = on.get_mut(&at)
+        {
+            *n -= 1;
+            if *n == 0 {
+                on.remove(&at);
             }
         }
         Some(pod)
@@ -485,12 +485,15 @@ pub struct Incoming<'a> {
     pub spec: &'a PodSpec,
 }
 
+/// A spread's domains (topology values) with their matching pods, and the minimum among them.
+type SpreadDomains<'a> = (BTreeMap<&'a str, i32>, i32);
+
 /// What the filters that count other pods read, counted once for a pod over every node (so a
 /// placement costs one pass over the nodes, not one a candidate node).
 struct Counted<'a> {
     /// Per `DoNotSchedule` spread of the pod (its index): the domains it counts with their matching
     /// pods and the minimum it skews against; `None` for a spread without a selector.
-    spreads: Vec<(usize, Option<(BTreeMap<&'a str, i32>, i32)>)>,
+    spreads: Vec<(usize, Option<SpreadDomains<'a>>)>,
     /// Per required anti-affinity term: its topology key and the values whose domain holds a
     /// matching pod.
     anti: Vec<(&'a str, BTreeSet<&'a str>)>,
@@ -807,7 +810,6 @@ mod pod_tests {
         assert!(apps(0, "db").is_empty());
         assert_eq!(nodes.holding("web").collect::<Vec<_>>(), [0, 1]);
         assert_eq!(nodes[0].used().cpu_milli, 600);
-        let mut nodes = nodes;
         assert_eq!(nodes.remove(0, "web", |p| p.labels["app"] == "z").map(|p| p.requests.cpu_milli), Some(300));
         assert_eq!(nodes.remove(0, "web", |p| p.labels["app"] == "y"), None, "y is in api");
         assert_eq!(nodes[0].used().cpu_milli, 300);

@@ -97,6 +97,9 @@ pub struct Blocked {
     pub stale: Option<(i64, i64)>,
 }
 
+/// A pod kubectl drain refuses: its namespace and name, its workload, the PDBs selecting it.
+pub type RefusedPod = (String, Arc<str>, Option<ObjectRef>, Vec<ObjectRef>);
+
 /// A drain replayed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DrainRun {
@@ -108,7 +111,7 @@ pub struct DrainRun {
     pub blocked: Vec<Blocked>,
     /// Pods kubectl drain refuses: without a controller (before evicting anything), or under
     /// several PDBs (500), with the PDBs.
-    pub refused: Vec<(String, Arc<str>, Option<ObjectRef>, Vec<ObjectRef>)>,
+    pub refused: Vec<RefusedPod>,
     /// Whether replacements were placed (the view held the workloads' pod templates).
     pub replaces: bool,
 }
