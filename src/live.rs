@@ -27,13 +27,17 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use crate::core::model::keda::ScaledObject;
+use crate::core::model::live_pod::{LivePod, controller_of};
 use crate::core::model::webhook::WebhookConfiguration;
 use crate::core::model::{Kind, defaults, name_of, ns_of};
 use crate::core::view::{
-    HpaInfo, Index, NodeInfo, PdbInfo, PvcInfo, ServiceInfo, View, ViewSource, WebhookConfigInfo, WorkloadInfo,
+    HpaInfo, Index, NodeInfo, PdbInfo, PodInfo, PodOwner, PvcInfo, ServiceInfo, View, ViewSource, WebhookConfigInfo,
+    WorkloadInfo,
 };
 
+pub mod changes;
 mod retry;
+pub use changes::ChangeLog;
 pub use retry::RetryPolicy;
 
 // What one watched object contributes to the index: the same projection `check` builds, in the
@@ -48,6 +52,37 @@ pub trait Tracked: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug
     const OPTIONAL: bool = false;
     fn project(self) -> Projection;
     fn remove(&self, index: &mut Index);
+    /// A fingerprint of what the rules read of this object beyond its projection: for the kinds
+    /// the rules judge whole, the object without its status and the metadata every write changes.
+    /// Combined with the projection's, it tells the background audit a change from noise.
+    fn material(&self) -> u64 {
+        0
+    }
+}
+
+/// The fingerprint of a whole object without `status`, `resourceVersion`, `managedFields` and
+/// `generation` (a status write changes none of what is left).
+fn without_status<K: serde::Serialize>(object: &K) -> u64 {
+    let Ok(mut value) = serde_json::to_value(object) else { return 0 };
+    if let Some(map) = value.as_object_mut() {
+        map.remove("status");
+        if let Some(meta) = map.get_mut("metadata").and_then(serde_json::Value::as_object_mut) {
+            for volatile in ["resourceVersion", "managedFields", "generation"] {
+                meta.remove(volatile);
+            }
+        }
+    }
+    changes::fingerprint(&value.to_string())
+}
+
+/// The same for the engine's own types (Debug, with the metadata every write changes cleared).
+fn without_volatile_meta<K: Resource + Debug + Clone>(object: &K) -> u64 {
+    let mut object = object.clone();
+    let meta = object.meta_mut();
+    meta.resource_version = None;
+    meta.managed_fields = None;
+    meta.generation = None;
+    changes::fingerprint(&format!("{object:?}"))
 }
 
 impl Tracked for Deployment {
@@ -57,6 +92,9 @@ impl Tracked for Deployment {
     }
     fn remove(&self, index: &mut Index) {
         index.remove_workload(Kind::Deployment, &ns_of(&self.metadata), &name_of(&self.metadata));
+    }
+    fn material(&self) -> u64 {
+        without_status(self)
     }
 }
 
@@ -68,6 +106,9 @@ impl Tracked for StatefulSet {
     fn remove(&self, index: &mut Index) {
         index.remove_workload(Kind::StatefulSet, &ns_of(&self.metadata), &name_of(&self.metadata));
     }
+    fn material(&self) -> u64 {
+        without_status(self)
+    }
 }
 
 impl Tracked for PodDisruptionBudget {
@@ -77,6 +118,9 @@ impl Tracked for PodDisruptionBudget {
     }
     fn remove(&self, index: &mut Index) {
         index.remove_pdb(&ns_of(&self.metadata), &name_of(&self.metadata));
+    }
+    fn material(&self) -> u64 {
+        without_status(self)
     }
 }
 
@@ -88,6 +132,9 @@ impl Tracked for HorizontalPodAutoscaler {
     }
     fn remove(&self, index: &mut Index) {
         index.remove_hpa(&ns_of(&self.metadata), &name_of(&self.metadata));
+    }
+    fn material(&self) -> u64 {
+        without_status(self)
     }
 }
 
@@ -128,6 +175,9 @@ impl Tracked for Service {
     }
     fn remove(&self, index: &mut Index) {
         index.remove_service(&ns_of(&self.metadata), &name_of(&self.metadata));
+    }
+    fn material(&self) -> u64 {
+        without_status(self)
     }
 }
 
@@ -199,6 +249,9 @@ impl Tracked for ValidatingWebhooks {
     fn remove(&self, index: &mut Index) {
         index.remove_webhook_config(Self::KIND, &name_of(&self.0.metadata));
     }
+    fn material(&self) -> u64 {
+        without_volatile_meta(self)
+    }
 }
 
 impl Tracked for MutatingWebhooks {
@@ -210,6 +263,9 @@ impl Tracked for MutatingWebhooks {
     fn remove(&self, index: &mut Index) {
         index.remove_webhook_config(Self::KIND, &name_of(&self.0.metadata));
     }
+    fn material(&self) -> u64 {
+        without_volatile_meta(self)
+    }
 }
 
 impl Tracked for ScaledObject {
@@ -220,6 +276,9 @@ impl Tracked for ScaledObject {
     }
     fn remove(&self, index: &mut Index) {
         index.remove_autoscaler(Kind::ScaledObject, &ns_of(&self.metadata), &name_of(&self.metadata));
+    }
+    fn material(&self) -> u64 {
+        without_volatile_meta(self)
     }
 }
 
@@ -247,8 +306,31 @@ pub struct LiveSource {
     failing_since_ms: [AtomicI64; KINDS.len()],
     /// How a failing watch is retried ([`retry`]).
     retry: RetryPolicy,
-    /// Signalled on every change (serve's background audit runs early, debounced).
+    /// Signalled on every change.
     changes: Arc<tokio::sync::Notify>,
+    /// The background audit's view: what changed, where ([`LiveSource::for_audit`]).
+    log: Option<Arc<ChangeLog>>,
+    /// The background audit's view also follows pods ([`LiveSource::start_pods`]).
+    pods: PodsFollowed,
+}
+
+/// The pods' watch state (only the background audit's view follows pods).
+#[derive(Default)]
+struct PodsFollowed {
+    watched: AtomicBool,
+    synced: AtomicBool,
+    /// Pods that could not be read, by (namespace, name): why (reported as unreadable).
+    unreadable: std::sync::Mutex<std::collections::BTreeMap<(String, String), String>>,
+    /// How many pod events could not be read, ever (the audit counts them into its metric).
+    unreadable_events: std::sync::atomic::AtomicU64,
+}
+
+/// The change log's slot of pods (after the kinds of [`KINDS`]).
+pub const POD_SLOT: usize = KINDS.len();
+
+/// The name of a change log slot, for metrics.
+pub fn slot_name(slot: usize) -> &'static str {
+    KINDS.get(slot).map_or("Pod", |k| k.as_str())
 }
 
 impl Default for LiveSource {
@@ -274,7 +356,17 @@ impl LiveSource {
             failing_since_ms: Default::default(),
             retry,
             changes: Default::default(),
+            log: None,
+            pods: PodsFollowed::default(),
         }
+    }
+
+    /// The background audit's view: as the webhook's, and every change is fingerprinted into `log`
+    /// (which namespaces to re-judge); pods are followed too once [`LiveSource::start_pods`] runs.
+    pub fn for_audit(log: Arc<ChangeLog>) -> Self {
+        let mut live = Self::new();
+        live.log = Some(log);
+        live
     }
 
     fn slot(kind: Kind) -> usize {
@@ -304,15 +396,50 @@ impl LiveSource {
         if !matches!(event, Event::Init) {
             self.failing_since_ms[Self::slot(K::KIND)].store(0, Ordering::SeqCst);
         }
+        let slot = Self::slot(K::KIND);
         match event {
             Event::Apply(obj) => {
+                let seen = self.log.as_ref().map(|_| (ns_of(obj.meta()), name_of(obj.meta()), obj.material()));
                 let p = obj.project();
+                if let (Some(log), Some((ns, name, material))) = (&self.log, seen) {
+                    let fingerprint = changes::fingerprint(&(material, format!("{p:?}")));
+                    let before = (K::KIND == Kind::Node).then(|| self.namespaces_with_pods_on(&name));
+                    if log.applied(slot, &ns, &name, fingerprint) {
+                        self.reaches(log, K::KIND, &ns, &name, before);
+                    }
+                }
                 self.write().insert_projection(p);
             }
-            Event::Delete(obj) => obj.remove(&mut self.write()),
-            Event::Init => *buffer = Some(Vec::new()),
-            Event::InitApply(obj) => buffer.get_or_insert_with(Vec::new).push(obj.project()),
+            Event::Delete(obj) => {
+                if let Some(log) = &self.log {
+                    let (ns, name) = (ns_of(obj.meta()), name_of(obj.meta()));
+                    log.deleted(slot, &ns, &name);
+                    let before = (K::KIND == Kind::Node).then(|| self.namespaces_with_pods_on(&name));
+                    self.reaches(log, K::KIND, &ns, &name, before);
+                }
+                obj.remove(&mut self.write())
+            }
+            Event::Init => {
+                if let Some(log) = &self.log {
+                    log.listing_begins(slot);
+                }
+                *buffer = Some(Vec::new())
+            }
+            Event::InitApply(obj) => {
+                let seen = self.log.as_ref().map(|_| (ns_of(obj.meta()), name_of(obj.meta()), obj.material()));
+                let p = obj.project();
+                if let (Some(log), Some((ns, name, material))) = (&self.log, seen) {
+                    let fingerprint = changes::fingerprint(&(material, format!("{p:?}")));
+                    if log.applied(slot, &ns, &name, fingerprint) {
+                        self.reaches(log, K::KIND, &ns, &name, None);
+                    }
+                }
+                buffer.get_or_insert_with(Vec::new).push(p)
+            }
             Event::InitDone => {
+                if let Some(log) = &self.log {
+                    log.listing_done(slot);
+                }
                 let items = buffer.take().unwrap_or_default();
                 let mut index = self.write();
                 index.clear_kind(K::KIND);
@@ -323,6 +450,38 @@ impl LiveSource {
                 self.synced[Self::slot(K::KIND)].store(true, Ordering::SeqCst);
             }
         }
+    }
+
+    /// Namespaces with a pod on `node`.
+    fn namespaces_with_pods_on(&self, node: &str) -> Vec<String> {
+        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        let mut namespaces: Vec<String> =
+            index.pods_on_nodes(&[node.to_string()]).into_iter().map(|(ns, _)| ns).collect();
+        namespaces.dedup();
+        namespaces
+    }
+
+    /// What a change of `kind` `namespace/name` reaches beyond its own namespace: a node's, the
+    /// namespaces with pods on it (before and after); a namespace's, its own objects (its labels
+    /// set the mode) and the cluster-scoped report (webhooks select namespaces by label); a Service
+    /// or pod behind a webhook, the cluster-scoped report (the webhook rules read them).
+    fn reaches(&self, log: &ChangeLog, kind: Kind, namespace: &str, name: &str, before: Option<Vec<String>>) {
+        match kind {
+            Kind::Node => {
+                let mut namespaces = before.unwrap_or_default();
+                namespaces.extend(self.namespaces_with_pods_on(name));
+                log.mark(namespaces.iter().map(String::as_str));
+            }
+            Kind::Namespace => log.mark([name, ""]),
+            _ if !namespace.is_empty() && self.called_by_webhooks(namespace) => log.mark([""]),
+            _ => {}
+        }
+    }
+
+    /// Some webhook configuration calls a Service of `namespace`.
+    fn called_by_webhooks(&self, namespace: &str) -> bool {
+        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        !index.webhook_services_in(namespace).is_empty()
     }
 
     /// The watch of `kind` failed: the view holds its writes up to now at most, until the watch
@@ -341,21 +500,144 @@ impl LiveSource {
 
     /// Starts a watcher per kind, cluster-wide. They retry with a growing delay forever
     /// ([`retry`]); while one is failing, its kind keeps its last known state.
-    pub fn start(self: &Arc<Self>, client: Client) {
-        self.spawn::<Deployment>(client.clone());
-        self.spawn::<StatefulSet>(client.clone());
-        self.spawn::<PodDisruptionBudget>(client.clone());
-        self.spawn::<HorizontalPodAutoscaler>(client.clone());
-        self.spawn::<PersistentVolumeClaim>(client.clone());
-        self.spawn::<Node>(client.clone());
-        self.spawn::<Namespace>(client.clone());
-        self.spawn::<Service>(client.clone());
-        self.spawn::<ValidatingWebhooks>(client.clone());
-        self.spawn::<MutatingWebhooks>(client.clone());
-        self.spawn::<ScaledObject>(client);
+    /// Returns the watch tasks (aborting them stops the view following).
+    pub fn start(self: &Arc<Self>, client: Client) -> Vec<tokio::task::JoinHandle<()>> {
+        vec![
+            self.spawn::<Deployment>(client.clone()),
+            self.spawn::<StatefulSet>(client.clone()),
+            self.spawn::<PodDisruptionBudget>(client.clone()),
+            self.spawn::<HorizontalPodAutoscaler>(client.clone()),
+            self.spawn::<PersistentVolumeClaim>(client.clone()),
+            self.spawn::<Node>(client.clone()),
+            self.spawn::<Namespace>(client.clone()),
+            self.spawn::<Service>(client.clone()),
+            self.spawn::<ValidatingWebhooks>(client.clone()),
+            self.spawn::<MutatingWebhooks>(client.clone()),
+            self.spawn::<ScaledObject>(client),
+        ]
     }
 
-    fn spawn<K: Tracked>(self: &Arc<Self>, client: Client) {
+    /// Follows pods too (the background audit's view: the posture rules read them), cluster-wide,
+    /// each kept as its projection. Returns the watch task.
+    pub fn start_pods(self: &Arc<Self>, client: Client) -> tokio::task::JoinHandle<()> {
+        self.pods.watched.store(true, Ordering::SeqCst);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let api: Api<WatchedPod> = Api::all(client);
+            let watch = || watcher::watcher(api.clone(), watcher::Config::default());
+            let mut buffer = None;
+            let apply = |event: Event<WatchedPod>| this.apply_pod(event, &mut buffer);
+            // Pods are served by every cluster: every failure is one.
+            retry::follow(watch, "Pod", this.retry, apply, |_: &watcher::Error| false, || {}).await;
+        })
+    }
+
+    /// Applies one event of the pods' watch.
+    pub fn apply_pod(&self, event: Event<WatchedPod>, buffer: &mut Option<Vec<(String, PodInfo)>>) {
+        let log = self.log.as_deref();
+        match event {
+            Event::Apply(pod) => {
+                if let Some((ns, info)) = self.read_pod(pod) {
+                    if let Some(log) = log {
+                        let fingerprint = changes::fingerprint(&format!("{info:?}"));
+                        if log.applied(POD_SLOT, &ns, &info.name, fingerprint) {
+                            self.reaches(log, Kind::Deployment, &ns, &info.name, None);
+                        }
+                    }
+                    self.write().upsert_pod(&ns, info);
+                }
+            }
+            Event::Delete(pod) => {
+                let (ns, name) = (ns_of(&pod.metadata), name_of(&pod.metadata));
+                self.unreadable_pods().remove(&(ns.clone(), name.clone()));
+                if let Some(log) = log {
+                    log.deleted(POD_SLOT, &ns, &name);
+                    self.reaches(log, Kind::Deployment, &ns, &name, None);
+                }
+                self.write().remove_pod(&ns, &name);
+            }
+            Event::Init => {
+                if let Some(log) = log {
+                    log.listing_begins(POD_SLOT);
+                }
+                *buffer = Some(Vec::new());
+            }
+            Event::InitApply(pod) => {
+                if let Some((ns, info)) = self.read_pod(pod) {
+                    if let Some(log) = log {
+                        log.applied(POD_SLOT, &ns, &info.name, changes::fingerprint(&format!("{info:?}")));
+                    }
+                    buffer.get_or_insert_with(Vec::new).push((ns, info));
+                }
+            }
+            Event::InitDone => {
+                if let Some(log) = log {
+                    log.listing_done(POD_SLOT);
+                }
+                let pods = buffer.take().unwrap_or_default();
+                let mut index = self.write();
+                index.clear_pods();
+                for (ns, info) in pods {
+                    index.upsert_pod(&ns, info);
+                }
+                drop(index);
+                self.pods.synced.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn unreadable_pods(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<(String, String), String>> {
+        self.pods.unreadable.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A watched pod's namespace and projection; one that cannot be read is remembered as
+    /// unreadable (and dropped from the view) rather than stopping the watch.
+    fn read_pod(&self, pod: WatchedPod) -> Option<(String, PodInfo)> {
+        let (ns, name) = (ns_of(&pod.metadata), name_of(&pod.metadata));
+        match pod.pod {
+            Ok(p) => {
+                self.unreadable_pods().remove(&(ns.clone(), name));
+                let info = PodInfo::of(&p, pod_owner(&p));
+                Some((ns, info))
+            }
+            Err(why) => {
+                self.pods.unreadable_events.fetch_add(1, Ordering::Relaxed);
+                let first = self.unreadable_pods().insert((ns.clone(), name.clone()), why.clone()).is_none();
+                if first {
+                    tracing::warn!(namespace = %ns, pod = %name, error = %why, "cannot read a pod: reported as unreadable");
+                }
+                self.write().remove_pod(&ns, &name);
+                None
+            }
+        }
+    }
+
+    /// Pods that could not be read, by namespace: (name, why).
+    pub fn unreadable_pods_in(&self, namespace: &str) -> Vec<(String, String)> {
+        self.unreadable_pods()
+            .iter()
+            .filter(|((ns, _), _)| ns == namespace)
+            .map(|((_, name), why)| (name.clone(), why.clone()))
+            .collect()
+    }
+
+    /// The pods' first listing is in.
+    pub fn synced_pods(&self) -> bool {
+        self.pods.synced.load(Ordering::SeqCst)
+    }
+
+    /// Pod events that could not be read, since the start.
+    pub fn unreadable_pod_events(&self) -> u64 {
+        self.pods.unreadable_events.load(Ordering::Relaxed)
+    }
+
+    /// Namespaces the view knows of (the Namespace objects).
+    pub fn namespaces(&self) -> Vec<String> {
+        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        index.namespace_names()
+    }
+
+    fn spawn<K: Tracked>(self: &Arc<Self>, client: Client) -> tokio::task::JoinHandle<()> {
         let this = self.clone();
         tokio::spawn(async move {
             let api: Api<K> = Api::all(client);
@@ -382,8 +664,49 @@ impl LiveSource {
                 true
             };
             retry::follow(watch, K::KIND, this.retry, apply, not_served, || this.watch_failed(K::KIND)).await;
-        });
+        })
     }
+}
+
+/// A pod as the audit's watch reads it: its name, namespace and resourceVersion always (the
+/// watcher needs them), the rest as [`LivePod`] if it can be read, else why not, so that one pod
+/// the engine cannot read is reported rather than stopping the watch of every pod.
+#[derive(Clone, Debug)]
+pub struct WatchedPod {
+    pub metadata: ObjectMeta,
+    pub pod: Result<LivePod, String>,
+}
+
+impl<'de> Deserialize<'de> for WatchedPod {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        let text = |key: &str| value.pointer(&format!("/metadata/{key}")).and_then(|v| v.as_str()).map(str::to_string);
+        let metadata = ObjectMeta {
+            name: text("name"),
+            namespace: text("namespace"),
+            resource_version: text("resourceVersion"),
+            ..Default::default()
+        };
+        let pod = LivePod::deserialize(&value).map_err(|e| e.to_string());
+        Ok(WatchedPod { metadata, pod })
+    }
+}
+
+resource!(WatchedPod, NamespaceResourceScope, "Pod", "", "v1", "pods", metadata);
+
+/// Which workload runs a pod. A ReplicaSet's pod belongs to the Deployment whose name is the
+/// ReplicaSet's less `-<pod-template-hash>`: the deployment controller names its ReplicaSets so
+/// (`generateReplicaSetName`, pkg/controller/deployment/sync.go; it truncates only Deployment
+/// names over 242 characters). Read from the pod alone, the audit need not list or watch
+/// ReplicaSets (`ha-guard audit` reads their owner references instead; both agree on the
+/// controller's ReplicaSets).
+pub fn pod_owner(p: &LivePod) -> PodOwner {
+    let controller = controller_of(&p.metadata.owner_references);
+    PodOwner::resolve(controller.map(|c| (c.kind.as_str(), c.name.as_str())), p.mirror(), |rs| {
+        let hash = p.metadata.labels.get("pod-template-hash")?;
+        let deployment = rs.strip_suffix(hash.as_str())?.strip_suffix('-')?;
+        (!deployment.is_empty()).then(|| Arc::from(deployment))
+    })
 }
 
 /// A list or watch the apiserver answered 404: the resource is not served.
@@ -404,6 +727,7 @@ impl ViewSource for LiveSource {
 
     fn synced(&self) -> bool {
         KINDS.iter().all(|k| self.is_synced(*k))
+            && (!self.pods.watched.load(Ordering::SeqCst) || self.pods.synced.load(Ordering::SeqCst))
     }
 
     fn current_as_of(&self, now: k8s_openapi::jiff::Timestamp) -> Option<k8s_openapi::jiff::Timestamp> {
@@ -543,5 +867,127 @@ mod tests {
             !is_not_found(&watcher::Error::InitialListFailed(kube::Error::Api(status(403)))),
             "forbidden is a failure"
         );
+    }
+
+    fn deployment(replicas: i32, ready: i32) -> Deployment {
+        object(serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop", "resourceVersion": format!("{ready}{replicas}"),
+                "generation": replicas},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}},
+            "status": {"readyReplicas": ready, "observedGeneration": replicas}}))
+    }
+
+    fn node(name: &str, heartbeat: &str, unschedulable: bool) -> Node {
+        object(serde_json::json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "resourceVersion": heartbeat, "labels": {"kubernetes.io/hostname": name}},
+            "spec": {"unschedulable": unschedulable},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}]}}))
+    }
+
+    fn pod(ns: &str, name: &str, rs: &str, hash: &str, node: &str, ready: bool) -> WatchedPod {
+        object(serde_json::json!({"metadata": {"name": name, "namespace": ns, "resourceVersion": "1",
+                "labels": {"app": "web", "pod-template-hash": hash},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "controller": true, "uid": "u"}]},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}}))
+    }
+
+    /// Lists `objects` of K as a watcher's first listing does.
+    fn listed<K: Tracked>(live: &LiveSource, objects: Vec<K>) {
+        let mut buffer = None;
+        live.apply::<K>(Event::Init, &mut buffer);
+        for o in objects {
+            live.apply(Event::InitApply(o), &mut buffer);
+        }
+        live.apply::<K>(Event::InitDone, &mut buffer);
+    }
+
+    #[test]
+    fn status_only_updates_change_nothing_the_audit_reads_and_a_spec_change_does() {
+        let log = Arc::new(ChangeLog::new());
+        let live = LiveSource::for_audit(log.clone());
+        let mut buffer = None;
+        listed(&live, vec![deployment(2, 0)]);
+        assert!(log.take().is_empty(), "the first listing is the full read's");
+        // The rollout's status updates: ready 1, then 2.
+        live.apply(Event::Apply(deployment(2, 1)), &mut buffer);
+        live.apply(Event::Apply(deployment(2, 2)), &mut buffer);
+        assert!(log.take().is_empty(), "status only");
+        live.apply(Event::Apply(deployment(3, 2)), &mut buffer);
+        let dirty = log.take();
+        assert_eq!(dirty.namespaces.iter().map(String::as_str).collect::<Vec<_>>(), ["shop"]);
+        assert!(!dirty.cluster);
+        assert_eq!(log.counts(), [(LiveSource::slot_of(Kind::Deployment), 1, 2)]);
+    }
+
+    impl LiveSource {
+        fn slot_of(kind: Kind) -> usize {
+            Self::slot(kind)
+        }
+    }
+
+    #[test]
+    fn a_nodes_heartbeat_is_noise_and_its_cordon_reaches_the_namespaces_with_pods_on_it() {
+        let log = Arc::new(ChangeLog::new());
+        let live = LiveSource::for_audit(log.clone());
+        let mut buffer = None;
+        listed(&live, vec![node("n1", "2026-12-05T10:00:01Z", false), node("n2", "2026-12-05T10:00:01Z", false)]);
+        let mut pods = None;
+        live.apply_pod(Event::Init, &mut pods);
+        live.apply_pod(Event::InitApply(pod("shop", "web-abc-1", "web-abc", "abc", "n1", true)), &mut pods);
+        live.apply_pod(Event::InitApply(pod("bank", "api-def-1", "api-def", "def", "n2", true)), &mut pods);
+        live.apply_pod(Event::InitDone, &mut pods);
+        assert!(log.take().is_empty());
+        live.apply(Event::Apply(node("n1", "2026-12-05T10:00:02Z", false)), &mut buffer);
+        assert!(log.take().is_empty(), "a heartbeat changes nothing the rules read");
+        live.apply(Event::Apply(node("n1", "2026-12-05T10:00:03Z", true)), &mut buffer);
+        let dirty = log.take();
+        assert_eq!(dirty.namespaces.iter().map(String::as_str).collect::<Vec<_>>(), ["shop"], "only n1's pods");
+        // A pod's readiness is read by the rules.
+        live.apply_pod(Event::Apply(pod("bank", "api-def-1", "api-def", "def", "n2", false)), &mut pods);
+        assert_eq!(log.take().namespaces.iter().map(String::as_str).collect::<Vec<_>>(), ["bank"]);
+        live.apply_pod(Event::Apply(pod("bank", "api-def-1", "api-def", "def", "n2", false)), &mut pods);
+        assert!(log.take().is_empty(), "the same pod again");
+        live.with_view(&mut |v| {
+            let target = crate::core::model::ObjectRef::new(Kind::Deployment, "shop", "web");
+            assert_eq!(v.pods_of(&target).len(), 1, "the ReplicaSet web-abc of hash abc is Deployment web's");
+        });
+    }
+
+    #[test]
+    fn a_pod_that_cannot_be_read_is_reported_and_the_others_are_kept() {
+        let log = Arc::new(ChangeLog::new());
+        let live = LiveSource::for_audit(log);
+        let mut pods = None;
+        let bad: WatchedPod = object(serde_json::json!({"metadata": {"name": "odd", "namespace": "shop",
+            "resourceVersion": "3"}, "spec": {"containers": "not a list"}}));
+        assert_eq!(bad.metadata.name.as_deref(), Some("odd"), "the watcher still has its name and version");
+        live.apply_pod(Event::Init, &mut pods);
+        live.apply_pod(Event::InitApply(bad.clone()), &mut pods);
+        live.apply_pod(Event::InitApply(pod("shop", "web-abc-1", "web-abc", "abc", "n1", true)), &mut pods);
+        live.apply_pod(Event::InitDone, &mut pods);
+        assert!(live.synced_pods());
+        let unreadable = live.unreadable_pods_in("shop");
+        assert_eq!(unreadable.len(), 1);
+        assert_eq!(unreadable[0].0, "odd");
+        assert!(unreadable[0].1.contains("invalid type"), "{unreadable:?}");
+        assert_eq!(live.unreadable_pod_events(), 1);
+        live.with_view(&mut |v| assert_eq!(v.pods_in("shop").len(), 1));
+        live.apply_pod(Event::Delete(bad), &mut pods);
+        assert!(live.unreadable_pods_in("shop").is_empty(), "gone with the pod");
+    }
+
+    #[test]
+    fn a_pods_deployment_is_its_replica_sets_name_less_the_template_hash() {
+        let owner = |rs: &str, hash: &str| {
+            let WatchedPod { pod, .. } = pod("shop", "p", rs, hash, "n1", true);
+            pod_owner(&pod.expect("readable"))
+        };
+        assert_eq!(owner("web-7d9f8", "7d9f8"), PodOwner::Workload(Kind::Deployment, "web".into()));
+        assert_eq!(owner("my-web-app-7d9f8", "7d9f8"), PodOwner::Workload(Kind::Deployment, "my-web-app".into()));
+        assert_eq!(owner("standalone", "7d9f8"), PodOwner::Other, "a ReplicaSet not named by a Deployment");
+        assert_eq!(owner("-7d9f8", "7d9f8"), PodOwner::Other);
     }
 }

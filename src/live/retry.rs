@@ -18,8 +18,6 @@ use futures::{Stream, StreamExt};
 use kube::runtime::watcher::Event;
 use tokio::time::Instant;
 
-use crate::core::model::Kind;
-
 /// The retry schedule of a watch.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RetryPolicy {
@@ -134,7 +132,7 @@ impl WatchHealth {
 /// other error is told to `failed` (the view is no longer current from then on) before the wait.
 pub async fn follow<K, E: Display, S: Stream<Item = Result<Event<K>, E>>>(
     mut watch: impl FnMut() -> S,
-    kind: Kind,
+    kind: impl Display + Copy,
     policy: RetryPolicy,
     mut apply: impl FnMut(Event<K>),
     mut not_served: impl FnMut(&E) -> bool,
@@ -186,7 +184,7 @@ pub async fn follow<K, E: Display, S: Stream<Item = Result<Event<K>, E>>>(
     }
 }
 
-fn log_recovered(kind: Kind, attempts: u32, failing_for: Duration) {
+fn log_recovered(kind: impl Display, attempts: u32, failing_for: Duration) {
     tracing::info!(
         kind = %kind,
         attempts,

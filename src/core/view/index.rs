@@ -494,6 +494,14 @@ impl Index {
         self.upsert_namespace_labels(name_of(&ns.metadata), ns.metadata.labels.clone().unwrap_or_default());
     }
 
+    /// The namespaces known: the Namespace objects, and those holding an object or a pod; sorted.
+    pub fn namespace_names(&self) -> Vec<String> {
+        let mut names: std::collections::BTreeSet<String> = self.namespace_labels.keys().cloned().collect();
+        names.extend(self.namespaces.keys().filter(|n| !n.is_empty()).cloned());
+        names.extend(self.pods.namespaces());
+        names.into_iter().collect()
+    }
+
     pub fn upsert_namespace_labels(&mut self, name: String, labels: BTreeMap<String, String>) {
         self.namespace_labels.insert(name, labels);
     }

@@ -80,6 +80,11 @@ impl Pods {
         self.node_names.clear();
     }
 
+    /// The namespaces with a pod.
+    pub fn namespaces(&self) -> impl Iterator<Item = String> + '_ {
+        self.namespaces.keys().cloned()
+    }
+
     pub fn len(&self) -> usize {
         self.namespaces.values().map(|ns| ns.by_name.len()).sum()
     }
