@@ -29,7 +29,10 @@ fn return_memory_promptly() {
 
 fn main() -> ExitCode {
     let cli = ha_guard::cli::parse();
-    if matches!(cli.command, ha_guard::cli::Command::Check(_) | ha_guard::cli::Command::Audit(_)) {
+    if matches!(
+        cli.command,
+        ha_guard::cli::Command::Check(_) | ha_guard::cli::Command::Audit(_) | ha_guard::cli::Command::Reports(_)
+    ) {
         return_memory_promptly();
     }
     match ha_guard::cli::run(cli) {

@@ -21,22 +21,23 @@
 //!   result is gone at the next run, and an unchanged cluster costs no writes.
 //! - **Metrics**: `ha_guard_audit_findings{namespace,rule,action}` from the last run.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::progress::Progress;
-use super::read::{LISTINGS, ReadOptions};
+use super::read::LISTINGS;
 use crate::check::Report;
 use crate::core::finding::{Decision, Finding};
 use crate::core::model::ObjectRef;
-use crate::server::metrics::AuditLabels;
+use crate::core::view::ViewSource;
+use crate::live::LiveSource;
+use crate::live::changes::{ChangeLog, Dirty};
+use crate::server::metrics::{AuditLabels, CauseLabels, ChangeLabels, ResultLabels, ScopeLabels};
 use crate::server::state::AppState;
 
 /// The Lease that elects the replica that audits.
@@ -47,8 +48,9 @@ pub const REPORT: &str = "ha-guard";
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "ha-guard");
 /// Server-side apply field manager of the reports.
 const FIELD_MANAGER: &str = "ha-guard";
-/// At most one run this often after changes (a rollout is many changes).
-pub const DEBOUNCE: Duration = Duration::from_secs(10);
+/// How long changes are gathered, by default, before the namespaces they touch are re-judged (a
+/// rollout or an apply is many events).
+pub const DEBOUNCE: Duration = Duration::from_secs(2);
 /// As client-go's leader election: a lease of 15 s, renewed 5 s before it runs out.
 const LEASE_SECONDS: u64 = 15;
 const RENEW_BEFORE_SECONDS: u64 = 5;
@@ -69,8 +71,8 @@ pub struct Background {
     pub namespace: String,
     /// This replica's name in the Lease.
     pub identity: String,
-    /// Signalled on a change in the live view: a run comes early.
-    pub changes: Option<Arc<Notify>>,
+    /// How long changes are gathered before the namespaces they touch are judged again.
+    pub debounce: Duration,
     /// Which report format is written.
     pub report_api: ReportApi,
     /// Becomes true when the process is told to stop: the Lease is released, so that another
@@ -219,20 +221,137 @@ pub fn counts(report: &Report) -> BTreeMap<AuditLabels, i64> {
     counts
 }
 
+/// The size a report is kept under: etcd refuses objects over 1.5 MiB (its default
+/// `--max-request-bytes`), and a report near that is slow to write and to read. Past it the
+/// results are cut, the most severe kept, and the cut said.
+pub const REPORT_BYTES_MAX: usize = 1_000_000;
+/// The annotation that says a report was cut.
+pub const TRUNCATED: &str = "ha-guard.io/truncated";
+
+/// Results to keep within `budget` bytes (their JSON): fail, then error, warn and skip, in their
+/// order otherwise. `None` when all fit.
+pub fn fit(results: &[Value], budget: usize) -> Option<Vec<Value>> {
+    let size = |r: &Value| r.to_string().len() + 1;
+    if results.iter().map(size).sum::<usize>() <= budget {
+        return None;
+    }
+    let rank = |r: &Value| match r["result"].as_str() {
+        Some("fail") => 0,
+        Some("error") => 1,
+        Some("warn") => 2,
+        _ => 3,
+    };
+    let mut order: Vec<&Value> = results.iter().collect();
+    order.sort_by_key(|r| rank(r));
+    let mut kept = Vec::new();
+    let mut used = 0;
+    for r in order {
+        let n = size(r);
+        if used + n > budget {
+            break;
+        }
+        used += n;
+        kept.push(r.clone());
+    }
+    Some(kept)
+}
+
+/// A result for an object that could not be read (`error`: the report says what it could not
+/// judge rather than leaving it out).
+fn unreadable_result(resource: Value, why: &str) -> Value {
+    json!({
+        "policy": REPORT,
+        "rule": "unreadable",
+        "result": "error",
+        "resources": [resource],
+        "message": format!("ha-guard cannot read this object, so it was not judged: {why}"),
+        "source": REPORT,
+        "scored": true,
+    })
+}
+
+/// The resource of an unreadable object from its API path (`apis/apps/v1/namespaces/ns/deployments/x`).
+fn resource_of_path(path: &str) -> Value {
+    let parts: Vec<&str> = path.split('/').collect();
+    let name = parts.last().copied().unwrap_or_default();
+    let plural = parts.len().checked_sub(2).and_then(|i| parts.get(i)).copied().unwrap_or_default();
+    match LISTINGS.iter().find(|l| l.plural == plural) {
+        Some(l) => {
+            let namespace = parts.iter().position(|p| *p == "namespaces").and_then(|i| parts.get(i + 1));
+            let mut r = json!({"apiVersion": l.api_version, "kind": l.kind.as_str(), "name": name});
+            if let Some(ns) = namespace {
+                r["namespace"] = json!(ns);
+            }
+            r
+        }
+        None => json!({"name": name}),
+    }
+}
+
 /// What the holder remembers between runs.
 #[derive(Default)]
 struct Written {
-    /// Results (unstamped) last written, by namespace: unchanged ones are not written again.
-    reports: BTreeMap<String, Vec<Value>>,
-    /// Label sets of the gauge now set.
-    gauge: BTreeSet<AuditLabels>,
+    /// A hash of the results last written, by namespace (`""`: the cluster's report): unchanged
+    /// ones are not written again.
+    reports: HashMap<String, u64>,
+    /// Label sets of the gauge now set, by namespace.
+    gauge: HashMap<String, Vec<AuditLabels>>,
     /// The report CRDs were found missing (said once, not at every run).
     missing_crd: bool,
+    /// Change counts already added to the metric, by slot.
+    changes_counted: HashMap<usize, (u64, u64)>,
+    /// Unreadable pod events already counted.
+    unreadable_pods_counted: u64,
+}
+
+/// What one run did.
+#[derive(Default)]
+struct Tally {
+    failed: bool,
+    scopes: usize,
+    writes: usize,
+    deletes: usize,
+    findings: usize,
+}
+
+/// How a report write ended.
+enum Wrote {
+    Written,
+    Unchanged,
+    /// The namespace was deleted (or is being deleted) since it was read.
+    NamespaceGone,
+    CrdMissing,
+    Failed,
+}
+
+/// Aborts the view's watch tasks when the holder stops holding.
+struct Watches(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+fn cause(state: &AppState, cause: &'static str, n: u64) {
+    if n > 0 {
+        state.metrics.audit_errors.get_or_create(&CauseLabels { cause }).inc_by(n);
+    }
+}
+
+/// A 404 of a write into a namespace that is gone, not of a report resource the cluster lacks; or
+/// the 403 of a namespace being deleted.
+fn namespace_gone(s: &kube::core::Status) -> bool {
+    let about_namespace =
+        s.details.as_ref().is_some_and(|d| d.kind == "namespaces") || s.message.starts_with("namespaces \"");
+    (s.code == 404 && about_namespace) || (s.code == 403 && s.message.contains("being terminated"))
 }
 
 impl Background {
-    /// Runs until told to stop: waits for the Lease, then audits every interval (and after changes)
-    /// while it holds it; on stop, releases the Lease.
+    /// Runs until told to stop: waits for the Lease, then audits while it holds it; on stop,
+    /// releases the Lease.
     pub async fn run(self, state: Arc<AppState>) {
         let mut stop = self.stop.clone();
         let mut lease_task = None;
@@ -281,7 +400,6 @@ impl Background {
         };
         let (mut leader, task) = manager.watch().await;
         *lease_task = Some(task);
-        let debounce = DEBOUNCE.min(self.interval);
         let mut written = Written::default();
         loop {
             while !*leader.borrow_and_update() {
@@ -293,28 +411,8 @@ impl Background {
             }
             state.metrics.audit_leader.set(1);
             tracing::info!(identity = %self.identity, lease = LEASE, "background audit: this replica holds the Lease");
-            // While holding the Lease: run, then wait for the interval, or a change (debounced).
-            let holding = async {
-                loop {
-                    let ran = Instant::now();
-                    self.audit_once(&state, &mut written).await;
-                    // A busy cluster changes all the time: early runs leave the apiserver at least
-                    // four times the time a run takes.
-                    let debounce = debounce.max(ran.elapsed() * 5).min(self.interval);
-                    let changed = async {
-                        match &self.changes {
-                            Some(n) => n.notified().await,
-                            None => std::future::pending().await,
-                        }
-                    };
-                    tokio::select! {
-                        _ = tokio::time::sleep_until(ran + self.interval) => {}
-                        _ = changed => tokio::time::sleep_until(ran + debounce).await,
-                    }
-                }
-            };
             tokio::select! {
-                _ = holding => {}
+                _ = self.follow(&state, &mut written) => {}
                 r = leader.changed() => if r.is_err() {
                     tracing::error!("background audit: the Lease election stopped; no more audits");
                     self.step_down(&state, &mut written);
@@ -324,137 +422,335 @@ impl Background {
         }
     }
 
-    /// Not (or no longer) the holder: the gauge is the holder's to show.
-    fn step_down(&self, state: &AppState, written: &mut Written) {
-        if state.metrics.audit_leader.get() == 1 {
-            tracing::info!(identity = %self.identity, "background audit: another replica holds the Lease");
+    /// While holding the Lease: follow the cluster (a view of its own, pods included, dropped
+    /// with the Lease), read it all once per interval, and in between re-judge the namespaces
+    /// where something the rules read changed.
+    async fn follow(&self, state: &Arc<AppState>, written: &mut Written) {
+        let log = Arc::new(ChangeLog::new());
+        let live = Arc::new(LiveSource::for_audit(log.clone()));
+        let mut tasks = live.start(self.client.clone());
+        tasks.push(live.start_pods(self.client.clone()));
+        let _watches = Watches(tasks);
+        let waiting = Instant::now();
+        let mut said = false;
+        while !live.synced() {
+            if !said && waiting.elapsed() > Duration::from_secs(30) {
+                tracing::warn!(
+                    "background audit: waiting for its view of the cluster to sync (see the watch errors above)"
+                );
+                said = true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        state.metrics.audit_leader.set(0);
-        for key in std::mem::take(&mut written.gauge) {
-            state.metrics.audit_findings.remove(&key);
+        tracing::info!(elapsed_ms = waiting.elapsed().as_millis() as u64, "background audit: view synced");
+        loop {
+            let started = Instant::now();
+            // The full read covers what changed up to now.
+            log.take();
+            self.run_once(state, &live, None, written).await;
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(started + self.interval) => break,
+                    _ = log.changed() => {
+                        // A rollout or an apply is many events: gather them.
+                        tokio::time::sleep(self.debounce).await;
+                        let dirty = log.take();
+                        if !dirty.is_empty() {
+                            self.run_once(state, &live, Some(dirty), written).await;
+                        }
+                    }
+                }
+                count_changes(state, &log, &live, written);
+            }
         }
-        written.reports.clear();
     }
 
-    async fn audit_once(&self, state: &AppState, written: &mut Written) {
+    /// One run: everything (`None`), or the dirty scopes.
+    async fn run_once(&self, state: &AppState, live: &Arc<LiveSource>, dirty: Option<Dirty>, written: &mut Written) {
         let started = std::time::Instant::now();
-        let options = ReadOptions { namespace: None, selector: None, page: PAGE, templates: false };
-        let cluster = match super::read(&self.client, &options, &Progress::new(false)).await {
-            Ok(c) => c,
-            Err(e) => {
-                state
-                    .metrics
-                    .audit_runs
-                    .get_or_create(&crate::server::metrics::ResultLabels { result: "failure" })
-                    .inc();
-                tracing::warn!(error = %e, "background audit: cannot read the cluster; the reports keep the last run's results");
-                return;
-            }
+        let full = dirty.is_none();
+        let (namespaces, cluster) = match dirty {
+            None => (live.namespaces(), true),
+            Some(d) => (d.namespaces.into_iter().collect(), d.cluster),
         };
-        let config = state.config();
-        let report = tokio::task::spawn_blocking(move || super::audit(&cluster, &config)).await;
-        let Ok(report) = report else {
-            tracing::error!("background audit: the audit stopped unexpectedly");
-            return;
-        };
-        // The gauge: set what is, remove what is gone.
-        let counts = counts(&report);
-        for gone in written.gauge.iter().filter(|k| !counts.contains_key(*k)) {
-            state.metrics.audit_findings.remove(gone);
+        let mut tally = Tally::default();
+        for ns in &namespaces {
+            self.judge_scope(state, live, ns, written, &mut tally).await;
         }
-        for (key, n) in &counts {
-            state.metrics.audit_findings.get_or_create(key).set(*n);
+        if cluster {
+            self.judge_scope(state, live, "", written, &mut tally).await;
         }
-        written.gauge = counts.into_keys().collect();
-        let wanted = results_by_namespace(&report);
-        let (writes, deletes) = self.write_reports(state, &wanted, written).await;
-        state.metrics.audit_runs.get_or_create(&crate::server::metrics::ResultLabels { result: "success" }).inc();
+        if full {
+            self.delete_stale(written, &mut tally).await;
+            state.metrics.audit_reads.get_or_create(&ScopeLabels { scope: "cluster" }).inc();
+        } else {
+            state
+                .metrics
+                .audit_reads
+                .get_or_create(&ScopeLabels { scope: "namespace" })
+                .inc_by(namespaces.len() as u64);
+        }
+        let result = if tally.failed { "failure" } else { "success" };
+        state.metrics.audit_runs.get_or_create(&ResultLabels { result }).inc();
+        if !tally.failed {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            state.metrics.audit_last_success.set(now as i64);
+        }
         tracing::info!(
-            findings = report.findings.len(),
-            objects = report.objects,
-            namespaces = wanted.len() - 1,
-            reports_written = writes,
-            reports_deleted = deletes,
+            run = if full { "full" } else { "changes" },
+            result,
+            scopes = tally.scopes,
+            findings = tally.findings,
+            reports_written = tally.writes,
+            reports_deleted = tally.deletes,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "background audit done"
         );
     }
 
-    /// Writes the reports whose results changed and deletes ha-guard's reports of namespaces that
-    /// have none now; returns (written, deleted).
-    async fn write_reports(
+    /// Reads the objects of `namespace` (`""`: the cluster-scoped ones), judges them against the
+    /// view, and writes their report if it changed.
+    async fn judge_scope(
         &self,
         state: &AppState,
-        wanted: &BTreeMap<String, Vec<Value>>,
+        live: &Arc<LiveSource>,
+        namespace: &str,
         written: &mut Written,
-    ) -> (usize, usize) {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-        let apply = PatchParams::apply(FIELD_MANAGER).force();
-        let (mut writes, mut deletes) = (0, 0);
-        for (ns, results) in wanted {
-            if written.reports.get(ns) == Some(results) {
-                continue;
+        tally: &mut Tally,
+    ) {
+        tally.scopes += 1;
+        let scope = (!namespace.is_empty()).then_some(namespace);
+        let (subjects, unreadable) = match super::read::read_scope(&self.client, scope, PAGE).await {
+            Ok(read) => read,
+            Err(e) => {
+                cause(state, "read", 1);
+                tally.failed = true;
+                let at = if namespace.is_empty() {
+                    "the cluster-scoped objects".to_string()
+                } else {
+                    format!("namespace {namespace}")
+                };
+                tracing::warn!(error = %e, "background audit: cannot read {at}; its report keeps the last results");
+                return;
             }
-            let object = report_object(self.report_api, ns, results, now);
-            let api: Api<DynamicObject> = if ns.is_empty() {
-                Api::all_with(self.client.clone(), &self.report_api.resource(true))
-            } else {
-                Api::namespaced_with(self.client.clone(), ns, &self.report_api.resource(false))
-            };
-            match api.patch(REPORT, &apply, &Patch::Apply(&object)).await {
-                Ok(_) => {
-                    writes += 1;
-                    state.metrics.audit_report_writes.inc();
-                    written.reports.insert(ns.clone(), results.clone());
-                    written.missing_crd = false;
-                }
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    // Not an error: a cluster may go without the report CRDs (the chart's crds/ not
-                    // applied); the gauge still has the findings.
-                    if !written.missing_crd {
-                        let ar = self.report_api.resource(false);
-                        tracing::info!(
-                            "background audit: the {} CRDs ({}) are not installed, so no report is written (the chart \
-                             installs them); the metric ha_guard_audit_findings still shows the findings",
-                            ar.kind,
-                            ar.api_version
-                        );
-                    }
-                    written.missing_crd = true;
-                    return (writes, deletes);
-                }
-                Err(e) => {
-                    let at = if ns.is_empty() { "cluster".to_string() } else { format!("namespace {ns}") };
-                    tracing::warn!(error = %e, "background audit: cannot write the report of {at}");
-                }
+        };
+        cause(state, "decode", unreadable.len() as u64);
+        let has_subjects = !subjects.is_empty();
+        let config = state.config();
+        let view = live.clone();
+        let unreadable_paths = unreadable.clone();
+        let judged = tokio::task::spawn_blocking(move || {
+            let refs: Vec<&super::read::Listed> = subjects.iter().collect();
+            let mut report = None;
+            view.with_view(&mut |v| report = Some(super::audit_subjects(&refs, &unreadable_paths, v, &config)));
+            report.unwrap_or_default()
+        })
+        .await;
+        let Ok(report) = judged else {
+            tracing::error!(namespace, "background audit: judging stopped unexpectedly");
+            tally.failed = true;
+            return;
+        };
+        let mut results: Vec<Value> = report
+            .findings
+            .iter()
+            .filter(|l| l.finding.object.namespace == namespace)
+            .map(|l| result(&l.finding))
+            .collect();
+        tally.findings += results.len();
+        for (path, why) in &unreadable {
+            results.push(unreadable_result(resource_of_path(path), why));
+        }
+        if !namespace.is_empty() {
+            for (pod, why) in live.unreadable_pods_in(namespace) {
+                let resource = json!({"apiVersion": "v1", "kind": "Pod", "name": pod, "namespace": namespace});
+                results.push(unreadable_result(resource, &why));
             }
         }
-        // Reports of namespaces with nothing judged any more (the last object deleted).
+        // The gauge of this scope: set what is, remove what is gone.
+        let counts = counts(&report);
+        let counts: BTreeMap<AuditLabels, i64> = counts.into_iter().filter(|(k, _)| k.namespace == namespace).collect();
+        for gone in written.gauge.remove(namespace).unwrap_or_default() {
+            if !counts.contains_key(&gone) {
+                state.metrics.audit_findings.remove(&gone);
+            }
+        }
+        for (key, n) in &counts {
+            state.metrics.audit_findings.get_or_create(key).set(*n);
+        }
+        written.gauge.insert(namespace.to_string(), counts.into_keys().collect());
+        // A namespace with nothing to judge has no report (the cluster always has one).
+        if !has_subjects && unreadable.is_empty() && !namespace.is_empty() && results.is_empty() {
+            if written.reports.remove(namespace).is_some() {
+                if self.delete_report(namespace).await {
+                    tally.deletes += 1;
+                } else {
+                    tally.failed = true;
+                }
+            }
+            return;
+        }
+        match self.write_report(state, namespace, results, written).await {
+            Wrote::Written => tally.writes += 1,
+            Wrote::Unchanged | Wrote::CrdMissing => {}
+            Wrote::NamespaceGone => {
+                written.reports.remove(namespace);
+                for gone in written.gauge.remove(namespace).unwrap_or_default() {
+                    state.metrics.audit_findings.remove(&gone);
+                }
+            }
+            Wrote::Failed => tally.failed = true,
+        }
+    }
+
+    /// Writes the report of `namespace` unless its results are the ones last written.
+    async fn write_report(
+        &self,
+        state: &AppState,
+        namespace: &str,
+        results: Vec<Value>,
+        written: &mut Written,
+    ) -> Wrote {
+        let hash = crate::live::changes::fingerprint(&Value::Array(results.clone()).to_string());
+        if written.reports.get(namespace) == Some(&hash) {
+            return Wrote::Unchanged;
+        }
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        let mut object = report_object(self.report_api, namespace, &results, now);
+        if let Some(kept) = fit(&results, REPORT_BYTES_MAX) {
+            let at = if namespace.is_empty() { "the cluster".to_string() } else { format!("namespace {namespace}") };
+            tracing::warn!(
+                kept = kept.len(),
+                results = results.len(),
+                "background audit: the report of {at} is over {REPORT_BYTES_MAX} bytes; the most severe results are kept, the summary counts them all"
+            );
+            cause(state, "report-truncated", 1);
+            let stamped = report_object(self.report_api, namespace, &kept, now);
+            object["results"] = stamped["results"].clone();
+            let all = if namespace.is_empty() {
+                "ha-guard audit".to_string()
+            } else {
+                format!("ha-guard audit -n {namespace}")
+            };
+            object["metadata"]["annotations"] = json!({TRUNCATED: format!(
+                "{} of {} results kept (a report over {REPORT_BYTES_MAX} bytes is cut; the summary counts all): {all} lists every one",
+                kept.len(), results.len())});
+        }
+        let apply = PatchParams::apply(FIELD_MANAGER).force();
+        let api: Api<DynamicObject> = if namespace.is_empty() {
+            Api::all_with(self.client.clone(), &self.report_api.resource(true))
+        } else {
+            Api::namespaced_with(self.client.clone(), namespace, &self.report_api.resource(false))
+        };
+        match api.patch(REPORT, &apply, &Patch::Apply(&object)).await {
+            Ok(_) => {
+                state.metrics.audit_report_writes.inc();
+                written.reports.insert(namespace.to_string(), hash);
+                written.missing_crd = false;
+                Wrote::Written
+            }
+            Err(kube::Error::Api(s)) if namespace_gone(&s) => {
+                cause(state, "namespace-gone", 1);
+                tracing::info!(namespace, "background audit: the namespace was deleted since it was read; no report");
+                Wrote::NamespaceGone
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                // Not a failure: a cluster may go without the report CRDs (the chart's crds/ not
+                // applied); the gauge still has the findings.
+                cause(state, "crd-missing", 1);
+                if !written.missing_crd {
+                    let ar = self.report_api.resource(false);
+                    tracing::info!(
+                        "background audit: the {} CRDs ({}) are not installed, so no report is written (the chart \
+                         installs them); the metric ha_guard_audit_findings still shows the findings",
+                        ar.kind,
+                        ar.api_version
+                    );
+                }
+                written.missing_crd = true;
+                Wrote::CrdMissing
+            }
+            Err(e) => {
+                cause(state, "write", 1);
+                let at = if namespace.is_empty() { "cluster".to_string() } else { format!("namespace {namespace}") };
+                tracing::warn!(error = %e, "background audit: cannot write the report of {at}");
+                Wrote::Failed
+            }
+        }
+    }
+
+    /// Deletes ha-guard's report in `namespace`; false when that failed.
+    async fn delete_report(&self, namespace: &str) -> bool {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &self.report_api.resource(false));
+        match api.delete(REPORT, &DeleteParams::default()).await {
+            Ok(_) => true,
+            Err(kube::Error::Api(s)) if s.code == 404 => true,
+            Err(e) => {
+                tracing::warn!(error = %e, namespace, "background audit: cannot delete a stale report");
+                false
+            }
+        }
+    }
+
+    /// After a full read: deletes ha-guard's reports of namespaces with nothing to judge now.
+    async fn delete_stale(&self, written: &mut Written, tally: &mut Tally) {
+        if written.missing_crd {
+            return;
+        }
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &self.report_api.resource(false));
         let owned = ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
         match api.list_metadata(&owned).await {
             Ok(list) => {
                 for r in list.items {
                     let ns = r.metadata.namespace.clone().unwrap_or_default();
-                    if r.metadata.name.as_deref() != Some(REPORT) || wanted.contains_key(&ns) {
+                    if r.metadata.name.as_deref() != Some(REPORT) || written.reports.contains_key(&ns) {
                         continue;
                     }
-                    let api: Api<DynamicObject> =
-                        Api::namespaced_with(self.client.clone(), &ns, &self.report_api.resource(false));
-                    match api.delete(REPORT, &DeleteParams::default()).await {
-                        Ok(_) => deletes += 1,
-                        Err(kube::Error::Api(s)) if s.code == 404 => {}
-                        Err(e) => {
-                            tracing::warn!(error = %e, namespace = %ns, "background audit: cannot delete a stale report")
-                        }
+                    if self.delete_report(&ns).await {
+                        tally.deletes += 1;
+                    } else {
+                        tally.failed = true;
                     }
-                    written.reports.remove(&ns);
                 }
             }
             Err(e) => tracing::warn!(error = %e, "background audit: cannot list its reports to delete stale ones"),
         }
-        (writes, deletes)
     }
+
+    /// Not (or no longer) the holder: the gauge is the holder's to show.
+    fn step_down(&self, state: &AppState, written: &mut Written) {
+        if state.metrics.audit_leader.get() == 1 {
+            tracing::info!(identity = %self.identity, "background audit: another replica holds the Lease");
+        }
+        state.metrics.audit_leader.set(0);
+        for (_, keys) in std::mem::take(&mut written.gauge) {
+            for key in keys {
+                state.metrics.audit_findings.remove(&key);
+            }
+        }
+        written.reports.clear();
+        written.changes_counted.clear();
+        written.unreadable_pods_counted = 0;
+    }
+}
+
+/// Adds the change log's new counts to the metrics.
+fn count_changes(state: &AppState, log: &ChangeLog, live: &LiveSource, written: &mut Written) {
+    for (slot, changed, ignored) in log.counts() {
+        let before = written.changes_counted.insert(slot, (changed, ignored)).unwrap_or_default();
+        let kind = crate::live::slot_name(slot);
+        let m = &state.metrics.audit_changes;
+        if changed > before.0 {
+            m.get_or_create(&ChangeLabels { kind, effect: "rejudge" }).inc_by(changed - before.0);
+        }
+        if ignored > before.1 {
+            m.get_or_create(&ChangeLabels { kind, effect: "ignored" }).inc_by(ignored - before.1);
+        }
+    }
+    let unreadable = live.unreadable_pod_events();
+    cause(state, "decode", unreadable.saturating_sub(written.unreadable_pods_counted));
+    written.unreadable_pods_counted = unreadable;
 }
 
 #[cfg(test)]
@@ -615,5 +911,56 @@ spec: {selector: {app: none}}
         let w = resource_ref(&ObjectRef::new(Kind::ValidatingWebhookConfiguration, "", "v"));
         assert_eq!(w["apiVersion"], "admissionregistration.k8s.io/v1");
         assert!(w.get("namespace").is_none());
+    }
+
+    #[test]
+    fn a_report_over_its_size_keeps_the_most_severe_results() {
+        let r = |result: &str, i: usize| json!({"rule": format!("r{i}"), "result": result, "message": "x".repeat(100)});
+        let results: Vec<Value> = (0..10).map(|i| r(if i % 3 == 0 { "fail" } else { "warn" }, i)).collect();
+        assert_eq!(fit(&results, 100_000), None, "all fit");
+        let one = results[0].to_string().len() + 1;
+        let kept = fit(&results, one * 5).expect("cut");
+        assert_eq!(kept.len(), 5);
+        let fails = kept.iter().filter(|r| r["result"] == "fail").count();
+        assert_eq!(fails, 4, "every fail first: {kept:?}");
+        assert_eq!(kept[4]["rule"], "r1", "then the warnings in their order");
+    }
+
+    #[test]
+    fn a_vanished_namespace_is_not_a_missing_crd() {
+        let status = |code: u16, message: &str, kind: Option<&str>| {
+            let mut s = kube::core::Status::failure(message, "NotFound").with_code(code);
+            s.details = kind.map(|k| {
+                serde_json::from_value::<kube::core::response::StatusDetails>(json!({"kind": k})).expect("details")
+            });
+            s
+        };
+        assert!(namespace_gone(&status(404, "namespaces \"shop\" not found", Some("namespaces"))));
+        assert!(namespace_gone(&status(404, "namespaces \"shop\" not found", None)));
+        assert!(namespace_gone(&status(
+            403,
+            "policyreports.wgpolicyk8s.io \"ha-guard\" is forbidden: unable to create new content in namespace shop because it is being terminated",
+            None
+        )));
+        assert!(!namespace_gone(&status(404, "the server could not find the requested resource", None)), "no CRD");
+        assert!(!namespace_gone(&status(403, "forbidden: User cannot patch", None)), "RBAC");
+    }
+
+    #[test]
+    fn an_unreadable_object_is_an_error_result_naming_it() {
+        let r = unreadable_result(
+            resource_of_path("apis/apps/v1/namespaces/shop/deployments/x"),
+            "spec.replicas: invalid type",
+        );
+        assert_eq!(r["result"], "error");
+        assert_eq!(r["rule"], "unreadable");
+        assert_eq!(
+            r["resources"][0],
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "x", "namespace": "shop"})
+        );
+        assert!(r["message"].as_str().unwrap().contains("spec.replicas: invalid type"));
+        let hook = resource_of_path("apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/v");
+        assert_eq!(hook["kind"], "ValidatingWebhookConfiguration");
+        assert!(hook.get("namespace").is_none());
     }
 }

@@ -42,8 +42,18 @@ pub fn audit(cluster: &Cluster, config: &Config) -> Report {
         .iter()
         .filter(|l| cluster.selected.as_ref().is_none_or(|s| s.contains(&l.subject.id())))
         .collect();
-    let view: &dyn View = &cluster.index;
-    let verdicts = map_on_cores(&judged, |l| {
+    audit_subjects(&judged, &cluster.unreadable, &cluster.index, config)
+}
+
+/// Judges `judged` against `view` (complete: absences are facts), `unreadable` reported as not
+/// checked: the audit of a whole cluster, or of one namespace by the background audit.
+pub fn audit_subjects(
+    judged: &[&read::Listed],
+    unreadable: &[(String, String)],
+    view: &dyn View,
+    config: &Config,
+) -> Report {
+    let verdicts = map_on_cores(judged, |l| {
         judge::audit(&Review {
             subject: &l.subject,
             old: None,
@@ -55,7 +65,7 @@ pub fn audit(cluster: &Cluster, config: &Config) -> Report {
     });
     let checked: HashSet<ObjectRef> = judged.iter().map(|l| l.subject.id()).collect();
     let mut report = Report { objects: judged.len(), files: 0, ..Default::default() };
-    for (path, why) in &cluster.unreadable {
+    for (path, why) in unreadable {
         report.unchecked.push((origin(path), why.clone()));
     }
     for (listed, verdict) in judged.iter().zip(verdicts) {

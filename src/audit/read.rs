@@ -378,6 +378,60 @@ async fn read_selected(
     Ok(futures::future::try_join_all(lists).await?.into_iter().flatten().collect())
 }
 
+/// The objects to judge of one scope: a namespace's (`Some`), or the cluster-scoped ones (`None`),
+/// each kind listed in pages as `read` lists; those that do not decode are returned apart (their
+/// path and why). The background audit judges them against its live view.
+pub async fn read_scope(
+    client: &Client,
+    namespace: Option<&str>,
+    page: u32,
+) -> Result<(Vec<Listed>, Vec<(String, String)>), String> {
+    let options = ReadOptions { namespace: namespace.map(str::to_string), page, ..Default::default() };
+    let progress = Progress::new(false);
+    let in_scope = |l: &&Listing| judged(l.kind) && l.kind.is_cluster_scoped() == namespace.is_none();
+    let lists = LISTINGS.iter().filter(in_scope).map(|listing| {
+        let options = &options;
+        let progress = &progress;
+        async move {
+            let path = collection(listing.api_version, listing.plural, namespace.is_some(), namespace);
+            let mut subjects = Vec::new();
+            let mut unreadable = Vec::new();
+            let listed = list::<Stripped>(
+                client,
+                Query { path: &path, selector: None, metadata_only: false, what: "objects" },
+                options,
+                progress,
+                |items| {
+                    for item in items {
+                        match decode(listing, item) {
+                            Ok((Object::Subject(subject), path)) => subjects.push(Listed { subject, path }),
+                            Ok(_) => {}
+                            Err(e) => unreadable.push(e),
+                        }
+                    }
+                },
+            )
+            .await;
+            match listed {
+                Ok(()) => Ok((subjects, unreadable)),
+                Err(e) if listing.optional && is_not_found(&e) => Ok((Vec::new(), Vec::new())),
+                Err(e) => Err(failed(&path, e)),
+            }
+        }
+    });
+    let mut subjects = Vec::new();
+    let mut unreadable = Vec::new();
+    for (mut s, mut u) in futures::future::try_join_all(lists).await? {
+        subjects.append(&mut s);
+        unreadable.append(&mut u);
+    }
+    subjects.sort_by(|a, b| {
+        let (x, y) = (a.subject.id(), b.subject.id());
+        (x.kind, &x.name).cmp(&(y.kind, &y.name))
+    });
+    Ok((subjects, unreadable))
+}
+
 /// Kinds whose objects are judged (the others only inform the view).
 fn judged(kind: Kind) -> bool {
     !matches!(kind, Kind::PersistentVolumeClaim | Kind::Node | Kind::Namespace)

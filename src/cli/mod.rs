@@ -6,6 +6,7 @@ pub mod audit;
 pub mod certs;
 pub mod check;
 pub mod error;
+pub mod reports;
 pub mod rules;
 pub mod serve;
 
@@ -43,6 +44,10 @@ pub enum Command {
     /// complete view), plus the live posture of its pods, nodes and budgets; or, with --drain,
     /// what a drain would do.
     Audit(audit::AuditArgs),
+    /// Keep the cluster's PolicyReports current: the background audit as a process of its own
+    /// (one replica at a time, by a Lease), re-judging a namespace when what the rules read there
+    /// changes and the whole cluster once per --interval.
+    Reports(reports::ReportsArgs),
     /// List the rules and mutations.
     Rules,
     /// Print one rule's documentation.
@@ -77,6 +82,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Certs(args) => certs::run(args),
         Command::Check(args) => check::run(args),
         Command::Audit(args) => audit::run(args),
+        Command::Reports(args) => reports::run(args),
         Command::Rules => rules::list(),
         Command::Explain(args) => rules::explain(args),
     }

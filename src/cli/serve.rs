@@ -119,9 +119,10 @@ pub struct ClusterArgs {
 /// The background audit (needs the live view's cluster).
 #[derive(Args)]
 pub struct BackgroundAuditArgs {
-    /// Audit the cluster this often (e.g. 30s, 5m, 1h) and after changes (at most once per 10 s),
-    /// on one replica at a time (the Lease `ha-guard-audit` in ha-guard's namespace), writing a
-    /// PolicyReport per namespace and the metric ha_guard_audit_findings. 0 turns it off.
+    /// Audit the whole cluster this often (e.g. 30s, 5m, 1h), and in between the namespaces where
+    /// something the rules read changed, on one replica at a time (the Lease `ha-guard-audit` in
+    /// ha-guard's namespace), writing a PolicyReport per namespace and the metric
+    /// ha_guard_audit_findings. 0 turns it off. The chart runs it apart (`ha-guard reports`).
     #[arg(long, default_value = "5m", value_name = "DURATION", value_parser = interval)]
     pub audit_interval: Duration,
     /// The report format the background audit writes: PolicyReport/ClusterPolicyReport
@@ -183,14 +184,12 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
     let runtime = tokio::runtime::Runtime::new().map_err(|e| Error(format!("cannot start the runtime: {e}")))?;
     runtime.block_on(async move {
         let mut live_client = None;
-        let mut changes = None;
         let source: Arc<dyn ViewSource> = match resolve_cluster(&args.view.cluster).await? {
             Cluster::None => Arc::new(StaticSource(Index::new())),
             Cluster::Files(index) => Arc::new(StaticSource(*index)),
             Cluster::Live(client) => {
                 live_client = Some(client.clone());
                 let live = Arc::new(crate::live::LiveSource::new());
-                changes = Some(live.changes());
                 live.start(client);
                 live
             }
@@ -198,7 +197,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
         options.managed_tls = crate::server::managed_tls::setup(&args.managed_tls, live_client.clone()).await?;
         let state = server::AppState::with_absence_grace(source, config, args.view.absence_grace);
         let (stop, stopping) = tokio::sync::watch::channel(false);
-        let audit = start_background_audit(&args.audit, live_client, changes, stopping, &state);
+        let audit = start_background_audit(&args.audit, live_client, stopping, &state);
         // On SIGTERM the background audit releases its Lease at once (another replica takes over
         // without waiting for it to run out) while the webhook drains.
         let shutdown = async move {
@@ -217,7 +216,6 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
 fn start_background_audit(
     args: &BackgroundAuditArgs,
     client: Option<kube::Client>,
-    changes: Option<Arc<tokio::sync::Notify>>,
     stop: tokio::sync::watch::Receiver<bool>,
     state: &Arc<server::AppState>,
 ) -> Option<tokio::task::JoinHandle<()>> {
@@ -241,12 +239,19 @@ fn start_background_audit(
     let report_api = args.audit_report_api;
     tracing::info!(interval = %humantime::format_duration(interval), %namespace, %identity,
         reports = %report_api.resource(false).api_version, "background audit on");
-    let background =
-        crate::audit::background::Background { client, interval, namespace, identity, changes, report_api, stop };
+    let background = crate::audit::background::Background {
+        client,
+        interval,
+        debounce: crate::audit::background::DEBOUNCE,
+        namespace,
+        identity,
+        report_api,
+        stop,
+    };
     Some(tokio::spawn(background.run(state.clone())))
 }
 
-fn init_tracing(format: LogFormat) {
+pub fn init_tracing(format: LogFormat) {
     use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

@@ -46,6 +46,34 @@ pub struct AuditLabels {
     pub action: &'static str,
 }
 
+/// `ha_guard_audit_reads_total{scope}`: `cluster` (every namespace, once per interval) or
+/// `namespace` (one namespace re-read after a change in it).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopeLabels {
+    pub scope: &'static str,
+}
+
+/// `ha_guard_audit_errors_total{cause}`, one of [`AUDIT_ERROR_CAUSES`].
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabels {
+    pub cause: &'static str,
+}
+
+/// Why the background audit could not do all it should: `read` (a list failed), `write` (a report
+/// write failed), `decode` (an object it could not read, reported as unreadable), `report-truncated`
+/// (a report over the safe size, cut to it), `namespace-gone` (deleted between read and write),
+/// `crd-missing` (the report CRDs are not installed).
+pub const AUDIT_ERROR_CAUSES: [&str; 6] =
+    ["read", "write", "decode", "report-truncated", "namespace-gone", "crd-missing"];
+
+/// `ha_guard_audit_changes_total{kind, effect}`: watch events the background audit saw, by whether
+/// they changed what the rules read (`rejudge`) or not (`ignored`: status-only noise).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChangeLabels {
+    pub kind: &'static str,
+    pub effect: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: &'static str,
@@ -141,6 +169,14 @@ pub struct Metrics {
     pub audit_runs: Family<ResultLabels, Counter>,
     /// PolicyReports and ClusterPolicyReports written by this replica.
     pub audit_report_writes: Counter,
+    /// Reads by scope: whole (once per interval) or one namespace after a change in it.
+    pub audit_reads: Family<ScopeLabels, Counter>,
+    /// What went wrong, by cause ([`AUDIT_ERROR_CAUSES`]).
+    pub audit_errors: Family<CauseLabels, Counter>,
+    /// Watch events seen by the background audit, by kind and whether they start work.
+    pub audit_changes: Family<ChangeLabels, Counter>,
+    /// When a run last succeeded (every read and write done), as a Unix time.
+    pub audit_last_success: Gauge,
 }
 
 impl Default for Metrics {
@@ -231,6 +267,27 @@ impl Metrics {
             "PolicyReports and ClusterPolicyReports written by this replica",
             audit_report_writes.clone(),
         );
+        let audit_reads = Family::<ScopeLabels, Counter>::default();
+        registry.register(
+            "ha_guard_audit_reads",
+            "Background audit reads: cluster (every namespace, once per interval) or namespace (after a change in it)",
+            audit_reads.clone(),
+        );
+        let audit_errors = Family::<CauseLabels, Counter>::default();
+        registry.register("ha_guard_audit_errors", "Background audit errors, by cause", audit_errors.clone());
+        let audit_changes = Family::<ChangeLabels, Counter>::default();
+        registry.register(
+            "ha_guard_audit_changes",
+            "Watch events seen by the background audit, by kind and effect (rejudge, or ignored: nothing the rules read changed)",
+            audit_changes.clone(),
+        );
+        let audit_last_success = Gauge::default();
+        registry.register_with_unit(
+            "ha_guard_audit_last_success_timestamp",
+            "When a background audit run last succeeded, as a Unix time",
+            Unit::Seconds,
+            audit_last_success.clone(),
+        );
 
         // Start at 0 what has a known, small label set. Not `ha_guard_admission_requests_total`:
         // its five labels make hundreds of combinations, most of which never occur.
@@ -252,6 +309,12 @@ impl Metrics {
         for result in RELOAD_RESULTS {
             let _ = audit_runs.get_or_create(&ResultLabels { result });
         }
+        for scope in ["cluster", "namespace"] {
+            let _ = audit_reads.get_or_create(&ScopeLabels { scope });
+        }
+        for cause in AUDIT_ERROR_CAUSES {
+            let _ = audit_errors.get_or_create(&CauseLabels { cause });
+        }
         Metrics {
             registry,
             requests,
@@ -271,6 +334,10 @@ impl Metrics {
             audit_leader,
             audit_runs,
             audit_report_writes,
+            audit_reads,
+            audit_errors,
+            audit_changes,
+            audit_last_success,
         }
     }
 

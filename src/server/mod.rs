@@ -833,7 +833,7 @@ async fn reload_tls(
     }
 }
 
-async fn reload_config(path: PathBuf, interval: Duration, state: Arc<AppState>) {
+pub async fn reload_config(path: PathBuf, interval: Duration, state: Arc<AppState>) {
     let mut last = std::fs::read(&path).ok();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
