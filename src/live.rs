@@ -990,4 +990,21 @@ mod tests {
         assert_eq!(owner("standalone", "7d9f8"), PodOwner::Other, "a ReplicaSet not named by a Deployment");
         assert_eq!(owner("-7d9f8", "7d9f8"), PodOwner::Other);
     }
+
+    /// A ScaledObject whose spec the engine cannot read (its CRD's schema allows anything) is kept
+    /// without one: the watch of every other ScaledObject goes on.
+    #[test]
+    fn an_odd_scaled_object_does_not_stop_the_watch() {
+        let odd: ScaledObject = object(serde_json::json!({"metadata": {"name": "odd", "namespace": "k"},
+            "spec": {"minReplicaCount": "three", "scaleTargetRef": {"name": "web"}}}));
+        assert!(odd.spec.is_none());
+        assert!(odd.unreadable.as_deref().is_some_and(|w| w.contains("invalid type")), "{:?}", odd.unreadable);
+        let live = LiveSource::new();
+        listed(&live, vec![odd]);
+        assert!(live.is_synced(Kind::ScaledObject));
+        let value = serde_json::json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+            "metadata": {"name": "odd", "namespace": "k"}, "spec": {"minReplicaCount": "three"}});
+        let e = crate::core::model::decode(&value, "k").err().expect("check and audit say it is not checked");
+        assert!(e.to_string().contains("minReplicaCount") || e.to_string().contains("invalid type"), "{e}");
+    }
 }

@@ -58,7 +58,7 @@ fn at_path(value: &Value, kind: Kind, reason: &str) -> String {
         Kind::Node => path_of::<Node>(value),
         Kind::Namespace => path_of::<Namespace>(value),
         Kind::Service => path_of::<Service>(value),
-        Kind::ScaledObject => path_of::<ScaledObject>(value),
+        Kind::ScaledObject => path_of::<super::keda::StrictScaledObject>(value),
         Kind::ValidatingWebhookConfiguration | Kind::MutatingWebhookConfiguration => {
             path_of::<WebhookConfiguration>(value)
         }
@@ -144,6 +144,9 @@ fn decode_as_written(
         }
         Kind::ScaledObject => {
             let mut s = ScaledObject::deserialize(value).map_err(err)?;
+            if let Some(why) = s.unreadable.take() {
+                return Err(DecodeError { kind: kind_name.to_string(), reason: why });
+            }
             fill(&mut s.metadata);
             Object::Subject(Subject::ScaledObject(Box::new(s)))
         }

@@ -5,12 +5,35 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-#[derive(Clone, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default)]
 pub struct ScaledObject {
-    #[serde(default)]
     pub metadata: ObjectMeta,
-    #[serde(default)]
     pub spec: Option<ScaledObjectSpec>,
+    /// Why `spec` could not be read (it is then `None`). A custom resource's fields are whatever
+    /// its CRD's schema allows, so one odd ScaledObject must not fail the watch of all of them:
+    /// the watch keeps it without a spec, `check` and `audit` report it as not checked.
+    pub unreadable: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for ScaledObject {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Raw {
+            #[serde(default)]
+            metadata: ObjectMeta,
+            #[serde(default)]
+            spec: Option<serde_json::Value>,
+        }
+        let raw = Raw::deserialize(deserializer)?;
+        let (spec, unreadable) = match raw.spec {
+            None | Some(serde_json::Value::Null) => (None, None),
+            Some(v) => match ScaledObjectSpec::deserialize(&v) {
+                Ok(spec) => (Some(spec), None),
+                Err(e) => (None, Some(e.to_string())),
+            },
+        };
+        Ok(ScaledObject { metadata: raw.metadata, spec, unreadable })
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -32,4 +55,11 @@ pub struct ScaleTargetRef {
     pub kind: Option<String>,
     #[serde(default)]
     pub name: String,
+}
+
+/// A ScaledObject decoded strictly: where its spec fails to decode (the path of an error).
+#[derive(Deserialize)]
+pub struct StrictScaledObject {
+    #[serde(default)]
+    pub spec: Option<ScaledObjectSpec>,
 }
