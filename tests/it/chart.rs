@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
-fn repo() -> &'static Path {
+pub(crate) fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -82,7 +82,7 @@ fn is_hook(doc: &Value) -> bool {
 }
 
 /// The release's objects (hooks left out), as `helm install` applies them.
-fn objects(args: &[&str]) -> Vec<Value> {
+pub(crate) fn objects(args: &[&str]) -> Vec<Value> {
     docs(&render(args)).into_iter().filter(|d| !is_hook(d)).collect()
 }
 
@@ -90,14 +90,48 @@ fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
 }
 
-fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+pub(crate) fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
     let found = of_kind(docs, kind);
     assert_eq!(found.len(), 1, "expected one {kind}, found {}", found.len());
     found[0]
 }
 
+/// Whether an object is the background audit's (`<fullname>-audit`).
+fn is_audit(doc: &Value) -> bool {
+    doc["metadata"]["name"].as_str().is_some_and(|n| n.ends_with("-audit"))
+}
+
+/// The webhook's one object of `kind` (the audit's, named `<fullname>-audit`, left out).
+fn webhook<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let found: Vec<&Value> = of_kind(docs, kind).into_iter().filter(|d| !is_audit(d)).collect();
+    assert_eq!(found.len(), 1, "expected one {kind} of the webhook, found {}", found.len());
+    found[0]
+}
+
+/// The background audit's one object of `kind`.
+fn audit<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let found: Vec<&Value> = of_kind(docs, kind).into_iter().filter(|d| is_audit(d)).collect();
+    assert_eq!(found.len(), 1, "expected one {kind} of the audit, found {}", found.len());
+    found[0]
+}
+
+/// The webhook's container.
 fn container(docs: &[Value]) -> &Value {
-    &one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    &webhook(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// The audit's container.
+fn audit_container(docs: &[Value]) -> &Value {
+    &audit(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// Whether `selector` (a `matchLabels` map, as in a Service, or a `{matchLabels: ...}`) selects a
+/// pod labelled `labels`.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    let map = selector.get("matchLabels").unwrap_or(selector).as_object().expect("a label map");
+    assert!(!map.is_empty(), "an empty selector selects everything: {selector}");
+    assert!(selector.get("matchExpressions").is_none(), "matchLabels only: {selector}");
+    map.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -208,8 +242,10 @@ fn every_combination_passes_check_complete_with_no_finding() {
         }
         assert_eq!(report["summary"], json!({"deny": 0, "warn": 0, "allowed": 0}), "{name}");
         let d = docs(&yaml);
-        assert_eq!(of_kind(&d, "Deployment").len(), 1, "{name}");
-        assert_eq!(of_kind(&d, "PodDisruptionBudget").len(), 1, "{name}");
+        // The webhook's and (unless turned off) the background audit's.
+        let n = if args.contains(&"audit.enabled=false") { 1 } else { 2 };
+        assert_eq!(of_kind(&d, "Deployment").len(), n, "{name}");
+        assert_eq!(of_kind(&d, "PodDisruptionBudget").len(), n, "{name}");
     }
 }
 
@@ -498,19 +534,21 @@ fn rbac_writes_only_its_own_secret_and_webhook_configurations_by_name() {
                 "resourceNames": ["ha-guard"], "verbs": ["get", "create", "patch", "delete"]}),
         ]
     );
-    assert!(strings(&container(&open)["args"]).contains(&"--audit-report-api=openreports.io/v1alpha1".to_string()));
-    assert!(!strings(&container(&d)["args"]).iter().any(|a| a.starts_with("--audit-report-api")));
+    assert!(strings(&audit_container(&open)["args"]).contains(&"--report-api=openreports.io/v1alpha1".to_string()));
+    assert!(strings(&audit_container(&d)["args"]).contains(&"--report-api=wgpolicyk8s.io/v1alpha2".to_string()));
+    for d in [&d, &open] {
+        assert!(!strings(&container(d)["args"]).iter().any(|a| a.starts_with("--audit-report-api")));
+    }
     assert!(refused(&["--set", "audit.reportApi=openreports.io/v1"]).contains("reportApi"));
     // The names are the objects the chart makes and the Deployment passes to ha-guard.
     assert_eq!(one(&d, "Secret")["metadata"]["name"], "ha-guard-tls");
     assert_eq!(of_kind(&d, "ValidatingWebhookConfiguration")[0]["metadata"]["name"], "ha-guard");
-    // Every binding gives its role to ha-guard's ServiceAccount only.
+    // Every binding gives its role to one ServiceAccount of the chart's: the audit's roles to the
+    // audit's, all others to the webhook's.
     for b in d.iter().filter(|d| d["kind"] == "RoleBinding" || d["kind"] == "ClusterRoleBinding") {
-        assert_eq!(
-            b["subjects"],
-            json!([{"kind": "ServiceAccount", "name": "ha-guard", "namespace": "ha-guard"}]),
-            "{b}"
-        );
+        let sa = if is_audit(b) { "ha-guard-audit" } else { "ha-guard" };
+        assert_eq!(b["subjects"], json!([{"kind": "ServiceAccount", "name": sa, "namespace": "ha-guard"}]), "{b}");
+        assert_eq!(b["roleRef"]["name"], b["metadata"]["name"], "{b}");
     }
 
     // With files (cert-manager, a user's Secret) ha-guard writes nothing but the background audit's.
@@ -565,6 +603,330 @@ fn the_cluster_role_reads_exactly_the_kinds_the_live_view_watches() {
     assert_eq!(granted, expected);
 }
 
+/// The rules a ServiceAccount gets through the rendering's bindings: (role kind, role name, rule).
+fn rules_of(docs: &[Value], sa: &str) -> Vec<(String, String, Value)> {
+    let mut out = Vec::new();
+    for b in docs.iter().filter(|d| d["kind"] == "RoleBinding" || d["kind"] == "ClusterRoleBinding") {
+        let bound = b["subjects"].as_array().unwrap().iter().any(|s| s["kind"] == "ServiceAccount" && s["name"] == sa);
+        if !bound {
+            continue;
+        }
+        let (kind, name) = (b["roleRef"]["kind"].as_str().unwrap(), b["roleRef"]["name"].as_str().unwrap());
+        let role = docs
+            .iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{b}: no {kind} {name} in the rendering"));
+        for rule in role["rules"].as_array().unwrap() {
+            out.push((kind.to_string(), name.to_string(), rule.clone()));
+        }
+    }
+    out
+}
+
+/// (apiGroup, resource, verb) triples of rules, with the resourceNames of a rule that has them.
+fn grants(rules: &[(String, String, Value)]) -> BTreeSet<(String, String, String, Vec<String>)> {
+    let mut out = BTreeSet::new();
+    for (_, _, rule) in rules {
+        for g in strings(&rule["apiGroups"]) {
+            for r in strings(&rule["resources"]) {
+                for v in strings(&rule["verbs"]) {
+                    out.insert((g.clone(), r.clone(), v, strings(&rule["resourceNames"])));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The kinds the live view watches (and the audit too), as (apiGroup, resource).
+const WATCHED: [(&str, &str); 11] = [
+    ("", "namespaces"),
+    ("", "nodes"),
+    ("", "persistentvolumeclaims"),
+    ("", "services"),
+    ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+    ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+    ("apps", "deployments"),
+    ("apps", "statefulsets"),
+    ("autoscaling", "horizontalpodautoscalers"),
+    ("keda.sh", "scaledobjects"),
+    ("policy", "poddisruptionbudgets"),
+];
+
+#[test]
+fn the_webhook_and_the_audit_have_service_accounts_and_roles_of_their_own() {
+    for (name, args) in [("defaults", &[][..]), ("cert-manager", COMBINATIONS[1].1)] {
+        let d = objects(args);
+        // Each pod template runs as its own ServiceAccount.
+        let sa_of = |kind_doc: &Value| kind_doc["spec"]["template"]["spec"]["serviceAccountName"].clone();
+        assert_eq!(sa_of(webhook(&d, "Deployment")), "ha-guard", "{name}");
+        assert_eq!(sa_of(audit(&d, "Deployment")), "ha-guard-audit", "{name}");
+        assert_eq!(audit(&d, "ServiceAccount")["automountServiceAccountToken"], false, "{name}");
+
+        // The webhook: the live view, and in managed mode its Secret and webhook configurations. No
+        // pods, no ReplicaSets (not even list), no reports, no Lease.
+        let hook = grants(&rules_of(&d, "ha-guard"));
+        let mut read: Vec<_> =
+            hook.iter().filter(|(_, _, v, names)| READ.contains(&v.as_str()) && names.is_empty()).collect();
+        read.sort();
+        let expected: BTreeSet<_> = WATCHED
+            .iter()
+            .flat_map(|(g, r)| READ.iter().map(move |v| (g.to_string(), r.to_string(), v.to_string(), vec![])))
+            .collect();
+        assert_eq!(read.into_iter().cloned().collect::<BTreeSet<_>>(), expected, "{name}");
+        for (g, r, v, names) in &hook {
+            assert!(!["pods", "replicasets", "leases"].contains(&r.as_str()), "{name}: the webhook may {v} {g}/{r}");
+            assert!(!r.ends_with("reports"), "{name}: the webhook may {v} {g}/{r}");
+            if !READ.contains(&v.as_str()) || !names.is_empty() {
+                assert!(
+                    ["secrets", "validatingwebhookconfigurations", "mutatingwebhookconfigurations"]
+                        .contains(&r.as_str())
+                        && !names.is_empty()
+                        && name == "defaults",
+                    "{name}: the webhook may {v} {g}/{r} {names:?}"
+                );
+            }
+        }
+
+        // The audit: get/list/watch of the watched kinds and of pods (no ReplicaSets), its
+        // reports by name (and their list), and its Lease.
+        let audit_rules = rules_of(&d, "ha-guard-audit");
+        let roles: BTreeSet<(String, String)> = audit_rules.iter().map(|(k, n, _)| (k.clone(), n.clone())).collect();
+        assert_eq!(
+            roles,
+            BTreeSet::from([("ClusterRole".into(), "ha-guard-audit".into()), ("Role".into(), "ha-guard-audit".into())]),
+            "{name}"
+        );
+        let got = grants(&audit_rules);
+        let mut want: BTreeSet<(String, String, String, Vec<String>)> = WATCHED
+            .iter()
+            .chain(&[("", "pods")])
+            .flat_map(|(g, r)| READ.iter().map(move |v| (g.to_string(), r.to_string(), v.to_string(), vec![])))
+            .collect();
+        let named = vec!["ha-guard".to_string()];
+        want.insert(("wgpolicyk8s.io".into(), "policyreports".into(), "list".into(), vec![]));
+        for r in ["policyreports", "clusterpolicyreports"] {
+            for v in ["get", "create", "patch", "delete"] {
+                want.insert(("wgpolicyk8s.io".into(), r.into(), v.into(), named.clone()));
+            }
+        }
+        for v in ["get", "patch"] {
+            want.insert(("coordination.k8s.io".into(), "leases".into(), v.into(), vec!["ha-guard-audit".into()]));
+        }
+        want.insert(("coordination.k8s.io".into(), "leases".into(), "create".into(), vec![]));
+        assert_eq!(got, want, "{name}");
+        assert!(got.iter().any(|(_, r, v, _)| r == "pods" && v == "list"), "{name}: the audit lists pods");
+        assert!(!got.iter().any(|(_, r, _, _)| r == "replicasets"), "{name}: the audit reads no ReplicaSets");
+        // The Lease's Role is in the release namespace.
+        assert_eq!(audit(&d, "Role")["metadata"]["namespace"], "ha-guard", "{name}");
+    }
+}
+
+#[test]
+fn the_audit_deployment_runs_reports() {
+    let d = objects(&[]);
+    let deployment = audit(&d, "Deployment");
+    assert_eq!(deployment["metadata"]["name"], "ha-guard-audit");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let c = audit_container(&d);
+    assert_eq!(
+        strings(&c["args"]),
+        [
+            "reports",
+            "--config=/etc/ha-guard/config.yaml",
+            "--log-format=json",
+            "--interval=5m",
+            "--report-api=wgpolicyk8s.io/v1alpha2"
+        ]
+    );
+    assert_eq!(c["image"], container(&d)["image"], "the same image");
+    assert_eq!(
+        c["env"],
+        json!([
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+        ])
+    );
+    assert_eq!(c["ports"], json!([{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]));
+    assert_eq!(c["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": "metrics"}));
+    assert_eq!(c["livenessProbe"]["httpGet"], json!({"path": "/healthz", "port": "metrics"}));
+    assert_eq!(c["resources"], json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "192Mi"}}));
+    assert_eq!(c["securityContext"], container(&d)["securityContext"]);
+    // The configuration mounted where --config points, as for the webhook (and no certificate).
+    assert_eq!(c["volumeMounts"], container(&d)["volumeMounts"]);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["volumes"],
+        json!([{"name": "config", "projected": {"sources": [{"configMap": {"name": "ha-guard-config",
+            "items": [{"key": "config.yaml", "path": "config.yaml"}]}}]}}])
+    );
+    assert_eq!(pod["securityContext"], webhook(&d, "Deployment")["spec"]["template"]["spec"]["securityContext"]);
+    for key in ["nodeSelector", "tolerations", "affinity", "priorityClassName"] {
+        assert!(pod.get(key).is_none(), "{key}: nothing by default");
+    }
+    // Its labels: the component, and another name than the webhook's pods.
+    let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["app.kubernetes.io/component"], "audit");
+    assert_eq!(labels["app.kubernetes.io/name"], "ha-guard-audit");
+    assert_eq!(labels["app.kubernetes.io/instance"], "ha-guard");
+    assert_eq!(
+        webhook(&d, "Deployment")["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"],
+        "webhook"
+    );
+    // Spread and PDB over its own pods.
+    for t in pod["topologySpreadConstraints"].as_array().unwrap() {
+        assert_eq!(t["labelSelector"], deployment["spec"]["selector"]);
+    }
+    let pdb = audit(&d, "PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
+    assert_eq!(pdb["spec"]["selector"], deployment["spec"]["selector"]);
+
+    // Every audit value reaches the Deployment.
+    let d = objects(&[
+        "--set",
+        "audit.replicas=3",
+        "--set",
+        "audit.interval=90s",
+        "--set",
+        "audit.reportApi=openreports.io/v1alpha1",
+        "--set",
+        "audit.extraArgs={--debounce=5s}",
+        "--set",
+        "audit.resources.limits.memory=1Gi",
+        "--set",
+        "audit.priorityClassName=low",
+        "--set",
+        "audit.nodeSelector.pool=batch",
+        "--set",
+        "audit.tolerations[0].key=batch",
+        "--set",
+        "audit.tolerations[0].operator=Exists",
+        "--set",
+        "audit.affinity.nodeAffinity.x=y",
+        "--set",
+        "logFormat=text",
+        "--set",
+        "priorityClassName=system-cluster-critical",
+        "--set",
+        "nodeSelector.pool=infra",
+        "--set",
+        "podDisruptionBudget.enabled=false",
+    ]);
+    let deployment = audit(&d, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(
+        strings(&audit_container(&d)["args"]),
+        [
+            "reports",
+            "--config=/etc/ha-guard/config.yaml",
+            "--log-format=text",
+            "--interval=90s",
+            "--report-api=openreports.io/v1alpha1",
+            "--debounce=5s"
+        ]
+    );
+    assert_eq!(audit_container(&d)["resources"]["limits"]["memory"], "1Gi");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["priorityClassName"], "low", "the audit's own, not the webhook's");
+    assert_eq!(pod["nodeSelector"], json!({"pool": "batch"}));
+    assert_eq!(pod["tolerations"], json!([{"key": "batch", "operator": "Exists"}]));
+    assert_eq!(pod["affinity"], json!({"nodeAffinity": {"x": "y"}}));
+    assert!(!strings(&container(&d)["args"]).contains(&"--debounce=5s".to_string()), "serve's flags are extraArgs");
+    assert!(of_kind(&d, "PodDisruptionBudget").is_empty());
+    assert!(refused(&["--set", "audit.interval=20s"]).contains("audit.interval (20s) must be at least 30s"));
+    assert!(refused(&["--set", "audit.replicas=0"]).contains("/audit/replicas"));
+    assert!(refused(&["--set", "audit.extraArgs={debounce}"]).contains("/audit/extraArgs"));
+    assert!(refused(&["--set", "audit.resources.limit.memory=1Gi"]).contains("/audit/resources"));
+}
+
+#[test]
+fn no_webhook_selector_selects_an_audit_pod() {
+    for args in [&[][..], COMBINATIONS[6].1] {
+        let d = objects(args);
+        let hook_pods = &webhook(&d, "Deployment")["spec"]["template"]["metadata"]["labels"];
+        let audit_pods = &audit(&d, "Deployment")["spec"]["template"]["metadata"]["labels"];
+        // The webhook's selectors: its Deployment's, its Service's (admission requests go where it
+        // points), its PDB's, its spread's, its NetworkPolicy's. Each selects the webhook's pods
+        // and not the audit's; the audit's selectors the other way round (no pod under two PDBs).
+        let mut hook_selectors: Vec<(&str, &Value)> = vec![
+            ("Deployment", &webhook(&d, "Deployment")["spec"]["selector"]),
+            ("Service", &webhook(&d, "Service")["spec"]["selector"]),
+            ("PodDisruptionBudget", &webhook(&d, "PodDisruptionBudget")["spec"]["selector"]),
+        ];
+        let mut audit_selectors: Vec<(&str, &Value)> = vec![
+            ("Deployment", &audit(&d, "Deployment")["spec"]["selector"]),
+            ("Service", &audit(&d, "Service")["spec"]["selector"]),
+            ("PodDisruptionBudget", &audit(&d, "PodDisruptionBudget")["spec"]["selector"]),
+        ];
+        for t in webhook(&d, "Deployment")["spec"]["template"]["spec"]["topologySpreadConstraints"].as_array().unwrap()
+        {
+            hook_selectors.push(("topologySpreadConstraint", &t["labelSelector"]));
+        }
+        for t in audit(&d, "Deployment")["spec"]["template"]["spec"]["topologySpreadConstraints"].as_array().unwrap() {
+            audit_selectors.push(("topologySpreadConstraint", &t["labelSelector"]));
+        }
+        if !of_kind(&d, "NetworkPolicy").is_empty() {
+            hook_selectors.push(("NetworkPolicy", &webhook(&d, "NetworkPolicy")["spec"]["podSelector"]));
+            audit_selectors.push(("NetworkPolicy", &audit(&d, "NetworkPolicy")["spec"]["podSelector"]));
+        }
+        for (kind, s) in &hook_selectors {
+            assert!(selects(s, hook_pods), "{args:?}: the webhook's {kind} selects its pods: {s}");
+            assert!(!selects(s, audit_pods), "{args:?}: the webhook's {kind} must not select the audit's pods: {s}");
+        }
+        for (kind, s) in &audit_selectors {
+            assert!(selects(s, audit_pods), "{args:?}: the audit's {kind} selects its pods: {s}");
+            assert!(!selects(s, hook_pods), "{args:?}: the audit's {kind} must not select the webhook's pods: {s}");
+        }
+        assert_eq!(hook_selectors.len() + audit_selectors.len(), if args.is_empty() { 10 } else { 12 });
+        // The Service never sends an admission request to an audit pod: the audit's Service has
+        // no webhook port and its pods none either.
+        assert!(audit(&d, "Service")["spec"]["ports"].as_array().unwrap().iter().all(|p| p["port"] == 8080));
+        assert!(!audit_container(&d)["ports"].to_string().contains("8443"));
+    }
+    // The check is not empty: the webhook's Service would select pods labelled as the webhook's.
+    let d = objects(&[]);
+    let mut relabelled = audit(&d, "Deployment")["spec"]["template"]["metadata"]["labels"].clone();
+    relabelled["app.kubernetes.io/name"] = json!("ha-guard");
+    assert!(selects(&webhook(&d, "Service")["spec"]["selector"], &relabelled));
+}
+
+#[test]
+fn audit_off_renders_nothing_of_the_audit() {
+    let all = [
+        "--set",
+        "audit.enabled=false",
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+    ];
+    let d = objects(&all);
+    let audit_objects: Vec<String> = d
+        .iter()
+        .filter(|o| o.to_string().contains("audit"))
+        .map(|o| format!("{} {}", o["kind"].as_str().unwrap(), o["metadata"]["name"].as_str().unwrap()))
+        .collect();
+    // Only the webhook's Deployment names the audit: serve's --audit-interval=0 (and a comment-free
+    // rendering otherwise).
+    assert_eq!(audit_objects, ["Deployment ha-guard"], "{audit_objects:?}");
+    assert!(strings(&container(&d)["args"]).contains(&"--audit-interval=0".to_string()));
+    assert_eq!(of_kind(&d, "Deployment").len(), 1);
+    assert_eq!(of_kind(&d, "ServiceAccount").len(), 1);
+    assert_eq!(of_kind(&d, "Service").len(), 1);
+    assert_eq!(of_kind(&d, "ServiceMonitor").len(), 1);
+    assert_eq!(of_kind(&d, "NetworkPolicy").len(), 1);
+    assert_eq!(of_kind(&d, "PodDisruptionBudget").len(), 1);
+    let groups = &one(&d, "PrometheusRule")["spec"]["groups"];
+    assert_eq!(groups.as_array().unwrap().len(), 1, "{groups}");
+    assert!(!groups.to_string().contains("HaGuardAudit"));
+    assert!(!d.iter().any(|o| (o["kind"] == "ClusterRole" || o["kind"] == "Role") && is_audit(o)));
+    // And on: serve never audits in the webhook's pods.
+    assert!(strings(&container(&objects(&[]))["args"]).contains(&"--audit-interval=0".to_string()));
+}
+
 #[test]
 fn the_deployment_runs_serve_as_the_contract_says() {
     let d = objects(&[]);
@@ -582,7 +944,7 @@ fn the_deployment_runs_serve_as_the_contract_says() {
             "--log-format=json",
             "--shutdown-delay=5",
             "--shutdown-timeout=20",
-            "--audit-interval=5m",
+            "--audit-interval=0",
         ]
     );
     assert_eq!(
@@ -598,7 +960,7 @@ fn the_deployment_runs_serve_as_the_contract_says() {
         ])
     );
     assert_eq!(c["volumeMounts"], json!([{"name": "config", "mountPath": "/etc/ha-guard", "readOnly": true}]));
-    let pod = &one(&d, "Deployment")["spec"]["template"]["spec"];
+    let pod = &webhook(&d, "Deployment")["spec"]["template"]["spec"];
     // Managed mode reads its certificate through the API: only the configuration is mounted.
     assert_eq!(
         pod["volumes"][0]["projected"]["sources"],
@@ -634,7 +996,8 @@ fn the_deployment_runs_serve_as_the_contract_says() {
     ] {
         assert!(args.contains(&a.to_string()), "{a} in {args:?}");
     }
-    assert_eq!(one(&other, "Service")["metadata"]["name"], "guard-ha-guard");
+    assert_eq!(webhook(&other, "Service")["metadata"]["name"], "guard-ha-guard");
+    assert_eq!(audit(&other, "Deployment")["metadata"]["name"], "guard-ha-guard-audit");
     assert_eq!(one(&other, "Secret")["metadata"]["name"], "guard-ha-guard-tls");
 
     // Files mode: the Secret mounted where --tls-cert/--tls-key point, no managed flags.
@@ -648,7 +1011,7 @@ fn the_deployment_runs_serve_as_the_contract_says() {
             "{a:?}"
         );
         assert!(!a.iter().any(|x| x.starts_with("--tls-mode") || x.starts_with("--tls-secret")), "{a:?}");
-        let sources = &one(&d, "Deployment")["spec"]["template"]["spec"]["volumes"][0]["projected"]["sources"];
+        let sources = &webhook(&d, "Deployment")["spec"]["template"]["spec"]["volumes"][0]["projected"]["sources"];
         assert_eq!(
             sources[1],
             json!({"secret": {"name": secret, "items": [{"key": "tls.crt", "path": "tls/tls.crt"}, {"key": "tls.key", "path": "tls/tls.key"}]}})
@@ -659,7 +1022,7 @@ fn the_deployment_runs_serve_as_the_contract_says() {
 #[test]
 fn the_deployment_stays_available_through_drains_and_upgrades() {
     let d = objects(&["--set", "replicaCount=3"]);
-    let deployment = one(&d, "Deployment");
+    let deployment = webhook(&d, "Deployment");
     assert_eq!(deployment["spec"]["replicas"], 3);
     assert_eq!(
         deployment["spec"]["strategy"],
@@ -689,11 +1052,11 @@ fn the_deployment_stays_available_through_drains_and_upgrades() {
     );
     assert_eq!(c["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": "metrics"}));
     assert_eq!(c["livenessProbe"]["httpGet"], json!({"path": "/healthz", "port": "metrics"}));
-    let pdb = one(&d, "PodDisruptionBudget");
+    let pdb = webhook(&d, "PodDisruptionBudget");
     assert_eq!(pdb["spec"]["maxUnavailable"], 1);
     assert_eq!(pdb["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow");
     assert_eq!(pdb["spec"]["selector"], *selector);
-    let service = one(&d, "Service");
+    let service = webhook(&d, "Service");
     assert_eq!(
         service["spec"]["ports"],
         json!([
@@ -717,7 +1080,7 @@ fn the_deployment_stays_available_through_drains_and_upgrades() {
         "--set",
         "image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
     ]);
-    let pod = &one(&d, "Deployment")["spec"]["template"]["spec"];
+    let pod = &webhook(&d, "Deployment")["spec"]["template"]["spec"];
     assert_eq!(pod["priorityClassName"], "system-cluster-critical");
     assert_eq!(pod["nodeSelector"], json!({"pool": "infra"}));
     assert_eq!(pod["tolerations"], json!([{"key": "infra", "operator": "Exists"}]));
@@ -973,9 +1336,26 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
     );
     assert!(used.is_subset(&documented), "{used:?} vs {documented:?}");
 
-    let sm = one(&d, "ServiceMonitor");
+    // Two ServiceMonitors: the webhook's Service (job "ha-guard") and the audit's headless one (job
+    // "ha-guard-audit"), each selecting its own Service only.
+    let sm = webhook(&d, "ServiceMonitor");
+    let service = webhook(&d, "Service");
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "metrics");
-    assert_eq!(sm["spec"]["selector"]["matchLabels"], one(&d, "Service")["spec"]["selector"]);
+    assert_eq!(sm["spec"]["selector"]["matchLabels"], service["spec"]["selector"]);
+    let asm = audit(&d, "ServiceMonitor");
+    let aservice = audit(&d, "Service");
+    assert_eq!(asm["spec"]["endpoints"], sm["spec"]["endpoints"]);
+    assert_eq!(aservice["metadata"]["name"], "ha-guard-audit", "the job of the audit's series");
+    assert_eq!(aservice["spec"]["clusterIP"], "None");
+    assert_eq!(
+        aservice["spec"]["ports"],
+        json!([{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}])
+    );
+    assert!(selects(&aservice["spec"]["selector"], &audit(&d, "Deployment")["spec"]["template"]["metadata"]["labels"]));
+    assert!(selects(&asm["spec"]["selector"], &aservice["metadata"]["labels"]));
+    assert!(!selects(&asm["spec"]["selector"], &service["metadata"]["labels"]));
+    assert!(selects(&sm["spec"]["selector"], &service["metadata"]["labels"]));
+    assert!(!selects(&sm["spec"]["selector"], &aservice["metadata"]["labels"]));
 
     let cm = of_kind(&d, "ConfigMap")
         .into_iter()
@@ -1000,8 +1380,8 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
 #[test]
 fn the_network_policy_admits_the_apiserver_and_the_scrapers_only() {
     let d = objects(&["--set", "networkPolicy.enabled=true"]);
-    let np = one(&d, "NetworkPolicy");
-    assert_eq!(np["spec"]["podSelector"], one(&d, "Deployment")["spec"]["selector"]);
+    let np = webhook(&d, "NetworkPolicy");
+    assert_eq!(np["spec"]["podSelector"], webhook(&d, "Deployment")["spec"]["selector"]);
     assert_eq!(np["spec"]["policyTypes"], json!(["Ingress"]));
     assert_eq!(
         np["spec"]["ingress"][0],
@@ -1012,13 +1392,33 @@ fn the_network_policy_admits_the_apiserver_and_the_scrapers_only() {
         np["spec"]["ingress"][1],
         json!({"ports": [{"port": 8080, "protocol": "TCP"}], "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]})
     );
+    // The audit's pods: a policy of their own admitting the same scrapers to their metrics port and
+    // nothing else; ingress only, so their egress to the apiserver is left alone. The webhook's
+    // policy does not apply to them (it would open 8443 there).
+    let anp = audit(&d, "NetworkPolicy");
+    let audit_pods = &audit(&d, "Deployment")["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(anp["spec"]["podSelector"], audit(&d, "Deployment")["spec"]["selector"]);
+    assert!(selects(&anp["spec"]["podSelector"], audit_pods));
+    assert!(!selects(&np["spec"]["podSelector"], audit_pods), "the webhook's policy must not select the audit's pods");
+    assert!(!selects(
+        &anp["spec"]["podSelector"],
+        &webhook(&d, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    ));
+    assert_eq!(anp["spec"]["policyTypes"], json!(["Ingress"]), "egress (to the apiserver) not restricted");
+    assert_eq!(anp["spec"]["ingress"], json!([np["spec"]["ingress"][1]]), "the metrics port, from the same scrapers");
+    assert_eq!(audit_container(&d)["ports"], json!([{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]));
+    let off = objects(&["--set", "networkPolicy.enabled=true", "--set", "audit.enabled=false"]);
+    assert_eq!(one(&off, "NetworkPolicy")["metadata"]["name"], "ha-guard");
     let d = objects(&[
         "--set",
         "networkPolicy.enabled=true",
         "--set",
         "networkPolicy.webhook.from[0].ipBlock.cidr=10.0.0.0/24",
     ]);
-    assert_eq!(one(&d, "NetworkPolicy")["spec"]["ingress"][0]["from"], json!([{"ipBlock": {"cidr": "10.0.0.0/24"}}]));
+    assert_eq!(
+        webhook(&d, "NetworkPolicy")["spec"]["ingress"][0]["from"],
+        json!([{"ipBlock": {"cidr": "10.0.0.0/24"}}])
+    );
 }
 
 #[test]

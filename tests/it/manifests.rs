@@ -41,8 +41,9 @@ fn own_manifests_have_no_finding_at_all() {
         assert!(report.unchecked.is_empty(), "{file}: {:?}", report.unchecked);
         assert!(report.notices.is_empty(), "{file}: {:?}", report.notices);
         assert_eq!(
-            report.objects, 6,
-            "{file}: the Deployment, its PDB, the Namespace, the Service and both webhook configurations are checked"
+            report.objects, 9,
+            "{file}: the webhook's and the audit's Deployment, PDB and Service, the Namespace and both webhook \
+             configurations are checked"
         );
     }
 }
@@ -66,8 +67,12 @@ fn its_own_webhooks_would_pass_even_fail_closed() {
     let closed = text.replace("failurePolicy: Ignore", "failurePolicy: Fail");
     assert_eq!(check(&closed), vec![]);
     let replicas = text.matches("\n  replicas: 2\n").count();
-    assert_eq!(replicas, 1, "one Deployment with replicas: 2");
-    let single = closed.replace("\n  replicas: 2\n", "\n  replicas: 1\n");
+    assert_eq!(replicas, 2, "two Deployments with replicas: 2, the webhook's and the audit's");
+    // The webhook's (the backend of the webhooks) down to one replica; the audit's stays at two.
+    let webhook = closed.find("kind: Deployment\nmetadata:\n  name: ha-guard\n").expect("the webhook's Deployment");
+    let at = webhook + closed[webhook..].find("\n  replicas: 2\n").unwrap();
+    assert!(!closed[webhook..at].contains("name: ha-guard-audit"), "replicas of the webhook's Deployment");
+    let single = format!("{}\n  replicas: 1\n{}", &closed[..at], &closed[at + "\n  replicas: 2\n".len()..]);
     let found = check(&single);
     let on_webhooks: Vec<_> = found.iter().filter(|(rule, _)| *rule == "webhook-fail-closed-unavailable").collect();
     assert_eq!(
@@ -256,6 +261,17 @@ fn webhooks_leave_out_kube_system_and_their_own_namespace() {
 #[test]
 fn the_deployment_practises_what_it_enforces() {
     let docs = manifests(FILES[0]);
+    let deployments = of_kind(&docs, "Deployment");
+    let names: Vec<&str> = deployments.iter().map(|d| d["metadata"]["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["ha-guard", "ha-guard-audit"], "the webhook's first, then the background audit's");
+    for d in deployments {
+        assert!(d["spec"]["replicas"].as_i64().unwrap() >= 2, "{}", d["metadata"]["name"]);
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(pod["topologySpreadConstraints"][0]["labelSelector"], d["spec"]["selector"]);
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"], true);
+        assert!(of_kind(&docs, "PodDisruptionBudget").iter().any(|p| p["spec"]["selector"] == d["spec"]["selector"]));
+    }
     let d = of_kind(&docs, "Deployment")[0];
     assert!(d["spec"]["replicas"].as_i64().unwrap() >= 2);
     assert_eq!(d["spec"]["strategy"]["type"], "RollingUpdate");

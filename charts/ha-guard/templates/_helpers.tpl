@@ -40,6 +40,65 @@ app.kubernetes.io/name: {{ include "ha-guard.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/*
+The audit's name: "<fullname>-audit" (the Deployment, its ServiceAccount, PDB, metrics Service,
+ClusterRole and Role). The full name is cut to 57 characters first, so the suffix always stays and
+the name never collides with the webhook's.
+*/}}
+{{- define "ha-guard.auditName" -}}
+{{- printf "%s-audit" (include "ha-guard.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{/*
+Labels that select the audit's pods. Another app.kubernetes.io/name than the webhook's, so that no
+selector of the webhook (its Deployment's, which is immutable, its Service's, PDB's, spread's and
+NetworkPolicy's, all name + instance) ever matches an audit pod: the Service never sends an
+admission request to one, and no pod is covered by two PDBs.
+*/}}
+{{- define "ha-guard.audit.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ha-guard.audit.appName" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: audit
+{{- end }}
+
+{{/* The audit pods' app.kubernetes.io/name: "<name>-audit". */}}
+{{- define "ha-guard.audit.appName" -}}
+{{- printf "%s-audit" (include "ha-guard.name" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Labels of the audit's objects. */}}
+{{- define "ha-guard.audit.labels" -}}
+helm.sh/chart: {{ include "ha-guard.chart" . }}
+{{ include "ha-guard.audit.selectorLabels" . }}
+app.kubernetes.io/part-of: {{ include "ha-guard.name" . }}
+app.kubernetes.io/version: {{ include "ha-guard.tag" . | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+A humantime duration of the kind values.schema.json admits (digits and a unit, ms/s/m/h/d,
+repeated: 30s, 5m, 1h30m) in milliseconds.
+*/}}
+{{- define "ha-guard.durationMs" -}}
+{{- $ms := 0 }}
+{{- $units := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 }}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d)" . -1 }}
+{{- $n := regexFind "^[0-9]+" . }}
+{{- $ms = add $ms (mul (atoi $n) (get $units (trimPrefix $n .))) }}
+{{- end }}
+{{- $ms }}
+{{- end }}
+
+{{/* Milliseconds as a Prometheus duration in the largest unit that divides them: 10m, 90s, 1h. */}}
+{{- define "ha-guard.promDuration" -}}
+{{- $ms := int64 . }}
+{{- if eq (mod $ms 3600000) 0 }}{{ div $ms 3600000 }}h
+{{- else if eq (mod $ms 60000) 0 }}{{ div $ms 60000 }}m
+{{- else if eq (mod $ms 1000) 0 }}{{ div $ms 1000 }}s
+{{- else }}{{ $ms }}ms
+{{- end }}
+{{- end }}
+
 {{/* The image tag: image.tag, else the chart's appVersion. */}}
 {{- define "ha-guard.tag" -}}
 {{- .Values.image.tag | default .Chart.AppVersion }}
@@ -135,6 +194,9 @@ caBundle: {{ $.Values.certificates.secret.caBundle | b64enc }}
 {{- if not .Values.certificates.secret.caBundle }}
 {{- fail "certificates.mode=secret needs certificates.secret.caBundle: the PEM of the CA that signed the certificate (--set-file certificates.secret.caBundle=ca.crt), or the apiserver cannot verify the webhook" }}
 {{- end }}
+{{- end }}
+{{- if and .Values.audit.enabled (lt (int64 (include "ha-guard.durationMs" .Values.audit.interval)) 30000) }}
+{{- fail (printf "audit.interval (%s) must be at least 30s (ha-guard reports --interval refuses less)" .Values.audit.interval) }}
 {{- end }}
 {{- if and .Values.webhook.matchConditions (not (include "ha-guard.matchConditions" .)) }}
 {{- fail (printf "webhook.matchConditions need Kubernetes 1.30 or later; this cluster is %s" .Capabilities.KubeVersion.Version) }}
