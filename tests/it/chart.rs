@@ -86,6 +86,15 @@ pub(crate) fn objects(args: &[&str]) -> Vec<Value> {
     docs(&render(args)).into_iter().filter(|d| !is_hook(d)).collect()
 }
 
+/// The objects of a release `release` in `namespace` (hooks left out).
+pub(crate) fn render_release(release: &str, namespace: &str, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["template", release, "charts/ha-guard", "--namespace", namespace];
+    all.extend_from_slice(args);
+    let out = run_helm(&all);
+    assert!(out.status.success(), "helm template {all:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    docs(&String::from_utf8(out.stdout).expect("helm prints UTF-8")).into_iter().filter(|d| !is_hook(d)).collect()
+}
+
 fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
     docs.iter().filter(|d| d["kind"] == kind).collect()
 }
@@ -1299,10 +1308,14 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
 
     let d = objects(COMBINATIONS[5].1);
     let rule = one(&d, "PrometheusRule");
-    let alerts: Vec<&str> =
-        rule["spec"]["groups"][0]["rules"].as_array().unwrap().iter().map(|r| r["alert"].as_str().unwrap()).collect();
+    let groups = rule["spec"]["groups"].as_array().unwrap();
+    let names: Vec<&str> = groups.iter().map(|g| g["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["ha-guard", "ha-guard-audit"]);
+    let alerts = |g: &Value| -> Vec<String> {
+        g["rules"].as_array().unwrap().iter().map(|r| r["alert"].as_str().unwrap().to_string()).collect()
+    };
     assert_eq!(
-        alerts,
+        alerts(&groups[0]),
         [
             "HaGuardDown",
             "HaGuardNoReadyReplica",
@@ -1312,13 +1325,20 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
             "HaGuardCacheNotSynced"
         ]
     );
-    let exprs: String = rule["spec"]["groups"][0]["rules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["expr"].as_str().unwrap())
-        .collect::<Vec<_>>()
-        .join("\n");
+    assert_eq!(
+        alerts(&groups[1]),
+        [
+            "HaGuardAuditRunsFailing",
+            "HaGuardAuditReportWritesFailing",
+            "HaGuardAuditNoLeader",
+            "HaGuardAuditReportTruncated",
+            "HaGuardAuditUnreadableObjects"
+        ]
+    );
+    let exprs_of = |g: &Value| -> String {
+        g["rules"].as_array().unwrap().iter().map(|r| r["expr"].as_str().unwrap()).collect::<Vec<_>>().join("\n")
+    };
+    let exprs = exprs_of(&groups[0]);
     assert!(exprs.contains(r#"up{job="ha-guard", namespace="ha-guard"}"#), "{exprs}");
     assert!(
         exprs.contains(r#"ha_guard_config_reloads_total{job="ha-guard", namespace="ha-guard", result="failure"}"#),
@@ -1335,6 +1355,21 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
         ])
     );
     assert!(used.is_subset(&documented), "{used:?} vs {documented:?}");
+    // The audit's alerts select the audit's job (its Service's name, as its ServiceMonitor
+    // scrapes it), never the webhook's.
+    let audit_exprs = exprs_of(&groups[1]);
+    let audit_used = metric_names(&audit_exprs);
+    assert_eq!(
+        audit_used,
+        BTreeSet::from([
+            "ha_guard_audit_errors_total".to_string(),
+            "ha_guard_audit_leader".into(),
+            "ha_guard_audit_runs_total".into()
+        ])
+    );
+    assert!(audit_used.is_subset(&documented), "{audit_used:?} vs {documented:?}");
+    assert_eq!(audit_exprs.matches(r#"{job="ha-guard-audit", namespace="ha-guard""#).count(), 6, "{audit_exprs}");
+    assert!(!audit_exprs.contains(r#"job="ha-guard","#), "{audit_exprs}");
 
     // Two ServiceMonitors: the webhook's Service (job "ha-guard") and the audit's headless one (job
     // "ha-guard-audit"), each selecting its own Service only.

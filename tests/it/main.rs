@@ -3,6 +3,7 @@
 //! install manifests, the YAML readers, fuzz regressions. The end-to-end tests against a real
 //! kube-apiserver are `tests/e2e_*.rs`.
 
+mod alerts;
 mod architecture;
 mod chart;
 mod cli_certs;

@@ -1,0 +1,389 @@
+//! The chart's alerts (`charts/ha-guard/templates/prometheusrule.yaml`) run by Prometheus' own rule
+//! engine: the PrometheusRule rendered by the pinned helm, its `spec.groups` written as a rules
+//! file, `promtool check rules` on it, and `promtool test rules` with unit tests written here: for
+//! each background-audit alert, series where it fires (the alert, its labels and annotations at
+//! the right time) and series where it must not. promtool is built from its Go module by
+//! `tests/e2e/promtool/build.sh` on first use (cached outside the repository, like helm): a
+//! promtool that cannot be built fails the test, never skips it. Each expectation is shown to
+//! catch a wrong rule: the same unit tests fail against rules with one piece taken out.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::{Value, json};
+
+use crate::chart::{objects, one, repo};
+
+/// The pinned promtool, built once per machine (a cached build returns at once).
+fn promtool() -> &'static Path {
+    static PROMTOOL: OnceLock<PathBuf> = OnceLock::new();
+    PROMTOOL.get_or_init(|| {
+        let script = repo().join("tests/e2e/promtool/build.sh");
+        let out = Command::new(&script)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{} failed ({}):\n{stderr}", script.display(), out.status);
+        let path = PathBuf::from(stdout.lines().last().unwrap_or("").trim());
+        assert!(path.is_file(), "{} printed no promtool path: {stdout:?}\n{stderr}", script.display());
+        path
+    })
+}
+
+fn run(args: &[&str], dir: &Path) -> Output {
+    Command::new(promtool())
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run promtool: {e}"))
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+/// The rendered PrometheusRule's `spec` (its `groups`): a Prometheus rules file as it stands.
+fn rules(extra: &[&str]) -> Value {
+    let mut args = vec!["--set", "metrics.prometheusRule.enabled=true"];
+    args.extend_from_slice(extra);
+    let d = objects(&args);
+    let spec = one(&d, "PrometheusRule")["spec"].clone();
+    assert!(spec["groups"].as_array().is_some_and(|g| !g.is_empty()), "{spec}");
+    spec
+}
+
+/// The rule of `alert` in a rules file.
+fn rule<'a>(rules: &'a Value, alert: &str) -> &'a Value {
+    rules["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .find(|r| r["alert"] == alert)
+        .unwrap_or_else(|| panic!("no alert {alert}"))
+}
+
+fn rule_mut<'a>(rules: &'a mut Value, alert: &str) -> &'a mut Value {
+    rules["groups"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .flat_map(|g| g["rules"].as_array_mut().unwrap())
+        .find(|r| r["alert"] == alert)
+        .unwrap_or_else(|| panic!("no alert {alert}"))
+}
+
+/// The audit's series labels as its ServiceMonitor scrapes them (job: its Service's name).
+const JOB: &str = r#"job="ha-guard-audit", namespace="ha-guard""#;
+const POD: &str = "ha-guard-audit-7c9d-a";
+
+fn series(name: &str, labels: &str, values: &str) -> Value {
+    let sep = if labels.is_empty() { "" } else { ", " };
+    json!({"series": format!(r#"{name}{{{JOB}, pod="{POD}"{sep}{labels}}}"#), "values": values})
+}
+
+/// What promtool must see for an alert of one pod's counter: its labels (the series' and the
+/// rule's) and its annotations with the pod filled in.
+fn fired(rules: &Value, alert: &str, labels: Value) -> Value {
+    let r = rule(rules, alert);
+    let mut exp_labels = json!({"job": "ha-guard-audit", "namespace": "ha-guard", "pod": POD});
+    for (k, v) in labels.as_object().unwrap().iter().chain(r["labels"].as_object().unwrap()) {
+        exp_labels[k] = v.clone();
+    }
+    let mut annotations = r["annotations"].clone();
+    for (_, v) in annotations.as_object_mut().unwrap() {
+        let s = v.as_str().unwrap().replace("{{ $labels.pod }}", POD);
+        assert!(!s.contains("{{"), "{alert}: a template this test does not expand: {s}");
+        *v = json!(s);
+    }
+    json!({"exp_labels": exp_labels, "exp_annotations": annotations})
+}
+
+fn at(eval_time: &str, alert: &str, exp_alerts: Vec<Value>) -> Value {
+    json!({"eval_time": eval_time, "alertname": alert, "exp_alerts": exp_alerts})
+}
+
+fn case(name: &str, input: Vec<Value>, checks: Vec<Value>) -> Value {
+    json!({"name": name, "interval": "1m", "input_series": input, "alert_rule_test": checks})
+}
+
+const COUNTER_ALERTS: [&str; 4] = [
+    "HaGuardAuditRunsFailing",
+    "HaGuardAuditReportWritesFailing",
+    "HaGuardAuditReportTruncated",
+    "HaGuardAuditUnreadableObjects",
+];
+
+/// The unit tests of the audit's alerts, for rules rendered with `audit.interval` 5m (NoLeader
+/// waits 10m).
+fn unit_tests(rules: &Value) -> Vec<Value> {
+    let none = |t: &str| -> Vec<Value> { COUNTER_ALERTS.iter().map(|a| at(t, a, vec![])).collect() };
+    let mut tests = Vec::new();
+
+    // Runs: a failure fires at once with the pod's labels, and is forgotten 15 minutes later.
+    let failure = json!({"result": "failure"});
+    tests.push(case(
+        "a failed run",
+        vec![series("ha_guard_audit_runs_total", r#"result="failure""#, "0x2 1x30")],
+        vec![
+            at("2m", "HaGuardAuditRunsFailing", vec![]),
+            at("5m", "HaGuardAuditRunsFailing", vec![fired(rules, "HaGuardAuditRunsFailing", failure)]),
+            at("25m", "HaGuardAuditRunsFailing", vec![]),
+        ],
+    ));
+    // Successful runs only (and failures long before): nothing.
+    tests.push(case(
+        "runs all succeed",
+        vec![
+            series("ha_guard_audit_runs_total", r#"result="success""#, "0+1x40"),
+            series("ha_guard_audit_runs_total", r#"result="failure""#, "3x40"),
+        ],
+        none("20m").into_iter().chain(none("40m")).collect(),
+    ));
+
+    // Errors: each alert fires on its cause only.
+    for (cause, alert) in [
+        ("write", "HaGuardAuditReportWritesFailing"),
+        ("report-truncated", "HaGuardAuditReportTruncated"),
+        ("decode", "HaGuardAuditUnreadableObjects"),
+    ] {
+        let mut checks = vec![at("5m", alert, vec![fired(rules, alert, json!({"cause": cause}))])];
+        checks.extend(COUNTER_ALERTS.iter().filter(|a| **a != alert).map(|a| at("5m", a, vec![])));
+        checks.push(at("30m", alert, vec![]));
+        tests.push(case(
+            &format!("errors of cause {cause}"),
+            vec![series("ha_guard_audit_errors_total", &format!(r#"cause="{cause}""#), "0x1 1+1x3 4x30")],
+            checks,
+        ));
+    }
+    // Errors of the other causes, and a constant count of every cause: none of them.
+    let mut quiet = Vec::new();
+    for cause in ["read", "namespace-gone", "crd-missing"] {
+        quiet.push(series("ha_guard_audit_errors_total", &format!(r#"cause="{cause}""#), "0+1x40"));
+    }
+    for cause in ["write", "report-truncated", "decode"] {
+        quiet.push(series("ha_guard_audit_errors_total", &format!(r#"cause="{cause}""#), "2x40"));
+    }
+    tests.push(case("errors of other causes", quiet, none("20m").into_iter().chain(none("40m")).collect()));
+
+    // The Lease: nobody holds it for two intervals (10m) -> fires, without a pod label.
+    let no_leader = |labels: Value| {
+        let r = rule(rules, "HaGuardAuditNoLeader");
+        let mut exp_labels = labels;
+        for (k, v) in r["labels"].as_object().unwrap() {
+            exp_labels[k] = v.clone();
+        }
+        json!({"exp_labels": exp_labels, "exp_annotations": r["annotations"]})
+    };
+    let leader = |pod: &str, values: &str| json!({"series": format!(r#"ha_guard_audit_leader{{{JOB}, pod="{pod}"}}"#), "values": values});
+    tests.push(case(
+        "no pod holds the Lease",
+        vec![leader("a", "0x30"), leader("b", "0x30")],
+        vec![
+            at("9m", "HaGuardAuditNoLeader", vec![]),
+            at("10m", "HaGuardAuditNoLeader", vec![no_leader(json!({}))]),
+            at("30m", "HaGuardAuditNoLeader", vec![no_leader(json!({}))]),
+        ],
+    ));
+    // No audit pod scraped at all (the Deployment scaled to 0, every pod crashing).
+    tests.push(case(
+        "no audit pod scraped",
+        vec![json!({"series": format!(r#"up{{{JOB}, pod="a"}}"#), "values": "0x30"})],
+        vec![
+            at("9m", "HaGuardAuditNoLeader", vec![]),
+            at(
+                "10m",
+                "HaGuardAuditNoLeader",
+                vec![no_leader(json!({"job": "ha-guard-audit", "namespace": "ha-guard"}))],
+            ),
+        ],
+    ));
+    // One pod holds it, the other waits: nothing.
+    tests.push(case(
+        "a leader",
+        vec![leader("a", "1x40"), leader("b", "0x40")],
+        vec![at("15m", "HaGuardAuditNoLeader", vec![]), at("40m", "HaGuardAuditNoLeader", vec![])],
+    ));
+    // Nobody for 8 minutes (a handover after a crash), then a leader again: nothing.
+    tests.push(case(
+        "the Lease unheld for less than two intervals",
+        vec![leader("a", "1x5 0x7 1x20"), leader("b", "0x32")],
+        vec![
+            at("12m", "HaGuardAuditNoLeader", vec![]),
+            at("13m", "HaGuardAuditNoLeader", vec![]),
+            at("20m", "HaGuardAuditNoLeader", vec![]),
+        ],
+    ));
+    tests
+}
+
+/// Writes `rules` and `tests` into `dir` and runs `promtool test rules`.
+fn test_rules(dir: &Path, rules: &Value, tests: &[Value]) -> Output {
+    std::fs::write(dir.join("rules.yaml"), serde_json::to_string_pretty(rules).unwrap()).unwrap();
+    let file = json!({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests});
+    std::fs::write(dir.join("tests.yaml"), serde_json::to_string_pretty(&file).unwrap()).unwrap();
+    run(&["test", "rules", "tests.yaml"], dir)
+}
+
+#[test]
+fn the_rules_pass_promtool_check() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, extra) in [
+        ("defaults", &[][..]),
+        ("certManager", &["--set", "certificates.mode=certManager"][..]),
+        ("audit off", &["--set", "audit.enabled=false"][..]),
+    ] {
+        let file = dir.path().join("rules.yaml");
+        std::fs::write(&file, serde_json::to_string_pretty(&rules(extra)).unwrap()).unwrap();
+        let out = run(&["check", "rules", "rules.yaml"], dir.path());
+        let said = text(&out);
+        assert!(out.status.success(), "{name}: promtool check rules:\n{said}");
+        let count = if name == "audit off" { 6 } else { 11 };
+        assert!(said.contains(&format!("SUCCESS: {count} rules found")), "{name}: {said}");
+    }
+    // promtool does refuse a broken rule: the check above can fail.
+    let mut broken = rules(&[]);
+    rule_mut(&mut broken, "HaGuardAuditNoLeader")["expr"] = json!("max(ha_guard_audit_leader{job=}) < 1");
+    std::fs::write(dir.path().join("rules.yaml"), serde_json::to_string_pretty(&broken).unwrap()).unwrap();
+    let out = run(&["check", "rules", "rules.yaml"], dir.path());
+    assert!(!out.status.success(), "a bad expression passed: {}", text(&out));
+}
+
+#[test]
+fn the_audit_alerts_fire_when_they_should_and_only_then() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = rules(&[]);
+    let tests = unit_tests(&good);
+    let out = test_rules(dir.path(), &good, &tests);
+    assert!(out.status.success(), "promtool test rules:\n{}", text(&out));
+    assert!(text(&out).contains("SUCCESS"), "{}", text(&out));
+
+    // The for: of HaGuardAuditNoLeader follows audit.interval: 90s -> 3m.
+    let short = rules(&["--set", "audit.interval=90s"]);
+    assert_eq!(rule(&short, "HaGuardAuditNoLeader")["for"], "3m");
+    let no_leader = rule(&short, "HaGuardAuditNoLeader");
+    let expected = json!({"exp_labels": no_leader["labels"], "exp_annotations": no_leader["annotations"]});
+    let leader0 = json!({"series": format!(r#"ha_guard_audit_leader{{{JOB}, pod="a"}}"#), "values": "0x10"});
+    let tests = [case(
+        "no leader, 90s interval",
+        vec![leader0],
+        vec![at("2m", "HaGuardAuditNoLeader", vec![]), at("3m", "HaGuardAuditNoLeader", vec![expected])],
+    )];
+    let out = test_rules(dir.path(), &short, &tests);
+    assert!(out.status.success(), "promtool test rules (audit.interval=90s):\n{}", text(&out));
+}
+
+/// The unit tests catch a wrong rule: each mutation of a rule fails them, naming the alert.
+#[test]
+fn the_unit_tests_fail_on_a_wrong_rule() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = rules(&[]);
+    let tests = unit_tests(&good);
+    let sel = JOB;
+    let mutations: [(&str, &str, &str, &str); 7] = [
+        ("HaGuardAuditNoLeader", "expr", "without absent()", "max(ha_guard_audit_leader{SEL}) < 1"),
+        (
+            "HaGuardAuditNoLeader",
+            "expr",
+            "min instead of max",
+            "min(ha_guard_audit_leader{SEL}) < 1 or absent(ha_guard_audit_leader{SEL})",
+        ),
+        ("HaGuardAuditNoLeader", "for", "for: 5m", "5m"),
+        ("HaGuardAuditRunsFailing", "expr", "every result", "increase(ha_guard_audit_runs_total{SEL}[15m]) > 0"),
+        (
+            "HaGuardAuditRunsFailing",
+            "expr",
+            "the webhook's job",
+            r#"increase(ha_guard_audit_runs_total{job="ha-guard", namespace="ha-guard", result="failure"}[15m]) > 0"#,
+        ),
+        ("HaGuardAuditReportWritesFailing", "expr", "any cause", "increase(ha_guard_audit_errors_total{SEL}[15m]) > 0"),
+        (
+            "HaGuardAuditUnreadableObjects",
+            "expr",
+            "a count, not an increase",
+            r#"ha_guard_audit_errors_total{SEL, cause="decode"} > 0"#,
+        ),
+    ];
+    for (alert, field, what, value) in mutations {
+        let mut bad = good.clone();
+        rule_mut(&mut bad, alert)[field] = json!(value.replace("SEL", sel));
+        let out = test_rules(dir.path(), &bad, &tests);
+        let said = text(&out);
+        assert!(!out.status.success(), "{alert} {what}: the unit tests still pass:\n{said}");
+        assert!(said.contains(alert), "{alert} {what}: promtool fails, but not on {alert}:\n{said}");
+    }
+    // A lower severity is part of the expectation too.
+    let mut bad = good.clone();
+    rule_mut(&mut bad, "HaGuardAuditReportTruncated")["labels"] = json!({"severity": "warning"});
+    let out = test_rules(dir.path(), &bad, &tests);
+    assert!(!out.status.success(), "severity not checked:\n{}", text(&out));
+}
+
+#[test]
+fn alert_labels_selectors_and_for_follow_the_values() {
+    let labels = |r: &Value, alert: &str| rule(r, alert)["labels"].clone();
+    // Defaults: warning, and info for the two lesser audit alerts.
+    let r = rules(&[]);
+    for alert in ["HaGuardDown", "HaGuardAuditRunsFailing", "HaGuardAuditReportWritesFailing", "HaGuardAuditNoLeader"] {
+        assert_eq!(labels(&r, alert), json!({"severity": "warning"}), "{alert}");
+    }
+    for alert in ["HaGuardAuditReportTruncated", "HaGuardAuditUnreadableObjects"] {
+        assert_eq!(labels(&r, alert), json!({"severity": "info"}), "{alert}");
+    }
+    // alertLabels reach every alert; the lesser ones keep severity info.
+    let r = rules(&[
+        "--set",
+        "metrics.prometheusRule.alertLabels.severity=critical",
+        "--set",
+        "metrics.prometheusRule.alertLabels.team=sre",
+    ]);
+    assert_eq!(labels(&r, "HaGuardAuditNoLeader"), json!({"severity": "critical", "team": "sre"}));
+    assert_eq!(labels(&r, "HaGuardAuditReportTruncated"), json!({"severity": "info", "team": "sre"}));
+    // No severity in alertLabels: none added.
+    let r = rules(&[
+        "--set",
+        "metrics.prometheusRule.alertLabels.severity=null",
+        "--set",
+        "metrics.prometheusRule.alertLabels.team=sre",
+    ]);
+    assert_eq!(labels(&r, "HaGuardAuditUnreadableObjects"), json!({"team": "sre"}));
+    assert_eq!(labels(&r, "HaGuardAuditRunsFailing"), json!({"team": "sre"}));
+
+    // The selectors: the audit's job by default, the user's when given, other releases' names.
+    let r = rules(&["--set-string", r#"metrics.prometheusRule.auditSelector=job="audit""#]);
+    assert_eq!(
+        rule(&r, "HaGuardAuditNoLeader")["expr"],
+        r#"max(ha_guard_audit_leader{job="audit"}) < 1 or absent(ha_guard_audit_leader{job="audit"})"#
+    );
+    assert!(rule(&r, "HaGuardDown")["expr"].as_str().unwrap().contains(r#"job="ha-guard""#), "the webhook's unchanged");
+    let other = crate::chart::render_release("hg", "policy", &["--set", "metrics.prometheusRule.enabled=true"]);
+    let r = &one(&other, "PrometheusRule")["spec"];
+    assert_eq!(
+        rule(r, "HaGuardAuditReportWritesFailing")["expr"],
+        r#"increase(ha_guard_audit_errors_total{job="hg-ha-guard-audit", namespace="policy", cause="write"}[15m]) > 0"#
+    );
+
+    // for: two intervals, whatever unit audit.interval is in.
+    for (interval, want) in [
+        ("5m", "10m"),
+        ("30s", "1m"),
+        ("45s", "90s"),
+        ("90s", "3m"),
+        ("2m30s", "5m"),
+        ("1h", "2h"),
+        ("1h30m", "3h"),
+        ("1h1s", "7202s"),
+        ("1d", "48h"),
+        ("30500ms", "61s"),
+        ("30001ms", "60002ms"),
+    ] {
+        let r = rules(&["--set", &format!("audit.interval={interval}")]);
+        assert_eq!(rule(&r, "HaGuardAuditNoLeader")["for"], want, "audit.interval={interval}");
+        let description = rule(&r, "HaGuardAuditNoLeader")["annotations"]["description"].as_str().unwrap().to_string();
+        assert!(description.starts_with(&format!("For {want} (two audit intervals of {interval})")), "{description}");
+    }
+}
