@@ -73,6 +73,8 @@ pub struct Background {
     pub identity: String,
     /// How long changes are gathered before the namespaces they touch are judged again.
     pub debounce: Duration,
+    /// A report's size limit ([`REPORT_BYTES_MAX`]; tests lower it).
+    pub report_bytes_max: usize,
     /// Which report format is written.
     pub report_api: ReportApi,
     /// Becomes true when the process is told to stop: the Lease is released, so that another
@@ -181,7 +183,7 @@ pub fn results_by_namespace(report: &Report) -> BTreeMap<String, Vec<Value>> {
 /// The `summary` of a report's results.
 pub fn summary(results: &[Value]) -> Value {
     let count = |r: &str| results.iter().filter(|v| v["result"] == r).count();
-    json!({"pass": 0, "fail": count("fail"), "warn": count("warn"), "error": 0, "skip": count("skip")})
+    json!({"pass": 0, "fail": count("fail"), "warn": count("warn"), "error": count("error"), "skip": count("skip")})
 }
 
 /// The whole report object for namespace `namespace` (`""`: the cluster-scoped report), its results
@@ -448,6 +450,8 @@ impl Background {
             // The full read covers what changed up to now.
             log.take();
             self.run_once(state, &live, None, written).await;
+            // The change counts reach the metrics every second, whether or not they start work.
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep_until(started + self.interval) => break,
@@ -459,6 +463,7 @@ impl Background {
                             self.run_once(state, &live, Some(dirty), written).await;
                         }
                     }
+                    _ = tick.tick() => {}
                 }
                 count_changes(state, &log, &live, written);
             }
@@ -617,7 +622,8 @@ impl Background {
         }
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
         let mut object = report_object(self.report_api, namespace, &results, now);
-        if let Some(kept) = fit(&results, REPORT_BYTES_MAX) {
+        let limit = self.report_bytes_max;
+        if let Some(kept) = fit(&results, limit) {
             let at = if namespace.is_empty() { "the cluster".to_string() } else { format!("namespace {namespace}") };
             tracing::warn!(
                 kept = kept.len(),
@@ -633,7 +639,7 @@ impl Background {
                 format!("ha-guard audit -n {namespace}")
             };
             object["metadata"]["annotations"] = json!({TRUNCATED: format!(
-                "{} of {} results kept (a report over {REPORT_BYTES_MAX} bytes is cut; the summary counts all): {all} lists every one",
+                "{} of {} results kept (a report over {limit} bytes is cut; the summary counts all): {all} lists every one",
                 kept.len(), results.len())});
         }
         let apply = PatchParams::apply(FIELD_MANAGER).force();

@@ -48,6 +48,9 @@ pub struct ReportsArgs {
     pub config: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// A report's size limit in bytes, past which its results are cut (tests lower it).
+    #[arg(long, hide = true, default_value_t = crate::audit::background::REPORT_BYTES_MAX)]
+    pub report_bytes_max: usize,
 }
 
 fn humantime_duration(s: &str) -> Result<Duration, String> {
@@ -109,6 +112,7 @@ pub fn run(args: ReportsArgs) -> Result<ExitCode, Error> {
             client,
             interval: args.interval,
             debounce: args.debounce,
+            report_bytes_max: args.report_bytes_max,
             namespace,
             identity,
             report_api: args.report_api,

@@ -243,6 +243,7 @@ fn start_background_audit(
         client,
         interval,
         debounce: crate::audit::background::DEBOUNCE,
+        report_bytes_max: crate::audit::background::REPORT_BYTES_MAX,
         namespace,
         identity,
         report_api,
