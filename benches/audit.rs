@@ -7,7 +7,8 @@
 //! harness in `tests/support/mod.rs`; no controller-manager, so nothing adds or removes objects
 //! behind the bench). Then:
 //!
-//! 1. `--namespaces` namespaces, `--nodes` Nodes, and `--workloads` workloads spread over the
+//! 1. (the generator, shared with `benches/audit_cost.rs`: `benches/common/cluster.rs`)
+//!    `--namespaces` namespaces, `--nodes` Nodes, and `--workloads` workloads spread over the
 //!    namespaces: 3 in 4 Deployments (each with a ReplicaSet owned by it, as the deployment
 //!    controller would write; `audit` reads ReplicaSets to find a pod's Deployment), 1 in 4
 //!    StatefulSets; every second one with a PDB (status written as the disruption controller would),
@@ -33,6 +34,9 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
+#[path = "common/cluster.rs"]
+mod cluster;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
 use std::process::Command;
@@ -40,15 +44,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Instant;
 
-use futures::StreamExt;
 use ha_guard::core::model::Kind;
 use ha_guard::core::model::live_pod::LivePod;
 use ha_guard::core::view::{PodInfo, PodOwner};
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use support::*;
 
@@ -111,155 +109,6 @@ fn args() -> Args {
         }
     }
     a
-}
-
-/// Workload `i`: where, what, and how many pods it gets (the pods spread evenly).
-struct Gen {
-    ns: String,
-    name: String,
-    sts: bool,
-    pods: usize,
-}
-
-fn workload(a: &Args, i: usize) -> Gen {
-    let base = a.pods / a.workloads;
-    let pods = base + usize::from(i < a.pods % a.workloads);
-    Gen { ns: format!("ns-{:03}", i % a.namespaces), name: format!("app-{i:05}"), sts: i % 4 == 3, pods }
-}
-
-fn labels(name: &str) -> Value {
-    json!({"app": name})
-}
-
-fn pod_template(i: usize, name: &str) -> Value {
-    let mut spec = json!({
-        "containers": [{"name": "app", "image": "registry.example/app:1.0",
-            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-            "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}}}],
-        "terminationGracePeriodSeconds": 30,
-    });
-    // Every 7th has no spread at all (a rule finding); the rest spread over hostnames.
-    if !i.is_multiple_of(7) {
-        spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": labels(name)}}]);
-    }
-    json!({"metadata": {"labels": labels(name)}, "spec": spec})
-}
-
-fn replicas(i: usize, g: &Gen) -> usize {
-    // Every 10th runs one replica (a finding); the others as many as they have pods (at least 2).
-    if i.is_multiple_of(10) { 1 } else { g.pods.max(2) }
-}
-
-/// Creates workload `i` with its ReplicaSet, PDB and HPA; returns the kind and name, and UID, of its
-/// pods' controller.
-async fn create_workload(client: &kube::Client, a: &Args, i: usize) -> Result<(String, String, String), String> {
-    let g = workload(a, i);
-    let pp = PostParams::default();
-    let e = |what: &str, e: kube::Error| format!("{what} {}/{}: {e}", g.ns, g.name);
-    let n = replicas(i, &g);
-    let spec =
-        json!({"replicas": n, "selector": {"matchLabels": labels(&g.name)}, "template": pod_template(i, &g.name)});
-    let owner = if g.sts {
-        let mut s = spec.clone();
-        s["serviceName"] = json!(g.name);
-        let sts: StatefulSet = serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": s})).unwrap();
-        let made = Api::<StatefulSet>::namespaced(client.clone(), &g.ns)
-            .create(&pp, &sts)
-            .await
-            .map_err(|x| e("statefulset", x))?;
-        ("StatefulSet".to_string(), g.name.clone(), made.metadata.uid.unwrap_or_default())
-    } else {
-        let d: Deployment = serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": spec})).unwrap();
-        let made = Api::<Deployment>::namespaced(client.clone(), &g.ns)
-            .create(&pp, &d)
-            .await
-            .map_err(|x| e("deployment", x))?;
-        let rs_name = format!("{}-5d9c7f", g.name);
-        let mut rs_labels = labels(&g.name);
-        rs_labels["pod-template-hash"] = json!("5d9c7f");
-        let mut template = pod_template(i, &g.name);
-        template["metadata"]["labels"] = rs_labels.clone();
-        let rs: ReplicaSet = serde_json::from_value(json!({
-            "metadata": {"name": rs_name, "labels": rs_labels, "ownerReferences": [{"apiVersion": "apps/v1",
-                "kind": "Deployment", "name": g.name, "uid": made.metadata.uid, "controller": true}]},
-            "spec": {"replicas": n, "selector": {"matchLabels": rs_labels}, "template": template}}))
-        .unwrap();
-        let rs = Api::<ReplicaSet>::namespaced(client.clone(), &g.ns)
-            .create(&pp, &rs)
-            .await
-            .map_err(|x| e("replicaset", x))?;
-        if i.is_multiple_of(5) && n > 1 {
-            let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": {
-                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": g.name},
-                "minReplicas": 2, "maxReplicas": 6,
-                "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}]}}))
-            .unwrap();
-            Api::<HorizontalPodAutoscaler>::namespaced(client.clone(), &g.ns)
-                .create(&pp, &hpa)
-                .await
-                .map_err(|x| e("hpa", x))?;
-        }
-        ("ReplicaSet".to_string(), rs_name, rs.metadata.uid.unwrap_or_default())
-    };
-    if i.is_multiple_of(2) {
-        // Every 20th budget allows no eviction at all (a finding).
-        let budget = if i.is_multiple_of(20) { json!({"maxUnavailable": 0}) } else { json!({"maxUnavailable": 1}) };
-        let mut spec = budget;
-        spec["selector"] = json!({"matchLabels": labels(&g.name)});
-        let pdb: PodDisruptionBudget =
-            serde_json::from_value(json!({"metadata": {"name": g.name}, "spec": spec})).unwrap();
-        let api = Api::<PodDisruptionBudget>::namespaced(client.clone(), &g.ns);
-        api.create(&pp, &pdb).await.map_err(|x| e("pdb", x))?;
-        // As the disruption controller would write it once the pods run.
-        let allowed = if i.is_multiple_of(20) || g.pods < 2 { 0 } else { 1 };
-        let status = json!({"status": {"observedGeneration": 1, "disruptionsAllowed": allowed,
-            "currentHealthy": g.pods, "desiredHealthy": g.pods.saturating_sub(1), "expectedPods": g.pods}});
-        api.patch_status(&g.name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .map_err(|x| e("pdb status", x))?;
-    }
-    Ok(owner)
-}
-
-/// Creates workload `i`'s pods, bound to nodes, with their status.
-async fn create_pods(
-    client: &kube::Client,
-    a: &Args,
-    i: usize,
-    owner: &(String, String, String),
-) -> Result<(), String> {
-    let g = workload(a, i);
-    let api = Api::<Pod>::namespaced(client.clone(), &g.ns);
-    let (kind, oname, uid) = owner;
-    let mut pod_labels = labels(&g.name);
-    if !g.sts {
-        pod_labels["pod-template-hash"] = json!("5d9c7f");
-    }
-    for j in 0..g.pods {
-        let name = if g.sts { format!("{}-{j}", g.name) } else { format!("{oname}-{j:05x}") };
-        // Every 13th workload has all its pods on one node (`replicas-share-node`).
-        let node = if i.is_multiple_of(13) { i % a.nodes } else { (i * 3 + j) % a.nodes };
-        let mut template = pod_template(i, &g.name);
-        template["metadata"] = json!({"name": name, "labels": pod_labels, "ownerReferences": [
-            {"apiVersion": "apps/v1", "kind": kind, "name": oname, "uid": uid, "controller": true}]});
-        template["spec"]["nodeName"] = json!(format!("node-{node:04}"));
-        let pod: Pod = serde_json::from_value(template).unwrap();
-        api.create(&PostParams::default(), &pod).await.map_err(|e| format!("pod {}/{name}: {e}", g.ns))?;
-        // One pod in 50 stays Pending and not ready; the others run, ready.
-        let running = (i + j) % 50 != 1;
-        let status = if running {
-            json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"},
-                {"type": "PodScheduled", "status": "True"}]}})
-        } else {
-            json!({"status": {"phase": "Pending", "conditions": [{"type": "Ready", "status": "False"},
-                {"type": "PodScheduled", "status": "True"}]}})
-        };
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .map_err(|e| format!("pod status {}/{name}: {e}", g.ns))?;
-    }
-    Ok(())
 }
 
 /// One audit run: wall seconds, peak RSS (KiB), and its report.
@@ -387,48 +236,9 @@ fn main() {
     let conc = a.concurrency;
 
     let started = Instant::now();
-    rt.block_on(async {
-        let nss = Api::<Namespace>::all(client.clone());
-        for n in 0..a.namespaces {
-            let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": format!("ns-{n:03}")}})).unwrap();
-            nss.create(&PostParams::default(), &ns).await.expect("namespace");
-        }
-        let nodes = Api::<Node>::all(client.clone());
-        futures::stream::iter(0..a.nodes)
-            .map(|n| {
-                let nodes = nodes.clone();
-                async move {
-                    let name = format!("node-{n:04}");
-                    let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": {
-                        "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": format!("zone-{}", n % 3)}}}))
-                    .unwrap();
-                    nodes.create(&PostParams::default(), &node).await.expect("node");
-                    // The not-ready taint TaintNodesByCondition adds (no kubelet here clears it).
-                    nodes
-                        .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": null}})))
-                        .await
-                        .expect("node taints");
-                }
-            })
-            .buffer_unordered(conc)
-            .collect::<Vec<_>>()
-            .await;
-    });
-    let owners: Vec<(String, String, String)> = rt.block_on(async {
-        let results: Vec<(usize, Result<_, String>)> = futures::stream::iter(0..a.workloads)
-            .map(|i| {
-                let (client, a) = (client.clone(), &a);
-                async move { (i, create_workload(&client, a, i).await) }
-            })
-            .buffer_unordered(conc)
-            .collect()
-            .await;
-        let mut owners = vec![Default::default(); a.workloads];
-        for (i, r) in results {
-            owners[i] = r.unwrap_or_else(|e| panic!("{e}"));
-        }
-        owners
-    });
+    let shape = cluster::Shape { workloads: a.workloads, pods: a.pods, namespaces: a.namespaces, nodes: a.nodes };
+    rt.block_on(cluster::create_namespaces_and_nodes(&client, &shape, conc));
+    let owners = rt.block_on(cluster::create_workloads(&client, &shape, conc));
     let workloads_took = started.elapsed();
     eprintln!("[audit-bench] {} workloads (+ReplicaSets, PDBs, HPAs) in {workloads_took:.1?}", a.workloads);
 
@@ -471,19 +281,7 @@ fn main() {
     let heap_empty = heap_phases(&rt, &client);
 
     let started = Instant::now();
-    rt.block_on(async {
-        let results: Vec<Result<(), String>> = futures::stream::iter(0..a.workloads)
-            .map(|i| {
-                let (client, a, owner) = (client.clone(), &a, &owners[i]);
-                async move { create_pods(&client, a, i, owner).await }
-            })
-            .buffer_unordered(conc)
-            .collect()
-            .await;
-        for r in results {
-            r.unwrap_or_else(|e| panic!("{e}"));
-        }
-    });
+    rt.block_on(cluster::create_all_pods(&client, &shape, &owners, conc));
     let pods_took = started.elapsed();
     eprintln!("[audit-bench] {} pods (create + status) in {pods_took:.1?}", a.pods);
     let full = run_rounds(&format!("{} pods", a.pods));
