@@ -5,7 +5,8 @@
 //!
 //! **The chart's, unchanged:** every object `helm template` renders with the default values
 //! (managed certificates): both webhook configurations, the ClusterRoles, Role and bindings, the
-//! empty Secret, the ConfigMap, the ServiceAccount, the Service, the Deployment and the PDB; helm
+//! empty Secret, the ConfigMap, the ServiceAccounts, the Services, the Deployments (webhook and
+//! audit) and the PDBs; helm
 //! installs, upgrades and uninstalls them (pre-delete hooks included).
 //!
 //! **Stood in for**, because the e2e control plane has no kube-proxy, no kubelet, no
@@ -41,7 +42,9 @@
 //! no call failed or failed open; the ServiceAccount gets 403 for anything but its Secret and its
 //! two webhook configurations; the README's uninstall without Helm leaves nothing behind.
 //! **Phase 2, with Helm**: `helm install`, `kubectl rollout status`, README's gradual rollout
-//! (`kubectl label ns --all ha-guard.io/mode=warn`, then the label removed), `helm upgrade -f
+//! (`kubectl label ns --all ha-guard.io/mode=warn`, then the label removed); the audit's own
+//! Deployment run beside (two `ha-guard reports` replicas with its ServiceAccount's token: one
+//! writes the reports, the webhook's replicas none), `helm upgrade -f
 //! my-values.yaml` (README's example: 3 replicas, a rule turned to deny) under a stream of writes:
 //! the Secret's certificates and the caBundle are kept, the new rule is enforced, no write fails
 //! or passes unchecked; `helm upgrade --set webhook.failurePolicy=Fail`, then ha-guard down: writes
@@ -81,6 +84,9 @@ const SECRET: &str = "ha-guard-tls";
 const CHART: &str = "charts/ha-guard";
 /// The ServiceAccount as `kubectl auth can-i --as` names it.
 const SA: &str = "system:serviceaccount:ha-guard:ha-guard";
+/// The audit's Deployment and ServiceAccount (`ha-guard reports`).
+const AUDIT: &str = "ha-guard-audit";
+const AUDIT_SA: &str = "system:serviceaccount:ha-guard:ha-guard-audit";
 const WEBHOOK_KINDS: [&str; 2] = ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"];
 
 /// Printed past the test harness's capture, so that CI logs show the figures of a passing run.
@@ -246,6 +252,8 @@ struct Pod {
     /// `(mountPath, the directory standing for it, the volume)`.
     mounts: Vec<(String, PathBuf, Value)>,
     readiness_path: String,
+    /// The webhook's container (`serve`), or the audit's (`reports`: a probe port only).
+    webhook: bool,
     webhook_port: u16,
     probe_port: u16,
     child: Option<Child>,
@@ -303,8 +311,14 @@ impl Pod {
             .collect();
         let probe = &c["readinessProbe"]["httpGet"];
         let (listen, probe_listen) = serve_default_ports();
+        let webhook = args.first().map(String::as_str) == Some("serve");
+        assert!(webhook || args.first().map(String::as_str) == Some("reports"), "serve or reports: {args:?}");
         assert_eq!(ports.get(probe["port"].as_str().unwrap_or("")), Some(&probe_listen), "readiness: --probe-listen");
-        assert_eq!(ports.get("https"), Some(&listen), "the webhook's container port: serve's default --listen");
+        if webhook {
+            assert_eq!(ports.get("https"), Some(&listen), "the webhook's container port: serve's default --listen");
+        } else {
+            assert_eq!(ports.len(), 1, "the audit's pod has its probe port only: {ports:?}");
+        }
         assert!(
             !args.iter().any(|a| a.starts_with("--listen") || a.starts_with("--probe-listen")),
             "the chart relies on serve's default addresses: {args:?}"
@@ -319,6 +333,7 @@ impl Pod {
             kubeconfig: kubeconfig.to_path_buf(),
             mounts,
             readiness_path: probe["path"].as_str().expect("readinessProbe path").to_string(),
+            webhook,
             webhook_port: 0,
             probe_port: 0,
             child: None,
@@ -341,10 +356,12 @@ impl Pod {
             .open(self.log_path())
             .map_err(|e| format!("{}: {e}", self.log_path().display()))?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        // The pod's network namespace: its own ports, on loopback.
+        let listen = format!("127.0.0.1:{}", self.webhook_port);
+        let listen: &[&str] = if self.webhook { &["--listen", &listen] } else { &[] };
         let child = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
             .args(&self.args)
-            // The pod's network namespace: its own ports, on loopback.
-            .args(["--listen", &format!("127.0.0.1:{}", self.webhook_port)])
+            .args(listen)
             .args(["--probe-listen", &format!("127.0.0.1:{}", self.probe_port)])
             .env_clear()
             .envs(self.env.iter().map(|(k, v)| (k, v)))
@@ -864,10 +881,18 @@ fn writes(cp: &ControlPlane, pods: &[Pod]) {
     assert_quiet(pods);
 }
 
-/// With the chart's CRDs installed by helm (`crds/`): the background audit's holder writes its
-/// reports with the ServiceAccount's rights (server-side apply creates them: `create` limited by
-/// name is enough), one replica only, and the ServiceAccount may touch no other report.
-fn background_audit_reports(cp: &ControlPlane, pods: &[Pod]) {
+/// With the chart's CRDs installed by helm (`crds/`): the audit's own Deployment (`ha-guard
+/// reports`, two replicas with the audit ServiceAccount's token) writes the reports, one replica
+/// only, with that ServiceAccount's rights (server-side apply creates them: `create` limited by
+/// name is enough), and may touch no other report. The webhook's replicas write none.
+fn background_audit_reports(cp: &ControlPlane, webhook: &[Pod]) {
+    let deployment = cp.kubectl(&["get", "deployment", AUDIT, "-n", NS, "-o", "json"]).success().json();
+    let token = cp.kubectl(&["create", "token", AUDIT, "-n", NS, "--duration=1h"]).success().stdout;
+    let kubeconfig = cp.token_kubeconfig(token.trim(), &cp.root().join("audit-sa.kubeconfig"));
+    let mut pods: Vec<Pod> = (0..2).map(|i| Pod::spawn(cp, &format!("audit-{i}"), &deployment, &kubeconfig)).collect();
+    for p in &mut pods {
+        p.wait_ready().unwrap_or_else(|e| panic!("{e}"));
+    }
     let report = poll("the ClusterPolicyReport written by the Lease holder", WAIT, Duration::from_millis(200), || {
         let r = cp.kubectl(&["get", "clusterpolicyreport", "ha-guard", "-o", "json", "--show-managed-fields"]);
         if r.ok() { Ok(r.json()) } else { Err(r.output()) }
@@ -880,12 +905,35 @@ fn background_audit_reports(cp: &ControlPlane, pods: &[Pod]) {
         .map(|p| p.name.as_str())
         .collect();
     assert_eq!(writers.len(), 1, "one replica writes the reports: {writers:?}");
+    for p in webhook {
+        assert_eq!(p.metrics().get("ha_guard_audit_report_writes_total", &[]), Some(0.0), "{} writes reports", p.name);
+    }
+    for p in &pods {
+        assert!(p.warnings().is_empty(), "{}: {:?}", p.name, p.warnings());
+    }
+    for p in &pods {
+        p.terminate();
+    }
+    for p in &mut pods {
+        let status = p.wait_exit(Duration::from_secs(30));
+        assert!(status.is_some_and(|s| s.success()), "{} exits 0 on SIGTERM: {status:?}", p.name);
+    }
     let can = |args: &[&str]| {
         let mut all = vec!["auth", "can-i"];
         all.extend_from_slice(args);
-        all.extend_from_slice(&["--as", SA]);
+        all.extend_from_slice(&["--as", AUDIT_SA]);
         cp.kubectl(&all).stdout.trim() == "yes"
     };
+    for args in [
+        &["list", "pods", "--all-namespaces"][..],
+        &["watch", "pods", "--all-namespaces"],
+        &["patch", "leases.coordination.k8s.io/ha-guard-audit", "-n", NS],
+    ] {
+        assert!(can(args), "the audit's ServiceAccount may {args:?}");
+    }
+    for args in [&["list", "replicasets", "--all-namespaces"][..], &["get", "secret/ha-guard-tls", "-n", NS]] {
+        assert!(!can(args), "the audit's ServiceAccount may not {args:?}");
+    }
     for args in [
         &["create", "policyreports.wgpolicyk8s.io/ha-guard", "-n", "apps"][..],
         &["patch", "policyreports.wgpolicyk8s.io/ha-guard", "-n", "apps"],
@@ -893,7 +941,7 @@ fn background_audit_reports(cp: &ControlPlane, pods: &[Pod]) {
         &["patch", "clusterpolicyreports.wgpolicyk8s.io/ha-guard"],
         &["list", "policyreports.wgpolicyk8s.io", "--all-namespaces"],
     ] {
-        assert!(can(args), "the ServiceAccount may {args:?}");
+        assert!(can(args), "the audit's ServiceAccount may {args:?}");
     }
     for args in [
         &["create", "policyreports.wgpolicyk8s.io", "-n", "apps"][..],
@@ -929,10 +977,6 @@ fn least_privilege(cp: &ControlPlane) {
         vec!["update", "mutatingwebhookconfiguration/ha-guard"],
         vec!["list", "deployments", "--all-namespaces"],
         vec!["watch", "nodes"],
-        // The background audit (audit.enabled): pods and ReplicaSets listed, its reports and Lease.
-        vec!["list", "pods", "--all-namespaces"],
-        vec!["list", "replicasets", "--all-namespaces"],
-        vec!["patch", "leases.coordination.k8s.io/ha-guard-audit", "-n", NS],
     ];
     for args in &may {
         assert!(can(args), "the ServiceAccount may {args:?}");
@@ -953,6 +997,11 @@ fn least_privilege(cp: &ControlPlane) {
         vec!["delete", "mutatingwebhookconfiguration/ha-guard"],
         vec!["get", "pods", "-n", "apps"],
         vec!["watch", "pods", "--all-namespaces"],
+        // The audit runs apart (its own ServiceAccount): no pods, no ReplicaSets, no Lease, no report.
+        vec!["list", "pods", "--all-namespaces"],
+        vec!["list", "replicasets", "--all-namespaces"],
+        vec!["patch", "leases.coordination.k8s.io/ha-guard-audit", "-n", NS],
+        vec!["patch", "policyreports.wgpolicyk8s.io/ha-guard", "-n", "apps"],
         vec!["delete", "pods", "-n", "apps"],
         vec!["patch", "leases.coordination.k8s.io/other", "-n", NS],
         vec!["create", "leases.coordination.k8s.io", "-n", "apps"],
