@@ -1004,7 +1004,7 @@ mod tests {
         assert!(live.is_synced(Kind::ScaledObject));
         let value = serde_json::json!({"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
             "metadata": {"name": "odd", "namespace": "k"}, "spec": {"minReplicaCount": "three"}});
-        let e = crate::core::model::decode(&value, "k").err().expect("check and audit say it is not checked");
+        let Err(e) = crate::core::model::decode(&value, "k") else { panic!("check and audit say it is not checked") };
         assert!(e.to_string().contains("minReplicaCount") || e.to_string().contains("invalid type"), "{e}");
     }
 }
