@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::progress::Progress;
 use crate::core::model::live_pod::{LivePod, OwnerReference, controller_of};
-use crate::core::model::{self, Kind, Object, ObjectRef, Subject};
+use crate::core::model::{self, Kind, Object, ObjectRef, Subject, managed};
 use crate::core::view::{Index, PodInfo, PodOwner};
 
 /// Where a kind is listed.
@@ -188,16 +188,21 @@ fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
-/// A listed item as JSON, without `metadata.managedFields`: a tree of every field each writer set,
-/// often half of a listed object and read by no rule (the webhook's decoder drops them too). They
-/// are dropped as each item of a page is parsed, so a page in memory holds none of them.
+/// A listed item as JSON, `metadata.managedFields` cut to the one fact a rule reads of them: which
+/// managers own `spec.replicas` by server-side apply (`hpa-replicas-conflict`, for workloads that
+/// Argo CD, Flux or Helm 4 apply; [`managed::kept_json`]). The rest, a tree per writer of every
+/// field it set, is often half of a listed object; it is dropped as each item of a page is
+/// parsed, so a page in memory holds none of it.
 struct Stripped(Value);
 
 impl<'de> Deserialize<'de> for Stripped {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let mut value = Value::deserialize(deserializer)?;
-        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-            meta.remove("managedFields");
+        if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut)
+            && let Some(entries) = meta.remove("managedFields")
+            && let Some(kept) = managed::kept_json(&entries)
+        {
+            meta.insert("managedFields".into(), kept);
         }
         Ok(Stripped(value))
     }
@@ -504,24 +509,47 @@ mod tests {
     }
 
     /// Listed objects carry managedFields (a tree per writer of every field it set); kept for every
-    /// object of a cluster they were most of the audit's memory, and no rule reads them.
+    /// object of a cluster they were most of the audit's memory. Kept: who owns spec.replicas by
+    /// server-side apply, that one path, nothing else.
     #[test]
-    fn a_listed_object_is_kept_without_its_managed_fields() {
+    fn a_listed_object_keeps_of_its_managed_fields_only_who_applies_its_replicas() {
         let deployments = &LISTINGS[0];
-        let item = serde_json::json!({
-            "metadata": {"name": "web", "namespace": "shop", "labels": {"app": "web"},
-                "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1",
-                    "fieldsV1": {"f:spec": {"f:replicas": {}}}}]},
-            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}
-        });
-        let (object, path) = decode(deployments, serde_json::from_value(item).expect("JSON")).expect("a Deployment");
-        assert_eq!(path, "apis/apps/v1/namespaces/shop/deployments/web");
-        let Object::Subject(subject) = object else { panic!("a Deployment is a subject") };
-        let meta = subject.meta().expect("metadata");
-        assert_eq!(meta.name.as_deref(), Some("web"));
-        assert_eq!(meta.managed_fields, None);
-        assert!(meta.labels.as_ref().is_some_and(|l| l["app"] == "web"), "the rest of metadata is kept");
+        let item = |managed: Value| {
+            serde_json::json!({
+                "metadata": {"name": "web", "namespace": "shop", "uid": "u-1", "labels": {"app": "web"},
+                    "managedFields": managed},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}
+            })
+        };
+        let decoded = |managed: Value| {
+            let (object, path) =
+                decode(deployments, serde_json::from_value(item(managed)).expect("JSON")).expect("a Deployment");
+            assert_eq!(path, "apis/apps/v1/namespaces/shop/deployments/web");
+            let Object::Subject(Subject::Workload(w)) = object else { panic!("a Deployment is a workload") };
+            w
+        };
+        let w = decoded(serde_json::json!([
+            {"manager": "kustomize-controller", "operation": "Apply", "fieldsType": "FieldsV1", "time": "2026-01-01T00:00:00Z",
+             "fieldsV1": {"f:metadata": {"f:labels": {}}, "f:spec": {"f:replicas": {}, "f:template": {"f:spec": {}}}}},
+            {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:replicas": {}}}}
+        ]));
+        assert_eq!(w.meta.managed_fields, Some(vec![managed::kept_entry("kustomize-controller")]));
+        assert_eq!(
+            w.replicas_source,
+            crate::core::model::ReplicasSource::Applied { replicas: 2, manager: "kustomize-controller".into() }
+        );
+        assert_eq!(w.meta.name.as_deref(), Some("web"));
+        assert!(w.meta.labels.as_ref().is_some_and(|l| l["app"] == "web"), "the rest of metadata is kept");
+        // An Apply that does not set replicas, a scale write: nothing is kept.
+        let w = decoded(serde_json::json!([
+            {"manager": "argocd-controller", "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:template": {}}}},
+            {"manager": "kube-controller-manager", "operation": "Update", "subresource": "scale",
+             "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:replicas": {}}}}
+        ]));
+        assert_eq!(w.meta.managed_fields, None);
+        assert_eq!(w.replicas_source, crate::core::model::ReplicasSource::Unset);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `hpa-replicas-conflict` at admission, where the apiserver has already defaulted
 //! `spec.replicas`: an UPDATE that changes the count under an HPA warns, a CREATE without a
-//! last-applied manifest setting it does not, and scale subresource writes are never judged.
+//! last-applied manifest or an `Apply` field manager (server-side apply: Argo CD, Flux, Helm 4)
+//! setting it does not, and scale subresource writes are never judged.
 
 use std::sync::Arc;
 
@@ -214,4 +215,98 @@ async fn server_plain_hpa() -> Vec<String> {
         &review("CREATE", "horizontalpodautoscalers", None, "HorizontalPodAutoscaler", "web-2", hpa, Value::Null),
     )
     .await
+}
+
+// ---- server-side apply (Argo CD, Flux, Helm 4): the field managers say who sets the count ----
+
+/// `object` with managedFields as the apiserver records a server-side apply by `manager`
+/// (`owns_replicas`: its applied manifest sets spec.replicas) beside the controllers' entries.
+fn applied_by(mut object: Value, manager: &str, owns_replicas: bool) -> Value {
+    let spec = if owns_replicas {
+        json!({"f:replicas": {}, "f:selector": {}, "f:template": {"f:spec": {}}})
+    } else {
+        json!({"f:selector": {}, "f:template": {"f:spec": {}}})
+    };
+    object["metadata"]["managedFields"] = json!([
+        {"manager": manager, "operation": "Apply", "apiVersion": "apps/v1", "time": "2026-01-01T00:00:00Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": spec}},
+        {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status", "apiVersion": "apps/v1",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {"f:replicas": {}}}}
+    ]);
+    object
+}
+
+#[tokio::test]
+async fn a_server_side_apply_that_sets_replicas_warns_whatever_the_manager() {
+    let server = server().await;
+    for manager in ["kustomize-controller", "argocd-controller", "helm"] {
+        // The first apply: a CREATE, replicas 3 owned by the manager's Apply.
+        let created = applied_by(deployment("web", 3, json!({})), manager, true);
+        let w = conflict_warnings(
+            &server,
+            &review("CREATE", "deployments", None, "Deployment", "web", created, Value::Null),
+        )
+        .await;
+        assert_eq!(w.len(), 1, "{manager}: {w:#?}");
+        for part in [
+            &format!(
+                "Deployment shop/web sets spec.replicas: 3 by server-side apply (field manager {manager}) while HPA web"
+            ),
+            "every apply of this manifest (kubectl apply, a Helm upgrade, an Argo CD or Flux sync) resets the count",
+            &format!("Field manager {manager} owns spec.replicas by server-side apply"),
+        ] {
+            assert!(w[0].contains(part), "{part:?} not in {}", w[0]);
+        }
+        // A sync that writes the manifest's 3 over the HPA's 9.
+        let new = applied_by(deployment("web", 3, json!({})), manager, true);
+        let w = conflict_warnings(
+            &server,
+            &review("UPDATE", "deployments", None, "Deployment", "web", new, deployment("web", 9, json!({}))),
+        )
+        .await;
+        assert_eq!(w.len(), 1, "{manager}: {w:#?}");
+        let part = format!(
+            "this write, a server-side apply by field manager {manager}, sets spec.replicas of Deployment shop/web to 3 \
+             (it was 9)"
+        );
+        assert!(w[0].contains(&part), "{part:?} not in {}", w[0]);
+    }
+}
+
+#[tokio::test]
+async fn a_server_side_apply_without_replicas_is_silent() {
+    let server = server().await;
+    // The apiserver defaulted replicas to 1; the Apply does not own it.
+    let created = applied_by(deployment("web", 1, json!({})), "kustomize-controller", false);
+    let w =
+        conflict_warnings(&server, &review("CREATE", "deployments", None, "Deployment", "web", created, Value::Null))
+            .await;
+    assert!(w.is_empty(), "{w:#?}");
+    // A sync of that manifest after the HPA scaled (the scale write took nothing from it).
+    let new = applied_by(deployment("web", 9, json!({"note": "image bump"})), "kustomize-controller", false);
+    let old = deployment("web", 9, json!({}));
+    let w = conflict_warnings(&server, &review("UPDATE", "deployments", None, "Deployment", "web", new, old)).await;
+    assert!(w.is_empty(), "{w:#?}");
+}
+
+#[tokio::test]
+async fn an_hpa_over_a_workload_applied_server_side_with_replicas_warns() {
+    let managed = "managedFields: [{manager: argocd-controller, operation: Apply, apiVersion: apps/v1, \
+                   fieldsType: FieldsV1, fieldsV1: {'f:spec': {'f:replicas': {}, 'f:template': {}}}}]";
+    let cluster = CLUSTER.replacen("resourceVersion: \"100\"}", &format!("resourceVersion: \"100\", {managed}}}"), 1);
+    assert_ne!(cluster, CLUSTER);
+    let server = Server::start_with(Arc::new(StaticSource(index(&cluster, true))), Config::default(), |_| {}).await;
+    let hpa = json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "web-2", "namespace": "shop"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                 "minReplicas": 3, "maxReplicas": 12}});
+    let w = conflict_warnings(
+        &server,
+        &review("CREATE", "horizontalpodautoscalers", None, "HorizontalPodAutoscaler", "web-2", hpa, Value::Null),
+    )
+    .await;
+    assert_eq!(w.len(), 1, "{w:#?}");
+    let part = "scales Deployment shop/web, whose manifest sets spec.replicas: 9 by server-side apply (field manager \
+                argocd-controller)";
+    assert!(w[0].contains(part), "{part:?} not in {}", w[0]);
 }

@@ -5,6 +5,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::managed;
 use super::object::{Kind, ReplicasSource, Strategy, Workload};
 
 /// `spec.replicas` when unset.
@@ -22,7 +23,10 @@ fn quarter() -> IntOrString {
     IntOrString::String("25%".into())
 }
 
-pub fn deployment(d: Deployment) -> Workload {
+/// A Deployment as the rules read it. Of its `managedFields`, only who owns `spec.replicas` by
+/// server-side apply is kept ([`managed`]).
+pub fn deployment(mut d: Deployment) -> Workload {
+    managed::keep_replicas_appliers(&mut d.metadata);
     let spec = d.spec.unwrap_or_default();
     let strategy = spec.strategy.unwrap_or_default();
     let strategy = match strategy.type_.as_deref() {
@@ -48,7 +52,9 @@ pub fn deployment(d: Deployment) -> Workload {
     }
 }
 
-pub fn stateful_set(s: StatefulSet) -> Workload {
+/// A StatefulSet as the rules read it (its `managedFields` cut as a Deployment's are).
+pub fn stateful_set(mut s: StatefulSet) -> Workload {
+    managed::keep_replicas_appliers(&mut s.metadata);
     let spec = s.spec.unwrap_or_default();
     let strategy = match spec.update_strategy.and_then(|u| u.type_) {
         Some(t) => Strategy::Other(t),

@@ -1,7 +1,8 @@
 //! The bottom layer: Kubernetes objects as the rules read them. Typed objects and references
 //! ([`object`]), decoding manifests into them ([`decode`]) with the apiserver's defaults
 //! ([`defaults`]), the fields of a workload's spec the rules read ([`read`], what the webhook
-//! decodes), what a pod template says about placement and shutdown ([`pod`]), label
+//! decodes), what is kept of `managedFields` ([`managed`]: who owns `spec.replicas` by
+//! server-side apply), what a pod template says about placement and shutdown ([`pod`]), label
 //! selectors ([`selector`]), the disruption arithmetic ([`arith`]) and what a pod asks of a node
 //! ([`resources`]); the kinds k8s-openapi has no
 //! type for, or a type that decodes more than is read ([`keda`], [`webhook`], [`live_pod`]). Nothing here knows of views,
@@ -12,6 +13,7 @@ pub mod decode;
 pub mod defaults;
 pub mod keda;
 pub mod live_pod;
+pub mod managed;
 pub mod object;
 pub mod pod;
 pub mod read;

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 
 use super::keda::ScaledObject;
+use super::managed;
 use super::webhook::WebhookConfiguration;
 
 /// The kinds the engine knows. Anything else is ignored.
@@ -165,17 +166,24 @@ pub enum Strategy {
 
 /// Where a workload's `spec.replicas` comes from: whether applying its manifest sets the count an
 /// autoscaler also sets (`hpa-replicas-conflict`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum ReplicasSource {
     /// Not set by the manifest (the apiserver defaults it to 1), or not known to be.
     #[default]
     Unset,
     /// The manifest sets this count: a file's `spec.replicas`; for an object read from the
-    /// apiserver, the one in the manifest `kubectl apply` last applied (its annotation).
+    /// apiserver, the one in the manifest client-side `kubectl apply` last applied (its annotation).
     Manifest(i32),
+    /// Server-side apply sets it: field manager `manager` (Argo CD's `argocd-controller`, Flux's
+    /// `kustomize-controller`, Helm 4's `helm`, `kubectl apply --server-side`'s `kubectl`, ...)
+    /// owns `spec.replicas` by an `Apply` ([`managed`](super::managed)), so every apply of its
+    /// manifest sets the count: `replicas`, the object's (a manager owns the value it applied;
+    /// a write that changes it takes the field away).
+    Applied { replicas: i32, manager: String },
     /// This write, an UPDATE of the object itself (not of its scale subresource), changes the
-    /// count from `from`: at admission, the apply of a manifest that sets it.
-    Changed { from: i32 },
+    /// count from `from`: at admission, the apply of a manifest that sets it. `applier`: the
+    /// manager that owns the field by server-side apply after this write, if one does.
+    Changed { from: i32, applier: Option<String> },
 }
 
 /// The annotation where client-side `kubectl apply` keeps the manifest it applied.
@@ -185,17 +193,39 @@ impl ReplicasSource {
     /// For a decoded object: `replicas` is its `spec.replicas` as written, before defaulting. An
     /// object read from the apiserver (it has a uid, a resourceVersion or a creation time: the
     /// webhook's and the live view's objects, a `kubectl get -o yaml` dump) always has the field,
-    /// defaulted or not, so there only the last-applied manifest says whether it is set.
+    /// defaulted or not, so there only its field managers (an `Apply` owner of the field) or the
+    /// last-applied manifest say whether it is set.
     pub fn of(meta: &ObjectMeta, replicas: Option<i32>) -> ReplicasSource {
         let from_apiserver = meta.uid.as_deref().is_some_and(|u| !u.is_empty())
             || meta.resource_version.as_deref().is_some_and(|v| !v.is_empty())
             || meta.creation_timestamp.is_some();
-        let set = if from_apiserver { applied_replicas(meta) } else { replicas };
-        set.map_or(ReplicasSource::Unset, ReplicasSource::Manifest)
+        if from_apiserver {
+            ReplicasSource::stored(meta, replicas.unwrap_or(super::defaults::REPLICAS))
+        } else {
+            replicas.map_or(ReplicasSource::Unset, ReplicasSource::Manifest)
+        }
     }
 
-    pub fn is_set(self) -> bool {
-        self != ReplicasSource::Unset
+    /// Of an object as the apiserver holds it, whose count is `replicas`: an `Apply` owner of the
+    /// field, else the last-applied manifest's count, else unset.
+    fn stored(meta: &ObjectMeta, replicas: i32) -> ReplicasSource {
+        match managed::replicas_appliers(meta).next() {
+            Some(manager) => ReplicasSource::Applied { replicas, manager: manager.to_string() },
+            None => applied_replicas(meta).map_or(ReplicasSource::Unset, ReplicasSource::Manifest),
+        }
+    }
+
+    pub fn is_set(&self) -> bool {
+        *self != ReplicasSource::Unset
+    }
+
+    /// The field manager that owns the count by server-side apply, if one does.
+    pub fn applier(&self) -> Option<&str> {
+        match self {
+            ReplicasSource::Applied { manager, .. } => Some(manager),
+            ReplicasSource::Changed { applier, .. } => applier.as_deref(),
+            _ => None,
+        }
     }
 }
 
@@ -252,12 +282,17 @@ impl Workload {
     }
 
     /// At admission: `before` is the old object's count on an UPDATE of the object itself. A write
-    /// that changes it while an autoscaler owns the count is what resets it; otherwise the
-    /// last-applied manifest says whether the count is set (the object has been defaulted).
+    /// that changes it while an autoscaler owns the count is what resets it; otherwise the field's
+    /// managers (an `Apply` owner: the apiserver records this write's ownership before admission)
+    /// or the last-applied manifest say whether the count is set (the object has been defaulted,
+    /// and on a CREATE has no uid yet, so [`ReplicasSource::of`] cannot tell).
     pub fn admitted_replicas(&mut self, before: Option<i32>) {
         self.replicas_source = match before {
-            Some(from) if from != self.replicas => ReplicasSource::Changed { from },
-            _ => applied_replicas(&self.meta).map_or(ReplicasSource::Unset, ReplicasSource::Manifest),
+            Some(from) if from != self.replicas => ReplicasSource::Changed {
+                from,
+                applier: managed::replicas_appliers(&self.meta).next().map(str::to_string),
+            },
+            _ => ReplicasSource::stored(&self.meta, self.replicas),
         };
     }
 

@@ -57,12 +57,28 @@ fn owner(hpas: &[Arc<HpaInfo>]) -> &'static str {
     if hpas.iter().all(|h| h.id.kind == Kind::HorizontalPodAutoscaler) { "HPA" } else { "autoscaler" }
 }
 
-fn conflict_fix(owner: &str) -> String {
-    format!(
+/// What every apply that sets the count is, in the messages.
+const EVERY_APPLY: &str = "every apply of this manifest (kubectl apply, a Helm upgrade, an Argo CD or Flux sync)";
+
+/// The fix, for the way the count is applied: a server-side apply's manager owns the field and
+/// deletes it with the apply that drops it, as client-side apply's last-applied manifest does.
+fn conflict_fix(owner: &str, source: &ReplicasSource) -> String {
+    let remove = format!(
         "remove spec.replicas from the workload's manifest (and from the chart's values) and let the {owner} own \
-         the count. With client-side kubectl apply, first drop it from the last-applied configuration (kubectl \
-         apply edit-last-applied), or the apply that removes the field resets the workload to 1 replica."
-    )
+         the count."
+    );
+    match source.applier() {
+        Some(manager) => format!(
+            "{remove} Field manager {manager} owns spec.replicas by server-side apply, so the apply that drops it \
+             from the manifest also deletes it and the workload falls to 1 replica: hand the field over first \
+             (kubectl apply --server-side --field-manager=handover-to-hpa of a manifest with only spec.replicas, \
+             at the current count), then drop it."
+        ),
+        None => format!(
+            "{remove} With client-side kubectl apply, first drop it from the last-applied configuration (kubectl \
+             apply edit-last-applied), or the apply that removes the field resets the workload to 1 replica."
+        ),
+    }
 }
 
 /// `hpa-replicas-conflict`: on the workload's write (its manifest, or at admission this write,
@@ -81,23 +97,27 @@ fn replicas_conflict(ctx: &Ctx, out: &mut Emitter) {
             }
             let by = format!("{} {}", describe_hpas(&hpas), if hpas.len() == 1 { "scales" } else { "scale" });
             let owner = owner(&hpas);
-            let what = match w.replicas_source {
-                ReplicasSource::Changed { from } => format!(
-                    "this write sets spec.replicas of {id} to {} (it was {from}) while {by} it: applying a \
+            let what = match &w.replicas_source {
+                ReplicasSource::Changed { from, applier } => format!(
+                    "this write{} sets spec.replicas of {id} to {} (it was {from}) while {by} it: applying a \
                      manifest that sets replicas resets the count the {owner} chose, scaling the workload down in \
                      the middle of a peak (or up past what the load needs) until the {owner} corrects it.",
+                    applier
+                        .as_deref()
+                        .map(|m| format!(", a server-side apply by field manager {m},"))
+                        .unwrap_or_default(),
                     w.replicas
                 ),
                 source => {
                     let n = manifest_count(source, w.replicas);
                     format!(
-                        "{id} sets spec.replicas: {n} while {by} it: every kubectl apply of this manifest resets \
-                         the count the {owner} chose to {n}, scaling a workload the {owner} had grown back down in \
-                         the middle of a peak."
+                        "{id} sets spec.replicas: {n}{} while {by} it: {EVERY_APPLY} resets the count the {owner} \
+                         chose to {n}, scaling a workload the {owner} had grown back down in the middle of a peak.",
+                        applied_by(source)
                     )
                 }
             };
-            out.emit(&HPA_REPLICAS_CONFLICT, "spec.replicas", what, conflict_fix(owner))
+            out.emit(&HPA_REPLICAS_CONFLICT, "spec.replicas", what, conflict_fix(owner, &w.replicas_source))
                 .related(hpas.iter().map(|h| h.id.clone()).collect());
         }
         Subject::Hpa(_) | Subject::ScaledObject(_) => {
@@ -112,7 +132,10 @@ fn replicas_conflict(ctx: &Ctx, out: &mut Emitter) {
                 &HPA_REPLICAS_CONFLICT,
                 "spec.scaleTargetRef",
                 conflict_from_the_hpa(&hpa, workload),
-                conflict_fix(if id.kind == Kind::ScaledObject { "ScaledObject" } else { "HPA" }),
+                conflict_fix(
+                    if id.kind == Kind::ScaledObject { "ScaledObject" } else { "HPA" },
+                    &workload.replicas_source,
+                ),
             )
             .related(vec![workload.id.clone()])
             .anchored_at(Some(workload.id.clone()));
@@ -121,21 +144,31 @@ fn replicas_conflict(ctx: &Ctx, out: &mut Emitter) {
     }
 }
 
-fn manifest_count(source: ReplicasSource, replicas: i32) -> i32 {
+fn manifest_count(source: &ReplicasSource, replicas: i32) -> i32 {
     match source {
-        ReplicasSource::Manifest(n) => n,
+        ReplicasSource::Manifest(n) => *n,
+        ReplicasSource::Applied { replicas, .. } => *replicas,
         _ => replicas,
     }
 }
 
+/// " by server-side apply (field manager M)" when one owns the count, else nothing.
+fn applied_by(source: &ReplicasSource) -> String {
+    source.applier().map(|m| format!(" by server-side apply (field manager {m})")).unwrap_or_default()
+}
+
 fn conflict_from_the_hpa(hpa: &HpaInfo, w: &WorkloadInfo) -> String {
-    let n = manifest_count(w.replicas_source, w.replicas);
+    let n = manifest_count(&w.replicas_source, w.replicas);
     let this = if hpa.id.kind == Kind::ScaledObject { "ScaledObject" } else { "HPA" };
     format!(
-        "{} (min {}, max {}) scales {}, whose manifest sets spec.replicas: {n}: every kubectl apply of that \
-         manifest resets the count this {this} chose to {n}, scaling a workload the {this} had grown back down in \
-         the middle of a peak.",
-        hpa.id, hpa.min_replicas, hpa.max_replicas, w.id
+        "{} (min {}, max {}) scales {}, whose manifest sets spec.replicas: {n}{}: {} resets the count this {this} \
+         chose to {n}, scaling a workload the {this} had grown back down in the middle of a peak.",
+        hpa.id,
+        hpa.min_replicas,
+        hpa.max_replicas,
+        w.id,
+        applied_by(&w.replicas_source),
+        EVERY_APPLY.replace("this manifest", "that manifest")
     )
 }
 

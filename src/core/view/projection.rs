@@ -57,7 +57,7 @@ impl WorkloadInfo {
             selector,
             template_labels: w.template_labels().clone(),
             replicas: w.replicas,
-            replicas_source: w.replicas_source,
+            replicas_source: w.replicas_source.clone(),
             claim_names: w.claim_names(),
             exemptions: exemptions_of(&w.meta),
             spread_selectors,

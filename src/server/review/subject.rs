@@ -186,8 +186,8 @@ struct WireWorkload<S> {
     spec: Option<S>,
 }
 
-/// The workload of kind `S::KIND` decoded in one pass over the object's text (its status and
-/// `managedFields` skipped), when it is one that states its apiVersion, kind and required fields
+/// The workload of kind `S::KIND` decoded in one pass over the object's text (its status skipped,
+/// its `managedFields` cut to who owns `spec.replicas` by server-side apply), when it is one that states its apiVersion, kind and required fields
 /// ([`WorkloadSpecRead::states_required_fields`]); `None` otherwise, and the general way runs.
 fn workload_in_one_pass<S: WorkloadSpecRead>(object: &RawValue, namespace: &str) -> Option<Subject> {
     let wire: WireWorkload<S> = serde_json::from_str(object.get()).ok()?;
@@ -211,9 +211,10 @@ fn metadata_in(meta: WireMeta, namespace: &str) -> ObjectMeta {
 /// tree. Only for what is decoded as [`model::decode`] would: a Deployment, StatefulSet,
 /// PodDisruptionBudget or autoscaling/v2 HPA that states its apiVersion and kind, with a
 /// workload's required fields present; `None` otherwise (and on any error), and the general way
-/// runs. `managedFields` are left out, and of a workload its status and all of its spec but
-/// the fields [`model::read`] lists: no rule reads them. The rules' verdicts are the same as on
-/// the whole object (tests/it/read_fields.rs).
+/// runs. Of `managedFields` only who owns `spec.replicas` by server-side apply is kept, and of a
+/// workload its status and all of its spec but the fields [`model::read`] lists are left out: no
+/// rule reads them. The rules' verdicts are the same as on the whole object
+/// (tests/it/read_fields.rs).
 ///
 /// For tests, which so also check that a CREATE's one pass over a workload
 /// ([`workload_in_one_pass`]) takes the same objects and gives the same subject.
@@ -414,17 +415,14 @@ mod tests {
     }
 
     /// What the apiserver sends (managedFields, status) decodes the fast way, to what the JSON
-    /// tree way gives for the object without its managedFields (which no rule reads).
-    /// `object` (a Deployment) decoded the typed way, and what the tree way gives for it without
-    /// its managedFields (which no rule reads), as their debug text.
+    /// tree way gives: `object` (a Deployment) decoded both ways, as their debug text. Both keep
+    /// of its managedFields only who owns spec.replicas by server-side apply.
     fn typed_and_via_tree(object: Value) -> (String, String) {
-        let request = parse(&review_of(object.clone())).unwrap();
+        let request = parse(&review_of(object)).unwrap();
         assert!(request.old_object.is_none(), "a null oldObject is no object");
-        let typed = typed_subject(request.object.as_deref().unwrap(), "shop").expect("the typed way takes it");
-        let mut without = object;
-        without["metadata"].as_object_mut().unwrap().remove("managedFields");
-        let without = serde_json::value::to_raw_value(&without).unwrap();
-        let via_tree = read_fields(subject_via_tree(&request.header, &without, "shop").unwrap().unwrap());
+        let object = request.object.as_deref().unwrap();
+        let typed = typed_subject(object, "shop").expect("the typed way takes it");
+        let via_tree = read_fields(subject_via_tree(&request.header, object, "shop").unwrap().unwrap());
         (format!("{typed:?}"), format!("{via_tree:?}"))
     }
 
@@ -432,6 +430,7 @@ mod tests {
     fn an_object_as_the_apiserver_sends_it_decodes_the_typed_way() {
         let (typed, via_tree) = typed_and_via_tree(deployment(full_spec()));
         assert_eq!(typed, via_tree);
+        assert!(typed.contains("manager: Some(\"kubectl\")"), "kubectl's Apply of spec.replicas is kept: {typed}");
         assert!(typed.contains("namespace: Some(\"shop\")"), "the request's namespace is filled in");
     }
 

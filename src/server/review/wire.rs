@@ -1,5 +1,6 @@
 //! The AdmissionReview as it arrives, read in one pass. These are hand-copied wire types (kube's
-//! [`AdmissionRequest`] field for field, [`ObjectMeta`] without `managedFields`), kept in this one
+//! [`AdmissionRequest`] field for field, [`ObjectMeta`] with `managedFields` cut to what is kept of
+//! them), kept in this one
 //! file: kube's own `AdmissionReview<DynamicObject>` flattens its `TypeMeta`, which makes serde
 //! buffer the whole body once more, and decodes the objects into JSON trees nobody needs. A test
 //! holds the copies to kube's types field for field.
@@ -14,6 +15,8 @@ use kube::core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
+
+use crate::core::model::managed::AppliersRead;
 
 /// A body that is not a usable AdmissionReview: HTTP 400 with this message.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -241,8 +244,9 @@ pub(crate) fn parse_via_tree(body: &[u8]) -> Result<Request, BadRequest> {
 }
 
 /// An object's text as the typed decoding reads it: its type, its metadata (all of
-/// [`ObjectMeta`] but `managedFields`, which no rule reads and which can be most of an object),
-/// and its spec and status as text, each decoded once it is known to be wanted.
+/// [`ObjectMeta`], of `managedFields` only who owns `spec.replicas` by server-side apply: the rest
+/// no rule reads, and it can be most of an object), and its spec and status as text, each decoded
+/// once it is known to be wanted.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WireObject<'a> {
@@ -255,7 +259,8 @@ pub struct WireObject<'a> {
     pub status: Option<&'a RawValue>,
 }
 
-/// [`ObjectMeta`] without `managedFields`.
+/// [`ObjectMeta`] with `managedFields` read straight into what is kept of them
+/// ([`AppliersRead`]): the `Apply` managers that own `spec.replicas`.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WireMeta {
@@ -267,6 +272,8 @@ pub struct WireMeta {
     pub generate_name: Option<String>,
     pub generation: Option<i64>,
     pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub managed_fields: AppliersRead,
     pub name: Option<String>,
     pub namespace: Option<String>,
     pub owner_references: Option<Vec<OwnerReference>>,
@@ -286,7 +293,7 @@ impl From<WireMeta> for ObjectMeta {
             generate_name: m.generate_name,
             generation: m.generation,
             labels: m.labels,
-            managed_fields: None,
+            managed_fields: m.managed_fields.0,
             name: m.name,
             namespace: m.namespace,
             owner_references: m.owner_references,
@@ -430,9 +437,9 @@ mod tests {
         );
     }
 
-    /// `WireMeta` is `ObjectMeta` without `managedFields`, field for field.
+    /// `WireMeta` is `ObjectMeta` field for field, `managedFields` cut to what is kept of them.
     #[test]
-    fn the_wire_meta_is_object_meta_without_managed_fields() {
+    fn the_wire_meta_is_object_meta_with_managed_fields_cut() {
         let meta = serde_json::json!({
             "annotations": {"a": "b"},
             "creationTimestamp": "2026-01-01T00:00:00Z",
@@ -442,7 +449,10 @@ mod tests {
             "generateName": "web-",
             "generation": 3,
             "labels": {"app": "web"},
-            "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
+            "managedFields": [{"manager": "kubectl", "operation": "Apply", "fieldsType": "FieldsV1",
+                               "fieldsV1": {"f:spec": {"f:replicas": {}, "f:template": {}}}},
+                              {"manager": "kube-controller-manager", "operation": "Update",
+                               "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}],
             "name": "web",
             "namespace": "shop",
             "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "x", "uid": "1"}],
@@ -458,6 +468,9 @@ mod tests {
             "set every ObjectMeta field above"
         );
         let wire: WireMeta = serde_json::from_value(meta).unwrap();
-        assert_eq!(ObjectMeta::from(wire), ObjectMeta { managed_fields: None, ..full });
+        let mut cut = full;
+        crate::core::model::managed::keep_replicas_appliers(&mut cut);
+        assert_eq!(cut.managed_fields.as_ref().map(Vec::len), Some(1), "kubectl's Apply of spec.replicas");
+        assert_eq!(ObjectMeta::from(wire), cut);
     }
 }

@@ -260,7 +260,8 @@ mod replicas_conflict {
             &f.message(),
             &[
                 "Deployment default/web sets spec.replicas: 3 while HPA web (min 2, max 10) scales it",
-                "every kubectl apply of this manifest resets the count the HPA chose to 3",
+                "every apply of this manifest (kubectl apply, a Helm upgrade, an Argo CD or Flux sync) resets the \
+                 count the HPA chose to 3",
                 "Fix: remove spec.replicas from the workload's manifest",
                 "kubectl apply edit-last-applied",
             ],
@@ -440,6 +441,177 @@ mod replicas_conflict {
             &one(&fs, RULE).what,
             &["while HPA keda-hpa-web (min 1, max 100) and ScaledObject web (min 0, max 100) scale it"],
         );
+    }
+
+    // ---- server-side apply: who owns spec.replicas (metadata.managedFields) ----
+
+    /// A managedFields entry: `manager`, `operation`, `subresource` ("" for none) and its field
+    /// set (a flow mapping).
+    fn entry(manager: &str, operation: &str, subresource: &str, fields: &str) -> String {
+        let sub = if subresource.is_empty() { String::new() } else { format!(", subresource: {subresource}") };
+        format!(
+            "  - {{manager: {manager}, operation: {operation}{sub}, apiVersion: apps/v1, fieldsType: FieldsV1, \
+             fieldsV1: {fields}}}\n"
+        )
+    }
+
+    const OWNS_REPLICAS: &str = "{'f:spec': {'f:replicas': {}, 'f:template': {}}}";
+    const TEMPLATE_ONLY: &str = "{'f:spec': {'f:selector': {}, 'f:template': {}}}";
+
+    /// Deployment web as the apiserver holds it, with `replicas` and these managedFields entries.
+    fn managed(replicas: i32, entries: &[String]) -> String {
+        edit(
+            &stored(&web_with(&format!("replicas: {replicas}")), "{}"),
+            "  annotations: {}\n",
+            &format!("  annotations: {{}}\n  managedFields:\n{}", entries.concat()),
+        )
+    }
+
+    fn source(yaml: &str) -> ReplicasSource {
+        let Subject::Workload(w) = subject(yaml) else { panic!("a workload") };
+        w.replicas_source
+    }
+
+    #[rstest]
+    #[case::argo_cd("argocd-controller")]
+    #[case::flux("kustomize-controller")]
+    #[case::helm_4("helm")]
+    #[case::kubectl_server_side("kubectl")]
+    #[case::any_name("my-own-pipeline")]
+    fn an_apply_manager_owning_replicas_warns_whatever_its_name(#[case] manager: &str) {
+        let yaml = managed(3, &[entry(manager, "Apply", "", OWNS_REPLICAS)]);
+        assert_eq!(source(&yaml), ReplicasSource::Applied { replicas: 3, manager: manager.into() });
+        let fs = evaluate(&subject(&yaml), &hpa(Some(2), 10));
+        let f = one(&fs, RULE);
+        assert_eq!((f.action, f.path.as_str(), f.related.clone()), (Decision::Warn, "spec.replicas", vec![the_hpa()]));
+        assert_mentions(
+            &f.message(),
+            &[
+                &format!(
+                    "Deployment default/web sets spec.replicas: 3 by server-side apply (field manager {manager}) while \
+                     HPA web (min 2, max 10) scales it"
+                ),
+                "every apply of this manifest (kubectl apply, a Helm upgrade, an Argo CD or Flux sync) resets the \
+                 count the HPA chose to 3",
+                "Fix: remove spec.replicas from the workload's manifest",
+                &format!("Field manager {manager} owns spec.replicas by server-side apply"),
+                "kubectl apply --server-side --field-manager=handover-to-hpa",
+            ],
+        );
+        assert!(!f.message().contains("edit-last-applied"), "no last-applied configuration here: {}", f.message());
+    }
+
+    #[rstest]
+    #[case::an_update_manager_only(&[entry("kubectl-client-side-apply", "Update", "", OWNS_REPLICAS)])]
+    #[case::the_hpa_controller_through_scale(&[
+        entry("kustomize-controller", "Apply", "", TEMPLATE_ONLY),
+        entry("kube-controller-manager", "Update", "scale", "{'f:spec': {'f:replicas': {}}}"),
+    ])]
+    #[case::kubectl_scale(&[entry("kubectl", "Update", "scale", "{'f:spec': {'f:replicas': {}}}")])]
+    #[case::an_apply_through_scale(&[entry("keda", "Apply", "scale", "{'f:spec': {'f:replicas': {}}}")])]
+    #[case::an_apply_manager_without_replicas(&[entry("argocd-controller", "Apply", "", TEMPLATE_ONLY)])]
+    #[case::status_writes(&[entry("kube-controller-manager", "Update", "status", "{'f:status': {'f:replicas': {}}}")])]
+    fn no_apply_owner_of_replicas_is_silent(#[case] entries: &[String]) {
+        let yaml = managed(7, entries);
+        assert_eq!(source(&yaml), ReplicasSource::Unset);
+        none(&evaluate(&subject(&yaml), &hpa(Some(2), 10)), RULE);
+        none(&findings(&hpa(Some(2), 10), &yaml, true), RULE);
+    }
+
+    #[test]
+    fn an_apply_owner_beside_an_update_owner_warns() {
+        // Both set the same count (a create by kubectl create, then an apply of the same number).
+        let yaml = managed(
+            4,
+            &[
+                entry("kubectl-create", "Update", "", OWNS_REPLICAS),
+                entry("kustomize-controller", "Apply", "", OWNS_REPLICAS),
+            ],
+        );
+        assert_eq!(source(&yaml), ReplicasSource::Applied { replicas: 4, manager: "kustomize-controller".into() });
+        assert_mentions(
+            &one(&evaluate(&subject(&yaml), &hpa(Some(2), 10)), RULE).what,
+            &["sets spec.replicas: 4 by server-side apply (field manager kustomize-controller)"],
+        );
+    }
+
+    #[test]
+    fn an_apply_owner_wins_over_the_last_applied_manifest() {
+        // Migrated from client-side apply: the annotation is stale, the Apply entry is current.
+        let yaml = edit(
+            &managed(5, &[entry("argocd-controller", "Apply", "", OWNS_REPLICAS)]),
+            "  annotations: {}\n",
+            &format!("  annotations: {}\n", last_applied(r#""replicas":3,"#)),
+        );
+        assert_eq!(source(&yaml), ReplicasSource::Applied { replicas: 5, manager: "argocd-controller".into() });
+    }
+
+    #[test]
+    fn from_the_hpa_side_an_apply_owner_names_its_manager() {
+        let live = managed(3, &[entry("kustomize-controller", "Apply", "", OWNS_REPLICAS)]);
+        let fs = findings(&hpa(Some(2), 10), &live, true);
+        let f = one(&fs, RULE);
+        assert_eq!((f.path.as_str(), f.anchor.clone()), ("spec.scaleTargetRef", dep()));
+        assert_mentions(
+            &f.message(),
+            &[
+                "HorizontalPodAutoscaler default/web (min 2, max 10) scales Deployment default/web, whose manifest sets \
+                 spec.replicas: 3 by server-side apply (field manager kustomize-controller)",
+                "every apply of that manifest (kubectl apply, a Helm upgrade, an Argo CD or Flux sync) resets the count \
+                 this HPA chose to 3",
+                "Field manager kustomize-controller owns spec.replicas by server-side apply",
+            ],
+        );
+    }
+
+    #[test]
+    fn at_admission_a_server_side_apply_is_judged_by_its_managed_fields() {
+        // A CREATE by server-side apply (no uid yet at admission): the Apply entry says it.
+        let create = |entries: &[String]| {
+            let yaml = edit(
+                &web_with("replicas: 3"),
+                "  name: web\n",
+                &format!("  name: web\n  managedFields:\n{}", entries.concat()),
+            );
+            admitted(&yaml, None)
+        };
+        let s = create(&[entry("argocd-controller", "Apply", "", OWNS_REPLICAS)]);
+        assert_mentions(
+            &one(&evaluate(&s, &hpa(Some(2), 10)), RULE).what,
+            &["sets spec.replicas: 3 by server-side apply"],
+        );
+        none(&evaluate(&create(&[entry("argocd-controller", "Apply", "", TEMPLATE_ONLY)]), &hpa(Some(2), 10)), RULE);
+        // The sync that resets the count the HPA chose: the write and its manager are named.
+        let s = admitted(&managed(3, &[entry("kustomize-controller", "Apply", "", OWNS_REPLICAS)]), Some(8));
+        let Subject::Workload(w) = &s else { panic!() };
+        assert_eq!(
+            w.replicas_source,
+            ReplicasSource::Changed { from: 8, applier: Some("kustomize-controller".into()) }
+        );
+        let f = one(&evaluate(&s, &hpa(Some(2), 10)), RULE).clone();
+        assert_mentions(
+            &f.message(),
+            &[
+                "this write, a server-side apply by field manager kustomize-controller, sets spec.replicas of \
+                 Deployment default/web to 3 (it was 8)",
+                "hand the field over first",
+            ],
+        );
+        // An unchanged count the Apply manager owns: the next sync will reset it.
+        let s = admitted(&managed(8, &[entry("kustomize-controller", "Apply", "", OWNS_REPLICAS)]), Some(8));
+        assert_mentions(
+            &one(&evaluate(&s, &hpa(Some(2), 10)), RULE).what,
+            &["sets spec.replicas: 8 by server-side apply"],
+        );
+        // The HPA's own scale write took the field: an unrelated UPDATE is silent.
+        let scaled = managed(
+            8,
+            &[
+                entry("kustomize-controller", "Apply", "", TEMPLATE_ONLY),
+                entry("kube-controller-manager", "Update", "scale", "{'f:spec': {'f:replicas': {}}}"),
+            ],
+        );
+        none(&evaluate(&admitted(&scaled, Some(8)), &hpa(Some(2), 10)), RULE);
     }
 
     #[test]
