@@ -49,7 +49,7 @@ pub enum Command {
     /// changes and the whole cluster once per --interval.
     Reports(reports::ReportsArgs),
     /// List the rules and mutations.
-    Rules,
+    Rules(rules::RulesArgs),
     /// Print one rule's documentation.
     Explain(rules::ExplainArgs),
 }
@@ -83,7 +83,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Check(args) => check::run(args),
         Command::Audit(args) => audit::run(args),
         Command::Reports(args) => reports::run(args),
-        Command::Rules => rules::list(),
+        Command::Rules(args) => rules::list(args),
         Command::Explain(args) => rules::explain(args),
     }
 }

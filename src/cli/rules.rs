@@ -1,4 +1,4 @@
-//! `ha-guard rules` and `ha-guard explain RULE`.
+//! `ha-guard rules` (and its Argo CD block) and `ha-guard explain RULE`.
 
 use std::process::ExitCode;
 
@@ -13,8 +13,20 @@ pub struct ExplainArgs {
     pub rule: String,
 }
 
-pub fn list() -> Result<ExitCode, Error> {
-    print!("{}", registry::listing());
+#[derive(Args)]
+pub struct RulesArgs {
+    /// Print, instead of the list, an Argo CD Application's `spec.ignoreDifferences` for what
+    /// every mutation adds (README.md, "GitOps").
+    #[arg(long)]
+    pub argocd_ignore_differences: bool,
+}
+
+pub fn list(args: RulesArgs) -> Result<ExitCode, Error> {
+    if args.argocd_ignore_differences {
+        print!("{}", registry::argocd_ignore_differences());
+    } else {
+        print!("{}", registry::listing());
+    }
     Ok(ExitCode::SUCCESS)
 }
 

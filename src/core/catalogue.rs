@@ -114,6 +114,19 @@ pub struct Mutation {
     pub default_on: bool,
     pub summary: &'static str,
     pub doc: &'static str,
+    /// What it adds, as Argo CD's `ignoreDifferences` entries match it: one per kind it writes
+    /// (the README's block and `ha-guard rules --argocd-ignore-differences` are made of these).
+    pub ignored: &'static [IgnoreDifference],
+}
+
+/// An Argo CD `ignoreDifferences` entry: the objects of `group`/`kind`, and jq path expressions
+/// (Argo CD deletes what each selects from both the live object and the desired one before
+/// comparing them, in order). Each selects only what the mutation adds, as it adds it: a value the
+/// manifest sets otherwise is still compared.
+pub struct IgnoreDifference {
+    pub group: &'static str,
+    pub kind: &'static str,
+    pub jq: &'static [&'static str],
 }
 
 // Rules and mutations are statics: two are the same when they are the same declaration.
@@ -226,19 +239,21 @@ macro_rules! declare_rule {
     };
 }
 
-/// Declares a mutation: `declare_mutation!(pub NAME, "inject-...", on|off, "summary");`. Its page
-/// is `docs/rules/<id>.md`.
+/// Declares a mutation: `declare_mutation!(pub NAME, "inject-...", on|off, "summary", ignored:
+/// &[IgnoreDifference {..}, ..]);`. Its page is `docs/rules/<id>.md`; `ignored` says where it
+/// writes, for Argo CD ([`IgnoreDifference`]): a mutation cannot be declared without it.
 #[macro_export]
 macro_rules! declare_mutation {
     (@on on) => { true };
     (@on off) => { false };
-    ($(#[$attr:meta])* $vis:vis $name:ident, $id:literal, $on:ident, $summary:literal $(,)?) => {
+    ($(#[$attr:meta])* $vis:vis $name:ident, $id:literal, $on:ident, $summary:literal, ignored: $ignored:expr $(,)?) => {
         $(#[$attr])*
         $vis static $name: $crate::core::catalogue::Mutation = $crate::core::catalogue::Mutation {
             id: $id,
             default_on: $crate::declare_mutation!(@on $on),
             summary: $summary,
             doc: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/rules/", $id, ".md")),
+            ignored: $ignored,
         };
     };
 }

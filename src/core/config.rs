@@ -129,9 +129,9 @@ mod tests {
     crate::declare_rule!(PDB_OVERLAP, "pdb-overlap", Deny, "test");
     crate::declare_rule!(RECREATE_MULTI_REPLICA, "recreate-multi-replica", Warn, "test");
     crate::declare_rule!(TERMINATION_GRACE_ZERO, "termination-grace-zero", Warn, "test");
-    crate::declare_mutation!(INJECT_SPREAD_SELECTOR, "inject-spread-selector", on, "test");
-    crate::declare_mutation!(INJECT_DEFAULT_SPREAD, "inject-default-spread", off, "test");
-    crate::declare_mutation!(INJECT_MATCH_LABEL_KEYS, "inject-match-label-keys", off, "test");
+    crate::declare_mutation!(INJECT_SPREAD_SELECTOR, "inject-spread-selector", on, "test", ignored: &[]);
+    crate::declare_mutation!(INJECT_DEFAULT_SPREAD, "inject-default-spread", off, "test", ignored: &[]);
+    crate::declare_mutation!(INJECT_MATCH_LABEL_KEYS, "inject-match-label-keys", off, "test", ignored: &[]);
     /// A catalogue of a few rules and mutations: the configuration knows only what it is given.
     static CATALOGUE: Catalogue = Catalogue {
         rules: &[&[&PDB_BLOCKS_EVICTION, &PDB_MISSING, &PDB_OVERLAP, &RECREATE_MULTI_REPLICA, &TERMINATION_GRACE_ZERO]],

@@ -6,36 +6,80 @@ use json_patch::{AddOperation, PatchOperation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 
-use crate::core::catalogue::Mutation;
+use crate::core::catalogue::{IgnoreDifference, Mutation};
 use crate::core::config::Config;
 use crate::core::model::pod::{HOSTNAME, spread_constraints};
 use crate::core::model::{Kind, Subject, Workload, selector};
 use crate::core::view::{Overlay, View, bounds};
 use crate::declare_mutation;
 
+/// The pod template's spreads, in Argo CD's jq.
+macro_rules! spreads {
+    () => {
+        ".spec.template.spec.topologySpreadConstraints"
+    };
+}
+
+/// Workload kinds, for [`IgnoreDifference`]s that are the same for both.
+const fn workloads(jq: &'static [&'static str]) -> [IgnoreDifference; 2] {
+    [
+        IgnoreDifference { group: "apps", kind: "Deployment", jq },
+        IgnoreDifference { group: "apps", kind: "StatefulSet", jq },
+    ]
+}
+
+/// A spread's labelSelector equal to the workload's own selector: what `inject-spread-selector`
+/// fills in (a selector the manifest sets otherwise is still compared).
+const SPREAD_SELECTOR: &[&str] =
+    &[concat!(". as $o | ", spreads!(), "[]?.labelSelector | select(. == $o.spec.selector)")];
+/// The ScheduleAnyway hostname spread of `inject-default-spread` (its selector the workload's own,
+/// or already left out by the entry above), then the list if that left it empty (the manifest had
+/// none).
+const DEFAULT_SPREAD: &[&str] = &[
+    concat!(
+        ". as $o | ",
+        spreads!(),
+        "[]? | select(.topologyKey == \"kubernetes.io/hostname\" and .whenUnsatisfiable == \"ScheduleAnyway\" and \
+         .maxSkew == 1 and (.labelSelector == null or .labelSelector == $o.spec.selector))"
+    ),
+    concat!(spreads!(), " | select(. == [])"),
+];
+
 declare_mutation!(
     pub INJECT_SPREAD_SELECTOR,
     "inject-spread-selector",
     on,
-    "fills a spread's missing labelSelector with the workload's selector"
+    "fills a spread's missing labelSelector with the workload's selector",
+    ignored: &workloads(SPREAD_SELECTOR),
 );
 declare_mutation!(
     pub INJECT_UNHEALTHY_POD_EVICTION_POLICY,
     "inject-unhealthy-pod-eviction-policy",
     on,
-    "sets unhealthyPodEvictionPolicy: AlwaysAllow on a PDB that has none"
+    "sets unhealthyPodEvictionPolicy: AlwaysAllow on a PDB that has none",
+    ignored: &[IgnoreDifference {
+        group: "policy",
+        kind: "PodDisruptionBudget",
+        jq: &[".spec.unhealthyPodEvictionPolicy | select(. == \"AlwaysAllow\")"],
+    }],
 );
 declare_mutation!(
     pub INJECT_DEFAULT_SPREAD,
     "inject-default-spread",
     off,
-    "adds a ScheduleAnyway hostname spread when the floor > 1 and none exists"
+    "adds a ScheduleAnyway hostname spread when the floor > 1 and none exists",
+    ignored: &workloads(DEFAULT_SPREAD),
 );
 declare_mutation!(
     pub INJECT_MATCH_LABEL_KEYS,
     "inject-match-label-keys",
     off,
-    "adds matchLabelKeys: [pod-template-hash] to a Deployment's spreads"
+    "adds matchLabelKeys: [pod-template-hash] to a Deployment's spreads",
+    ignored: &[IgnoreDifference {
+        group: "apps",
+        kind: "Deployment",
+        jq: &[concat!(spreads!(), "[]?.matchLabelKeys | select(. == [\"pod-template-hash\"])")],
+    }],
 );
 
 /// Every mutation, in catalogue order.

@@ -1,6 +1,7 @@
 //! Every rule and mutation, and what is derived from the list: the catalogue a configuration is
-//! checked against, the pages `explain` prints, the `ha-guard rules` listing and the README's
-//! rules table (a test holds README.md and each page's default line to it).
+//! checked against, the pages `explain` prints, the `ha-guard rules` listing, the README's
+//! rules table and its Argo CD `ignoreDifferences` block (tests hold README.md and each page's
+//! default line to them).
 
 use std::fmt::Write as _;
 
@@ -69,6 +70,33 @@ pub fn readme_tables() -> String {
     for m in mutations() {
         let on = if m.default_on { "on" } else { "off" };
         let _ = writeln!(out, "| [`{}`](docs/rules/{}.md) | {on} | {} |", m.id, m.id, m.summary);
+    }
+    out
+}
+
+/// The marker lines around README.md's Argo CD block (a test holds the block to
+/// [`argocd_ignore_differences`]).
+pub const ARGOCD_MARKERS: (&str, &str) =
+    ("<!-- argocd: generated from the registry; a test checks it -->\n", "<!-- /argocd -->");
+
+/// What `ha-guard rules --argocd-ignore-differences` prints, and README.md's Argo CD block: an
+/// Application's `spec.ignoreDifferences` for what every mutation adds, one entry per mutation and
+/// kind, in catalogue order, from each mutation's [`IgnoreDifference`](crate::core::catalogue::IgnoreDifference)s.
+pub fn argocd_ignore_differences() -> String {
+    let mut out = String::from(
+        "# Argo CD: what ha-guard's mutations add, left out of an Application's diff\n\
+         # (ha-guard rules --argocd-ignore-differences)\n\
+         spec:\n  ignoreDifferences:\n",
+    );
+    for m in mutations() {
+        let state = if m.default_on { "on by default" } else { "off by default: for a configuration that turns it on" };
+        let _ = writeln!(out, "    # {} ({state})", m.id);
+        for entry in m.ignored {
+            let _ = writeln!(out, "    - group: {}\n      kind: {}\n      jqPathExpressions:", entry.group, entry.kind);
+            for jq in entry.jq {
+                let _ = writeln!(out, "        - '{}'", jq.replace('\'', "''"));
+            }
+        }
     }
     out
 }

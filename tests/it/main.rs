@@ -5,6 +5,7 @@
 
 mod alerts;
 mod architecture;
+mod argocd;
 mod chart;
 mod cli_certs;
 mod cli_check;

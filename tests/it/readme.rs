@@ -56,6 +56,17 @@ const ELSEWHERE: &[(&str, &str, &str)] = &[
         "\"create\", \"secret\", \"tls\", \"my-tls\"",
     ),
     ("kubectl label ns", "tests/e2e_install.rs", "[\"label\", \"ns\""),
+    // GitOps: applies, dry-runs and diffs under Flux's and Argo CD's field managers.
+    (
+        "kubectl apply --server-side --force-conflicts --field-manager=",
+        "tests/e2e_gitops.rs",
+        "\"--force-conflicts\".into(), format!(\"--field-manager={m}\")",
+    ),
+    (
+        "kubectl diff --server-side --force-conflicts --field-manager=",
+        "tests/e2e_gitops.rs",
+        "let mut args: Vec<String> = vec![\"diff\".into()];",
+    ),
     // Day 2: every audit command of that section, read from README.md and run as written against
     // the e2e cluster.
     ("ha-guard audit", "tests/e2e_audit.rs", "fn readme_day_2("),

@@ -158,3 +158,58 @@ fn a_configuration_names_only_known_ids() {
     let e = parse_config("rules:\n  replica-colocated: warn\n", "c.yaml").unwrap_err().to_string();
     assert!(e.contains("rules.replica-colocated: unknown rule ID"), "{e}");
 }
+
+/// README.md's Argo CD block is the registry's: an entry cannot drift from its mutation.
+#[test]
+fn the_readme_argocd_block_is_the_registrys() {
+    let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
+    let (start, end) = ARGOCD_MARKERS;
+    let begin = readme.find(start).expect("README.md has the Argo CD markers") + start.len();
+    let stop = begin + readme[begin..].find(end).expect("README.md closes the Argo CD markers");
+    let expected = format!("```yaml\n{}```\n", argocd_ignore_differences());
+    assert_eq!(readme[begin..stop], expected, "README.md's Argo CD block: replace it with this text");
+}
+
+/// Every mutation says where it writes, for every kind it writes: the plans of a Deployment, a
+/// StatefulSet and a PDB with every mutation on (each mutation changing something) are covered
+/// by the entries of the mutations that made them. A mutation added without its entries, or one
+/// that starts writing a kind its entries do not name, fails here.
+#[test]
+fn every_mutation_names_what_it_writes_for_argo_cd() {
+    use crate::core::model::Subject;
+    use crate::core::testing::{plan, subject, workload};
+    let config = parse_config("mutations: {inject-default-spread: true, inject-match-label-keys: true}\n", "c.yaml")
+        .expect("a configuration");
+    let unselected = "topologySpreadConstraints:\n- {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, \
+                      whenUnsatisfiable: DoNotSchedule}\n";
+    let pdb = "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\n\
+               spec: {minAvailable: 1, selector: {matchLabels: {app: web}}}\n";
+    let mut seen = HashSet::new();
+    for yaml in [
+        workload("Deployment", "web", "replicas: 3\n", unselected),
+        workload("StatefulSet", "db", "replicas: 3\n", unselected),
+        pdb.to_string(),
+    ] {
+        let kind = match subject(&yaml) {
+            Subject::Workload(w) => w.kind.as_str(),
+            Subject::Pdb(_) => "PodDisruptionBudget",
+            other => panic!("{other:?}"),
+        };
+        for change in plan(&yaml, "", &config).changes {
+            let m = change.mutation;
+            assert!(
+                m.ignored.iter().any(|e| e.kind == kind && !e.jq.is_empty()),
+                "{} writes {} of a {kind}, but its ignored entries name no {kind}",
+                m.id,
+                change.path()
+            );
+            seen.insert(m.id);
+        }
+    }
+    for m in mutations() {
+        assert!(seen.contains(m.id), "{}: no sample above makes it change something; add one", m.id);
+        for e in m.ignored {
+            assert!(!e.jq.is_empty() && !e.group.is_empty(), "{}: an empty ignoreDifferences entry", m.id);
+        }
+    }
+}
