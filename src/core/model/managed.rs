@@ -16,6 +16,8 @@
 //! `ToParent` "steals" the path) and is recorded with `subresource: scale`; the next apply with
 //! force (Argo CD's and Flux's) takes it back, and resets the count.
 
+use std::borrow::Cow;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, ObjectMeta};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -92,11 +94,15 @@ impl<'de> Deserialize<'de> for AppliersRead {
             #[serde(other)]
             Other,
         }
+        // Names borrowed from the request's text where they have no escapes: no allocation for
+        // the entries that are not kept.
         #[derive(Deserialize)]
-        struct Entry {
-            manager: Option<String>,
+        struct Entry<'a> {
+            #[serde(borrow)]
+            manager: Option<Cow<'a, str>>,
             operation: Option<Operation>,
-            subresource: Option<String>,
+            #[serde(borrow)]
+            subresource: Option<Cow<'a, str>>,
             #[serde(rename = "fieldsV1")]
             fields_v1: Option<Fields>,
         }
@@ -110,7 +116,7 @@ impl<'de> Deserialize<'de> for AppliersRead {
             #[serde(rename = "f:replicas")]
             replicas: Option<IgnoredAny>,
         }
-        let entries = Option::<Vec<Entry>>::deserialize(deserializer)?.unwrap_or_default();
+        let entries = Option::<Vec<Entry<'de>>>::deserialize(deserializer)?.unwrap_or_default();
         let managers = entries.iter().filter_map(|e| {
             let owns = matches!(e.operation, Some(Operation::Apply))
                 && e.subresource.as_deref().is_none_or(str::is_empty)
