@@ -104,7 +104,7 @@ fn deny_cases(cp: &ControlPlane, hg: &HaGuard) {
     );
     cp.apply(hostnet).denied(&["host-network-colocation"]).shows(&[
         "[host-network-colocation] spec.template.spec.hostNetwork: ",
-        "Deployment hostnet (replicas 2) uses hostNetwork: true and can run 2 replicas, but nothing forces one replica per node",
+        "Deployment hostnet (replicas 2) uses hostNetwork: true and can run 2 replicas, but nothing keeps two of them off one node",
         "Fix: ",
     ]);
     absent(cp, ns, "deployment", "hostnet");

@@ -127,12 +127,15 @@ fn hostname_spread(w: &Workload, hard: bool) -> bool {
 }
 
 /// Something keeps replicas apart: a hostname spread or any pod anti-affinity (required or
-/// preferred, any topology: distinct zones are distinct nodes too) against its own pods.
+/// preferred, any topology: distinct zones are distinct nodes too) against its own pods, or a
+/// declared host port (the scheduler's NodePorts filter places two pods wanting the same host port
+/// on distinct nodes).
 pub fn kept_apart(w: &Workload) -> bool {
     hostname_spread(w, false)
         || w.pod_spec().is_some_and(|s| {
             required_anti_affinity(s).iter().chain(preferred_anti_affinity(s)).any(|t| against_own(t, w))
         })
+        || !declared_host_ports(w).is_empty()
 }
 
 /// Why a workload's replicas are not kept apart when it looks as if they might be: the nearest
@@ -192,25 +195,26 @@ pub fn not_apart(w: &Workload) -> NotApart {
 }
 
 /// The host ports a pod template declares (`hostPort`, or with `hostNetwork: true` every
-/// `containerPort`, which the API makes the host port): the scheduler will not place two such
-/// pods on one node, so a second replica stays Pending rather than failing to bind.
+/// `containerPort`, which the API makes the host port; of its containers and sidecars, as the
+/// scheduler's NodePorts filter counts them, [`super::resources::host_ports`]): the scheduler will
+/// not place two such pods on one node, so a replica without a free node stays Pending rather than
+/// failing to bind.
 pub fn declared_host_ports(w: &Workload) -> Vec<i32> {
     let Some(spec) = w.pod_spec() else { return Vec::new() };
-    let host_network = spec.host_network == Some(true);
-    let mut ports: Vec<i32> = spec
-        .containers
-        .iter()
-        .flat_map(|c| c.ports.iter().flatten())
-        .filter_map(|p| p.host_port.filter(|&h| h > 0).or(host_network.then_some(p.container_port)))
-        .collect();
+    let mut ports: Vec<i32> = super::resources::host_ports(spec).into_iter().map(|p| p.port).collect();
     ports.sort_unstable();
     ports.dedup();
     ports
 }
 
-/// `hostNetwork: true` without a hard one-per-node rule.
+/// `hostNetwork: true` with nothing the scheduler keeps apart on: no hard one-per-node rule and
+/// no declared port (with `hostNetwork` every `containerPort` is a host port, and one declared in
+/// any container keeps two replicas off one node: the NodePorts filter).
 pub fn host_network_unprotected(w: &Workload) -> bool {
-    w.pod_spec().is_some_and(|s| s.host_network == Some(true)) && !one_per_node_affinity(w) && !hostname_spread(w, true)
+    w.pod_spec().is_some_and(|s| s.host_network == Some(true))
+        && !one_per_node_affinity(w)
+        && !hostname_spread(w, true)
+        && declared_host_ports(w).is_empty()
 }
 
 /// `registry.k8s.io/sig-storage/csi-provisioner:v5.0.1@sha256:…` → `csi-provisioner`.

@@ -84,36 +84,26 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         .anchored_at(scaled.anchor());
     }
 
+    // Declared ports (with hostNetwork every containerPort is a host port) are known to the
+    // scheduler, which keeps replicas on distinct nodes: no co-location, and what the ports cost
+    // (replicas beyond the nodes, drain replacements Pending) is spread-unsatisfiable's and the
+    // drain replay's. Undeclared ones it knows nothing of: the second process fails to bind.
     if ceiling > 1 && w.host_network_unprotected {
         let scale = scale();
-        // Declared host ports are known to the scheduler, which then keeps the second replica
-        // Pending; undeclared ones it knows nothing of, and the second process fails to bind.
-        let ports = match ctx.subject {
-            Subject::Workload(full) => declared_host_ports(full),
-            _ => Vec::new(),
-        };
-        let consequence = if ports.is_empty() {
-            "a second replica scheduled onto the same node fails to bind its host ports and crash-loops".to_string()
-        } else {
-            let list: Vec<String> = ports.iter().map(ToString::to_string).collect();
-            format!(
-                "the scheduler places at most one of them per node because of the declared host port{} {}, so replicas \
-                 beyond the nodes that have it free stay Pending, and a drain of one node leaves its replica \
-                 Pending until another node frees the port",
-                if ports.len() == 1 { "" } else { "s" },
-                list.join(", ")
-            )
-        };
         out.emit(
             &HOST_NETWORK_COLOCATION,
             if scaled.anchored_elsewhere { scaled.ceiling_path.to_string() } else { pod_path("hostNetwork") },
             format!(
-                "{scale} uses hostNetwork: true and can run {ceiling} replicas, but nothing forces one replica \
-                 per node: {consequence}."
+                "{scale} uses hostNetwork: true and can run {ceiling} replicas, but nothing keeps two of them off \
+                 one node: no container declares a port (containerPort), and there is no required pod \
+                 anti-affinity or DoNotSchedule spread on {HOSTNAME}, so the scheduler may place two on one \
+                 node, where the second fails to bind the host ports its process opens and crash-loops."
             ),
             format!(
-                "add a required pod anti-affinity on {HOSTNAME} against the workload's own pods, or a \
-                 topologySpreadConstraint on {HOSTNAME} with whenUnsatisfiable: DoNotSchedule; or run one replica."
+                "declare the ports the containers listen on (ports[].containerPort: under hostNetwork each is a \
+                 host port, and the scheduler places at most one replica per node), or add a required pod \
+                 anti-affinity on {HOSTNAME} against the workload's own pods, or a topologySpreadConstraint on \
+                 {HOSTNAME} with whenUnsatisfiable: DoNotSchedule; or run one replica."
             ),
         )
         .related(scaled.related(subject))
@@ -140,6 +130,23 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
             nodes,
             pod_path("affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"),
             format!("a required pod anti-affinity on {HOSTNAME} places at most one replica per node"),
+            UNSATISFIABLE_FIX.to_string(),
+        ));
+    }
+    if capacity.is_none()
+        && let Some(field) = first_host_port(spec)
+    {
+        let ports: Vec<String> = declared_host_ports(full).iter().map(ToString::to_string).collect();
+        capacity = Some((
+            nodes,
+            pod_path(&field),
+            format!(
+                "its declared host port{} {} place{} at most one replica per node (the scheduler's NodePorts filter), \
+                 and a drained node's replica stays Pending until a node with the port free takes it",
+                if ports.len() == 1 { "" } else { "s" },
+                ports.join(", "),
+                if ports.len() == 1 { "s" } else { "" },
+            ),
             UNSATISFIABLE_FIX.to_string(),
         ));
     }
@@ -236,6 +243,28 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
                 .to_string(),
         ),
     };
+}
+
+/// Where the first host port of `spec` is declared (under the pod spec), as the NodePorts filter
+/// counts them ([`crate::core::model::resources::host_ports`]): `containers[i].ports[j].hostPort`,
+/// or under hostNetwork `….containerPort`.
+fn first_host_port(spec: &k8s_openapi::api::core::v1::PodSpec) -> Option<String> {
+    let host_network = spec.host_network == Some(true);
+    let sidecars = spec.init_containers.iter().flatten().enumerate();
+    let sidecars = sidecars.filter(|(_, c)| c.restart_policy.as_deref() == Some("Always"));
+    let all = spec.containers.iter().enumerate().map(|(i, c)| ("containers", i, c));
+    let all = all.chain(sidecars.map(|(i, c)| ("initContainers", i, c)));
+    for (list, i, c) in all {
+        for (j, p) in c.ports.iter().flatten().enumerate() {
+            if p.host_port.is_some_and(|h| h > 0) {
+                return Some(format!("{list}[{i}].ports[{j}].hostPort"));
+            }
+            if host_network {
+                return Some(format!("{list}[{i}].ports[{j}].containerPort"));
+            }
+        }
+    }
+    None
 }
 
 /// Namespaces where a node autoscaler's Deployment is looked for: the view is asked by namespace,

@@ -573,24 +573,78 @@ fn what_does_not_keep_replicas_apart_is_named(#[case] pod: &str, #[case] path: &
     assert!(!c[0].what.contains("no pod anti-affinity against"), "{}", c[0].what);
 }
 
-/// hostNetwork with declared ports: the scheduler keeps the second replica Pending (it knows the
-/// host port); without declared ports, the second process fails to bind and crash-loops.
+/// hostNetwork, as the scheduler sees it (issue 41 item 5): a declared port (with hostNetwork every
+/// containerPort is a host port, or a hostPort) in any container makes the NodePorts filter place
+/// the replicas on distinct nodes, so nothing co-locates them and neither host-network-colocation
+/// nor replicas-colocated fires; with no declared port, the scheduler may co-locate two and the
+/// second fails to bind: the deny stays, naming the field, the count and the fixes.
 #[rstest]
-#[case::container_port_with_host_network("ports:\n  - containerPort: 9808\n", Some("declared host port 9808"))]
-#[case::host_port("ports:\n  - containerPort: 80\n    hostPort: 8080\n", Some("declared host port 8080"))]
-#[case::no_ports("", None)]
-fn host_network_says_pending_or_crash_loop(#[case] ports: &str, #[case] pending: Option<&str>) {
-    let pod = format!("hostNetwork: true\ncontainers:\n- name: app\n  image: nginx\n{}", indent(ports, 2));
-    let f = findings(&deployment("web", "replicas: 2", &pod), "", false);
+#[case::no_ports_at_all("- name: app\n  image: nginx\n", true)]
+#[case::two_containers_none_declares("- name: app\n  image: nginx\n- name: side\n  image: busybox\n", true)]
+#[case::container_port_under_host_network("- name: app\n  image: nginx\n  ports:\n  - containerPort: 9808\n", false)]
+#[case::host_port("- name: app\n  image: nginx\n  ports:\n  - containerPort: 80\n    hostPort: 8080\n", false)]
+#[case::one_container_declares_one_not(
+    "- name: app\n  image: nginx\n- name: probe\n  image: livenessprobe\n  ports:\n  - containerPort: 29652\n",
+    false
+)]
+fn host_network_denies_only_what_the_scheduler_may_co_locate(#[case] containers: &str, #[case] denies: bool) {
+    let pod = format!("hostNetwork: true\ncontainers:\n{containers}");
+    let f = findings(&deployment("web", "replicas: 3", &pod), "", false);
     let h = of_rule(&f, "host-network-colocation");
-    assert_eq!(h.len(), 1, "{f:#?}");
-    match pending {
-        Some(port) => {
-            assert!(h[0].what.contains(port) && h[0].what.contains("stay Pending"), "{}", h[0].what);
-            assert!(!h[0].what.contains("crash-loops"), "{}", h[0].what);
-        }
-        None => assert!(h[0].what.contains("fails to bind its host ports and crash-loops"), "{}", h[0].what),
-    }
+    assert_eq!(h.len(), usize::from(denies), "{f:#?}");
+    assert_eq!(of_rule(&f, "replicas-colocated").len(), usize::from(denies), "{f:#?}");
+    let Some(h) = h.first() else { return };
+    assert_eq!(h.action, Decision::Deny);
+    assert_eq!(h.path, "spec.template.spec.hostNetwork");
+    assert!(h.what.contains("hostNetwork: true") && h.what.contains("can run 3 replicas"), "{}", h.what);
+    assert!(h.what.contains("no container declares a port (containerPort)"), "{}", h.what);
+    assert!(h.what.contains("fails to bind") && h.what.contains("crash-loops"), "{}", h.what);
+    assert!(!h.what.contains("Pending") && !h.what.contains("declared host port"), "{}", h.what);
+    assert!(h.fix.contains("declare the ports the containers listen on (ports[].containerPort"), "{}", h.fix);
+    assert!(h.fix.contains("required pod anti-affinity on kubernetes.io/hostname"), "{}", h.fix);
+}
+
+/// A declared host port without hostNetwork keeps replicas apart too.
+#[test]
+fn a_host_port_keeps_replicas_apart() {
+    let pod = "containers:\n- name: app\n  image: nginx\n  ports:\n  - containerPort: 80\n    hostPort: 8080\n";
+    let f = findings(&deployment("web", "replicas: 3", pod), "", false);
+    assert!(of_rule(&f, "replicas-colocated").is_empty(), "{f:#?}");
+    let pod = "containers:\n- name: app\n  image: nginx\n  ports:\n  - containerPort: 80\n";
+    let f = findings(&deployment("web", "replicas: 3", pod), "", false);
+    assert_eq!(
+        of_rule(&f, "replicas-colocated").len(),
+        1,
+        "a containerPort without hostNetwork is no host port: {f:#?}"
+    );
+}
+
+/// What declared ports cost is said by spread-unsatisfiable where the nodes are known: more
+/// replicas than nodes, the rest Pending; named at the port, with the counts.
+#[rstest]
+#[case::more_replicas_than_nodes(4, 3, true)]
+#[case::as_many_as_nodes(3, 3, false)]
+#[case::fewer(2, 3, false)]
+fn declared_host_ports_bound_the_replicas_by_the_nodes(#[case] replicas: i32, #[case] n: usize, #[case] fires: bool) {
+    let pod = "hostNetwork: true\ncontainers:\n- name: app\n  image: nginx\n- name: probe\n  image: livenessprobe\n  \
+               ports:\n  - containerPort: 29652\n  - containerPort: 29653\n";
+    let dep = deployment("web", &format!("replicas: {replicas}"), pod);
+    let f = findings_in(&dep, &live_view(&cluster(&nodes(n))));
+    assert!(of_rule(&f, "host-network-colocation").is_empty(), "{f:#?}");
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.len(), usize::from(fires), "{f:#?}");
+    let Some(u) = u.first() else { return };
+    assert_eq!(u.action, Decision::Warn);
+    assert_eq!(u.path, "spec.template.spec.containers[1].ports[0].containerPort");
+    assert!(
+        u.what.contains(&format!("can run {replicas} replicas")) && u.what.contains(&format!("{n} schedulable nodes")),
+        "{}",
+        u.what
+    );
+    assert!(u.what.contains("declared host ports 29652, 29653 place at most one replica per node"), "{}", u.what);
+    assert!(u.what.contains(&format!("at most {n} can be placed, the rest stay Pending")), "{}", u.what);
+    assert!(u.what.contains("drained node's replica stays Pending"), "{}", u.what);
+    assert!(u.fix.contains("lower replicas") && u.fix.contains("add nodes"), "{}", u.fix);
 }
 
 // ---- spread-unsatisfiable as the scheduler counts domains (issue 36, item 3) ----
