@@ -16,6 +16,39 @@ pub struct Config {
     pub exempt_namespaces: Vec<String>,
     pub csi_controller_images: Vec<String>,
     pub ratchet: bool,
+    /// `mode: observe`: the webhook refuses nothing and patches nothing, cluster-wide.
+    pub mode: Mode,
+}
+
+/// What the webhook does with its verdicts, cluster-wide (config `mode`). Pod Security
+/// Admission's `warn`/`audit` against its `enforce`: in `observe` every deny is answered as a
+/// warning and no mutation is applied, while `check`, the audit and its reports judge as `enforce`
+/// would, so they list what enforcing would refuse. The namespace label `ha-guard.io/mode` narrows
+/// it further (`warn`, `off`), never widens it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Denies refused, mutations applied (the default).
+    #[default]
+    Enforce,
+    /// Denies answered as warnings, no mutation applied: an observe-only install.
+    Observe,
+}
+
+impl Mode {
+    pub fn parse(value: &str) -> Option<Mode> {
+        match value {
+            "enforce" => Some(Mode::Enforce),
+            "observe" => Some(Mode::Observe),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Observe => "observe",
+        }
+    }
 }
 
 pub const DEFAULT_CSI_CONTROLLER_IMAGES: [&str; 4] =
@@ -29,6 +62,7 @@ impl Default for Config {
             exempt_namespaces: Vec::new(),
             csi_controller_images: DEFAULT_CSI_CONTROLLER_IMAGES.iter().map(|s| s.to_string()).collect(),
             ratchet: true,
+            mode: Mode::Enforce,
         }
     }
 }
@@ -55,6 +89,8 @@ struct RawConfig {
     csi_controller_images: Option<Vec<String>>,
     #[serde(default)]
     ratchet: Option<bool>,
+    #[serde(default)]
+    mode: Option<String>,
 }
 
 impl Config {
@@ -70,6 +106,11 @@ impl Config {
 
     pub fn mutation_on(&self, mutation: &Mutation) -> bool {
         self.mutations.get(mutation.id).copied().unwrap_or(mutation.default_on)
+    }
+
+    /// Whether the webhook only observes (config `mode: observe`): no deny, no patch.
+    pub fn observes(&self) -> bool {
+        self.mode == Mode::Observe
     }
 
     pub fn namespace_exempt(&self, namespace: &str) -> bool {
@@ -115,6 +156,10 @@ impl Config {
         }
         if let Some(r) = raw.ratchet {
             config.ratchet = r;
+        }
+        if let Some(mode) = raw.mode {
+            config.mode = Mode::parse(&mode)
+                .ok_or_else(|| invalid(format!("mode: bad value {mode:?}: expected enforce or observe")))?;
         }
         Ok(config)
     }
@@ -199,6 +244,29 @@ mod tests {
         assert!(e.contains("ha-guard.yaml"), "{e}");
         let e = message(parse("mutations:\n  inject-default-spread: maybe\n").unwrap_err());
         assert!(e.contains("ha-guard.yaml"), "{e}");
+    }
+
+    #[test]
+    fn mode_is_enforce_unless_observe_is_set() {
+        assert_eq!(parse("").unwrap().mode, Mode::Enforce);
+        assert!(!parse("mode: enforce\n").unwrap().observes());
+        let c = parse("mode: observe\nrules:\n  pdb-missing: deny\n").unwrap();
+        assert!(c.observes());
+        assert_eq!(c.action(&PDB_MISSING, Action::Warn), Action::Deny, "the configured action is kept");
+        assert!(c.mutation_on(&INJECT_SPREAD_SELECTOR), "mutations stay configured: the webhook skips them");
+    }
+
+    #[test]
+    fn bad_mode_names_the_key_and_the_values() {
+        for bad in ["warn", "Observe", "dry-run"] {
+            let e = message(parse(&format!("mode: {bad}\n")).unwrap_err());
+            assert!(
+                e.contains("ha-guard.yaml")
+                    && e.contains(&format!("mode: bad value \"{bad}\""))
+                    && e.contains("enforce or observe"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

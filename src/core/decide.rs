@@ -114,6 +114,17 @@ pub fn decide(eval: Evaluation, namespace: &str, view: &dyn View, config: &Confi
     decided
 }
 
+/// An observe-only answer (config `mode: observe`, [`Config::observes`]): every deny becomes a
+/// warning that says enforce would refuse it. The webhook applies it to its answer (and applies no
+/// mutation); `check`, the audit and its reports keep the decided actions, so they list what
+/// enforcing would refuse.
+pub fn observe(decided: &mut Decided) {
+    for f in decided.findings.iter_mut().filter(|f| f.action == Decision::Deny) {
+        f.action = Decision::Warn;
+        f.notes.push(Note::Observe);
+    }
+}
+
 /// Decides findings that are facts (what a drain would do, DESIGN.md §3 "Drains"): the
 /// configuration's action applies (`off` turns the rule off, `deny` makes an audit fail), while an
 /// exemption, an exempt namespace or a namespace mode hides nothing: the finding says it instead.

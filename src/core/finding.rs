@@ -52,6 +52,8 @@ pub enum Note {
     PreExisting,
     /// A deny in a namespace labelled `ha-guard.io/mode: warn`.
     NamespaceWarn { namespace: String },
+    /// A deny answered as a warning because ha-guard runs observe-only (config `mode: observe`).
+    Observe,
     /// A fact (what a drain would do) reported whatever exempts the object from policy: `why`
     /// says what would have hidden a policy finding (an exemption, a namespace mode).
     Fact { why: String },
@@ -64,6 +66,7 @@ impl Note {
             Note::PreExisting => Some("pre-existing"),
             Note::NamespaceWarn { .. } => Some("namespace in warn mode"),
             Note::ScaleWrite => Some("scale writes only warn"),
+            Note::Observe => Some("observe-only: enforce would deny"),
             Note::Exempted { .. } | Note::Fact { .. } => None,
         }
     }
@@ -76,6 +79,7 @@ impl fmt::Display for Note {
             Note::ScaleWrite => f.write_str("scale writes are never denied"),
             Note::PreExisting => f.write_str("pre-existing"),
             Note::NamespaceWarn { namespace } => write!(f, "namespace {namespace} is labelled {MODE_LABEL}=warn"),
+            Note::Observe => f.write_str("ha-guard runs with mode: observe; with mode: enforce this is denied"),
             Note::Fact { why } => write!(f, "reported although {why}: a drain is a fact, not a policy"),
         }
     }

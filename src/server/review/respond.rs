@@ -178,7 +178,11 @@ pub fn review<'a>(
         Webhook::Mutate => {
             let plan = verdict.plan;
             outcome.decision = AdmissionDecision::Allowed;
-            if !plan.is_empty() {
+            if !plan.is_empty() && config.observes() {
+                // Observe-only: nothing is changed; the audit log says what enforce would add.
+                let would: Vec<&str> = plan.applied().iter().map(|m| m.id).collect();
+                response.audit_annotations.insert("observed-mutations".into(), would.join(","));
+            } else if !plan.is_empty() {
                 outcome.mutations = plan.applied();
                 outcome.decision = AdmissionDecision::Patched;
                 let applied: Vec<&str> = plan.applied().iter().map(|m| m.id).collect();
@@ -187,7 +191,10 @@ pub fn review<'a>(
             }
         }
         Webhook::Validate => {
-            let decided = verdict.decided;
+            let mut decided = verdict.decided;
+            if config.observes() {
+                crate::core::decide::observe(&mut decided);
+            }
             outcome.findings = decided.findings.iter().map(|f| (f.rule, f.action)).collect();
             outcome.decision = if decided.denied() {
                 AdmissionDecision::Denied
@@ -476,5 +483,56 @@ mod tests {
     fn cut_keeps_short_strings_and_marks_cut_ones() {
         assert_eq!(cut("abc", 3), "abc");
         assert_eq!(cut("abcd", 3), "ab…");
+    }
+}
+
+/// `mode: observe` at the webhook: what enforce denies is allowed with the same lines as warnings,
+/// saying enforce would deny; what enforce patches is not patched, and the audit log names it.
+#[cfg(test)]
+mod observe_tests {
+    use serde_json::Value;
+
+    use super::{Webhook, review};
+    use crate::core::config::{Config, Mode};
+    use crate::core::view::absence::DEFAULT_GRACE;
+    use crate::core::view::{AdmissionClock, Index};
+    use crate::server::review::wire::parse;
+
+    #[test]
+    fn observe_refuses_nothing_and_patches_nothing() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deployment-update-preexisting.json");
+        let mut body: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        // As a CREATE, the fixture's pre-existing deny is a deny.
+        body["request"]["operation"] = "CREATE".into();
+        body["request"]["oldObject"] = Value::Null;
+        let request = parse(&serde_json::to_vec(&body).unwrap()).unwrap();
+        let view = Index::new();
+        let clock = AdmissionClock::current(k8s_openapi::jiff::Timestamp::now(), DEFAULT_GRACE);
+        let enforce = Config::default();
+        let observe = Config { mode: Mode::Observe, ..Config::default() };
+
+        let (denied, _) = review(&request, Webhook::Validate, &view, &enforce, &clock).unwrap();
+        assert!(!denied.allowed, "enforce denies the fixture");
+        let refused = denied.result.message.clone();
+        let (patched, _) = review(&request, Webhook::Mutate, &view, &enforce, &clock).unwrap();
+        assert!(patched.patch.is_some(), "enforce patches it");
+
+        let (warned, outcome) = review(&request, Webhook::Validate, &view, &observe, &clock).unwrap();
+        assert!(warned.allowed, "{:?}", warned.result);
+        assert_eq!(outcome.decision, super::AdmissionDecision::Warned);
+        let warnings = warned.warnings.unwrap_or_default();
+        for line in refused.lines() {
+            let rule = line.split(']').next().unwrap();
+            assert!(
+                warnings.iter().any(|w| w.starts_with(&format!("{rule}] (observe-only: enforce would deny)"))),
+                "{line} is a warning saying enforce would deny it: {warnings:?}"
+            );
+        }
+        let (unpatched, outcome) = review(&request, Webhook::Mutate, &view, &observe, &clock).unwrap();
+        assert!(unpatched.patch.is_none() && unpatched.allowed);
+        assert_eq!(outcome.decision, super::AdmissionDecision::Allowed);
+        assert!(outcome.mutations.is_empty());
+        assert!(!unpatched.audit_annotations["observed-mutations"].is_empty(), "{:?}", unpatched.audit_annotations);
     }
 }
