@@ -1195,6 +1195,25 @@ fn the_configuration_is_values_ha_guard_accepts() {
     assert_eq!(config.csi_controller_images, ha_guard::core::config::Config::default().csi_controller_images);
 }
 
+/// The observe-only install (issue 41): one value, `mode`, rendered into the configuration;
+/// `config.mode` wins when set; anything else is refused by the schema.
+#[test]
+fn the_mode_value_is_the_configurations_mode() {
+    let mode_of = |args: &[&str]| {
+        let d = objects(args);
+        let text = one(&d, "ConfigMap")["data"]["config.yaml"].as_str().expect("config.yaml").to_string();
+        ha_guard::core::registry::parse_config(&text, "config.yaml").unwrap_or_else(|e| panic!("{e}\n{text}")).mode
+    };
+    use ha_guard::core::config::Mode;
+    assert_eq!(mode_of(&[]), Mode::Enforce, "enforce by default");
+    assert_eq!(mode_of(&["--set", "mode=observe"]), Mode::Observe);
+    assert_eq!(mode_of(&["--set", "mode=observe", "--set", "config.mode=enforce"]), Mode::Enforce);
+    for bad in [["--set", "mode=warn"], ["--set", "config.mode=dry-run"]] {
+        let e = refused(&bad);
+        assert!(e.contains("mode") && e.contains("'enforce', 'observe'"), "{e}");
+    }
+}
+
 #[test]
 fn the_schema_refuses_unknown_keys_at_every_level_and_knows_every_rule() {
     let schema: Value =
