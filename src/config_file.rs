@@ -10,5 +10,13 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     let file = path.display().to_string();
     let text =
         std::fs::read_to_string(path).map_err(|e| ConfigError::Read { file: file.clone(), message: e.to_string() })?;
-    registry::parse_config(&text, &file)
+    registry::parse_config(&text, &file).map_err(|e| match e {
+        // The YAML reader names its input `<input>` and starts with its own `error: `: the file
+        // is named instead, once, and `main` says `error:`.
+        ConfigError::Invalid { file, message } => {
+            let message = message.strip_prefix("error: ").unwrap_or(&message).replace("<input>", &file);
+            ConfigError::Invalid { file, message }
+        }
+        other => other,
+    })
 }

@@ -18,18 +18,23 @@ use crate::manifest::skeleton::{self, Node};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FixError {
-    #[error("{file} (document {document}): the patch does not apply: {message}")]
+    #[error("{file} ({}): the patch does not apply: {message}", crate::manifest::document_label(*document))]
     Patch { file: String, document: usize, message: String },
     #[error("{file}: cannot write: {message}")]
     Write { file: String, message: String },
-    #[error("{file}: stdin cannot be fixed in place")]
+    #[error("{file}: stdin cannot be fixed in place: add `--output -` to write the fixed manifests to stdout")]
     Stdin { file: String },
-    #[error("{file} (document {document}): cannot serialize: {message}")]
+    #[error("{file} ({}): cannot serialize: {message}", crate::manifest::document_label(*document))]
     Serialize { file: String, document: usize, message: String },
 }
 
-/// Applies `fixes` and writes the changed files. Returns the files written.
-pub fn apply(sources: &[Source], fixes: &[Fixable]) -> Result<Vec<String>, FixError> {
+/// Applies `fixes` and writes the changed files. Returns the files written and, with
+/// `stdin_out`, stdin's text as fixed (stdin is written nowhere: the caller prints it).
+pub fn apply(
+    sources: &[Source],
+    fixes: &[Fixable],
+    stdin_out: bool,
+) -> Result<(Vec<String>, Option<String>), FixError> {
     // (file, document) → operations on the document's value (List items are prefixed).
     let mut per_doc: BTreeMap<(String, usize), Vec<json_patch::PatchOperation>> = BTreeMap::new();
     for f in fixes {
@@ -46,13 +51,18 @@ pub fn apply(sources: &[Source], fixes: &[Fixable]) -> Result<Vec<String>, FixEr
         }
     }
     let mut written = Vec::new();
+    let mut stdin = None;
     for source in sources {
         let docs: Vec<_> = per_doc.iter().filter(|((file, _), _)| *file == source.file).collect();
         if docs.is_empty() {
             continue;
         }
         if source.path.is_none() {
-            return Err(FixError::Stdin { file: source.file.clone() });
+            if !stdin_out {
+                return Err(FixError::Stdin { file: source.file.clone() });
+            }
+            stdin = Some(rewrite(source, &docs)?);
+            continue;
         }
         let text = rewrite(source, &docs)?;
         let path = source.path.as_ref().expect("checked above");
@@ -60,7 +70,7 @@ pub fn apply(sources: &[Source], fixes: &[Fixable]) -> Result<Vec<String>, FixEr
             .map_err(|e| FixError::Write { file: source.file.clone(), message: e.to_string() })?;
         written.push(source.file.clone());
     }
-    Ok(written)
+    Ok((written, stdin))
 }
 
 fn rewrite(source: &Source, docs: &[(&(String, usize), &Vec<json_patch::PatchOperation>)]) -> Result<String, FixError> {

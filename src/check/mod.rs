@@ -62,6 +62,9 @@ fn removed_api(value: &serde_json::Value) -> Option<String> {
 pub struct Prepared {
     object: Result<Option<(Projection, Option<ObjectRef>)>, model::DecodeError>,
     removed: Option<String>,
+    /// A Helm hook (annotation `helm.sh/hook`): created apart from the release's objects, at an
+    /// install, upgrade or delete, so it is judged apart from them too.
+    hook: bool,
 }
 
 impl Prepared {
@@ -76,7 +79,8 @@ impl Prepared {
                 (Projection::of(&object), subject)
             })
         });
-        Prepared { object, removed: removed_api(value) }
+        let hook = value.pointer("/metadata/annotations/helm.sh~1hook").is_some_and(|h| !h.is_null());
+        Prepared { object, removed: removed_api(value), hook }
     }
 }
 
@@ -142,11 +146,11 @@ fn check_prepared(
     let mut unchecked: Vec<(Origin, String)> = Vec::new();
     // Two documents describing one object: the view keeps the last, and says so.
     let mut duplicates = Vec::new();
-    let mut seen: BTreeMap<(model::Kind, String, String), Origin> = BTreeMap::new();
+    let mut seen: BTreeMap<(bool, model::Kind, String, String), Origin> = BTreeMap::new();
     let mut checked: HashSet<ObjectRef> = HashSet::new();
     let mut judged: Vec<(usize, Origin, ObjectRef)> = Vec::new();
     let mut objects = 0;
-    for (i, Document { origin, value: Prepared { object, removed } }) in documents.into_iter().enumerate() {
+    for (i, Document { origin, value: Prepared { object, removed, hook } }) in documents.into_iter().enumerate() {
         if let Some(message) = removed {
             unchecked.push((origin.clone(), message));
         }
@@ -159,15 +163,22 @@ fn check_prepared(
             }
         };
         objects += 1;
-        index.insert_projection(projection);
+        // A Helm hook is not part of the release's view (a hook copy of an object would replace
+        // the release's own there): it is judged against the release's objects, and a hook copy
+        // of one of them is no duplicate.
+        if !hook {
+            index.insert_projection(projection);
+        }
         let Some(id) = subject else { continue };
-        if let Some(first) = seen.insert((id.kind, id.namespace.clone(), id.name.clone()), origin.clone()) {
+        if let Some(first) = seen.insert((hook, id.kind, id.namespace.clone(), id.name.clone()), origin.clone()) {
             duplicates.push((
                 origin.clone(),
                 format!(
-                    "{id} is also defined in {} (document {}): each is checked against the view holding this \
-                     later one; check alternatives (base and patch, two variants) separately",
-                    first.file, first.document
+                    "{id} is also defined in {} ({}): the view keeps this later one, and both are checked \
+                     against it; to check two variants of an object (a base and its patch, two overlays), \
+                     check each separately",
+                    first.shown_file(),
+                    crate::manifest::document_label(first.document)
                 ),
             ));
         }
@@ -284,10 +295,21 @@ pub struct Run {
     pub loaded: Loaded<Prepared>,
     pub report: Report,
     pub fixed: Vec<String>,
+    /// Stdin's text, fixed, when `--fix` writes it to stdout (`--output -`).
+    pub stdout: Option<String>,
+}
+
+/// What `--fix` does: nothing, write the files back, or that and stdin's fixed text to stdout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fix {
+    No,
+    Files,
+    FilesAndStdout,
 }
 
 /// Loads and checks `paths`; with `fix`, writes the mutations back and checks what was written.
 pub fn run(paths: &[String], options: &Options, fix: bool) -> Result<Run, fix::FixError> {
+    let fix = if fix { Fix::Files } else { Fix::No };
     run_with(paths, &crate::manifest::LoadOptions::default(), options, fix)
 }
 
@@ -296,20 +318,29 @@ pub fn run_with(
     paths: &[String],
     load: &crate::manifest::LoadOptions,
     options: &Options,
-    fix: bool,
+    fix: Fix,
 ) -> Result<Run, fix::FixError> {
     let prepare = |value: serde_json::Value| Prepared::of(&value, &options.namespace);
     let mut loaded = crate::manifest::load_mapped(paths, load, &prepare);
     let report = check_loaded(&mut loaded, options);
-    if !fix || report.fixes.is_empty() {
-        return Ok(Run { loaded, report, fixed: Vec::new() });
+    // Stdin as read: what goes to stdout when nothing in it changes.
+    let stdin = || loaded.sources.iter().find(|s| s.path.is_none() && s.file == "-").map(|s| s.text.clone());
+    if fix == Fix::No || report.fixes.is_empty() {
+        let stdout = if fix == Fix::FilesAndStdout { stdin() } else { None };
+        return Ok(Run { loaded, report, fixed: Vec::new(), stdout });
     }
-    let fixed = fix::apply(&loaded.sources, &report.fixes)?;
-    // The texts as they were: the files hold the fixed ones now.
+    let to_stdout = fix == Fix::FilesAndStdout;
+    let (fixed, fixed_stdin) = fix::apply(&loaded.sources, &report.fixes, to_stdout)?;
+    let stdout = if to_stdout { fixed_stdin.or_else(stdin) } else { None };
+    // The texts as they were: the files hold the fixed ones now (stdin's is in `stdout`).
     drop(loaded);
-    let mut loaded = crate::manifest::load_mapped(paths, load, &prepare);
+    let files: Vec<String> = paths.iter().filter(|p| *p != "-").cloned().collect();
+    let mut loaded = crate::manifest::load_mapped(&files, load, &prepare);
+    if let Some(text) = &stdout {
+        crate::manifest::add_text_mapped(&mut loaded, "-".into(), None, text.clone(), false, &prepare);
+    }
     let report = check_loaded(&mut loaded, options);
-    Ok(Run { loaded, report, fixed })
+    Ok(Run { loaded, report, fixed, stdout })
 }
 
 #[cfg(test)]
@@ -346,7 +377,7 @@ mod notes_tests {
         assert_eq!(r.notices.len(), 1, "{:?}", r.notices);
         let (origin, message) = &r.notices[0];
         assert_eq!(origin.document, 1);
-        assert!(message.contains("Deployment default/web is also defined in t.yaml (document 0)"), "{message}");
+        assert!(message.contains("Deployment default/web is also defined in t.yaml (document 1)"), "{message}");
         let other = d.replace("name: web}", "name: api}");
         assert!(run(&format!("{d}---\n{other}")).notices.is_empty());
     }

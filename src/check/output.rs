@@ -10,8 +10,8 @@ use super::report::{FailOn, Located, Report};
 use crate::core::catalogue::Action;
 use crate::core::finding::{Decision, Note};
 use crate::core::registry;
-use crate::manifest::Origin;
 use crate::manifest::skeleton::segments;
+use crate::manifest::{Origin, document_label};
 
 fn location(origin: &Origin) -> String {
     // Line 0: an object with no source text (`audit` reads it from the cluster): its path alone.
@@ -24,7 +24,12 @@ fn location(origin: &Origin) -> String {
         Some(_) => format!(" of {}", origin.file),
         None => String::new(),
     };
-    format!("{}:{}{column} (document {}{item}{stream})", origin.shown_file(), origin.shown_line(), origin.document)
+    format!(
+        "{}:{}{column} ({}{item}{stream})",
+        origin.shown_file(),
+        origin.shown_line(),
+        document_label(origin.document)
+    )
 }
 
 /// A JSON pointer as a field path: `/spec/volumes/0/name` → `spec.volumes[0].name`.
@@ -79,9 +84,9 @@ fn finding_text(located: &Located, renderer: &Renderer) -> String {
     // rendered stream) goes into the title.
     let mut title = format!("{} at {}", f.object, f.path);
     match (&origin.template, origin.item) {
-        (Some(_), _) => title.push_str(&format!(" (document {} of {})", origin.document, origin.file)),
-        (None, Some(i)) => title.push_str(&format!(" (document {}, items[{i}])", origin.document)),
-        (None, None) if origin.document > 0 => title.push_str(&format!(" (document {})", origin.document)),
+        (Some(_), _) => title.push_str(&format!(" ({} of {})", document_label(origin.document), origin.file)),
+        (None, Some(i)) => title.push_str(&format!(" ({}, items[{i}])", document_label(origin.document))),
+        (None, None) if origin.document > 0 => title.push_str(&format!(" ({})", document_label(origin.document))),
         (None, None) => {}
     }
     let path = origin.shown_file().to_string();
@@ -159,13 +164,16 @@ pub fn text(report: &Report, style: TextStyle) -> String {
     let fixes: usize = report.fixes.iter().map(|f| f.changes.len()).sum();
     let _ = writeln!(
         out,
-        "{} deny, {} warn, {} allowed in {}{}{}{}",
+        "{} deny, {} warn, {} allowed in {}{}{}{}{}",
         report.count(Decision::Deny),
         report.count(Decision::Warn),
         report.count(Decision::Allowed),
         plural(report.objects, "object", "objects"),
         // No files: objects read from a cluster (`audit`).
         if report.files == 0 { String::new() } else { format!(" from {}", plural(report.files, "file", "files")) },
+        // What was reported as not checked (an API version no longer served, a chart not
+        // rendered): counted here too, so that a summary never reads cleaner than the run was.
+        if report.unchecked.is_empty() { String::new() } else { format!("; {} not checked", report.unchecked.len()) },
         if fixes > 0 {
             format!("; {} available (run with --fix to write them)", plural(fixes, "fix", "fixes"))
         } else {
@@ -369,6 +377,14 @@ fn drain_json(run: &crate::core::view::replay::DrainRun) -> Value {
 /// holds a copy of.
 const SARIF_SCHEMA: &str = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json";
 
+/// The project's repository: SARIF's `informationUri`, and the rule pages under it.
+const REPOSITORY: &str = "https://github.com/ha-guard/ha-guard";
+
+/// The page of rule `id` (docs/rules/ID.md), as code scanning links it.
+fn help_uri(id: &str) -> String {
+    format!("{REPOSITORY}/blob/main/docs/rules/{id}.md")
+}
+
 /// SARIF 2.1.0: one run, the catalogue as the tool's rules, one result per finding. Exempted
 /// findings are results with an accepted `inSource` suppression carrying the reason. Unusable
 /// input is not a finding: it is reported as a tool execution notification and makes
@@ -380,8 +396,10 @@ pub fn sarif(report: &Report) -> Value {
                 "id": r.id,
                 "name": r.id,
                 "shortDescription": {"text": r.summary},
-                "fullDescription": {"text": r.summary},
-                "help": {"text": r.doc, "markdown": r.doc},
+                // The page itself is behind helpUri, and `help` says how to read it offline:
+                // embedding every rule's page made one file's SARIF hundreds of kilobytes.
+                "helpUri": help_uri(r.id),
+                "help": {"text": format!("{}: `ha-guard explain {}`", r.summary, r.id)},
                 "defaultConfiguration": {"level": level(r.default)},
                 "properties": {"default": r.default_text},
             })
@@ -453,7 +471,7 @@ pub fn sarif(report: &Report) -> Value {
                 location["physicalLocation"]["region"] = json!({"startLine": line.max(1)});
             }
             let text = match d.document {
-                Some(doc) => format!("{} (document {doc}): {}", d.file, d.message),
+                Some(doc) => format!("{} ({}): {}", d.file, document_label(doc), d.message),
                 None => format!("{}: {}", d.file, d.message),
             };
             json!({"level": d.level, "message": {"text": text}, "locations": [location]})
@@ -467,7 +485,7 @@ pub fn sarif(report: &Report) -> Value {
                 "name": "ha-guard",
                 "version": env!("CARGO_PKG_VERSION"),
                 "semanticVersion": env!("CARGO_PKG_VERSION"),
-                "informationUri": "https://github.com/ha-guard/ha-guard",
+                "informationUri": REPOSITORY,
                 "rules": rules,
             }},
             "invocations": [{
@@ -532,7 +550,7 @@ pub fn junit(report: &Report, fail_on: FailOn) -> String {
     }
     for e in &report.errors {
         let name = match e.document {
-            Some(d) => format!("document {d}"),
+            Some(d) => document_label(d),
             None => "read".to_string(),
         };
         let case = Case { name, failure: None, skipped: None, output: None, error: Some(e.message.clone()) };

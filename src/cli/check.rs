@@ -57,6 +57,10 @@ pub struct CheckArgs {
     /// Write the mutations back to the files.
     #[arg(long)]
     pub fix: bool,
+    /// Accept paths that hold no Kubernetes object (by default an error: a mistyped path or an
+    /// empty folder would otherwise pass).
+    #[arg(long)]
+    pub allow_empty: bool,
     /// Namespace for objects that have none.
     #[arg(long, default_value = "default", value_name = "NS")]
     pub namespace: String,
@@ -83,7 +87,8 @@ pub struct ReportArgs {
     /// Print the findings only (no notes, fixes or summary).
     #[arg(short, long)]
     pub quiet: bool,
-    /// Write the report to FILE instead of stdout.
+    /// Write the report to FILE instead of stdout (`-`: stdout). With --fix and stdin input,
+    /// `--output -` writes the fixed manifests to stdout, and the report to stderr.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Colour in text output.
@@ -101,8 +106,18 @@ impl ReportArgs {
 
     /// Prints `report` as these flags say and returns the exit code they give it.
     pub fn finish(&self, report: &check::Report) -> Result<ExitCode, Error> {
+        let dest = match self.output.as_deref() {
+            None => Dest::Stdout,
+            Some(p) if p.as_os_str() == "-" => Dest::Stdout,
+            Some(p) => Dest::File(p),
+        };
+        self.finish_to(report, dest)
+    }
+
+    /// [`ReportArgs::finish`], the report written to `dest`.
+    pub fn finish_to(&self, report: &check::Report, dest: Dest) -> Result<ExitCode, Error> {
         let how = Output { format: self.format, fail_on: self.fail_on, color: self.color, quiet: self.quiet };
-        print(report, how, self.output.as_deref())?;
+        print(report, how, dest)?;
         Ok(ExitCode::from(report.exit_code(self.fail_on) as u8))
     }
 }
@@ -117,27 +132,65 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
         ));
     }
     let load = LoadOptions { respect_ignore_files: !args.no_ignore, chart_dir: None };
-    let rendered = render(&args)?;
-    let run = if rendered.is_empty() {
-        check::run_with(&paths, &load, &options, args.fix)?
-    } else {
-        if args.fix {
+    let mut skipped: Vec<(String, String)> = Vec::new();
+    let to_stdout = args.fix && paths.iter().any(|p| p == "-") && args.report.output.as_deref() == Some("-".as_ref());
+    let mut run = if args.fix {
+        if args.helm.is_some() || args.kustomize.is_some() {
             return Err(Error(
                 "--fix writes files back: it cannot with --helm or --kustomize, whose input is rendered".into(),
             ));
         }
+        // `--output -` with stdin: the fixed manifests go to stdout, the report to stderr.
+        let fix = if to_stdout { check::Fix::FilesAndStdout } else { check::Fix::Files };
+        let mut run = check::run_with(&paths, &load, &options, fix)?;
+        for chart in std::mem::take(&mut run.loaded.charts) {
+            let c = chart.display().to_string();
+            let why = format!("{c} is a Helm chart: --fix does not rewrite templates, so it was not checked");
+            skipped.push((c, why));
+        }
+        run
+    } else {
         let prepare = |value: serde_json::Value| check::Prepared::of(&value, &options.namespace);
         let mut loaded = manifest::load_mapped(&paths, &load, &prepare);
+        let mut rendered = render(&args)?;
+        // A chart folder among the paths: rendered as --helm would, or skipped with the command.
+        let helm = on_path("helm");
+        for chart in std::mem::take(&mut loaded.charts) {
+            let c = chart.display().to_string();
+            if helm {
+                rendered.push(helm_template(&c, &[])?);
+            } else {
+                let why = format!(
+                    "{c} is a Helm chart and `helm` is not on PATH, so it was not checked: run \
+                     `helm template NAME {c} | ha-guard check -f -` (or `ha-guard check --helm {c}` with helm installed)"
+                );
+                skipped.push((c, why));
+            }
+        }
         for (name, text, chart) in rendered {
             add_rendered(&mut loaded, name, text, chart, &prepare);
         }
         let report = check::check_loaded(&mut loaded, &options);
-        check::Run { loaded, report, fixed: Vec::new() }
+        check::Run { loaded, report, fixed: Vec::new(), stdout: None }
     };
+    for (file, why) in skipped {
+        let origin = manifest::Origin { file, document: 0, item: None, line: 0, column: None, template: None };
+        run.report.unchecked.push((origin, why));
+    }
+    let r = &run.report;
+    if !args.allow_empty && r.objects == 0 && r.unchecked.is_empty() && r.errors.is_empty() {
+        return Err(Error(nothing_found(&paths, &args, &run.loaded)));
+    }
     for f in &run.fixed {
         eprintln!("fixed: {f}");
     }
-    let code = args.report.finish(&run.report)?;
+    let code = match &run.stdout {
+        Some(text) => {
+            let _ = std::io::stdout().write_all(text.as_bytes());
+            args.report.finish_to(&run.report, Dest::Stderr)?
+        }
+        None => args.report.finish(&run.report)?,
+    };
     // The process ends here: freeing the texts and the report (every finding's strings) one by
     // one would only delay the exit, which returns the memory anyway.
     std::mem::forget(run);
@@ -153,15 +206,29 @@ pub struct Output {
     pub quiet: bool,
 }
 
-/// Prints `report` as `how` says, to `output` or stdout; its errors go to stderr.
-pub(crate) fn print(report: &check::Report, how: Output, output: Option<&std::path::Path>) -> Result<(), Error> {
+/// Where a report is written: stdout (`--output -` too), stderr (when `--fix` writes the fixed
+/// manifests to stdout), or a file.
+#[derive(Clone, Copy)]
+pub enum Dest<'a> {
+    Stdout,
+    Stderr,
+    File(&'a std::path::Path),
+}
+
+/// Prints `report` as `how` says, to `dest`; its errors go to stderr.
+pub(crate) fn print(report: &check::Report, how: Output, dest: Dest) -> Result<(), Error> {
     let text = match how.format {
         Format::Text => {
             let color = match how.color {
                 Color::Always => true,
                 Color::Never => false,
                 Color::Auto => {
-                    output.is_none() && std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+                    let terminal = match dest {
+                        Dest::Stdout => std::io::stdout().is_terminal(),
+                        Dest::Stderr => std::io::stderr().is_terminal(),
+                        Dest::File(_) => false,
+                    };
+                    terminal && std::env::var_os("NO_COLOR").is_none()
                 }
             };
             output::text(report, output::TextStyle { color, quiet: how.quiet })
@@ -170,10 +237,15 @@ pub(crate) fn print(report: &check::Report, how: Output, output: Option<&std::pa
         Format::Sarif => serde_json::to_string_pretty(&output::sarif(report)).unwrap_or_default() + "\n",
         Format::Junit => output::junit(report, how.fail_on),
     };
-    match output {
-        Some(path) => std::fs::write(path, text).map_err(|e| Error(format!("--output {}: {e}", path.display())))?,
-        None => {
+    match dest {
+        Dest::File(path) => {
+            std::fs::write(path, text).map_err(|e| Error(format!("--output {}: {e}", path.display())))?
+        }
+        Dest::Stdout => {
             let _ = std::io::stdout().write_all(text.as_bytes());
+        }
+        Dest::Stderr => {
+            let _ = std::io::stderr().write_all(text.as_bytes());
         }
     }
     // Errors go to stderr, once, whatever the format: seen in CI logs, and apart from a report
@@ -184,18 +256,22 @@ pub(crate) fn print(report: &check::Report, how: Output, output: Option<&std::pa
     Ok(())
 }
 
+/// The error for an ID that names no rule or mutation, with the nearest one: every place an ID
+/// is typed (`--disable`, `--enable`, `explain`) says it the same way.
+pub(crate) fn unknown_id(id: &str) -> Error {
+    let nearest = registry::rules()
+        .map(|r| r.id)
+        .chain(registry::mutations().iter().map(|m| m.id))
+        .min_by_key(|known| strsim::levenshtein(id, known))
+        .unwrap_or_default();
+    Error(format!("{id:?} is no rule or mutation ID: did you mean {nearest}? (`ha-guard rules` lists them)"))
+}
+
 /// `--disable` and `--enable`, applied over the configuration.
 pub(crate) fn toggle(config: &mut Config, disable: &[String], enable: &[String]) -> Result<(), Error> {
     for id in disable.iter().chain(enable) {
         if registry::rule(id).is_none() && registry::mutation(id).is_none() {
-            let nearest = registry::rules()
-                .map(|r| r.id)
-                .chain(registry::mutations().iter().map(|m| m.id))
-                .min_by_key(|known| strsim::levenshtein(id, known))
-                .unwrap_or_default();
-            return Err(Error(format!(
-                "{id:?} is no rule or mutation ID: did you mean {nearest}? (`ha-guard rules` lists them)"
-            )));
+            return Err(unknown_id(id));
         }
     }
     if let Some(both) = disable.iter().find(|id| enable.contains(id)) {
@@ -228,24 +304,7 @@ type Rendered = (String, String, Option<(String, String)>);
 fn render(args: &CheckArgs) -> Result<Vec<Rendered>, Error> {
     let mut out = Vec::new();
     if let Some(chart) = &args.helm {
-        let mut cmd = Command::new("helm");
-        cmd.args(["template", "ha-guard-check", chart]);
-        for v in &args.values {
-            cmd.arg("--values").arg(v);
-        }
-        let text = run_renderer(cmd, "helm", "helm template RELEASE CHART | ha-guard check -f -")?;
-        // A local chart's `# Source: NAME/templates/x.yaml` is NAME's folder on disk.
-        let path = std::path::Path::new(chart);
-        let local = path.join("Chart.yaml").is_file().then(|| {
-            let name = std::fs::read_to_string(path.join("Chart.yaml"))
-                .ok()
-                .and_then(|t| {
-                    t.lines().find_map(|l| l.strip_prefix("name:").map(|n| n.trim().trim_matches('"').to_string()))
-                })
-                .unwrap_or_default();
-            (name, chart.trim_end_matches('/').to_string())
-        });
-        out.push((format!("helm template {chart}"), text, local));
+        out.push(helm_template(chart, &args.values)?);
     }
     if let Some(dir) = &args.kustomize {
         let mut cmd = Command::new("kubectl");
@@ -254,6 +313,65 @@ fn render(args: &CheckArgs) -> Result<Vec<Rendered>, Error> {
         out.push((format!("kubectl kustomize {}", dir.display()), text, None));
     }
     Ok(out)
+}
+
+/// `helm template` of `chart` (a folder, or a chart reference helm resolves) with `values`.
+fn helm_template(chart: &str, values: &[PathBuf]) -> Result<Rendered, Error> {
+    let mut cmd = Command::new("helm");
+    cmd.args(["template", "ha-guard-check", chart]);
+    for v in values {
+        cmd.arg("--values").arg(v);
+    }
+    let text = run_renderer(cmd, "helm", "helm template RELEASE CHART | ha-guard check -f -")?;
+    // A local chart's `# Source: NAME/templates/x.yaml` is NAME's folder on disk.
+    let path = std::path::Path::new(chart);
+    let local = path.join("Chart.yaml").is_file().then(|| {
+        let name = std::fs::read_to_string(path.join("Chart.yaml"))
+            .ok()
+            .and_then(|t| {
+                t.lines().find_map(|l| l.strip_prefix("name:").map(|n| n.trim().trim_matches('"').to_string()))
+            })
+            .unwrap_or_default();
+        (name, chart.trim_end_matches('/').to_string())
+    });
+    Ok((format!("helm template {chart}"), text, local))
+}
+
+/// Whether an executable named `program` is in one of PATH's folders.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// The error of a run that found no object: each path given, and what was found there.
+fn nothing_found(paths: &[String], args: &CheckArgs, loaded: &Loaded<check::Prepared>) -> String {
+    let mut what: Vec<String> = Vec::new();
+    for p in paths {
+        if p == "-" {
+            what.push("- (stdin): no object".into());
+            continue;
+        }
+        let files = loaded.sources.iter().filter(|s| std::path::Path::new(&s.file).starts_with(p)).count();
+        what.push(if !std::path::Path::new(p).is_dir() {
+            format!("{p}: a file with no object")
+        } else if files == 0 {
+            format!("{p}: a folder with no .yaml, .yml or .json file")
+        } else {
+            format!(
+                "{p}: a folder whose {} hold no object",
+                if files == 1 { "1 file".to_string() } else { format!("{files} files") }
+            )
+        });
+    }
+    if let Some(chart) = &args.helm {
+        what.push(format!("--helm {chart}: rendered no object"));
+    }
+    if let Some(dir) = &args.kustomize {
+        what.push(format!("--kustomize {}: rendered no object", dir.display()));
+    }
+    format!(
+        "no Kubernetes object to check:\n  {}\nfix the paths, or pass --allow-empty to accept finding nothing",
+        what.join("\n  ")
+    )
 }
 
 fn run_renderer(mut cmd: Command, program: &str, instead: &str) -> Result<String, Error> {

@@ -31,8 +31,7 @@ pub fn list(args: RulesArgs) -> Result<ExitCode, Error> {
 }
 
 pub fn explain(args: ExplainArgs) -> Result<ExitCode, Error> {
-    let doc = registry::doc(&args.rule)
-        .ok_or_else(|| Error(format!("no rule or mutation {:?}; `ha-guard rules` lists them", args.rule)))?;
+    let doc = registry::doc(&args.rule).ok_or_else(|| super::check::unknown_id(&args.rule))?;
     print!("{doc}");
     Ok(ExitCode::SUCCESS)
 }

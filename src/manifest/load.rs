@@ -37,9 +37,11 @@ pub fn load_mapped<T: Send>(paths: &[String], options: &LoadOptions, map: &(impl
             continue;
         }
         let path = Path::new(p);
-        if path.is_dir() {
+        if path.is_dir() && path.join("Chart.yaml").is_file() {
+            loaded.charts.push(path.to_path_buf());
+        } else if path.is_dir() {
             let mut files = Vec::new();
-            walk(path, options.respect_ignore_files, &mut files, &mut loaded.errors);
+            walk(path, options.respect_ignore_files, &mut files, &mut loaded.charts, &mut loaded.errors);
             files.sort();
             for f in files {
                 load_file(&mut loaded, &f, map);
@@ -55,11 +57,27 @@ pub fn load_mapped<T: Send>(paths: &[String], options: &LoadOptions, map: &(impl
 /// followed, a link that loops back is not (`ignore` detects it: ripgrep's walker), and a file
 /// reached twice (through a link) is read once. With `respect_ignore_files`, what `.gitignore`
 /// (inside a git repository), `.ignore` and git's excludes leave out is left out, as ripgrep
-/// does; hidden files are read all the same (a `.deploy/` folder of manifests is common).
-fn walk(dir: &Path, respect_ignore_files: bool, files: &mut Vec<PathBuf>, errors: &mut Vec<LoadError>) {
+/// does; hidden files are read all the same (a `.deploy/` folder of manifests is common). A
+/// folder holding a `Chart.yaml` is a Helm chart: it goes to `charts`, unread.
+fn walk(
+    dir: &Path,
+    respect_ignore_files: bool,
+    files: &mut Vec<PathBuf>,
+    charts: &mut Vec<PathBuf>,
+    errors: &mut Vec<LoadError>,
+) {
     let mut seen = std::collections::HashSet::new();
     let mut walker = ignore::WalkBuilder::new(dir);
     walker.standard_filters(respect_ignore_files).hidden(false).follow_links(true);
+    let found = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let into = found.clone();
+    walker.filter_entry(move |entry| {
+        let chart = entry.file_type().is_some_and(|t| t.is_dir()) && entry.path().join("Chart.yaml").is_file();
+        if chart {
+            into.lock().unwrap_or_else(|e| e.into_inner()).push(entry.path().to_path_buf());
+        }
+        !chart
+    });
     for entry in walker.build() {
         match entry {
             Ok(entry) => {
@@ -79,6 +97,9 @@ fn walk(dir: &Path, respect_ignore_files: bool, files: &mut Vec<PathBuf>, errors
             }
         }
     }
+    let mut found = std::mem::take(&mut *found.lock().unwrap_or_else(|e| e.into_inner()));
+    found.sort();
+    charts.append(&mut found);
 }
 
 fn is_loop(e: &ignore::Error) -> bool {
@@ -101,6 +122,10 @@ fn load_file<T: Send>(loaded: &mut Loaded<T>, path: &Path, map: &(impl Fn(Value)
             }
             Err(_) => loaded.errors.push(LoadError { file, document: None, message: "not UTF-8 text".into() }),
         },
+        // A mistyped path: said plainly, not as the OS's error.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            loaded.errors.push(LoadError { file, document: None, message: "no such file or folder".into() })
+        }
         Err(e) => loaded.errors.push(LoadError { file, document: None, message: e.to_string() }),
     }
 }
@@ -328,7 +353,7 @@ mod tests {
         assert_eq!(l.documents.len(), 2, "the good documents are kept");
         assert_eq!(l.errors.len(), 1);
         let e = l.errors[0].to_string();
-        assert!(e.starts_with("t.yaml (document 1): not valid YAML"), "{e}");
+        assert!(e.starts_with("t.yaml (document 2): not valid YAML"), "{e}: the second document, counted from 1");
     }
 
     #[test]
@@ -373,7 +398,7 @@ mod tests {
         assert!(l.sources[0].json);
         let mut l = Loaded::default();
         add_text(&mut l, "x.json".into(), None, "{\"kind\": ".into(), true);
-        assert!(l.errors[0].to_string().contains("x.json (document 0): not valid JSON"), "{:?}", l.errors);
+        assert!(l.errors[0].to_string().contains("x.json (document 1): not valid JSON"), "{:?}", l.errors);
     }
 
     #[test]

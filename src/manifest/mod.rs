@@ -16,4 +16,4 @@ pub mod yaml;
 
 pub use load::{add_text, add_text_mapped, load, load_mapped, load_with, split_documents};
 pub use locate::Locator;
-pub use source::{Document, LoadError, LoadOptions, Loaded, Origin, Source, Template};
+pub use source::{Document, LoadError, LoadOptions, Loaded, Origin, Source, Template, document_label};

@@ -23,6 +23,13 @@ pub struct Origin {
     pub template: Option<Template>,
 }
 
+/// How a document is named in messages: "document N", counted from 1 as editors count lines
+/// (`document` is the 0-based index `Origin::document` and the JSON's `document` hold). Every
+/// message numbers documents through this.
+pub fn document_label(document: usize) -> String {
+    format!("document {}", document + 1)
+}
+
 /// Where a rendered document's text came from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Template {
@@ -73,7 +80,7 @@ pub struct Source {
 
 /// Input that cannot be used: names the file and, where known, the document.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
-#[error("{file}{}: {message}", document.map(|d| format!(" (document {d})")).unwrap_or_default())]
+#[error("{file}{}: {message}", document.map(|d| format!(" ({})", document_label(d))).unwrap_or_default())]
 pub struct LoadError {
     pub file: String,
     pub document: Option<usize>,
@@ -102,10 +109,13 @@ pub struct Loaded<T = Value> {
     pub sources: Vec<Source>,
     pub documents: Vec<Document<T>>,
     pub errors: Vec<LoadError>,
+    /// Helm chart folders (holding a `Chart.yaml`) met among the paths: not read as manifests
+    /// (their templates are not YAML until rendered); `check` renders them or says how to.
+    pub charts: Vec<PathBuf>,
 }
 
 impl<T> Default for Loaded<T> {
     fn default() -> Self {
-        Loaded { sources: Vec::new(), documents: Vec::new(), errors: Vec::new() }
+        Loaded { sources: Vec::new(), documents: Vec::new(), errors: Vec::new(), charts: Vec::new() }
     }
 }

@@ -205,14 +205,14 @@ fn exit_2_on_bad_yaml_naming_file_and_document() {
     let r = run(&["check", "-f", s(&f)]);
     assert_eq!(r.code, 2, "{}", r.all());
     let line = r.all().lines().find(|l| l.starts_with("error:")).map(str::to_string).expect("an error line");
-    assert!(line.contains(&format!("{} (document 1): not valid YAML", s(&f))), "{line}");
+    assert!(line.contains(&format!("{} (document 2): not valid YAML", s(&f))), "{line}");
     // The JSON format reports it too, on stderr and in `errors`.
     let r = run(&["check", "-f", s(&f), "--format", "json"]);
     assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("(document 1): not valid YAML"), "{}", r.stderr);
+    assert!(r.stderr.contains("(document 2): not valid YAML"), "{}", r.stderr);
     let errors = r.json()["errors"].clone();
     assert_eq!(errors[0]["file"], s(&f));
-    assert_eq!(errors[0]["document"], 1);
+    assert_eq!(errors[0]["document"], 1, "the JSON's index counts from 0; messages from 1");
 }
 
 #[test]
@@ -226,7 +226,7 @@ fn exit_2_when_a_known_kind_does_not_decode() {
     assert_eq!(
         line,
         format!(
-            "error: {} (document 1): Deployment does not decode: spec.replicas: expected an integer, got the string \"three\"",
+            "error: {} (document 2): Deployment does not decode: spec.replicas: expected an integer, got the string \"three\"",
             s(&f)
         ),
         "names the file, the document, the field and what is wrong"
@@ -373,7 +373,7 @@ fn json_files_are_checked() {
     let bad = write(dir.path(), "bad.json", "{\"kind\": \"Deployment\",\n");
     let r = run(&["check", "-f", s(&bad)]);
     assert_eq!(r.code, 2);
-    assert!(r.stderr.contains(&format!("{} (document 0): not valid JSON", s(&bad))), "{}", r.stderr);
+    assert!(r.stderr.contains(&format!("{} (document 1): not valid JSON", s(&bad))), "{}", r.stderr);
 }
 
 #[test]
@@ -971,7 +971,7 @@ spec:
     // The fix points at where it goes, as a field path.
     assert!(
         r.stdout.contains(
-            "fix[inject-spread-selector]: Deployment shop/api would get spec.template.spec.topologySpreadConstraints[0].labelSelector = {\"matchLabels\":{\"app\":\"api\"}}\n  --> api.yaml:15:11 (document 0)\n"
+            "fix[inject-spread-selector]: Deployment shop/api would get spec.template.spec.topologySpreadConstraints[0].labelSelector = {\"matchLabels\":{\"app\":\"api\"}}\n  --> api.yaml:15:11 (document 1)\n"
         ),
         "{}",
         r.stdout
@@ -996,7 +996,7 @@ fn text_output_of_the_examples() {
         "deny[host-network-colocation]: Deployment infra/agent at spec.template.spec.hostNetwork",
         "deny[rwo-volume-multi-replica]: Deployment infra/db at spec.template.spec.volumes[0].persistentVolumeClaim.claimName",
         "deny[hpa-replica-bounds]: HorizontalPodAutoscaler jobs/worker at spec.minReplicas",
-        "allowed[pdb-blocks-eviction]: PodDisruptionBudget tools/license-server at spec.minAvailable (document 0, items[1])\n  --> examples/exempted-list.yaml:31:7",
+        "allowed[pdb-blocks-eviction]: PodDisruptionBudget tools/license-server at spec.minAvailable (document 1, items[1])\n  --> examples/exempted-list.yaml:31:7",
         "  --> examples/hpa-bounds.json:13:5",
     ] {
         assert!(r.stdout.contains(expected), "missing {expected:?} in\n{}", r.stdout);
@@ -1096,7 +1096,7 @@ fn sarif_reports_unusable_input_and_stays_valid() {
     assert_eq!(run0["invocations"][0]["executionSuccessful"], false);
     let note = &run0["invocations"][0]["toolExecutionNotifications"][0];
     assert_eq!(note["level"], "error");
-    assert!(note["message"]["text"].as_str().unwrap().contains("(document 0): not valid YAML"), "{note}");
+    assert!(note["message"]["text"].as_str().unwrap().contains("(document 1): not valid YAML"), "{note}");
     // The findings of the good file are still there, with an absolute path as a file: URI.
     let results = run0["results"].as_array().unwrap();
     assert_eq!(results.len(), 1);

@@ -387,7 +387,7 @@ fn errors_are_printed_once_and_say_where_and_what() {
     assert!(r.stderr.contains("render it first: helm template"), "{}", r.stderr);
     // The parser's snippet keeps its lines.
     assert!(r.stderr.lines().any(|l| l.trim_start().starts_with("4 |")), "{}", r.stderr);
-    assert!(r.stderr.contains("typed.yaml (document 0): Deployment does not decode: spec.replicas: expected an integer, got the string \"3\""), "{}", r.stderr);
+    assert!(r.stderr.contains("typed.yaml (document 1): Deployment does not decode: spec.replicas: expected an integer, got the string \"3\""), "{}", r.stderr);
     assert!(!r.stdout.contains("error:"), "the report does not repeat them: {}", r.stdout);
 }
 

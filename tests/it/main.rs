@@ -10,6 +10,7 @@ mod chart;
 mod cli_certs;
 mod cli_check;
 mod cli_ci;
+mod cli_first_hour;
 mod cli_version;
 mod corpus;
 mod fuzz_regressions;
