@@ -64,7 +64,12 @@ fn a_pre_commit_run_refuses_a_bad_manifest_and_passes_the_fixed_one() {
     git(scratch.path(), &["config", "user.email", "t@example.invalid"]);
     git(scratch.path(), &["config", "user.name", "t"]);
     std::fs::write(scratch.path().join("deploy.yaml"), BAD).unwrap();
-    git(scratch.path(), &["add", "deploy.yaml"]);
+    // A chart beside it: its templates are not YAML until rendered, and its Chart.yaml holds no
+    // object; neither fails the commit.
+    std::fs::create_dir_all(scratch.path().join("chart/templates")).unwrap();
+    std::fs::write(scratch.path().join("chart/Chart.yaml"), "apiVersion: v2\nname: c\nversion: 0.1.0\n").unwrap();
+    std::fs::write(scratch.path().join("chart/templates/d.yaml"), "{{- include \"c.deployment\" . }}\n").unwrap();
+    git(scratch.path(), &["add", "deploy.yaml", "chart"]);
     let binary_dir = Path::new(env!("CARGO_BIN_EXE_ha-guard")).parent().unwrap().to_path_buf();
     let path = format!("{}:{}", binary_dir.display(), std::env::var("PATH").unwrap_or_default());
     let run = || {
@@ -72,7 +77,7 @@ fn a_pre_commit_run_refuses_a_bad_manifest_and_passes_the_fixed_one() {
         Command::new(venv.join("bin/python"))
             .args(["-m", "pre_commit", "try-repo"])
             .arg(repo)
-            .args(["ha-guard-system", "--files", "deploy.yaml", "--color", "never"])
+            .args(["ha-guard-system", "--all-files", "--color", "never"])
             .current_dir(scratch.path())
             .env("PATH", &path)
             .env("PRE_COMMIT_HOME", home.path())
@@ -100,7 +105,9 @@ fn the_hooks_file_declares_both_hooks() {
     let ids: Vec<&str> = hooks.as_array().unwrap().iter().map(|h| h["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["ha-guard", "ha-guard-system"]);
     for h in hooks.as_array().unwrap() {
-        assert_eq!(h["entry"], "ha-guard check");
+        // Staged YAML without objects (values.yaml, CI files) passes; charts' templates are left out.
+        assert_eq!(h["entry"], "ha-guard check --allow-empty");
+        assert_eq!(h["exclude"], "(^|/)templates/");
         assert_eq!(h["require_serial"], true, "one run sees every staged manifest");
     }
 }
