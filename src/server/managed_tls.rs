@@ -88,7 +88,7 @@ pub struct ManagedTlsArgs {
 /// Shortest validity accepted: below it renewal would be most of what the process does.
 pub const MIN_VALIDITY: Duration = Duration::from_secs(10);
 
-fn parse_validity(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_validity(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s)
         .map_err(|e| format!("{e}: expected a duration such as 90s, 15m, 2160h, 90d, 5y"))?;
     if d < MIN_VALIDITY {

@@ -432,6 +432,11 @@ pub enum ServeError {
     Setup(String),
 }
 
+/// The names the development certificate holds (the banner lists them all).
+const DEV_DNS: [&str; 3] = ["localhost", "ha-guard", "ha-guard.ha-guard.svc"];
+const DEV_IPS: [std::net::IpAddr; 2] =
+    [std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)];
+
 /// Generates development certificates into the directory of `cert` when neither file exists
 /// (`Ok(true)`), whether or not a cluster is in use; `Ok(false)` when both exist. Only one of
 /// the two, or neither inside a pod (where a missing mounted Secret must not be papered over with
@@ -457,10 +462,8 @@ pub fn ensure_dev_certs(cert: &Path, key: &Path) -> Result<bool, ServeError> {
         (false, false) => {}
     }
     let dir = cert.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let bundle = certs::generate(
-        &["localhost".into(), "ha-guard".into(), "ha-guard.ha-guard.svc".into()],
-        &[std::net::IpAddr::from([127, 0, 0, 1]), std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST)],
-    )?;
+    let dns: Vec<String> = DEV_DNS.iter().map(|d| d.to_string()).collect();
+    let bundle = certs::generate(&dns, &DEV_IPS)?;
     certs::write(dir, &bundle)?;
     if dir.join(certs::CERT_FILE) != cert || dir.join(certs::KEY_FILE) != key {
         std::fs::rename(dir.join(certs::CERT_FILE), cert)?;
@@ -633,15 +636,21 @@ fn files_tls(
         let dir = options.tls_cert.parent().map(|p| p.display().to_string()).unwrap_or_else(|| ".".into());
         tracing::info!(cert = %options.tls_cert.display(), key = %options.tls_key.display(), "generated a development CA and serving certificate");
         eprintln!(
-            "ha-guard: neither {cert} nor {key} existed, so a development CA and serving certificate (for localhost \
-             and 127.0.0.1; for development only) were generated:\n  {dir}/ca.crt\n  {dir}/ca.key\n  {cert}\n  \
+            "ha-guard: neither {cert} nor {key} existed, so a development CA and serving certificate (for {hosts}; \
+             for development only) were generated:\n  {dir}/ca.crt\n  {dir}/ca.key\n  {cert}\n  \
              {key}\ncall it with:\n  curl --cacert {dir}/ca.crt -H 'Content-Type: application/json' \
              --data @tests/fixtures/deployment-spread-no-selector.json https://localhost:{port}/validate\n\
              (a cluster's apiserver trusts it only with {dir}/ca.crt as the webhooks' caBundle; in a cluster use \
              --tls-mode managed, cert-manager or `ha-guard certs`)",
             cert = options.tls_cert.display(),
             key = options.tls_key.display(),
-            port = listen.port()
+            port = listen.port(),
+            hosts = DEV_DNS
+                .iter()
+                .map(|d| d.to_string())
+                .chain(DEV_IPS.iter().map(|i| i.to_string()))
+                .collect::<Vec<_>>()
+                .join(", "),
         );
     }
     let material = tls::read(&options.tls_cert, &options.tls_key)?;
