@@ -58,6 +58,20 @@ pub const CA_DAYS: i64 = 3650;
 /// Validity of the serving and client certificates `ha-guard certs` makes.
 pub const LEAF_DAYS: i64 = 365;
 
+/// How long what `ha-guard certs` issues is valid: the serving (and client) certificate, and a new
+/// CA (a kept CA keeps its own; a certificate never outlives its CA).
+#[derive(Clone, Copy, Debug)]
+pub struct Validity {
+    pub cert: Duration,
+    pub ca: Duration,
+}
+
+impl Default for Validity {
+    fn default() -> Self {
+        Validity { cert: Duration::days(LEAF_DAYS), ca: Duration::days(CA_DAYS) }
+    }
+}
+
 /// A CA that can sign: its certificate and key (PEM), and its notAfter.
 pub struct Ca {
     pub cert_pem: String,
@@ -174,14 +188,20 @@ pub fn generate(dns: &[String], ips: &[IpAddr]) -> Result<Bundle, CertError> {
 pub fn generate_with_client(dns: &[String], ips: &[IpAddr], client: Option<&str>) -> Result<Bundle, CertError> {
     let now = OffsetDateTime::now_utc();
     let ca = Ca::generate(CA_NAME, now - Duration::hours(1), now + Duration::days(CA_DAYS))?;
-    issue_bundle(&ca, dns, ips, client)
+    issue_bundle(&ca, dns, ips, client, Duration::days(LEAF_DAYS))
 }
 
 /// A serving certificate (and a client certificate with `client`) from `ca`, valid for a year
 /// (or until the CA expires).
-fn issue_bundle(ca: &Ca, dns: &[String], ips: &[IpAddr], client: Option<&str>) -> Result<Bundle, CertError> {
+fn issue_bundle(
+    ca: &Ca,
+    dns: &[String],
+    ips: &[IpAddr],
+    client: Option<&str>,
+    validity: Duration,
+) -> Result<Bundle, CertError> {
     let now = OffsetDateTime::now_utc();
-    let (not_before, not_after) = (now - Duration::hours(1), now + Duration::days(LEAF_DAYS));
+    let (not_before, not_after) = (now - Duration::hours(1), now + validity);
     let (cert_pem, key_pem) = ca.issue_serving(dns, ips, not_before, not_after)?;
     let client = client.map(|name| ca.issue_client(name, not_before, not_after)).transpose()?;
     Ok(Bundle { ca_pem: ca.cert_pem.clone(), ca_key_pem: ca.key_pem.clone(), cert_pem, key_pem, client })
@@ -251,6 +271,10 @@ pub struct Issued {
     /// The serving certificate comes from the CA already in the directory (`ca.crt` and `ca.key`
     /// left as they were), so a `caBundle` holding that `ca.crt` trusts it.
     pub kept_ca: bool,
+    /// When the serving certificate expires (its validity, or the CA's end if that comes first).
+    pub cert_not_after: OffsetDateTime,
+    /// When the CA expires.
+    pub ca_not_after: OffsetDateTime,
 }
 
 /// `ha-guard certs --out DIR`: a serving certificate for `dns` and `ips` (and a client
@@ -262,6 +286,7 @@ pub fn issue_into(
     ips: &[IpAddr],
     client: Option<&str>,
     new_ca: bool,
+    validity: Validity,
 ) -> Result<Issued, CertError> {
     let (ca_path, key_path) = (dir.join(CA_FILE), dir.join(CA_KEY_FILE));
     let existing = if new_ca { None } else { existing_ca(&ca_path, &key_path)? };
@@ -270,11 +295,13 @@ pub fn issue_into(
         Some(ca) => ca,
         None => {
             let now = OffsetDateTime::now_utc();
-            Ca::generate(CA_NAME, now - Duration::hours(1), now + Duration::days(CA_DAYS))?
+            Ca::generate(CA_NAME, now - Duration::hours(1), now + validity.ca)?
         }
     };
-    let bundle = issue_bundle(&ca, dns, ips, client)?;
-    Ok(Issued { files: write_files(dir, &bundle, !kept_ca)?, kept_ca })
+    let ca_not_after = ca.not_after;
+    let bundle = issue_bundle(&ca, dns, ips, client, validity.cert)?;
+    let cert_not_after = (OffsetDateTime::now_utc() + validity.cert).min(ca_not_after);
+    Ok(Issued { files: write_files(dir, &bundle, !kept_ca)?, kept_ca, cert_not_after, ca_not_after })
 }
 
 /// The CA kept in `ca_path` + `key_path`: `None` when neither exists, an error naming the fix

@@ -97,6 +97,44 @@ fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
 }
 
+/// The notAfter of the first certificate in `pem`, as a day (YYYY-MM-DD).
+fn not_after_day(pem: &[u8]) -> String {
+    let der = ders(pem).remove(0);
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).expect("a certificate");
+    let t = time::OffsetDateTime::from_unix_timestamp(cert.validity().not_after.timestamp()).unwrap();
+    t.date().to_string()
+}
+
+/// `--validity` and `--ca-validity` set what is issued; the defaults are a year and ten years;
+/// stderr says until when, and a certificate never outlives its CA.
+#[test]
+fn certs_validity_is_settable_and_said() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pki = tmp.path().join("pki");
+    let day = |days: i64| (time::OffsetDateTime::now_utc() + time::Duration::days(days)).date().to_string();
+    let said = |cert: &str, ca: &str| {
+        format!("the certificate is valid until {cert} (UTC), the CA until {ca}: run this command again before then\n")
+    };
+    let first = certs(tmp.path(), &[]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert_eq!(
+        (not_after_day(&read(&pki.join("tls.crt"))), not_after_day(&read(&pki.join("ca.crt")))),
+        (day(365), day(3650))
+    );
+    assert!(first.stderr.ends_with(&said(&day(365), &day(3650))), "{}", first.stderr);
+    let again = certs(tmp.path(), &["--new-ca", "--validity", "90d", "--ca-validity", "2y"]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    // humantime's year is 365.25 days.
+    let ca_day = (time::OffsetDateTime::now_utc() + time::Duration::hours(2 * 8766)).date().to_string();
+    assert_eq!(not_after_day(&read(&pki.join("tls.crt"))), day(90));
+    assert_eq!(not_after_day(&read(&pki.join("ca.crt"))), ca_day);
+    assert!(again.stderr.ends_with(&said(&day(90), &ca_day)), "{}", again.stderr);
+    // Longer than the kept CA: the certificate ends with it.
+    let capped = certs(tmp.path(), &["--validity", "5y"]);
+    assert!(capped.stderr.ends_with(&said(&ca_day, &ca_day)), "{}", capped.stderr);
+    assert_eq!(not_after_day(&read(&pki.join("tls.crt"))), ca_day);
+}
+
 #[test]
 fn certs_keeps_the_ca_key_and_reissues_from_that_ca() {
     let tmp = tempfile::tempdir().unwrap();
@@ -362,6 +400,12 @@ fn serve_with_a_kubeconfig_and_no_certificates_makes_development_ones() {
             && log.contains("certs/ca.crt")
             && log.contains("certs/tls.key"),
         "says what it made and where:\n{log}"
+    );
+    assert!(
+        log.contains(
+            "serving certificate (for localhost, ha-guard, ha-guard.ha-guard.svc, 127.0.0.1, ::1; for development only)"
+        ),
+        "names every host the certificate holds:\n{log}"
     );
     // The live view of the dead cluster never syncs: not ready, and it says why.
     assert_eq!(probe(s.probe, "/readyz").unwrap(), (503, "cluster caches not synced\n".to_string()));
