@@ -15,8 +15,21 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         // is named instead, once, and `main` says `error:`.
         ConfigError::Invalid { file, message } => {
             let message = message.strip_prefix("error: ").unwrap_or(&message).replace("<input>", &file);
-            ConfigError::Invalid { file, message }
+            ConfigError::Invalid { file, message: suggest(message) }
         }
         other => other,
     })
+}
+
+/// An unknown ID's message with the nearest known one, as `--disable` and `explain` say it.
+fn suggest(message: String) -> String {
+    for (section, what, rules, mutations) in [("rules.", "rule", true, false), ("mutations.", "mutation", false, true)]
+    {
+        let unknown = format!(": unknown {what} ID (see `ha-guard rules`)");
+        if let Some(id) = message.strip_prefix(section).and_then(|m| m.strip_suffix(unknown.as_str())) {
+            let nearest = registry::nearest(id, rules, mutations);
+            return format!("{section}{id}: unknown {what} ID: did you mean {nearest}? (`ha-guard rules` lists them)");
+        }
+    }
+    message
 }

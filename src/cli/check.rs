@@ -259,11 +259,7 @@ pub(crate) fn print(report: &check::Report, how: Output, dest: Dest) -> Result<(
 /// The error for an ID that names no rule or mutation, with the nearest one: every place an ID
 /// is typed (`--disable`, `--enable`, `explain`) says it the same way.
 pub(crate) fn unknown_id(id: &str) -> Error {
-    let nearest = registry::rules()
-        .map(|r| r.id)
-        .chain(registry::mutations().iter().map(|m| m.id))
-        .min_by_key(|known| strsim::levenshtein(id, known))
-        .unwrap_or_default();
+    let nearest = registry::nearest(id, true, true);
     Error(format!("{id:?} is no rule or mutation ID: did you mean {nearest}? (`ha-guard rules` lists them)"))
 }
 

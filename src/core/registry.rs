@@ -34,6 +34,14 @@ pub fn doc(id: &str) -> Option<&'static str> {
     rule(id).map(|r| r.doc).or_else(|| mutation(id).map(|m| m.doc))
 }
 
+/// The known ID nearest to `id` (edit distance), for "did you mean": among the rules, the
+/// mutations, or both.
+pub fn nearest(id: &str, rules_too: bool, mutations_too: bool) -> &'static str {
+    let rule_ids = rules().map(|r| r.id).filter(|_| rules_too);
+    let mutation_ids = mutations().iter().map(|m| m.id).filter(|_| mutations_too);
+    rule_ids.chain(mutation_ids).min_by_key(|known| strsim::levenshtein(id, known)).unwrap_or_default()
+}
+
 /// Parses a configuration file's text against every rule and mutation; `file` names it in errors.
 pub fn parse_config(text: &str, file: &str) -> Result<Config, ConfigError> {
     Config::parse(text, file, &CATALOGUE)

@@ -243,6 +243,24 @@ fn a_configuration_error_names_the_file() {
     );
 }
 
+/// A mistyped ID in the configuration gets the nearest one, as on the command line.
+#[test]
+fn a_configuration_with_a_mistyped_id_suggests_the_nearest() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "web.yaml", WEB);
+    write(dir.path(), "ha-guard.yaml", "rules:\n  replica-colocated: warn\n");
+    let r = run(dir.path(), &["check", "web.yaml", "--config", "ha-guard.yaml"], None, None);
+    assert_eq!(
+        (r.code, r.stdout.as_str(), r.stderr.as_str()),
+        (
+            2,
+            "",
+            "error: ha-guard.yaml: rules.replica-colocated: unknown rule ID: did you mean replicas-colocated? \
+             (`ha-guard rules` lists them)\n"
+        )
+    );
+}
+
 /// One input file's SARIF stays small: each rule links its page (helpUri) and says in one line
 /// what it is, rather than embedding the page.
 #[test]
