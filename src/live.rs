@@ -60,29 +60,21 @@ pub trait Tracked: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug
     }
 }
 
-/// The fingerprint of a whole object without `status`, `resourceVersion`, `managedFields` and
-/// `generation` (a status write changes none of what is left).
-fn without_status<K: serde::Serialize>(object: &K) -> u64 {
-    let Ok(mut value) = serde_json::to_value(object) else { return 0 };
-    if let Some(map) = value.as_object_mut() {
-        map.remove("status");
-        if let Some(meta) = map.get_mut("metadata").and_then(serde_json::Value::as_object_mut) {
-            for volatile in ["resourceVersion", "managedFields", "generation"] {
-                meta.remove(volatile);
-            }
-        }
-    }
-    changes::fingerprint(&value.to_string())
+/// The fingerprint of what a status write never changes: the spec, and the metadata the rules read
+/// (labels, annotations, owners, deletion).
+fn spec_and_meta<S: serde::Serialize>(meta: &ObjectMeta, spec: &S) -> u64 {
+    changes::of_json(&(&meta.labels, &meta.annotations, &meta.owner_references, &meta.deletion_timestamp, spec))
 }
 
-/// The same for the engine's own types (Debug, with the metadata every write changes cleared).
+/// The same for the engine's own types, which have no status (Debug, with the metadata every
+/// write changes cleared).
 fn without_volatile_meta<K: Resource + Debug + Clone>(object: &K) -> u64 {
     let mut object = object.clone();
     let meta = object.meta_mut();
     meta.resource_version = None;
     meta.managed_fields = None;
     meta.generation = None;
-    changes::fingerprint(&format!("{object:?}"))
+    changes::of_debug(&object)
 }
 
 impl Tracked for Deployment {
@@ -94,7 +86,7 @@ impl Tracked for Deployment {
         index.remove_workload(Kind::Deployment, &ns_of(&self.metadata), &name_of(&self.metadata));
     }
     fn material(&self) -> u64 {
-        without_status(self)
+        spec_and_meta(&self.metadata, &self.spec)
     }
 }
 
@@ -107,7 +99,7 @@ impl Tracked for StatefulSet {
         index.remove_workload(Kind::StatefulSet, &ns_of(&self.metadata), &name_of(&self.metadata));
     }
     fn material(&self) -> u64 {
-        without_status(self)
+        spec_and_meta(&self.metadata, &self.spec)
     }
 }
 
@@ -120,7 +112,7 @@ impl Tracked for PodDisruptionBudget {
         index.remove_pdb(&ns_of(&self.metadata), &name_of(&self.metadata));
     }
     fn material(&self) -> u64 {
-        without_status(self)
+        spec_and_meta(&self.metadata, &self.spec)
     }
 }
 
@@ -134,7 +126,7 @@ impl Tracked for HorizontalPodAutoscaler {
         index.remove_hpa(&ns_of(&self.metadata), &name_of(&self.metadata));
     }
     fn material(&self) -> u64 {
-        without_status(self)
+        spec_and_meta(&self.metadata, &self.spec)
     }
 }
 
@@ -177,7 +169,7 @@ impl Tracked for Service {
         index.remove_service(&ns_of(&self.metadata), &name_of(&self.metadata));
     }
     fn material(&self) -> u64 {
-        without_status(self)
+        spec_and_meta(&self.metadata, &self.spec)
     }
 }
 
@@ -402,7 +394,7 @@ impl LiveSource {
                 let seen = self.log.as_ref().map(|_| (ns_of(obj.meta()), name_of(obj.meta()), obj.material()));
                 let p = obj.project();
                 if let (Some(log), Some((ns, name, material))) = (&self.log, seen) {
-                    let fingerprint = changes::fingerprint(&(material, format!("{p:?}")));
+                    let fingerprint = changes::fingerprint(&(material, changes::of_debug(&p)));
                     let before = (K::KIND == Kind::Node).then(|| self.namespaces_with_pods_on(&name));
                     if log.applied(slot, &ns, &name, fingerprint) {
                         self.reaches(log, K::KIND, &ns, &name, before);
@@ -429,7 +421,7 @@ impl LiveSource {
                 let seen = self.log.as_ref().map(|_| (ns_of(obj.meta()), name_of(obj.meta()), obj.material()));
                 let p = obj.project();
                 if let (Some(log), Some((ns, name, material))) = (&self.log, seen) {
-                    let fingerprint = changes::fingerprint(&(material, format!("{p:?}")));
+                    let fingerprint = changes::fingerprint(&(material, changes::of_debug(&p)));
                     if log.applied(slot, &ns, &name, fingerprint) {
                         self.reaches(log, K::KIND, &ns, &name, None);
                     }
@@ -539,7 +531,7 @@ impl LiveSource {
             Event::Apply(pod) => {
                 if let Some((ns, info)) = self.read_pod(pod) {
                     if let Some(log) = log {
-                        let fingerprint = changes::fingerprint(&format!("{info:?}"));
+                        let fingerprint = changes::of_debug(&info);
                         if log.applied(POD_SLOT, &ns, &info.name, fingerprint) {
                             self.reaches(log, Kind::Deployment, &ns, &info.name, None);
                         }
@@ -565,7 +557,7 @@ impl LiveSource {
             Event::InitApply(pod) => {
                 if let Some((ns, info)) = self.read_pod(pod) {
                     if let Some(log) = log {
-                        log.applied(POD_SLOT, &ns, &info.name, changes::fingerprint(&format!("{info:?}")));
+                        log.applied(POD_SLOT, &ns, &info.name, changes::of_debug(&info));
                     }
                     buffer.get_or_insert_with(Vec::new).push((ns, info));
                 }

@@ -102,6 +102,42 @@ pub fn fingerprint(value: &impl Hash) -> u64 {
     h.finish()
 }
 
+/// A hasher written to: an object's JSON or Debug text is streamed into it, never held (hundreds
+/// of status events a second on a large cluster each make one).
+struct HashWriter(DefaultHasher);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.write(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl std::fmt::Write for HashWriter {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.write(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// The fingerprint of `value`'s JSON.
+pub fn of_json(value: &impl serde::Serialize) -> u64 {
+    let mut w = HashWriter(DefaultHasher::new());
+    let _ = serde_json::to_writer(&mut w, value);
+    w.0.finish()
+}
+
+/// The fingerprint of `value`'s Debug text (the projections: every field, maps in key order).
+pub fn of_debug(value: &impl std::fmt::Debug) -> u64 {
+    use std::fmt::Write;
+    let mut w = HashWriter(DefaultHasher::new());
+    let _ = write!(w, "{value:?}");
+    w.0.finish()
+}
+
 impl ChangeLog {
     pub fn new() -> Self {
         Self::default()
@@ -226,6 +262,16 @@ impl ChangeLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streamed_fingerprints_tell_values_apart_and_repeat() {
+        let a = serde_json::json!({"spec": {"replicas": 2}});
+        let b = serde_json::json!({"spec": {"replicas": 3}});
+        assert_eq!(of_json(&a), of_json(&a.clone()));
+        assert_ne!(of_json(&a), of_json(&b));
+        assert_eq!(of_debug(&("x", 1)), of_debug(&("x", 1)));
+        assert_ne!(of_debug(&("x", 1)), of_debug(&("x", 2)));
+    }
 
     fn listed(log: &ChangeLog, slot: Slot, objects: &[(&str, &str, u64)]) {
         log.listing_begins(slot);
