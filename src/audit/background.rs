@@ -525,7 +525,7 @@ impl Background {
     ) {
         tally.scopes += 1;
         let scope = (!namespace.is_empty()).then_some(namespace);
-        let (subjects, unreadable) = match super::read::read_scope(&self.client, scope, PAGE).await {
+        let (subjects, unreadable) = match super::read::read_scope(&self.client, scope, PAGE, &live.unserved()).await {
             Ok(read) => read,
             Err(e) => {
                 cause(state, "read", 1);

@@ -390,10 +390,13 @@ pub async fn read_scope(
     client: &Client,
     namespace: Option<&str>,
     page: u32,
+    unserved: &[Kind],
 ) -> Result<(Vec<Listed>, Vec<(String, String)>), String> {
     let options = ReadOptions { namespace: namespace.map(str::to_string), page, ..Default::default() };
     let progress = Progress::new(false);
-    let in_scope = |l: &&Listing| judged(l.kind) && l.kind.is_cluster_scoped() == namespace.is_none();
+    let in_scope = |l: &&Listing| {
+        judged(l.kind) && l.kind.is_cluster_scoped() == namespace.is_none() && !unserved.contains(&l.kind)
+    };
     let lists = LISTINGS.iter().filter(in_scope).map(|listing| {
         let options = &options;
         let progress = &progress;

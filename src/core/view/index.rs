@@ -557,6 +557,11 @@ impl Index {
         self.pods.remove(namespace, name);
     }
 
+    /// Every pod's (namespace, name).
+    pub fn pod_keys(&self) -> Vec<(String, String)> {
+        self.pods.keys()
+    }
+
     /// Drops every pod (before a relist replaces them).
     pub fn clear_pods(&mut self) {
         self.pods.clear();

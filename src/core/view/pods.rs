@@ -80,6 +80,14 @@ impl Pods {
         self.node_names.clear();
     }
 
+    /// Every pod's (namespace, name).
+    pub fn keys(&self) -> Vec<(String, String)> {
+        self.namespaces
+            .iter()
+            .flat_map(|(ns, pods)| pods.by_name.keys().map(move |name| (ns.clone(), name.to_string())))
+            .collect()
+    }
+
     /// The namespaces with a pod.
     pub fn namespaces(&self) -> impl Iterator<Item = String> + '_ {
         self.namespaces.keys().cloned()
