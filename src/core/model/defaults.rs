@@ -9,7 +9,7 @@ use super::managed;
 use super::object::{Kind, ReplicasSource, Strategy, Workload};
 
 /// `spec.replicas` when unset.
-pub const REPLICAS: i32 = 1;
+pub use super::object::DEFAULT_REPLICAS as REPLICAS;
 /// `minReplicas` of an HPA when unset.
 pub const HPA_MIN_REPLICAS: i32 = 1;
 /// A KEDA ScaledObject's `minReplicaCount` when unset (scale to zero).

@@ -186,6 +186,9 @@ pub enum ReplicasSource {
     Changed { from: i32, applier: Option<String> },
 }
 
+/// `spec.replicas` when unset (the apiserver's default for Deployments and StatefulSets).
+pub const DEFAULT_REPLICAS: i32 = 1;
+
 /// The annotation where client-side `kubectl apply` keeps the manifest it applied.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -200,7 +203,7 @@ impl ReplicasSource {
             || meta.resource_version.as_deref().is_some_and(|v| !v.is_empty())
             || meta.creation_timestamp.is_some();
         if from_apiserver {
-            ReplicasSource::stored(meta, replicas.unwrap_or(super::defaults::REPLICAS))
+            ReplicasSource::stored(meta, replicas.unwrap_or(DEFAULT_REPLICAS))
         } else {
             replicas.map_or(ReplicasSource::Unset, ReplicasSource::Manifest)
         }
