@@ -232,7 +232,18 @@ async fn read_objects(
     options: &ReadOptions,
     progress: &Progress,
 ) -> Result<(Vec<(Object, String)>, Vec<(String, String)>), String> {
-    let lists = LISTINGS.iter().map(|listing| async move {
+    read_listings(client, LISTINGS.iter(), options, progress).await
+}
+
+/// The objects of `listings` (in `options.namespace` for the namespaced ones), those that do not
+/// decode apart: their path and why.
+async fn read_listings(
+    client: &Client,
+    listings: impl Iterator<Item = &'static Listing>,
+    options: &ReadOptions,
+    progress: &Progress,
+) -> Result<(Vec<(Object, String)>, Vec<(String, String)>), String> {
+    let lists = listings.map(|listing| async move {
         let path = collection(
             listing.api_version,
             listing.plural,
@@ -393,46 +404,18 @@ pub async fn read_scope(
     unserved: &[Kind],
 ) -> Result<(Vec<Listed>, Vec<(String, String)>), String> {
     let options = ReadOptions { namespace: namespace.map(str::to_string), page, ..Default::default() };
-    let progress = Progress::new(false);
-    let in_scope = |l: &&Listing| {
+    let in_scope = move |l: &&Listing| {
         judged(l.kind) && l.kind.is_cluster_scoped() == namespace.is_none() && !unserved.contains(&l.kind)
     };
-    let lists = LISTINGS.iter().filter(in_scope).map(|listing| {
-        let options = &options;
-        let progress = &progress;
-        async move {
-            let path = collection(listing.api_version, listing.plural, namespace.is_some(), namespace);
-            let mut subjects = Vec::new();
-            let mut unreadable = Vec::new();
-            let listed = list::<Stripped>(
-                client,
-                Query { path: &path, selector: None, metadata_only: false, what: "objects" },
-                options,
-                progress,
-                |items| {
-                    for item in items {
-                        match decode(listing, item) {
-                            Ok((Object::Subject(subject), path)) => subjects.push(Listed { subject, path }),
-                            Ok(_) => {}
-                            Err(e) => unreadable.push(e),
-                        }
-                    }
-                },
-            )
-            .await;
-            match listed {
-                Ok(()) => Ok((subjects, unreadable)),
-                Err(e) if listing.optional && is_not_found(&e) => Ok((Vec::new(), Vec::new())),
-                Err(e) => Err(failed(&path, e)),
-            }
-        }
-    });
-    let mut subjects = Vec::new();
-    let mut unreadable = Vec::new();
-    for (mut s, mut u) in futures::future::try_join_all(lists).await? {
-        subjects.append(&mut s);
-        unreadable.append(&mut u);
-    }
+    let listings: Vec<&'static Listing> = LISTINGS.iter().filter(in_scope).collect();
+    let (objects, unreadable) = read_listings(client, listings.into_iter(), &options, &Progress::new(false)).await?;
+    let mut subjects: Vec<Listed> = objects
+        .into_iter()
+        .filter_map(|(object, path)| match object {
+            Object::Subject(subject) => Some(Listed { subject, path }),
+            _ => None,
+        })
+        .collect();
     subjects.sort_by(|a, b| {
         let (x, y) = (a.subject.id(), b.subject.id());
         (x.kind, &x.name).cmp(&(y.kind, &y.name))
