@@ -22,66 +22,15 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::collections::BTreeSet;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::reports::*;
 use support::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
 /// ha-guard's namespace: where the Lease is.
 const NS: &str = "ha-guard";
 const INTERVAL: Duration = Duration::from_secs(2);
-
-/// `ha-guard audit --format json`: what the reports must say.
-fn audit_json(cp: &ControlPlane) -> Value {
-    let out = Command::new(BIN)
-        .args(["audit", "--format", "json"])
-        .env("KUBECONFIG", cp.kubeconfig())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run ha-guard audit");
-    serde_json::from_str(&String::from_utf8_lossy(&out.stdout))
-        .unwrap_or_else(|e| panic!("audit json ({e}): {}", String::from_utf8_lossy(&out.stderr)))
-}
-
-/// (namespace, rule, result, kind, name) of a report's results.
-type Row = (String, String, String, String, String);
-
-fn rows_of_report(report: &Value) -> BTreeSet<Row> {
-    report["results"]
-        .as_array()
-        .map(|results| {
-            results
-                .iter()
-                .map(|r| {
-                    let res = &r["resources"][0];
-                    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-                    (s(&res["namespace"]), s(&r["rule"]), s(&r["result"]), s(&res["kind"]), s(&res["name"]))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn rows_of_audit(audit: &Value, namespace: &str) -> BTreeSet<Row> {
-    audit["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .filter(|f| f["namespace"].as_str().unwrap_or_default() == namespace)
-        .map(|f| {
-            let s = |k: &str| f[k].as_str().unwrap_or_default().to_string();
-            let result = match f["action"].as_str() {
-                Some("deny") => "fail",
-                Some("warn") => "warn",
-                _ => "skip",
-            };
-            (s("namespace"), s("rule"), result.to_string(), s("kind"), s("name"))
-        })
-        .collect()
-}
 
 /// The PolicyReport `ha-guard` of `namespace` (the ClusterPolicyReport for `""`), if any.
 fn report(cp: &ControlPlane, namespace: &str) -> Option<Value> {
@@ -127,19 +76,6 @@ fn fail_closed_webhook() -> Value {
             "admissionReviewVersions": ["v1"], "clientConfig": {"url": "https://127.0.0.1:1/validate"},
             "rules": [{"apiGroups": ["example.com"], "apiVersions": ["v1"], "operations": ["CREATE"],
                 "resources": ["widgets"]}]}]})
-}
-
-fn install_crds(cp: &ControlPlane) {
-    let crds = repo().join("charts/ha-guard/crds");
-    cp.kubectl(&["apply", "-f", crds.to_str().expect("path")]).success();
-    for crd in [
-        "policyreports.wgpolicyk8s.io",
-        "clusterpolicyreports.wgpolicyk8s.io",
-        "reports.openreports.io",
-        "clusterreports.openreports.io",
-    ] {
-        cp.kubectl(&["wait", "--for", "condition=established", "--timeout=30s", &format!("crd/{crd}")]).success();
-    }
 }
 
 fn start_replica(cp: &ControlPlane, name: &str, extra: &[&str]) -> HaGuard {
@@ -397,7 +333,7 @@ fn openreports(cp: &ControlPlane, running: &mut [&mut HaGuard]) -> HaGuard {
 fn background_audit_writes_policy_reports_from_one_replica() {
     let cp = ControlPlane::start().unwrap_or_else(|e| panic!("control plane: {e}"));
     cp.namespace(NS, &[]);
-    install_crds(&cp);
+    install_report_crds(&cp);
     let dir = tempfile::tempdir().expect("tempdir");
     for (ns, objects) in [("shop", objects("shop")), ("calm", clean("calm"))] {
         cp.namespace(ns, &[]);

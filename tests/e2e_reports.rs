@@ -29,12 +29,12 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::reports::*;
 use support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
@@ -114,55 +114,6 @@ impl Drop for Reports {
     }
 }
 
-/// `ha-guard audit --format json`: what the reports must say.
-fn audit_json(cp: &ControlPlane) -> Value {
-    let out = Command::new(BIN)
-        .args(["audit", "--format", "json"])
-        .env("KUBECONFIG", cp.kubeconfig())
-        .stdin(Stdio::null())
-        .output()
-        .expect("run ha-guard audit");
-    serde_json::from_str(&String::from_utf8_lossy(&out.stdout))
-        .unwrap_or_else(|e| panic!("audit json ({e}): {}", String::from_utf8_lossy(&out.stderr)))
-}
-
-/// (rule, result, kind, name) of a namespace's findings in `ha-guard audit`.
-type Row = (String, String, String, String);
-
-fn rows_of_audit(audit: &Value, namespace: &str) -> BTreeSet<Row> {
-    audit["findings"]
-        .as_array()
-        .expect("findings")
-        .iter()
-        .filter(|f| f["namespace"].as_str().unwrap_or_default() == namespace)
-        .map(|f| {
-            let s = |k: &str| f[k].as_str().unwrap_or_default().to_string();
-            let result = match f["action"].as_str() {
-                Some("deny") => "fail",
-                Some("warn") => "warn",
-                _ => "skip",
-            };
-            (s("rule"), result.to_string(), s("kind"), s("name"))
-        })
-        .collect()
-}
-
-fn rows_of_report(report: &Value) -> BTreeSet<Row> {
-    report["results"]
-        .as_array()
-        .map(|results| {
-            results
-                .iter()
-                .map(|r| {
-                    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-                    let res = &r["resources"][0];
-                    (s(&r["rule"]), s(&r["result"]), s(&res["kind"]), s(&res["name"]))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn report(cp: &ControlPlane, namespace: &str) -> Option<Value> {
     let k = if namespace.is_empty() {
         cp.kubectl(&["get", "clusterpolicyreports.wgpolicyk8s.io", "ha-guard", "-o", "json"])
@@ -198,14 +149,6 @@ fn objects(ns: &str) -> Vec<Value> {
         pod(deployment(ns, "hostnet", 2), json!({"hostNetwork": true})),
         hpa(ns, "hostnet", "hostnet", 2, 4),
     ]
-}
-
-fn install_report_crds(cp: &ControlPlane) {
-    let crds = repo().join("charts/ha-guard/crds");
-    cp.kubectl(&["apply", "-f", crds.to_str().expect("path")]).success();
-    for crd in ["policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"] {
-        cp.kubectl(&["wait", "--for", "condition=established", "--timeout=30s", &format!("crd/{crd}")]).success();
-    }
 }
 
 /// KEDA's ScaledObject CRD as permissive as a CRD can be: any spec is stored.
@@ -378,7 +321,7 @@ fn reports_cost_what_changed_and_their_failures_show() {
     let shop = reports_agree(&cp, "shop", Duration::from_secs(15));
     let took = changed_at.elapsed();
     assert!(
-        !rows_of_report(&shop).iter().any(|(rule, _, _, name)| rule == "pdb-blocks-eviction" && name == "lone"),
+        !rows_of_report(&shop).iter().any(|(_, rule, _, _, name)| rule == "pdb-blocks-eviction" && name == "lone"),
         "{shop}"
     );
     settled("the change's run is done");
@@ -411,7 +354,8 @@ fn reports_cost_what_changed_and_their_failures_show() {
         || {
             let r = report(&cp, "bank").ok_or("no report")?;
             let rows = rows_of_report(&r);
-            if rows.contains(&("unreadable".into(), "error".into(), "ScaledObject".into(), "odd".into())) {
+            if rows.contains(&("bank".into(), "unreadable".into(), "error".into(), "ScaledObject".into(), "odd".into()))
+            {
                 Ok(r)
             } else {
                 Err(format!("{rows:?}"))
@@ -422,7 +366,7 @@ fn reports_cost_what_changed_and_their_failures_show() {
     let odd = bank["results"].as_array().unwrap().iter().find(|r| r["rule"] == "unreadable").unwrap().clone();
     assert!(odd["message"].as_str().unwrap_or_default().contains("minReplicaCount"), "{odd}");
     assert_eq!(bank["summary"]["error"], 1, "{}", bank["summary"]);
-    assert!(rows_of_report(&bank).iter().any(|(rule, _, _, name)| rule == "pdb-blocks-eviction" && name == "lone"));
+    assert!(rows_of_report(&bank).iter().any(|(_, rule, _, _, name)| rule == "pdb-blocks-eviction" && name == "lone"));
     assert!(main.counter("ha_guard_audit_errors_total", &[("cause", "decode")]) >= 1.0);
     eprintln!("[e2e] 5 decode: the ScaledObject reported as unreadable, bank still judged");
 
