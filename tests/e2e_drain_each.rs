@@ -64,6 +64,73 @@ fn at_rest(cp: &ControlPlane) {
     std::thread::sleep(Duration::from_millis(1500));
 }
 
+/// The background audit finds a pod's Deployment from its ReplicaSet's name (it reads no
+/// ReplicaSets): on pods the real deployment controller made and the scheduler placed, its report
+/// says what `ha-guard audit` (which reads the ReplicaSets' owners) says, a finding that only the
+/// pods show included: `pair`'s two replicas, kept together by their own affinity, share a node.
+/// `pair` is gone again before the drains.
+fn reports_read_the_controllers_pods(cp: &ControlPlane) {
+    use support::reports::*;
+    const OWNERS: &str = "owners";
+    cp.namespace(OWNERS, &[]);
+    let together = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "pair"}}}]}}});
+    let mut pair = workload("pair", 2, together);
+    pair["metadata"]["namespace"] = json!(OWNERS);
+    cp.apply(pair).success();
+    let running = |cp: &ControlPlane| {
+        let list = cp.kubectl(&["-n", OWNERS, "get", "pods", "-o", "json"]).success().json();
+        list["items"].as_array().map_or(0, |items| items.iter().filter(|p| p["status"]["phase"] == "Running").count())
+    };
+    poll("pair's two pods run", WAIT, Duration::from_millis(300), || {
+        if running(cp) == 2 { Ok(()) } else { Err(format!("{} running", running(cp))) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    install_report_crds(cp);
+    let log = cp.root().join("reports.log");
+    let out = std::fs::File::create(&log).expect("log");
+    let mut reports = std::process::Command::new(BIN)
+        .args(["reports", "--lease-namespace", "default", "--debounce", "1s"])
+        .arg(format!("--probe-listen=127.0.0.1:{}", free_port()))
+        .env("KUBECONFIG", cp.kubeconfig())
+        .stdin(std::process::Stdio::null())
+        .stdout(out.try_clone().expect("log"))
+        .stderr(out)
+        .spawn()
+        .expect("start ha-guard reports");
+    let agreed = poll("the reports say what ha-guard audit says", WAIT, Duration::from_millis(300), || {
+        let audit = audit_json(cp);
+        let mut rows = Vec::new();
+        for ns in [OWNERS, NS] {
+            let want = rows_of_audit(&audit, ns);
+            let k = cp.kubectl(&["-n", ns, "get", "policyreports.wgpolicyk8s.io", "ha-guard", "-o", "json"]);
+            if !k.ok() {
+                return Err(format!("no report in {ns} yet"));
+            }
+            let got = rows_of_report(&k.json());
+            if got != want {
+                return Err(format!("{ns}: report {got:?}\nwant {want:?}"));
+            }
+            rows.extend(got);
+        }
+        Ok(rows)
+    });
+    let _ = reports.kill();
+    let _ = reports.wait();
+    let rows = agreed.unwrap_or_else(|e| panic!("{e}\n{}", tail(&log, 20)));
+    assert!(
+        rows.iter()
+            .any(|(_, rule, _, kind, name)| rule == "replicas-share-node" && kind == "Deployment" && name == "pair"),
+        "pair's pods are pair's: {rows:?}"
+    );
+    cp.kubectl(&["-n", OWNERS, "delete", "deployment", "pair"]).success();
+    poll("pair's pods gone", WAIT, Duration::from_millis(300), || {
+        let left = cp.kubectl(&["-n", OWNERS, "get", "pods", "-o", "name"]).success().stdout;
+        if left.trim().is_empty() { Ok(()) } else { Err(left) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
 #[test]
 fn drain_each_predicts_a_rolling_upgrade() {
     let h = Harness::start(Setup { controllers: true, nodes: &NODES, webhooks: &[], ..Default::default() });
@@ -95,6 +162,7 @@ fn drain_each_predicts_a_rolling_upgrade() {
     })
     .unwrap_or_else(|e| panic!("{e}"));
     at_rest(cp);
+    reports_read_the_controllers_pods(cp);
 
     // The prediction, before anything is drained.
     let out = std::process::Command::new(BIN)
