@@ -47,7 +47,9 @@
 //!
 //! Flags (after `--`): `--minutes N` (30), `--workloads N` (10000), `--pods N` (30000),
 //! `--namespaces N` (100), `--nodes N` (200), `--window D` (2m), `--interval D` (5m),
-//! `--concurrency N` (32), `--noise D` (15s), `--change D` (60s), `--out DIR`.
+//! `--concurrency N` (32), `--noise D` (15s), `--change D` (60s), `--out DIR`; `--hold D` generates
+//! the cluster, prints the audit user's kubeconfig, keeps it for D and measures nothing (to profile
+//! an audit by hand against the same cluster).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -97,6 +99,8 @@ struct Args {
     noise: Duration,
     change: Duration,
     out: PathBuf,
+    /// Keep the generated cluster this long and measure nothing (profiling by hand).
+    hold: Option<Duration>,
 }
 
 fn args() -> Args {
@@ -110,9 +114,10 @@ fn args() -> Args {
         noise: Duration::from_secs(15),
         change: Duration::from_secs(60),
         out: target.join("audit-cost"),
+        hold: None,
     };
     let usage = "--minutes N --workloads N --pods N --namespaces N --nodes N --window D --interval D \
-                 --concurrency N --noise D --change D --out DIR";
+                 --concurrency N --noise D --change D --out DIR --hold D";
     let list: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let mut it = list.iter();
     while let Some(flag) = it.next() {
@@ -138,6 +143,7 @@ fn args() -> Args {
             "--noise" => a.noise = d(),
             "--change" => a.change = d(),
             "--out" => a.out = PathBuf::from(v),
+            "--hold" => a.hold = Some(d()),
             _ => bad(),
         }
     }
@@ -770,6 +776,17 @@ fn main() {
         "[audit-cost] {} workloads in {workloads_took:.1?}, {} pods in {pods_took:.1?}",
         shape.workloads, shape.pods
     );
+
+    if let Some(hold) = a.hold {
+        eprintln!(
+            "[audit-cost] holding the cluster for {}: KUBECONFIG={} (the after user's; the admin's: {})",
+            humantime::format_duration(hold),
+            after_kc.display(),
+            cp.kubeconfig().display()
+        );
+        std::thread::sleep(hold);
+        return;
+    }
 
     // The two audits.
     let interval = humantime::format_duration(a.interval).to_string();

@@ -30,6 +30,7 @@ use crate::core::model::keda::ScaledObject;
 use crate::core::model::live_pod::{LivePod, controller_of};
 use crate::core::model::webhook::WebhookConfiguration;
 use crate::core::model::{Kind, defaults, name_of, ns_of};
+use crate::core::view::pods::PodsListed;
 use crate::core::view::{
     HpaInfo, Index, NodeInfo, PdbInfo, PodInfo, PodOwner, PvcInfo, ServiceInfo, View, ViewSource, WebhookConfigInfo,
     WorkloadInfo,
@@ -535,7 +536,7 @@ impl LiveSource {
     }
 
     /// Applies one event of the pods' watch.
-    pub fn apply_pod(&self, event: Event<WatchedPod>, buffer: &mut Option<Vec<(String, String)>>) {
+    pub fn apply_pod(&self, event: Event<WatchedPod>, listed: &mut Option<PodsListed>) {
         let log = self.log.as_deref();
         match event {
             Event::Apply(pod) => {
@@ -566,14 +567,18 @@ impl LiveSource {
                 if let Some(log) = log {
                     log.listing_begins(POD_SLOT);
                 }
-                *buffer = Some(Vec::new());
+                *listed = Some(PodsListed::new());
             }
             Event::InitApply(pod) => {
                 if let Some((ns, info)) = self.read_pod(pod) {
                     if let Some(log) = log {
                         log.applied(POD_SLOT, &ns, &info.name, changes::of_debug(&info));
                     }
-                    buffer.get_or_insert_with(Vec::new).push((ns.clone(), info.name.to_string()));
+                    let names = listed.get_or_insert_with(PodsListed::new);
+                    match names.get_mut(&ns) {
+                        Some(names) => names.insert(info.name.clone()),
+                        None => names.entry(ns.clone()).or_default().insert(info.name.clone()),
+                    };
                     self.write().upsert_pod(&ns, info);
                 }
             }
@@ -581,15 +586,7 @@ impl LiveSource {
                 if let Some(log) = log {
                     log.listing_done(POD_SLOT);
                 }
-                let listed: std::collections::HashSet<(String, String)> =
-                    buffer.take().unwrap_or_default().into_iter().collect();
-                let mut index = self.write();
-                for (ns, name) in index.pod_keys() {
-                    if !listed.contains(&(ns.clone(), name.clone())) {
-                        index.remove_pod(&ns, &name);
-                    }
-                }
-                drop(index);
+                self.write().retain_listed_pods(&listed.take().unwrap_or_default());
                 self.pods.synced.store(true, Ordering::SeqCst);
             }
         }

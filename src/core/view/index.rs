@@ -557,9 +557,9 @@ impl Index {
         self.pods.remove(namespace, name);
     }
 
-    /// Every pod's (namespace, name).
-    pub fn pod_keys(&self) -> Vec<(String, String)> {
-        self.pods.keys()
+    /// Drops the pods a relist did not list again.
+    pub fn retain_listed_pods(&mut self, listed: &super::pods::PodsListed) {
+        self.pods.retain_listed(listed);
     }
 
     /// Drops every pod (before a relist replaces them).

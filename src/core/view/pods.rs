@@ -2,7 +2,7 @@
 //! workload that runs them. Pods outnumber every other kind, so the strings many of them share
 //! are kept once: the label set of a ReplicaSet's pods, the node names, the workload names.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -10,6 +10,9 @@ use super::projection::{PodInfo, PodOwner};
 use crate::core::model::Kind;
 
 type Labels = BTreeMap<String, String>;
+
+/// The pods a relist has listed so far, by namespace (see [`Pods::retain_listed`]).
+pub type PodsListed = HashMap<String, HashSet<Arc<str>>>;
 
 /// The pods of one namespace.
 #[derive(Default, Debug)]
@@ -80,12 +83,23 @@ impl Pods {
         self.node_names.clear();
     }
 
-    /// Every pod's (namespace, name).
-    pub fn keys(&self) -> Vec<(String, String)> {
-        self.namespaces
-            .iter()
-            .flat_map(|(ns, pods)| pods.by_name.keys().map(move |name| (ns.clone(), name.to_string())))
-            .collect()
+    /// Drops the pods a relist did not list again. `listed` holds the names the view keeps
+    /// (`PodInfo::name`'s `Arc`), so a relist of every pod costs a pointer per pod, not a copy of
+    /// every key.
+    pub fn retain_listed(&mut self, listed: &PodsListed) {
+        let mut gone = Vec::new();
+        for (namespace, pods) in &self.namespaces {
+            let kept = listed.get(namespace);
+            gone.extend(
+                pods.by_name
+                    .keys()
+                    .filter(|name| !kept.is_some_and(|k| k.contains(*name)))
+                    .map(|name| (namespace.clone(), name.clone())),
+            );
+        }
+        for (namespace, name) in gone {
+            self.remove(&namespace, &name);
+        }
     }
 
     /// The namespaces with a pod.
@@ -206,5 +220,20 @@ mod tests {
         assert_eq!(pods.node_names.len(), 1, "n1 is gone");
         pods.remove("ns", "api-1");
         assert!(pods.is_empty() && pods.node_names.is_empty());
+    }
+
+    #[test]
+    fn a_relist_keeps_the_pods_it_listed_and_drops_the_others() {
+        let mut pods = Pods::default();
+        pods.upsert("ns", pod("web-1", "web", "n1"));
+        pods.upsert("ns", pod("web-2", "web", "n1"));
+        pods.upsert("other", pod("api-1", "api", "n2"));
+        let listed: PodsListed = [("ns".to_string(), [Arc::from("web-2")].into())].into();
+        pods.retain_listed(&listed);
+        assert_eq!(pods.in_namespace("ns").iter().map(|p| &*p.name).collect::<Vec<_>>(), ["web-2"]);
+        assert!(pods.in_namespace("other").is_empty(), "a namespace the relist did not list is emptied");
+        assert_eq!(pods.node_names.len(), 1, "n2 went with api-1");
+        pods.retain_listed(&PodsListed::new());
+        assert!(pods.is_empty());
     }
 }
