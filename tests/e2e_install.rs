@@ -35,23 +35,23 @@
 //! - *The Deployment controller's status* (for `kubectl rollout status`), written by the test once
 //!   the replicas are ready, and *the namespace controller* (a deleted Namespace is finalized).
 //!
-//! **Phase 1, without Helm**: `helm template | kubectl apply --server-side` (and README's
+//! **Phase 1, without Helm**: `helm template | kubectl apply --server-side` (and docs/operations.md's
 //! `kubectl apply --server-side -f manifests/ha-guard.yaml`, the same objects: a no-op); two
 //! replicas make one CA in the chart's Secret and inject it into the chart's webhook
 //! configurations; kubectl writes are denied, warned and mutated, and the apiserver's metrics show
 //! no call failed or failed open; the ServiceAccount gets 403 for anything but its Secret and its
-//! two webhook configurations; the README's uninstall without Helm leaves nothing behind.
+//! two webhook configurations; docs/operations.md's uninstall without Helm leaves nothing behind.
 //! **Phase 2, with Helm**: `helm install`, `kubectl rollout status`, README's gradual rollout
 //! (`kubectl label ns --all ha-guard.io/mode=warn`, then the label removed); the audit's own
 //! Deployment run beside (two `ha-guard reports` replicas with its ServiceAccount's token: one
 //! writes the reports, the webhook's replicas none), `helm upgrade -f
-//! my-values.yaml` (README's example: 3 replicas, a rule turned to deny) under a stream of writes:
+//! my-values.yaml` (docs/operations.md's example: 3 replicas, a rule turned to deny) under a stream of writes:
 //! the Secret's certificates and the caBundle are kept, the new rule is enforced, no write fails
 //! or passes unchecked; `helm upgrade --set webhook.failurePolicy=Fail`, then ha-guard down: writes
 //! are refused except in the release namespace and kube-system; `helm uninstall` deletes the webhook
 //! configurations before anything else (etcd's order of the deletions), none is left, and writes
 //! succeed though failurePolicy was Fail and ha-guard is down.
-//! **Phase 3, `certificates.mode=secret`** (README "Certificates"): a certificate from `ha-guard
+//! **Phase 3, `certificates.mode=secret`** (docs/operations.md "Certificates"): a certificate from `ha-guard
 //! certs` in a Secret of the user's, its CA given with `--set-file`: the replicas serve the mounted
 //! files, and a certificate re-issued from the kept CA reaches them and stays trusted.
 //! (`certManager` needs cert-manager, which this control plane does not run.)
@@ -98,7 +98,7 @@ fn b64(s: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD.decode(s.trim()).unwrap_or_else(|e| panic!("not base64 ({e}): {s}"))
 }
 
-/// README's manifests/ha-guard.yaml, for kubectl.
+/// docs/operations.md's manifests/ha-guard.yaml, for kubectl.
 fn shipped_path() -> String {
     repo().join(SHIPPED).to_string_lossy().into_owned()
 }
@@ -733,7 +733,7 @@ fn the_chart_installed_upgraded_and_uninstalled_on_a_real_apiserver() {
     steps.run("the ServiceAccount writes nothing but its Secret and its webhook configurations (403)", || {
         least_privilege(&cp)
     });
-    steps.run("uninstall without Helm (README): webhooks first, nothing left, writes pass", || {
+    steps.run("uninstall without Helm (docs/operations.md): webhooks first, nothing left, writes pass", || {
         uninstall_rendered(&cp, &mut pods, &balancer)
     });
     pods.clear();
@@ -797,7 +797,7 @@ fn install_rendered(cp: &ControlPlane, helm: &Helm, port: u16) {
     let applied = cp.kubectl_in(&["apply", "--server-side", "-f", "-"], &rendered).success();
     assert_eq!(applied.stdout.matches("serverside-applied").count(), docs.len(), "{}", applied.stdout);
 
-    // README's install without Helm applies the same objects (plus the Namespace's labels): a
+    // docs/operations.md's install without Helm applies the same objects (plus the Namespace's labels): a
     // no-op for every object of the release.
     let shipped = shipped_manifests();
     let shipped_path = shipped_path();
@@ -1060,7 +1060,7 @@ fn least_privilege(cp: &ControlPlane) {
 }
 
 fn uninstall_rendered(cp: &ControlPlane, pods: &mut [Pod], balancer: &Balancer) {
-    // README: the webhook configurations first, then the rest. `--wait=false` and the finalize
+    // docs/operations.md: the webhook configurations first, then the rest. `--wait=false` and the finalize
     // below stand for the namespace controller, which empties and removes a deleted Namespace.
     cp.kubectl(&["delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", NAME]).success();
     cp.kubectl(&["delete", "-f", &shipped_path(), "--ignore-not-found", "--wait=false"]).success();
@@ -1148,10 +1148,11 @@ fn gradual_rollout(cp: &ControlPlane) {
     assert_eq!(labelled.stdout.trim(), "", "no namespace left in warn mode");
 }
 
-/// README's `my-values.yaml` example (the block after "# my-values.yaml" in README.md).
+/// The `my-values.yaml` example of docs/operations.md ("Upgrade": the block after
+/// "# my-values.yaml").
 fn readme_values() -> String {
-    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
-    let start = readme.find("# my-values.yaml\n").expect("README.md shows a my-values.yaml");
+    let readme = std::fs::read_to_string(repo().join("docs/operations.md")).expect("docs/operations.md");
+    let start = readme.find("# my-values.yaml\n").expect("docs/operations.md shows a my-values.yaml");
     let block = &readme[start..];
     block[..block.find("```").expect("the end of the my-values.yaml block")].to_string()
 }
@@ -1258,7 +1259,7 @@ fn upgrade(
     let load = writer(cp.kubeconfig(), "load".into(), stop.clone());
     std::thread::sleep(Duration::from_secs(1));
 
-    // README: helm upgrade ha-guard charts/ha-guard --namespace ha-guard -f my-values.yaml
+    // docs/operations.md: helm upgrade ha-guard charts/ha-guard --namespace ha-guard -f my-values.yaml
     let upgraded = Instant::now();
     helm.run(&[
         "upgrade",
@@ -1483,7 +1484,7 @@ fn helm_uninstall(cp: &ControlPlane, helm: &Helm) {
 
 // --- phase 3: a Secret of the user's -------------------------------------------------------------
 
-/// README's `certificates.mode=secret`: a certificate from `ha-guard certs` in a Secret of the
+/// docs/operations.md's `certificates.mode=secret`: a certificate from `ha-guard certs` in a Secret of the
 /// user's, its CA given to the chart; the replicas read the mounted files (the projected volume
 /// the chart adds in this mode), and a certificate re-issued from the same CA reaches them as the
 /// kubelet updates the Secret's files. Returns the replicas (still running).

@@ -1,4 +1,4 @@
-//! README.md's Argo CD block (`ha-guard rules --argocd-ignore-differences`, generated from the
+//! docs/gitops.md's Argo CD block (`ha-guard rules --argocd-ignore-differences`, generated from the
 //! mutation registry) does what it says, run through jq as Argo CD runs it (each jq path
 //! expression as `del(EXPR)`, in order, on both the live object and the desired one, for the
 //! entries of the object's group and kind; Argo CD's gojq and jq agree on these expressions):
@@ -122,7 +122,7 @@ fn normalized(object: &Value, entries: &[(String, String, Vec<String>)]) -> Valu
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("jq on PATH (README: what `cargo test` needs)");
+        .expect("jq on PATH (docs/contributing.md: what `cargo test` needs)");
     {
         use std::io::Write as _;
         child.stdin.take().expect("stdin").write_all(object.to_string().as_bytes()).expect("write");

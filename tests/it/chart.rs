@@ -2,8 +2,8 @@
 //! `tests/e2e/helm/build.sh` on first use, cached outside the repository): it lints, renders in
 //! every certificate mode and with every optional part, each rendering passes ha-guard's own
 //! `check --complete` with no finding, a misspelt value is refused by the schema, the webhooks
-//! and RBAC are what the contract says (docs: `/work/notes/tls-contract.md` as carried into the
-//! README), and `manifests/` is exactly the chart rendered by `scripts/render-manifests.sh`.
+//! and RBAC are what the contract says (docs: `/work/notes/tls-contract.md` as carried into
+//! docs/operations.md), and `manifests/` is exactly the chart rendered by `scripts/render-manifests.sh`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -1315,9 +1315,9 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 
 #[test]
 fn monitoring_uses_only_metrics_ha_guard_exports() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    // The README's metrics table, plus the CA expiry gauge the self-managed certificates add.
-    let mut documented: BTreeSet<String> = readme
+    let webhook_page = std::fs::read_to_string(repo().join("docs/webhook.md")).unwrap();
+    // The metrics table of docs/webhook.md, plus the CA expiry gauge the self-managed certificates add.
+    let mut documented: BTreeSet<String> = webhook_page
         .lines()
         .filter(|l| l.starts_with("| `ha_guard_"))
         .flat_map(|l| metric_names(l.split('|').nth(1).unwrap()))
@@ -1421,7 +1421,7 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
     let queried = metric_names(&dashboard["panels"].to_string());
     assert!(panels.len() >= 10, "{}", panels.len());
     assert!(queried.is_subset(&documented), "{:?}", queried.difference(&documented).collect::<Vec<_>>());
-    // Every metric of the README's table has a panel.
+    // Every metric of docs/webhook.md's table has a panel.
     let missing: Vec<_> = documented.difference(&queried).collect();
     assert!(missing.is_empty(), "metrics without a panel: {missing:?}");
 

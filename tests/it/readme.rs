@@ -1,10 +1,12 @@
-//! README.md cannot drift from the binary: every command it shows (in indented and shell code
-//! blocks) is either run here, as written, or names the test (or CI step) that runs it and a
-//! line of that test's source that does; a command in neither list fails this test.
+//! README.md and the pages of docs/ cannot drift from the binary: every command they show (in
+//! indented and shell code blocks) is either run here, as written, or names the test (or CI step)
+//! that runs it and a line of that test's source that does; a command in neither list fails this
+//! test. docs/rules/ is `ha-guard explain`'s text and shows no commands to run.
 //!
 //! Run here: the `check`, `rules`, `explain` and `certs` commands (`cargo run [--release] --` is
-//! the binary cargo built), and the `serve` + `curl` session of "The webhook" (on free loopback
-//! ports instead of 8443/8080, in a scratch folder holding the fixtures).
+//! the binary cargo built), and the `serve` + `curl` session of docs/webhook.md (on free loopback
+//! ports instead of 8443/8080, in a scratch folder holding the fixtures; `deploy/`, the reader's
+//! own manifests in the README, is the examples there).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,7 +18,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
 /// that shows it does).
 const ELSEWHERE: &[(&str, &str, &str)] = &[
     ("cargo test", ".ci/run", "\ncargo test\n"),
-    // serve as README command 1 does: default TLS paths in a folder without certs/, with and
+    // serve as the README's first command does: default TLS paths in a folder without certs/, with and
     // without a kubeconfig.
     (
         "cargo run --release -- serve\n",
@@ -24,9 +26,26 @@ const ELSEWHERE: &[(&str, &str, &str)] = &[
         "fn serve_with_a_kubeconfig_and_no_certificates_makes_development_ones",
     ),
     (
+        "helm template my-chart | ha-guard check -f -\n",
+        "tests/it/cli_ci.rs",
+        "fn helm_template_streams_name_their_templates_in_every_format",
+    ),
+    (
         "helm template my-chart | cargo run -- check -f - --format sarif",
         "tests/it/cli_ci.rs",
         "fn helm_template_streams_name_their_templates_in_every_format",
+    ),
+    // The README's observe-only install and its switch to enforce: the chart rendered with these
+    // values, served on a real kube-apiserver (the helm commands themselves: tests/e2e_install.rs).
+    (
+        "helm install ha-guard charts/ha-guard --namespace ha-guard --create-namespace --set mode=observe\n",
+        "tests/e2e_observe.rs",
+        "chart_config(&[\"--set\", \"mode=observe\"])",
+    ),
+    (
+        "helm upgrade ha-guard charts/ha-guard --namespace ha-guard --reuse-values --set mode=enforce\n",
+        "tests/e2e_observe.rs",
+        "chart_config(&[\"--set\", \"mode=enforce\"])",
     ),
     ("helm install ha-guard charts/ha-guard", "tests/e2e_install.rs", "\"install\""),
     ("helm upgrade ha-guard charts/ha-guard", "tests/e2e_install.rs", "\"upgrade\""),
@@ -67,11 +86,11 @@ const ELSEWHERE: &[(&str, &str, &str)] = &[
         "tests/e2e_gitops.rs",
         "let mut args: Vec<String> = vec![\"diff\".into()];",
     ),
-    // Day 2: every audit command of that section, read from README.md and run as written against
-    // the e2e cluster.
+    // README's Day 2: every audit command of that section, read from README.md and run as written
+    // against the e2e cluster.
     ("ha-guard audit", "tests/e2e_audit.rs", "fn readme_day_2("),
     ("kubectl ha-guard audit", "tests/e2e_audit.rs", "fn readme_day_2("),
-    // Day 2, reading the reports of the background audit.
+    // Reading the reports of the background audit (README, docs/operations.md).
     ("kubectl get policyreports -A", "tests/e2e_background_audit.rs", "[\"get\", \"policyreports\", \"-A\"]"),
     (
         "kubectl -n shop get policyreport ha-guard -o yaml",
@@ -103,7 +122,28 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The commands README.md shows: lines of indented code blocks (only the `$ ` lines where a
+/// README.md and every page of docs/ (not docs/rules/: `ha-guard explain`'s pages), by path from
+/// the repository's root, with their text.
+fn documents() -> Vec<(String, String)> {
+    let mut paths = vec!["README.md".to_string()];
+    let mut pages: Vec<String> = std::fs::read_dir(repo().join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("docs/ entry").file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    pages.sort();
+    paths.extend(pages);
+    paths
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(repo().join(&p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+            (p, text)
+        })
+        .collect()
+}
+
+/// The commands a page shows: lines of indented code blocks (only the `$ ` lines where a
 /// block has them) and of ```sh / ```console blocks, `\`-continued lines joined.
 fn commands(readme: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -186,6 +226,8 @@ fn scratch() -> tempfile::TempDir {
     for sub in ["examples", "tests", "docs", "charts"] {
         std::os::unix::fs::symlink(repo().join(sub), dir.path().join(sub)).unwrap();
     }
+    // The README's `ha-guard check deploy/`: the folder of the reader's own manifests.
+    std::os::unix::fs::symlink(repo().join("examples"), dir.path().join("deploy")).unwrap();
     dir
 }
 
@@ -193,20 +235,20 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// Runs one `ha-guard` command of the README in a scratch folder holding the examples and
+/// Runs one `ha-guard` command of the docs in a scratch folder holding the examples and
 /// fixtures: it must be usable (exit 0 or 1, never 2) and say something.
 fn run_binary(command: &str, args: &[String]) {
     let dir = scratch();
     let out = Command::new(BIN).args(args).current_dir(dir.path()).stdin(Stdio::null()).output().unwrap();
     let code = out.status.code().unwrap_or(-1);
     let all = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(code == 0 || code == 1, "README's `{command}` exits {code}:\n{all}");
+    assert!(code == 0 || code == 1, "the docs' `{command}` exits {code}:\n{all}");
     let written = args.iter().position(|a| a == "--output").map(|i| dir.path().join(&args[i + 1]));
     let said = !all.trim().is_empty() || written.as_ref().is_some_and(|p| p.metadata().is_ok_and(|m| m.len() > 0));
-    assert!(said, "README's `{command}` printed nothing");
+    assert!(said, "the docs' `{command}` printed nothing");
 }
 
-/// README's webhook session: serve the fixtures' view, then each `curl` as written (but on the
+/// docs/webhook.md's session: serve the fixtures' view, then each `curl` as written (but on the
 /// port serve listens on), in a scratch folder (certs/ is made there, not in the repository).
 fn run_webhook_session(serve: &str, curls: &[String]) {
     let dir = scratch();
@@ -246,7 +288,12 @@ fn run_webhook_session(serve: &str, curls: &[String]) {
         let command = curl.replace("localhost:8443", &format!("localhost:{webhook}"));
         let out = Command::new("sh").args(["-c", &command]).current_dir(dir.path()).output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "README's `{curl}` failed: {}{}", stdout, String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "docs/webhook.md's `{curl}` failed: {}{}",
+            stdout,
+            String::from_utf8_lossy(&out.stderr)
+        );
         if curl.contains("/validate") {
             assert!(stdout.contains("\"allowed\":false") && stdout.contains("[spread-selector-missing]"), "{stdout}");
         } else {
@@ -258,14 +305,16 @@ fn run_webhook_session(serve: &str, curls: &[String]) {
 }
 
 #[test]
-fn every_command_the_readme_shows_is_run() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let all = commands(&readme);
-    assert!(all.len() >= 15, "the README's commands were found: {all:#?}");
+fn every_command_the_docs_show_is_run() {
+    let mut all = Vec::new();
+    for (path, text) in documents() {
+        all.extend(commands(&text).into_iter().map(|c| (path.clone(), c)));
+    }
+    assert!(all.len() >= 15, "the documents' commands were found: {all:#?}");
     let mut curls = Vec::new();
     let mut serve_with_view = None;
     let mut unaccounted = Vec::new();
-    for command in &all {
+    for (path, command) in &all {
         if NOT_RUN.iter().any(|(start, _)| command.starts_with(start)) {
             continue;
         }
@@ -275,7 +324,7 @@ fn every_command_the_readme_shows_is_run() {
             let source = std::fs::read_to_string(repo().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
             assert!(
                 source.contains(marker),
-                "README's `{command}` is said to be run by {file}, which has no {marker:?}"
+                "{path}'s `{command}` is said to be run by {file}, which has no {marker:?}"
             );
             continue;
         }
@@ -285,19 +334,19 @@ fn every_command_the_readme_shows_is_run() {
         }
         match binary_args(command) {
             Some(args) if args.first().is_some_and(|a| a == "serve") => {
-                assert!(serve_with_view.is_none(), "one serve session: {command}");
+                assert!(serve_with_view.is_none(), "one serve session: {path}'s {command}");
                 serve_with_view = Some(command.clone());
             }
             Some(args) if !command.contains(['|', '>', '&', '$']) => run_binary(command, &args),
-            _ => unaccounted.push(command.clone()),
+            _ => unaccounted.push(format!("{path}: {command}")),
         }
     }
     assert!(
         unaccounted.is_empty(),
-        "README commands no test runs (run them here, or list the test in ELSEWHERE):\n{}",
+        "commands no test runs (run them here, or list the test in ELSEWHERE):\n{}",
         unaccounted.join("\n")
     );
-    let serve = serve_with_view.expect("README shows serve with the fixtures' view");
+    let serve = serve_with_view.expect("the docs show serve with the fixtures' view");
     assert!(curls.len() >= 2, "{curls:?}");
     run_webhook_session(&serve, &curls);
 }

@@ -1,4 +1,5 @@
-//! The registry held to the contract (DESIGN.md §2), to the docs pages and to README.md.
+//! The registry held to the contract (DESIGN.md §2), to the docs pages, to README.md and to
+//! docs/gitops.md.
 
 use std::collections::HashSet;
 
@@ -159,15 +160,15 @@ fn a_configuration_names_only_known_ids() {
     assert!(e.contains("rules.replica-colocated: unknown rule ID"), "{e}");
 }
 
-/// README.md's Argo CD block is the registry's: an entry cannot drift from its mutation.
+/// docs/gitops.md's Argo CD block is the registry's: an entry cannot drift from its mutation.
 #[test]
-fn the_readme_argocd_block_is_the_registrys() {
-    let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"));
+fn the_docs_argocd_block_is_the_registrys() {
+    let page = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/gitops.md"));
     let (start, end) = ARGOCD_MARKERS;
-    let begin = readme.find(start).expect("README.md has the Argo CD markers") + start.len();
-    let stop = begin + readme[begin..].find(end).expect("README.md closes the Argo CD markers");
+    let begin = page.find(start).expect("docs/gitops.md has the Argo CD markers") + start.len();
+    let stop = begin + page[begin..].find(end).expect("docs/gitops.md closes the Argo CD markers");
     let expected = format!("```yaml\n{}```\n", argocd_ignore_differences());
-    assert_eq!(readme[begin..stop], expected, "README.md's Argo CD block: replace it with this text");
+    assert_eq!(page[begin..stop], expected, "docs/gitops.md's Argo CD block: replace it with this text");
 }
 
 /// Every mutation says where it writes, for every kind it writes: the plans of a Deployment, a
