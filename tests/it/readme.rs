@@ -1,7 +1,13 @@
-//! README.md and the pages of docs/ cannot drift from the binary: every command they show (in
-//! indented and shell code blocks) is either run here, as written, or names the test (or CI step)
-//! that runs it and a line of that test's source that does; a command in neither list fails this
-//! test. docs/rules/ is `ha-guard explain`'s text and shows no commands to run.
+//! README.md and the pages of docs/ cannot drift from the binary or from each other:
+//!
+//! - every command they show (in indented and shell code blocks) is either run here, as written,
+//!   or names the test (or CI step) that runs it and a line of that test's source that does; a
+//!   command in neither list fails this test. docs/rules/ is `ha-guard explain`'s text and shows
+//!   no commands to run;
+//! - the README is a front door: the newcomer's path (check your files, install observe-only, read
+//!   the reports, enforce) comes within its first 120 lines, its table of contents reaches every
+//!   section, and "the two commands" are there;
+//! - every link in README.md and docs/*.md stays in the repository and resolves (file and anchor).
 //!
 //! Run here: the `check`, `rules`, `explain` and `certs` commands (`cargo run [--release] --` is
 //! the binary cargo built), and the `serve` + `curl` session of docs/webhook.md (on free loopback
@@ -361,4 +367,286 @@ fn the_command_reader_reads_blocks_as_the_readme_writes_them() {
         Some(vec!["check".into(), "-f".into(), "a b".into()])
     );
     let _ = PathBuf::new();
+}
+
+// --- the front door -----------------------------------------------------------------------------
+
+/// The README's first lines a newcomer reads before anything else.
+const FRONT_DOOR_LINES: usize = 120;
+
+/// A step of the newcomer's path: what it does, and whether a command is it.
+type Step = (&'static str, fn(&str) -> bool);
+
+/// The newcomer's path comes first: checking their own files, installing observe-only, reading the
+/// reports, enforcing namespace by namespace, each as a command of its own, in that order, within
+/// the README's first 120 lines.
+#[test]
+fn the_newcomers_path_fits_in_the_first_120_lines() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let front: String = readme.lines().take(FRONT_DOOR_LINES).map(|l| format!("{l}\n")).collect();
+    let shown = commands(&front);
+    let steps: [Step; 5] = [
+        ("check your own files", |c| c.starts_with("ha-guard check ") && !c.contains(" -f -")),
+        ("install observe-only", |c| c.starts_with("helm install ha-guard ") && c.contains("--set mode=observe")),
+        ("read the reports", |c| c.starts_with("kubectl get policyreports")),
+        ("switch to enforce", |c| c.starts_with("helm upgrade ha-guard ") && c.contains("--set mode=enforce")),
+        ("enforce namespace by namespace", |c| c.starts_with("kubectl label ns ") && c.ends_with("ha-guard.io/mode-")),
+    ];
+    let mut from = 0;
+    for (step, is) in steps {
+        let at = shown[from..].iter().position(|c| is(c)).unwrap_or_else(|| {
+            panic!("the README's first {FRONT_DOOR_LINES} lines show no command to {step} after {:?}", &shown[..from])
+        });
+        from += at + 1;
+    }
+}
+
+/// The README's sample of `ha-guard check` is what it prints: each line of the ```text block after
+/// the command (but `...`, where findings are left out) is a line of its output.
+#[test]
+fn the_readmes_check_sample_is_what_check_prints() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let command = "    ha-guard check deploy/\n";
+    let after = &readme[readme.find(command).expect("the README shows `ha-guard check deploy/`") + command.len()..];
+    let block = &after[after.find("```text\n").expect("a sample after it") + 8..];
+    let sample = &block[..block.find("```").expect("the sample's end")];
+    let dir = scratch();
+    let out = Command::new(BIN).args(["check", "deploy/"]).current_dir(dir.path()).output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = printed.lines().collect();
+    for line in sample.lines().filter(|l| *l != "...") {
+        assert!(lines.contains(&line), "the README's sample line {line:?} is not printed:\n{printed}");
+    }
+    assert!(sample.lines().count() >= 5, "{sample}");
+}
+
+/// The README's "two commands": on a fresh machine one runs the webhook, one runs every test.
+#[test]
+fn the_readme_shows_the_two_commands() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let section = section(&readme, "The two commands").expect("the README has a \"## The two commands\" section");
+    assert_eq!(commands(section), ["cargo run --release -- serve", "cargo test"]);
+}
+
+/// The text of the `## ` section titled `title`, up to the next `## ` heading.
+fn section<'a>(text: &'a str, title: &str) -> Option<&'a str> {
+    let start = text.find(&format!("\n## {title}\n"))? + 1;
+    let body = &text[start..];
+    let end = body[3..].find("\n## ").map_or(body.len(), |i| i + 3);
+    Some(&body[..end])
+}
+
+/// The README's table of contents comes before its first section, links only to the README's own
+/// headings, and reaches every `## ` section.
+#[test]
+fn the_readmes_contents_reach_every_section() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let contents = section(&readme, "Contents").expect("the README has a \"## Contents\" section");
+    let first_section = readme.find("\n## ").unwrap();
+    assert_eq!(readme[first_section + 1..].find("## Contents"), Some(0), "Contents is the README's first section");
+    let anchors = anchors(&readme);
+    let linked: Vec<String> = links(contents).into_iter().map(|l| l.target).collect();
+    assert!(linked.len() >= 8, "{linked:?}");
+    for target in &linked {
+        let anchor = target.strip_prefix('#').unwrap_or_else(|| panic!("Contents links within the README: {target}"));
+        assert!(anchors.contains(&anchor.to_string()), "Contents' #{anchor} is no heading of the README: {anchors:?}");
+    }
+    for heading in readme.lines().filter_map(|l| l.strip_prefix("## ")).filter(|h| *h != "Contents") {
+        let anchor = format!("#{}", slug(heading));
+        assert!(linked.contains(&anchor), "the README's section \"{heading}\" is missing from Contents ({anchor})");
+    }
+}
+
+// --- links --------------------------------------------------------------------------------------
+
+/// Every link of README.md and docs/*.md stays in the repository (no web address, no path that
+/// climbs out of it) and resolves: the file or folder exists, and an anchor names a heading of
+/// the page it points to. Addresses in prose, which GitHub would turn into links, count as links.
+#[test]
+fn every_link_stays_in_the_repository_and_resolves() {
+    let root = repo().canonicalize().unwrap();
+    let mut broken = Vec::new();
+    for (path, text) in documents() {
+        let prose = prose(&text);
+        for scheme in ["http://", "https://", "www."] {
+            if let Some(i) = prose.find(scheme) {
+                let end = prose[i..].find(char::is_whitespace).map_or(prose.len(), |e| i + e);
+                broken.push(format!("{path}: {} leaves the repository", &prose[i..end]));
+            }
+        }
+        for link in links(&text) {
+            if let Err(why) = resolve(&root, &path, &text, &link.target) {
+                broken.push(format!("{path}: [{}]({}): {why}", link.text, link.target));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "links that leave the repository or lead nowhere:\n{}", broken.join("\n"));
+}
+
+/// Where `target`, linked from the page `from` (its text `text`), leads, or why it leads nowhere.
+fn resolve(root: &Path, from: &str, text: &str, target: &str) -> Result<(), String> {
+    if target.contains("://") || target.starts_with("mailto:") || target.starts_with("//") {
+        return Err("leaves the repository: write the facts here instead".into());
+    }
+    if target.starts_with('/') {
+        return Err("an absolute path: link relative to the page".into());
+    }
+    let (file, anchor) = target.split_once('#').map_or((target, None), |(f, a)| (f, Some(a)));
+    let page = if file.is_empty() {
+        text.to_string()
+    } else {
+        let dir = Path::new(from).parent().unwrap_or(Path::new(""));
+        let resolved = root
+            .join(dir)
+            .join(file)
+            .canonicalize()
+            .map_err(|_| format!("{} does not exist", dir.join(file).display()))?;
+        if !resolved.starts_with(root) {
+            return Err("outside the repository".into());
+        }
+        match anchor {
+            Some(_) if resolved.extension().is_some_and(|e| e == "md") => std::fs::read_to_string(&resolved).unwrap(),
+            Some(_) => return Err("an anchor into a file that is not Markdown".into()),
+            None => return Ok(()),
+        }
+    };
+    match anchor {
+        Some(a) if !anchors(&page).contains(&a.to_string()) => Err(format!("no heading has the anchor #{a}")),
+        _ => Ok(()),
+    }
+}
+
+/// GitHub's anchor of a heading: lower case, Markdown's backticks and punctuation dropped, spaces
+/// made hyphens (`## Day 2: the cluster (`audit`)` is `#day-2-the-cluster-audit`).
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors of a page's headings (outside code), a repeated one numbered as GitHub does.
+fn anchors(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in prose_lines(text) {
+        let Some(heading) = line.strip_prefix('#').map(|h| h.trim_start_matches('#')) else { continue };
+        if !heading.starts_with(' ') {
+            continue;
+        }
+        let base = slug(heading);
+        let n = out
+            .iter()
+            .filter(|a| **a == base || a.strip_prefix(&format!("{base}-")).is_some_and(|r| r.parse::<u32>().is_ok()))
+            .count();
+        out.push(if n == 0 { base } else { format!("{base}-{n}") });
+    }
+    out
+}
+
+/// The lines of a page that are not code: fenced blocks and indented blocks blanked out.
+fn prose_lines(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.starts_with("```") || line.starts_with("~~~") {
+            fenced = !fenced;
+            out.push("");
+        } else if fenced || line.starts_with("    ") {
+            out.push("");
+        } else {
+            out.push(line);
+        }
+    }
+    out
+}
+
+/// A page's prose with its code left out: blocks (above) and `code spans`, also across lines.
+fn prose(text: &str) -> String {
+    let joined = prose_lines(text).join("\n");
+    let mut out = String::with_capacity(joined.len());
+    let mut in_code = false;
+    for c in joined.chars() {
+        if c == '`' {
+            in_code = !in_code;
+        } else if !in_code {
+            out.push(c);
+        }
+    }
+    out
+}
+
+struct Link {
+    text: String,
+    target: String,
+}
+
+/// A page's Markdown links outside code: `[text](target)` and `![alt](target)` (a title after
+/// the target dropped), `[text]: target` definitions and `<scheme://...>` autolinks.
+fn links(text: &str) -> Vec<Link> {
+    let prose = prose(text);
+    let mut out = Vec::new();
+    for line in prose.lines() {
+        if let Some(rest) = line.trim_start().strip_prefix('[')
+            && let Some((label, target)) = rest.split_once("]: ")
+        {
+            out.push(Link { text: label.into(), target: target.trim().into() });
+        }
+    }
+    let mut rest = prose.as_str();
+    while let Some(open) = rest.find('[') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(']') else { break };
+        let label = &after[..close];
+        let tail = &after[close + 1..];
+        if let Some(inner) = tail.strip_prefix('(')
+            && let Some(end) = inner.find(')')
+        {
+            let target = inner[..end].split_whitespace().next().unwrap_or_default();
+            out.push(Link { text: label.replace('\n', " "), target: target.into() });
+            rest = &inner[end + 1..];
+        } else {
+            rest = after;
+        }
+    }
+    let mut rest = prose.as_str();
+    while let Some(open) = rest.find('<') {
+        let after = &rest[open + 1..];
+        let end = after.find('>').unwrap_or(after.len());
+        // An autolink holds no whitespace: `p < 0.05 ... >` is prose.
+        if after[..end].contains("://") && !after[..end].contains(char::is_whitespace) {
+            out.push(Link { text: String::new(), target: after[..end].into() });
+        }
+        rest = &after[end.min(after.len())..];
+    }
+    out
+}
+
+/// The readers of headings and links read them as GitHub renders them.
+#[test]
+fn the_link_reader_reads_links_as_github_renders_them() {
+    assert_eq!(slug("Day 2: the cluster as it is (`ha-guard audit`)"), "day-2-the-cluster-as-it-is-ha-guard-audit");
+    assert_eq!(slug("How a finding's action is decided"), "how-a-findings-action-is-decided");
+    assert_eq!(slug("GitOps: Argo CD, Flux and Helm"), "gitops-argo-cd-flux-and-helm");
+    assert_eq!(anchors("# A\n\n## B\n\n```sh\n# not a heading\n```\n## B\n#nope\n"), ["a", "b", "b-1"]);
+    let md = "See [the chart](charts/x.md#values) and ![logo](img.png \"title\").\n\
+              `[not](a-link)` and\n\n    [indented](code)\n\n[ref]: https://example.com\n<https://example.com/x>, p < 0.05 (a://b >)\n";
+    let found: Vec<(String, String)> = links(md).into_iter().map(|l| (l.text, l.target)).collect();
+    assert_eq!(
+        found,
+        [
+            ("ref".to_string(), "https://example.com".to_string()),
+            ("the chart".into(), "charts/x.md#values".into()),
+            ("logo".into(), "img.png".into()),
+            (String::new(), "https://example.com/x".into()),
+        ]
+    );
+    let root = repo().canonicalize().unwrap();
+    assert!(resolve(&root, "docs/x.md", "", "../README.md#the-two-commands").is_ok());
+    assert!(resolve(&root, "docs/x.md", "", "../README.md#no-such-heading").is_err());
+    assert!(resolve(&root, "README.md", "", "../shared/DESIGN.md").is_err());
+    assert!(resolve(&root, "README.md", "", "https://example.com").is_err());
+    assert!(resolve(&root, "README.md", "## Here\n", "#here").is_ok());
 }
