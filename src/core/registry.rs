@@ -1,7 +1,7 @@
 //! Every rule and mutation, and what is derived from the list: the catalogue a configuration is
 //! checked against, the pages `explain` prints, the `ha-guard rules` listing, the README's
-//! rules table and its Argo CD `ignoreDifferences` block (tests hold README.md and each page's
-//! default line to them).
+//! rules table and docs/gitops.md's Argo CD `ignoreDifferences` block (tests hold README.md,
+//! docs/gitops.md and each page's default line to them).
 
 use std::fmt::Write as _;
 
@@ -82,12 +82,12 @@ pub fn readme_tables() -> String {
     out
 }
 
-/// The marker lines around README.md's Argo CD block (a test holds the block to
+/// The marker lines around docs/gitops.md's Argo CD block (a test holds the block to
 /// [`argocd_ignore_differences`]).
 pub const ARGOCD_MARKERS: (&str, &str) =
     ("<!-- argocd: generated from the registry; a test checks it -->\n", "<!-- /argocd -->");
 
-/// What `ha-guard rules --argocd-ignore-differences` prints, and README.md's Argo CD block: an
+/// What `ha-guard rules --argocd-ignore-differences` prints, and docs/gitops.md's Argo CD block: an
 /// Application's `spec.ignoreDifferences` for what every mutation adds, one entry per mutation and
 /// kind, in catalogue order, from each mutation's [`IgnoreDifference`](crate::core::catalogue::IgnoreDifference)s.
 pub fn argocd_ignore_differences() -> String {
