@@ -27,6 +27,28 @@ fn return_memory_promptly() {
     }
 }
 
+/// mimalloc asks for transparent huge pages on its 1 GiB arena (`madvise(MADV_HUGEPAGE)`, so even
+/// where THP is `madvise`-only), and khugepaged then fills whole 2 MiB pages around live objects:
+/// `ha-guard reports` over 30,000 pods grew from 105 to 133 MiB resident while idle, with 110 MiB
+/// of it in huge pages, against 92 MiB steady without (benches/README.md, "What the background
+/// audit costs"). The commands that hold or read a whole cluster trade the TLB gain for that
+/// memory. mimalloc disables THP itself only when `MIMALLOC_ALLOW_THP=0` is in the environment
+/// at its start (before `main`); this does the same afterwards: the process flag overrides the
+/// arena's madvise.
+fn no_transparent_huge_pages() {
+    // Index of `mi_option_allow_thp` in mimalloc 3's `mi_option_e` (see above).
+    const ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_some() {
+        return;
+    }
+    // SAFETY: mi_option_set stores an integer option; prctl(PR_SET_THP_DISABLE) only sets a flag
+    // of this process (its result is not needed: where it fails, THP stays as it was).
+    unsafe {
+        libmimalloc_sys::mi_option_set(ALLOW_THP, 0);
+        libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = ha_guard::cli::parse();
     if matches!(
@@ -34,6 +56,9 @@ fn main() -> ExitCode {
         ha_guard::cli::Command::Check(_) | ha_guard::cli::Command::Audit(_) | ha_guard::cli::Command::Reports(_)
     ) {
         return_memory_promptly();
+    }
+    if matches!(cli.command, ha_guard::cli::Command::Audit(_) | ha_guard::cli::Command::Reports(_)) {
+        no_transparent_huge_pages();
     }
     match ha_guard::cli::run(cli) {
         Ok(code) => code,
