@@ -224,6 +224,9 @@ fn reports_cost_what_changed_and_their_failures_show() {
     .unwrap_or_else(|e| panic!("{e}\n{}", first.log_tail()));
     assert_eq!(first.counter("ha_guard_audit_report_writes_total", &[]), 0.0);
     assert_eq!(first.counter("ha_guard_audit_runs_total", &[("result", "failure")]), 0.0, "not a failure");
+    // Its memory in 4 KiB pages: transparent huge pages made the idle audit grow by a quarter.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", first.child.id())).expect("its /proc status");
+    assert!(status.contains("THP_enabled:\t0"), "THP off for the reports process:\n{status}");
     first.stop();
     eprintln!("[e2e] 1 crd-missing: counted, the run a success");
 
