@@ -51,15 +51,124 @@ fn main() -> ExitCode {
     };
 
     let version = env::var("CARGO_PKG_VERSION").unwrap_or_default();
-    let long_version = match (&commit, tree) {
+    let long_version = match (&commit, &tree) {
         (None, _) => format!("{version} (commit unknown)"),
         (Some(id), Tree::Clean) => format!("{version} (commit {}, built from a clean tree)", short(id)),
         (Some(id), Tree::Modified) => format!("{version} (commit {}, built with uncommitted changes)", short(id)),
         (Some(id), Tree::Unknown) => format!("{version} (commit {})", short(id)),
     };
+    let build = Build::read(&manifest_dir);
+    // "0.1.0 (commit 1a2b3c4d5e6f, built from a clean tree; aarch64-unknown-linux-gnu, profile artifact)"
+    let long_version = format!(
+        "{}; {}, profile {})",
+        long_version.strip_suffix(')').unwrap_or(&long_version),
+        build.target,
+        build.profile
+    );
     println!("cargo:rustc-env=HA_GUARD_BUILD_COMMIT={}", commit.as_deref().unwrap_or("unknown"));
+    println!("cargo:rustc-env=HA_GUARD_BUILD_TREE={}", tree.word());
     println!("cargo:rustc-env=HA_GUARD_BUILD_LONG_VERSION={long_version}");
+    println!("cargo:rustc-env=HA_GUARD_BUILD_TARGET={}", build.target);
+    println!("cargo:rustc-env=HA_GUARD_BUILD_PROFILE={}", build.profile);
+    println!("cargo:rustc-env=HA_GUARD_BUILD_OPT_LEVEL={}", build.opt_level);
+    println!("cargo:rustc-env=HA_GUARD_BUILD_DEBUG={}", build.debug);
+    println!("cargo:rustc-env=HA_GUARD_BUILD_LTO={}", build.lto);
+    println!("cargo:rustc-env=HA_GUARD_BUILD_CODEGEN_UNITS={}", build.codegen_units);
+    println!("cargo:rustc-env=HA_GUARD_BUILD_CRT_STATIC={}", build.crt_static);
+    println!("cargo:rustc-env=HA_GUARD_BUILD_RUSTFLAGS={}", build.rustflags);
+    println!("cargo:rustc-env=HA_GUARD_BUILD_RUSTC={}", build.rustc);
     ExitCode::SUCCESS
+}
+
+impl Tree {
+    /// The word `version --json` gives the tree: clean, modified or unknown.
+    fn word(&self) -> &'static str {
+        match self {
+            Tree::Clean => "clean",
+            Tree::Modified => "modified",
+            Tree::Unknown => "unknown",
+        }
+    }
+}
+
+/// How cargo is building this package, as far as a build script can see it.
+struct Build {
+    target: String,
+    /// The profile's directory name in the target dir: `debug` for dev and test builds, `release`
+    /// for release and bench builds, else the custom profile's name (`artifact`).
+    profile: String,
+    opt_level: String,
+    debug: String,
+    /// `lto` and `codegen-units` as Cargo.toml's profile table (or the one it inherits) declares
+    /// them; `default` when it declares none. Overrides given with `--config` are not seen.
+    lto: String,
+    codegen_units: String,
+    crt_static: bool,
+    rustflags: String,
+    rustc: String,
+}
+
+impl Build {
+    fn read(manifest_dir: &Path) -> Build {
+        let var = |name: &str| env::var(name).unwrap_or_default();
+        // OUT_DIR is TARGET_DIR[/TRIPLE]/PROFILE_DIR/build/ha-guard-HASH/out.
+        let out_dir = PathBuf::from(var("OUT_DIR"));
+        let profile = out_dir
+            .ancestors()
+            .nth(3)
+            .and_then(|dir| dir.file_name())
+            .map_or_else(|| "unknown".to_owned(), |name| name.to_string_lossy().into_owned());
+        let manifest = std::fs::read_to_string(manifest_dir.join("Cargo.toml")).unwrap_or_default();
+        let cargo_name = if profile == "debug" { "dev" } else { &profile };
+        let setting = |key: &str| profile_setting(&manifest, cargo_name, key).unwrap_or_else(|| "default".to_owned());
+        let rustc = Command::new(env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()))
+            .arg("--version")
+            .output()
+            .ok()
+            .and_then(|out| String::from_utf8(out.stdout).ok())
+            .map_or_else(|| "unknown".to_owned(), |text| text.trim().to_owned());
+        Build {
+            target: var("TARGET"),
+            lto: setting("lto"),
+            codegen_units: setting("codegen-units"),
+            profile,
+            opt_level: var("OPT_LEVEL"),
+            debug: var("DEBUG"),
+            crt_static: var("CARGO_CFG_TARGET_FEATURE").split(',').any(|feature| feature == "crt-static"),
+            rustflags: var("CARGO_ENCODED_RUSTFLAGS")
+                .split('\x1f')
+                .filter(|flag| !flag.is_empty())
+                .collect::<Vec<_>>()
+                .join(" "),
+            rustc,
+        }
+    }
+}
+
+/// `key`'s value in Cargo.toml's `[profile.NAME]`, following `inherits`; quotes removed. A plain
+/// line scan: the profile tables are flat `key = value` lines.
+fn profile_setting(manifest: &str, name: &str, key: &str) -> Option<String> {
+    let mut name = name.to_owned();
+    for _ in 0..4 {
+        let header = format!("[profile.{name}]");
+        let table: Vec<(&str, &str)> = manifest
+            .lines()
+            .skip_while(|line| line.trim() != header)
+            .skip(1)
+            .take_while(|line| !line.trim_start().starts_with('['))
+            .filter_map(|line| line.split_once('='))
+            .map(|(k, v)| (k.trim(), v.split('#').next().unwrap_or("").trim().trim_matches('"')))
+            .collect();
+        if let Some((_, value)) = table.iter().find(|(k, _)| *k == key) {
+            return Some((*value).to_owned());
+        }
+        match table.iter().find(|(k, _)| *k == "inherits") {
+            Some((_, parent)) => name = (*parent).to_owned(),
+            None if name == "bench" => name = "release".to_owned(),
+            None => return None,
+        }
+    }
+    None
 }
 
 fn short(id: &str) -> &str {

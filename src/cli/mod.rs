@@ -9,6 +9,7 @@ pub mod error;
 pub mod reports;
 pub mod rules;
 pub mod serve;
+pub mod version;
 
 use std::process::ExitCode;
 
@@ -52,6 +53,9 @@ pub enum Command {
     Rules(rules::RulesArgs),
     /// Print one rule's documentation.
     Explain(rules::ExplainArgs),
+    /// Print the version, the commit, the target and how the binary was built (--json: as one
+    /// object).
+    Version(version::VersionArgs),
 }
 
 /// The name kubectl's plugin lookup finds (krew's convention: `kubectl ha-guard` runs the
@@ -85,6 +89,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Reports(args) => reports::run(args),
         Command::Rules(args) => rules::list(args),
         Command::Explain(args) => rules::explain(args),
+        Command::Version(args) => version::run(args),
     }
 }
 

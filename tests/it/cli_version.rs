@@ -1,5 +1,6 @@
-//! `ha-guard --version`: the package version and the git commit the binary was built from
-//! (build.rs, src/build_info.rs), checked against what git says about this checkout now.
+//! `ha-guard --version` and `ha-guard version --json`: the package version, the git commit the
+//! binary was built from, the target and the build's settings (build.rs, src/build_info.rs),
+//! checked against what git says about this checkout now and what cargo says about this build.
 
 use std::path::Path;
 use std::process::Command;
@@ -58,6 +59,13 @@ fn version_names_the_package_version_and_the_commit_built_from() {
     assert_eq!(line, format!("ha-guard {}", build_info::long_version()), "clap prints build_info::long_version()");
     assert_eq!(build_info::VERSION, env!("CARGO_PKG_VERSION"));
 
+    // What follows the commit: "; TARGET, profile PROFILE)". This test binary and the ha-guard
+    // binary are built by the same cargo run, for the same target and profile.
+    let build = format!("; {}, profile {})", build_info::TARGET, build_info::PROFILE);
+    assert_eq!(build_info::TARGET, target_triple(), "the target is the one cargo built for");
+    let line = line.strip_suffix(&build).unwrap_or_else(|| panic!("{line:?} ends with {build:?}"));
+    let line = format!("{line})");
+
     let given = option_env!("HA_GUARD_GIT_COMMIT").map(str::trim).filter(|given| !given.is_empty());
     match (given, checkout()) {
         // The commit was handed in (Dockerfile, source tarball): printed as given, tree state unknown.
@@ -77,6 +85,43 @@ fn version_names_the_package_version_and_the_commit_built_from() {
             assert_eq!(line, format!("{expected_start}unknown)"));
         }
     }
+}
+
+/// The triple this test was compiled for, from the cfg values rustc gives it (the targets ha-guard
+/// ships and tests on).
+fn target_triple() -> String {
+    let arch = std::env::consts::ARCH;
+    let env = if cfg!(target_env = "gnu") { "gnu" } else { "musl" };
+    format!("{arch}-unknown-linux-{env}")
+}
+
+#[test]
+fn version_json_names_version_commit_target_and_build_settings() {
+    let out = Command::new(BIN).args(["version", "--json"]).output().expect("the binary starts");
+    assert!(out.status.success(), "version --json exits 0: {}", String::from_utf8_lossy(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("version --json prints JSON");
+    assert_eq!(json["name"], "ha-guard");
+    assert_eq!(json["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(json["commit"], build_info::COMMIT);
+    assert_eq!(json["target"], target_triple());
+    // Tests build with the dev profile, whose directory is "debug"; its opt-level is Cargo.toml's.
+    assert_eq!(json["profile"], "debug", "{json}");
+    assert_eq!(json["build"]["opt_level"], "0");
+    assert_eq!(json["build"]["crt_static"], false, "a test build links glibc dynamically");
+    assert!(json["build"]["rustc"].as_str().is_some_and(|rustc| rustc.starts_with("rustc 1.")), "{json}");
+    for key in ["lto", "codegen_units", "rustflags", "debug"] {
+        assert!(!json["build"][key].is_null(), "build.{key} is present: {json}");
+    }
+    let tree = json["tree"].as_str().expect("tree is a string");
+    assert!(["clean", "modified", "unknown"].contains(&tree), "{json}");
+
+    let plain = Command::new(BIN).arg("version").output().expect("the binary starts");
+    let plain = String::from_utf8(plain.stdout).expect("UTF-8");
+    assert_eq!(
+        plain.lines().next(),
+        Some(version_output("--version").trim_end()),
+        "version starts with --version's line"
+    );
 }
 
 #[test]
