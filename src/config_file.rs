@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use crate::core::config::policy::Date;
 use crate::core::config::{Config, ConfigError};
 use crate::core::registry;
 
@@ -19,6 +20,11 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
         }
         other => other,
     })
+}
+
+/// Today (UTC): the exceptions' expiry is judged by the day, and the core reads no clock.
+pub fn today() -> Date {
+    k8s_openapi::jiff::Timestamp::now().to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).date()
 }
 
 /// An unknown ID's message with the nearest known one, as `--disable` and `explain` say it.

@@ -154,6 +154,11 @@ fn result(f: &Finding) -> Value {
         let why: Vec<String> = f.notes.iter().map(ToString::to_string).collect();
         message = format!("{}. {message}", why.join("; "));
     }
+    let mut properties = json!({"action": f.action.as_str(), "path": f.path});
+    if let Some((name, reason)) = f.notes.iter().find_map(|n| n.exception()) {
+        properties["exception"] = json!(name);
+        properties["exceptionReason"] = json!(reason);
+    }
     json!({
         "policy": REPORT,
         "rule": f.rule.id,
@@ -162,7 +167,7 @@ fn result(f: &Finding) -> Value {
         "message": message,
         "source": REPORT,
         "scored": true,
-        "properties": {"action": f.action.as_str(), "path": f.path},
+        "properties": properties,
     })
 }
 

@@ -53,6 +53,7 @@ pub fn audit_subjects(
     view: &dyn View,
     config: &Config,
 ) -> Report {
+    let today = Some(crate::config_file::today());
     let verdicts = map_on_cores(judged, |l| {
         judge::audit(&Review {
             subject: &l.subject,
@@ -61,6 +62,7 @@ pub fn audit_subjects(
             config,
             asks: Asks::Findings,
             absences: Absences::Judged,
+            today,
         })
     });
     let checked: HashSet<ObjectRef> = judged.iter().map(|l| l.subject.id()).collect();

@@ -204,6 +204,7 @@ fn check_prepared(
         groups.push(group);
         rest = tail;
     }
+    let today = Some(crate::config_file::today());
     let outcomes = map_on_cores(&groups, |group| {
         let source = by_file.get(group[0].1.file.as_str()).copied();
         let items: Vec<(usize, Origin)> = group.iter().map(|(i, o, _)| (*i, o.clone())).collect();
@@ -224,6 +225,7 @@ fn check_prepared(
                 asks: Asks::Both,
                 // The files are the set: an absence is judged as `--complete` says.
                 absences: Absences::Judged,
+                today,
             });
             let v = &verdict;
             let reported = !v.unchecked.is_empty()

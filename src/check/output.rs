@@ -269,6 +269,10 @@ pub fn json(report: &Report) -> Value {
             if !f.notes.is_empty() {
                 v["notes"] = json!(f.notes);
             }
+            if let Some((name, reason)) = f.notes.iter().find_map(|n| n.exception()) {
+                v["exception"] = json!(name);
+                v["exceptionReason"] = json!(reason);
+            }
             v
         })
         .collect();

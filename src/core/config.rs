@@ -1,23 +1,33 @@
 //! The configuration (DESIGN.md §5): per-rule actions, mutation switches, exempt namespaces, the
-//! CSI controller images, ratcheting. Parsed from the file's text against a [`Catalogue`] (the
-//! registry's): unknown IDs and bad values are errors naming the key. Reading the file is the
-//! shells' business.
+//! CSI controller images, ratcheting, and a platform team's exceptions and overrides ([`policy`]).
+//! Parsed from the file's text against a [`Catalogue`] (the registry's): unknown IDs and bad
+//! values are errors naming the key. Reading the file is the shells' business.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
 use super::catalogue::{Action, Catalogue, Mutation, Rule};
+use crate::core::model::selector;
+
+pub mod policy;
+
+pub use policy::{Exception, Glob, Matched, Override};
+
+type Labels = BTreeMap<String, String>;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub rules: BTreeMap<String, Action>,
     pub mutations: BTreeMap<String, bool>,
+    /// Names or `*` globs ([`Glob`], checked when parsed).
     pub exempt_namespaces: Vec<String>,
     pub csi_controller_images: Vec<String>,
     pub ratchet: bool,
     /// `mode: observe`: the webhook refuses nothing and patches nothing, cluster-wide.
     pub mode: Mode,
+    pub exceptions: Vec<Exception>,
+    pub overrides: Vec<Override>,
 }
 
 /// What the webhook does with its verdicts, cluster-wide (config `mode`). Pod Security
@@ -63,6 +73,8 @@ impl Default for Config {
             csi_controller_images: DEFAULT_CSI_CONTROLLER_IMAGES.iter().map(|s| s.to_string()).collect(),
             ratchet: true,
             mode: Mode::Enforce,
+            exceptions: Vec::new(),
+            overrides: Vec::new(),
         }
     }
 }
@@ -91,17 +103,57 @@ struct RawConfig {
     ratchet: Option<bool>,
     #[serde(default)]
     mode: Option<String>,
+    #[serde(default)]
+    exceptions: Option<Vec<serde_json::Value>>,
+    #[serde(default)]
+    overrides: Option<Vec<serde_json::Value>>,
 }
 
 impl Config {
-    /// The action for `rule` given the action the rule chose for this case.
+    /// The cluster-wide action for `rule` given the action the rule chose for this case.
     pub fn action(&self, rule: &Rule, natural: Action) -> Action {
         self.rules.get(rule.id).copied().unwrap_or(natural)
     }
 
-    /// Whether `rule` is turned off.
+    /// The action for `rule` in a namespace with `namespace_labels`: the cluster-wide one, then
+    /// each override whose namespaceSelector matches, in file order (the last one naming the rule
+    /// wins). Unknown labels match no override.
+    pub fn action_in(&self, rule: &Rule, natural: Action, namespace_labels: Option<&Labels>) -> Action {
+        let mut action = self.action(rule, natural);
+        if let Some(labels) = namespace_labels {
+            for o in &self.overrides {
+                if let Some(a) = o.rules.get(rule.id)
+                    && selector::matches(&o.namespace_selector, labels)
+                {
+                    action = *a;
+                }
+            }
+        }
+        action
+    }
+
+    /// Whether `rule` is off everywhere: cluster-wide, and in no override turned on again.
     pub fn is_off(&self, rule: &Rule) -> bool {
         self.rules.get(rule.id) == Some(&Action::Off)
+            && !self.overrides.iter().any(|o| o.rules.get(rule.id).is_some_and(|a| *a != Action::Off))
+    }
+
+    /// Whether `rule` may deny somewhere: cluster-wide or in an override.
+    pub fn may_deny(&self, rule: &Rule, natural: Action) -> bool {
+        self.action(rule, natural) == Action::Deny
+            || self.overrides.iter().any(|o| o.rules.get(rule.id) == Some(&Action::Deny))
+    }
+
+    /// Whether deciding needs the namespace's labels (an override, or an exception that selects
+    /// namespaces by label).
+    pub fn reads_namespace_labels(&self) -> bool {
+        !self.overrides.is_empty() || self.exceptions.iter().any(|e| e.namespace_selector.is_some())
+    }
+
+    /// The exception that allows a finding of `rule` matched as `m` on `today`, if any (the first
+    /// in file order).
+    pub fn exception_for(&self, rule: &str, m: &Matched, today: Option<policy::Date>) -> Option<&Exception> {
+        self.exceptions.iter().find(|e| e.applies_on(today) && e.covers(rule, m))
     }
 
     pub fn mutation_on(&self, mutation: &Mutation) -> bool {
@@ -114,7 +166,8 @@ impl Config {
     }
 
     pub fn namespace_exempt(&self, namespace: &str) -> bool {
-        self.exempt_namespaces.iter().any(|n| n == namespace)
+        !namespace.is_empty()
+            && self.exempt_namespaces.iter().any(|n| n == namespace || Glob(n.clone()).matches(namespace))
     }
 
     /// Parses and checks a configuration against the rules and mutations of `catalogue`; `file`
@@ -146,6 +199,9 @@ impl Config {
             if let Some(bad) = ns.iter().find(|n| n.is_empty()) {
                 return Err(invalid(format!("exemptNamespaces: bad value {bad:?}: a namespace name is not empty")));
             }
+            for n in &ns {
+                Glob::parse(n, false).map_err(|e| invalid(format!("exemptNamespaces: {e}")))?;
+            }
             config.exempt_namespaces = ns;
         }
         if let Some(images) = raw.csi_controller_images {
@@ -156,6 +212,12 @@ impl Config {
         }
         if let Some(r) = raw.ratchet {
             config.ratchet = r;
+        }
+        if let Some(list) = raw.exceptions {
+            config.exceptions = policy::parse_exceptions(&list, catalogue).map_err(invalid)?;
+        }
+        if let Some(list) = raw.overrides {
+            config.overrides = policy::parse_overrides(&list, catalogue).map_err(invalid)?;
         }
         if let Some(mode) = raw.mode {
             config.mode = Mode::parse(&mode)

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use crate::core::catalogue::Action;
-use crate::core::config::Config;
+use crate::core::config::policy::Date;
+use crate::core::config::{Config, Exception, Matched};
 use crate::core::finding::{Decision, Finding, Note};
 use crate::core::model::{EXEMPT_PREFIX, Exemptions, MODE_LABEL, ObjectRef};
 use crate::core::rules::Evaluation;
@@ -19,6 +20,12 @@ pub struct Context<'a> {
     pub scale: bool,
     /// Exemption annotations of the subject itself (the view may hold an older version).
     pub subject_exemptions: Exemptions,
+    /// The subject and its labels, for the exceptions that select objects by label (only the
+    /// subject's labels are known: the view keeps no other object's).
+    pub subject_labels: Option<(ObjectRef, &'a BTreeMap<String, String>)>,
+    /// Today (UTC), for the exceptions' expiry: the shells read the clock, the core does not.
+    /// `None`: no exception with an expiry applies.
+    pub today: Option<Date>,
 }
 
 /// The namespace mode from its `ha-guard.io/mode` label.
@@ -82,9 +89,10 @@ pub fn decide(eval: Evaluation, namespace: &str, view: &dyn View, config: &Confi
         return Decided { skipped: Some(reason), ..Default::default() };
     }
     let mode = mode_of(namespace, view);
+    let namespace_labels = config.reads_namespace_labels().then(|| view.namespace_labels(namespace)).flatten();
     let mut decided = Decided { findings: Vec::with_capacity(eval.findings.len()), ..Default::default() };
     for mut f in eval.findings {
-        f.action = match config.action(f.rule, f.action.action()) {
+        f.action = match config.action_in(f.rule, f.action.action(), namespace_labels.as_ref()) {
             Action::Deny => Decision::Deny,
             Action::Warn => Decision::Warn,
             Action::Off => continue,
@@ -92,6 +100,12 @@ pub fn decide(eval: Evaluation, namespace: &str, view: &dyn View, config: &Confi
         if let Some((who, reason)) = exemption(&f, view, ctx, &mut decided.warnings) {
             f.action = Decision::Allowed;
             f.notes.push(Note::Exempted { by: who, reason });
+            decided.findings.push(f);
+            continue;
+        }
+        if let Some(e) = exception(&f, config, ctx, namespace_labels.as_ref()) {
+            f.action = Decision::Allowed;
+            f.notes.push(exception_note(e));
             decided.findings.push(f);
             continue;
         }
@@ -132,14 +146,18 @@ pub fn decide_facts(eval: Evaluation, namespace: &str, view: &dyn View, config: 
     let mut decided = Decided { findings: Vec::with_capacity(eval.findings.len()), ..Default::default() };
     let skipped = skip_reason(namespace, view, config);
     let mode = mode_of(namespace, view);
+    let namespace_labels = config.reads_namespace_labels().then(|| view.namespace_labels(namespace)).flatten();
     for mut f in eval.findings {
-        f.action = match config.action(f.rule, f.action.action()) {
+        f.action = match config.action_in(f.rule, f.action.action(), namespace_labels.as_ref()) {
             Action::Deny => Decision::Deny,
             Action::Warn => Decision::Warn,
             Action::Off => continue,
         };
         if let Some((who, reason)) = exemption(&f, view, ctx, &mut decided.warnings) {
             f.notes.push(Note::Fact { why: format!("{who} is exempt from {} ({reason})", f.rule) });
+        }
+        if let Some(e) = exception(&f, config, ctx, namespace_labels.as_ref()) {
+            f.notes.push(Note::Fact { why: format!("exception {} allows {} ({})", e.name, f.rule, e.reason) });
         }
         if let Some(reason) = &skipped {
             f.notes.push(Note::Fact { why: reason.clone() });
@@ -157,7 +175,31 @@ pub fn decide_facts(eval: Evaluation, namespace: &str, view: &dyn View, config: 
 /// config can be ratcheted, and never on a scale write. Most UPDATEs deny nothing, and decoding
 /// and evaluating `oldObject` was a third of their cost, so shells decode it only when this says so.
 pub fn needs_old_findings(eval: &Evaluation, config: &Config, scale: bool) -> bool {
-    config.ratchet && !scale && eval.findings.iter().any(|f| config.action(f.rule, f.action.action()) == Action::Deny)
+    config.ratchet && !scale && eval.findings.iter().any(|f| config.may_deny(f.rule, f.action.action()))
+}
+
+/// The configuration's exception that allows `f`, if one does today.
+fn exception<'c>(
+    f: &Finding,
+    config: &'c Config,
+    ctx: &Context,
+    namespace_labels: Option<&BTreeMap<String, String>>,
+) -> Option<&'c Exception> {
+    if config.exceptions.is_empty() {
+        return None;
+    }
+    let labels = ctx.subject_labels.as_ref().filter(|(id, _)| *id == f.object).map(|(_, l)| *l);
+    let m = Matched { object: &f.object, labels, namespace_labels };
+    config.exception_for(f.rule.id, &m, ctx.today)
+}
+
+fn exception_note(e: &Exception) -> Note {
+    Note::Exception {
+        name: e.name.clone(),
+        reason: e.reason.clone(),
+        owner: e.owner.clone(),
+        expires: e.expires.map(|d| d.to_string()),
+    }
 }
 
 /// The same violation on the old object: same rule at the same field, about the same object (a

@@ -46,6 +46,8 @@ impl Decision {
 pub enum Note {
     /// An exemption annotation on `by` (the object itself or one the finding names).
     Exempted { by: ObjectRef, reason: String },
+    /// An exception of the configuration (`exceptions:`) allows it.
+    Exception { name: String, reason: String, owner: Option<String>, expires: Option<String> },
     /// A deny on a scale subresource write, downgraded.
     ScaleWrite,
     /// A deny that also held for the old object of an UPDATE (ratcheting).
@@ -60,6 +62,14 @@ pub enum Note {
 }
 
 impl Note {
+    /// The name and reason of the configuration's exception this note says allowed the finding.
+    pub fn exception(&self) -> Option<(&str, &str)> {
+        match self {
+            Note::Exception { name, reason, .. } => Some((name, reason)),
+            _ => None,
+        }
+    }
+
     /// The few words a one-line message says for a deny downgraded to a warning, if any.
     pub fn downgrade_reason(&self) -> Option<&'static str> {
         match self {
@@ -67,7 +77,7 @@ impl Note {
             Note::NamespaceWarn { .. } => Some("namespace in warn mode"),
             Note::ScaleWrite => Some("scale writes only warn"),
             Note::Observe => Some("observe-only: enforce would deny"),
-            Note::Exempted { .. } | Note::Fact { .. } => None,
+            Note::Exempted { .. } | Note::Exception { .. } | Note::Fact { .. } => None,
         }
     }
 }
@@ -76,6 +86,15 @@ impl fmt::Display for Note {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Note::Exempted { by, reason } => write!(f, "exempted by {by}: {reason}"),
+            Note::Exception { name, reason, owner, expires } => {
+                write!(f, "allowed by exception {name}: {reason}")?;
+                match (owner, expires) {
+                    (Some(o), Some(e)) => write!(f, " (owner {o}, until {e})"),
+                    (Some(o), None) => write!(f, " (owner {o})"),
+                    (None, Some(e)) => write!(f, " (until {e})"),
+                    (None, None) => Ok(()),
+                }
+            }
             Note::ScaleWrite => f.write_str("scale writes are never denied"),
             Note::PreExisting => f.write_str("pre-existing"),
             Note::NamespaceWarn { namespace } => write!(f, "namespace {namespace} is labelled {MODE_LABEL}=warn"),

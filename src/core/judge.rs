@@ -3,6 +3,7 @@
 //! of its files; the shells only translate requests and files in and verdicts out.
 
 use crate::core::config::Config;
+use crate::core::config::policy::Date;
 use crate::core::decide::{self, Context, Decided};
 use crate::core::model::Subject;
 use crate::core::mutations::{self, Plan};
@@ -42,6 +43,8 @@ pub struct Review<'a> {
     /// Whether rules may assert absences: judged in `check` and the audit, withheld at an
     /// admission until the absence has lasted ([`Absences::at_admission`]).
     pub absences: Absences,
+    /// Today (UTC), for the exceptions' expiry (the shell reads the clock).
+    pub today: Option<Date>,
 }
 
 /// What the review comes to.
@@ -121,7 +124,18 @@ fn judge_with(review: &Review, evaluate: Evaluate) -> Verdict {
         }
         _ => None,
     };
-    let ctx = Context { old: old.as_deref(), scale, subject_exemptions: subject.exemptions() };
+    let subject_labels = if config.exceptions.is_empty() {
+        None
+    } else {
+        subject.meta().and_then(|m| m.labels.as_ref()).map(|l| (subject.id(), l))
+    };
+    let ctx = Context {
+        old: old.as_deref(),
+        scale,
+        subject_exemptions: subject.exemptions(),
+        subject_labels,
+        today: review.today,
+    };
     let decided = decide::decide(eval, namespace, view, config, &ctx);
     Verdict { skipped: None, decided, plan, unchecked }
 }

@@ -24,6 +24,7 @@ fn verdict(subject: &Subject, view: &dyn View) -> Verdict {
         config: &Config::default(),
         asks: Asks::Both,
         absences: Default::default(),
+        today: None,
     })
 }
 

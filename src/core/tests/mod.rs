@@ -5,5 +5,6 @@ mod absences;
 mod decisions;
 mod keda;
 mod mutations;
+mod policy;
 mod properties;
 mod registry;

@@ -161,7 +161,8 @@ pub fn review<'a>(
         Webhook::Validate if update => Absences::at_admission(true, created_at(request, &subject), clock),
         _ => Absences::Withheld,
     };
-    let verdict = judge(&Review { subject: &subject, old: Some(&old), view, config, asks, absences });
+    let today = Some(clock.now.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).date());
+    let verdict = judge(&Review { subject: &subject, old: Some(&old), view, config, asks, absences, today });
     if let Some(reason) = verdict.skipped {
         response.audit_annotations.insert("skipped".into(), reason);
         return Ok((response, outcome));
