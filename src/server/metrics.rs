@@ -31,6 +31,19 @@ pub struct WebhookLabels {
     pub webhook: &'static str,
 }
 
+/// `ha_guard_exception_matches_total`: findings an exception of the configuration allowed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExceptionRuleLabels {
+    pub exception: String,
+    pub rule: &'static str,
+}
+
+/// `ha_guard_exception_expiry_timestamp_seconds`: one series per exception with an expiry.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExceptionLabels {
+    pub exception: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FindingLabels {
     pub rule: &'static str,
@@ -177,6 +190,10 @@ pub struct Metrics {
     pub audit_changes: Family<ChangeLabels, Counter>,
     /// When a run last succeeded (every read and write done), as a Unix time.
     pub audit_last_success: Gauge,
+    /// Findings each exception of the configuration allowed, by rule.
+    pub exception_matches: Family<ExceptionRuleLabels, Counter>,
+    /// When each exception with an expiry stops applying (the start of its `expires` day, UTC).
+    pub exception_expiry: Family<ExceptionLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -289,6 +306,20 @@ impl Metrics {
             audit_last_success.clone(),
         );
 
+        let exception_matches = Family::<ExceptionRuleLabels, Counter>::default();
+        registry.register(
+            "ha_guard_exception_matches",
+            "Findings an exception of the configuration allowed, by exception and rule",
+            exception_matches.clone(),
+        );
+        let exception_expiry = Family::<ExceptionLabels, Gauge>::default();
+        registry.register_with_unit(
+            "ha_guard_exception_expiry_timestamp",
+            "When an exception of the configuration stops applying (the start of its expires day, UTC), as a Unix time",
+            Unit::Seconds,
+            exception_expiry.clone(),
+        );
+
         // Start at 0 what has a known, small label set. Not `ha_guard_admission_requests_total`:
         // its five labels make hundreds of combinations, most of which never occur.
         for webhook in ["validate", "mutate"] {
@@ -338,6 +369,19 @@ impl Metrics {
             audit_errors,
             audit_changes,
             audit_last_success,
+            exception_matches,
+            exception_expiry,
+        }
+    }
+
+    /// The expiry series of `config`'s exceptions: one per exception with an expiry, those of
+    /// exceptions gone or without one since the last configuration removed.
+    pub fn set_exceptions(&self, config: &crate::core::config::Config) {
+        self.exception_expiry.clear();
+        for e in &config.exceptions {
+            if let Some(at) = e.expiry_timestamp() {
+                self.exception_expiry.get_or_create(&ExceptionLabels { exception: e.name.clone() }).set(at);
+            }
         }
     }
 

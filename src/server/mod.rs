@@ -25,7 +25,7 @@ use axum::routing::{get, post};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use metrics::{FindingLabels, ReasonLabels, RequestLabels, ResultLabels, WebhookLabels};
+use metrics::{ExceptionRuleLabels, FindingLabels, ReasonLabels, RequestLabels, ResultLabels, WebhookLabels};
 use review::Webhook;
 pub use state::{AppState, DECODE_BUDGET};
 
@@ -233,6 +233,8 @@ macro_rules! admission_line {
             kind = %$outcome.kind,
             object = %ObjectField(&$outcome),
             operation = %$outcome.operation,
+            user = %$outcome.user,
+            groups = %GroupsField($outcome.groups),
             dry_run = $outcome.dry_run,
             decision = $outcome.decision.as_str(),
             rules = %RulesField(&$outcome),
@@ -289,21 +291,50 @@ impl std::fmt::Display for ObjectField<'_> {
     }
 }
 
-/// The log line's `rules`: `rule=action` per finding, then the mutations applied, comma-separated.
+/// The log line's `rules`: `rule=action` per finding (`rule=allowed:exception` when an exception
+/// of the configuration allowed it), then the mutations applied, comma-separated.
 struct RulesField<'a>(&'a review::Outcome<'a>);
 
 impl std::fmt::Display for RulesField<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let findings = self.0.findings.iter().map(|(r, a)| (r as &dyn std::fmt::Display, Some(a.as_str())));
-        let mutations = self.0.mutations.iter().map(|m| (m as &dyn std::fmt::Display, None));
-        for (i, (what, action)) in findings.chain(mutations).enumerate() {
+        let exception_of = |rule: &crate::core::catalogue::Rule| {
+            self.0.exceptions.iter().find(|(_, r)| std::ptr::eq(*r, rule)).map(|(e, _)| e.as_str())
+        };
+        let findings =
+            self.0.findings.iter().map(|(r, a)| (*r as &dyn std::fmt::Display, Some(a.as_str()), exception_of(r)));
+        let mutations = self.0.mutations.iter().map(|m| (m as &dyn std::fmt::Display, None, None));
+        for (i, (what, action, exception)) in findings.chain(mutations).enumerate() {
             if i > 0 {
                 f.write_str(",")?;
             }
-            match action {
-                Some(action) => write!(f, "{what}={action}")?,
-                None => write!(f, "{what}")?,
+            match (action, exception) {
+                (Some(action), Some(exception)) => write!(f, "{what}={action}:{exception}")?,
+                (Some(action), None) => write!(f, "{what}={action}")?,
+                (None, _) => write!(f, "{what}")?,
             }
+        }
+        Ok(())
+    }
+}
+
+/// The log line's `groups`: the writer's groups, comma-separated, at most [`GROUPS_LOGGED`] of
+/// them (a user in hundreds of groups must not make every line that long), then `+N` for the N
+/// more.
+struct GroupsField<'a>(&'a [String]);
+
+/// How many of a writer's groups the admission line names.
+const GROUPS_LOGGED: usize = 8;
+
+impl std::fmt::Display for GroupsField<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, g) in self.0.iter().take(GROUPS_LOGGED).enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(g)?;
+        }
+        if self.0.len() > GROUPS_LOGGED {
+            write!(f, ",+{}", self.0.len() - GROUPS_LOGGED)?;
         }
         Ok(())
     }
@@ -331,6 +362,13 @@ fn record(state: &AppState, webhook: Webhook, o: &review::Outcome<'_>) {
         .inc();
     for (rule, action) in &o.findings {
         state.metrics.findings.get_or_create(&FindingLabels { rule: rule.id, action: action.as_str() }).inc();
+    }
+    for (exception, rule) in &o.exceptions {
+        state
+            .metrics
+            .exception_matches
+            .get_or_create(&ExceptionRuleLabels { exception: exception.clone(), rule: rule.id })
+            .inc();
     }
 }
 
@@ -921,10 +959,33 @@ mod tests {
     /// The admission lines `answer` logs for a fixture of `tests/fixtures/` (in the view of
     /// `view.yaml`), at debug and above, each as `LEVEL decision`.
     fn logged(webhook: Webhook, fixture: &str) -> Vec<String> {
+        lines(webhook, fixture, None, Config::default())
+            .iter()
+            .map(|l| {
+                let level = l.split_whitespace().next().unwrap_or_default();
+                let decision =
+                    l.split("decision=").nth(1).and_then(|d| d.split_whitespace().next()).unwrap_or_default();
+                format!("{level} {}", decision.trim_matches('"'))
+            })
+            .collect()
+    }
+
+    /// The admission lines of answering `fixture` (its body changed by `edit`) under `config`.
+    fn lines(
+        webhook: Webhook,
+        fixture: &str,
+        edit: Option<&dyn Fn(&mut serde_json::Value)>,
+        config: Config,
+    ) -> Vec<String> {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
-        let body = std::fs::read(format!("{dir}{fixture}")).unwrap();
+        let mut body = std::fs::read(format!("{dir}{fixture}")).unwrap();
+        if let Some(edit) = edit {
+            let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            edit(&mut v);
+            body = serde_json::to_vec(&v).unwrap();
+        }
         let view = crate::core::testing::view(&std::fs::read_to_string(format!("{dir}view.yaml")).unwrap(), false);
-        let state = AppState::new(Arc::new(StaticSource(view)), Config::default());
+        let state = AppState::new(Arc::new(StaticSource(view)), config);
         let buffer = LogBuffer::default();
         let writer = buffer.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -936,17 +997,49 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             answer(&state, webhook, &body, review::value_bound(&body));
         });
-        buffer
-            .text()
-            .lines()
-            .filter(|l| l.contains(" admission "))
-            .map(|l| {
-                let level = l.split_whitespace().next().unwrap_or_default();
-                let decision =
-                    l.split("decision=").nth(1).and_then(|d| d.split_whitespace().next()).unwrap_or_default();
-                format!("{level} {}", decision.trim_matches('"'))
-            })
-            .collect()
+        buffer.text().lines().filter(|l| l.contains(" admission ")).map(str::to_string).collect()
+    }
+
+    /// The line names who wrote (their groups bounded), the object, the operation, dry-run, the
+    /// verdict and each rule with its action and the exception that allowed it, never the object.
+    #[test]
+    fn an_admission_line_says_who_wrote_what_and_why_it_was_allowed() {
+        let config = crate::core::registry::parse_config(
+            "exceptions:\n  - name: legacy-spread\n    rules: [spread-selector-missing]\n    match: {namespaces: [shop], names: [web]}\n    reason: migrating\n",
+            "test.yaml",
+        )
+        .unwrap();
+        let many: Vec<String> = (0..12).map(|i| format!("team-{i}")).collect();
+        let edit = move |v: &mut serde_json::Value| {
+            v["request"]["userInfo"] = serde_json::json!({"username": "jane@example.com", "groups": many.clone()});
+            v["request"]["dryRun"] = serde_json::json!(true);
+        };
+        let lines = lines(Webhook::Validate, "deployment-spread-no-selector.json", Some(&edit), config.clone());
+        let [line] = &lines[..] else { panic!("{lines:?}") };
+        for part in [
+            "object=shop/web",
+            "operation=CREATE",
+            "user=jane@example.com",
+            "groups=team-0,team-1,team-2,team-3,team-4,team-5,team-6,team-7,+4 ",
+            "dry_run=true",
+            "decision=\"warned\"",
+            "rules=spread-selector-missing=allowed:legacy-spread,replicas-colocated=warn ",
+        ] {
+            assert!(line.contains(part), "{part} in {line}");
+        }
+        assert!(!line.contains("containers") && !line.contains("app.kubernetes.io/name"), "no content: {line}");
+        // Counted by exception.
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
+        let body = std::fs::read(format!("{dir}deployment-spread-no-selector.json")).unwrap();
+        let state = AppState::new(Arc::new(StaticSource(crate::core::view::Index::new())), config);
+        answer(&state, Webhook::Validate, &body, review::value_bound(&body));
+        let text = state.metrics.encode();
+        assert!(
+            text.contains(
+                "ha_guard_exception_matches_total{exception=\"legacy-spread\",rule=\"spread-selector-missing\"} 1"
+            ),
+            "{text}"
+        );
     }
 
     /// A denial, a warning or a patch is logged at info; a plain allow and a skip at debug: one

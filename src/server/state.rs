@@ -40,10 +40,12 @@ impl AppState {
 
     /// [`AppState::new`] with the grace an absence must outlast at admission.
     pub fn with_absence_grace(view: Arc<dyn ViewSource>, config: Config, absence_grace: Duration) -> Arc<Self> {
+        let metrics = Metrics::new();
+        metrics.set_exceptions(&config);
         Arc::new(AppState {
             view,
             config: RwLock::new(Arc::new(config)),
-            metrics: Metrics::new(),
+            metrics,
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
             decoding: tokio::sync::Semaphore::new(DECODE_BUDGET),
@@ -62,6 +64,7 @@ impl AppState {
     }
 
     pub fn set_config(&self, config: Config) {
+        self.metrics.set_exceptions(&config);
         match self.config.write() {
             Ok(mut c) => *c = Arc::new(config),
             Err(p) => *p.into_inner() = Arc::new(config),

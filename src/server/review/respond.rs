@@ -57,7 +57,12 @@ pub struct Outcome<'a> {
     pub dry_run: bool,
     pub decision: AdmissionDecision,
     pub findings: Vec<(&'static Rule, Decision)>,
+    /// The configuration's exceptions that allowed a finding: (exception, rule).
+    pub exceptions: Vec<(String, &'static Rule)>,
     pub mutations: Vec<&'static Mutation>,
+    /// Who wrote: the user and their groups, as the apiserver authenticated them.
+    pub user: &'a str,
+    pub groups: &'a [String],
 }
 
 /// What the webhook answered, as the `decision` label of the request metric says it.
@@ -117,6 +122,8 @@ pub fn review<'a>(
         operation: operation_name(&req.operation),
         dry_run: req.dry_run,
         decision: AdmissionDecision::Skipped,
+        user: req.user_info.username.as_deref().unwrap_or_default(),
+        groups: req.user_info.groups.as_deref().unwrap_or_default(),
         ..Default::default()
     };
     if req.sub_resource.as_deref() == Some("scale") {
@@ -197,6 +204,11 @@ pub fn review<'a>(
                 crate::core::decide::observe(&mut decided);
             }
             outcome.findings = decided.findings.iter().map(|f| (f.rule, f.action)).collect();
+            outcome.exceptions = decided
+                .findings
+                .iter()
+                .filter_map(|f| f.notes.iter().find_map(|n| n.exception()).map(|(name, _)| (name.to_string(), f.rule)))
+                .collect();
             outcome.decision = if decided.denied() {
                 AdmissionDecision::Denied
             } else if decided.with(Decision::Warn).next().is_some() || !decided.warnings.is_empty() {
