@@ -444,6 +444,72 @@ fn webhooks_keep_ha_guard_out_of_the_namespaces_that_must_stay_repairable() {
     );
 }
 
+/// The `kubernetes.io/metadata.name NotIn` values of both webhooks' namespaceSelector (the same in
+/// both), and the configuration's exemptNamespaces.
+fn namespace_lists(args: &[&str]) -> (Vec<String>, Vec<String>) {
+    let d = objects(args);
+    let not_in = |hook: &Value| {
+        let e = &hook["namespaceSelector"]["matchExpressions"][0];
+        assert_eq!((&e["key"], &e["operator"]), (&json!("kubernetes.io/metadata.name"), &json!("NotIn")), "{hook}");
+        strings(&e["values"])
+    };
+    let selector = not_in(mutating(&d));
+    assert_eq!(selector, not_in(validating(&d)), "both webhooks leave out the same namespaces");
+    let text = one(&d, "ConfigMap")["data"]["config.yaml"].as_str().expect("config.yaml").to_string();
+    let config: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    (selector, strings(&config["exemptNamespaces"]))
+}
+
+/// One namespace list (issue 39): config.exemptNamespaces feeds the configuration whole and the
+/// webhooks' namespaceSelector with its exact names; a glob never reaches a selector (it would
+/// match only a namespace literally named so). webhook.excludeNamespaces, deprecated, is merged
+/// into both.
+#[test]
+fn config_exempt_namespaces_is_the_one_list_and_only_names_reach_the_selector() {
+    // Defaults: kube-system, and the release namespace added to both.
+    let (selector, exempt) = namespace_lists(&[]);
+    assert_eq!(selector, ["kube-system", "ha-guard"]);
+    assert_eq!(exempt, ["kube-system", "ha-guard"]);
+
+    // Names and globs from both values.
+    let (selector, exempt) = namespace_lists(&[
+        "--set",
+        "config.exemptNamespaces={kube-system,team-sandbox-*,legacy}",
+        "--set",
+        "webhook.excludeNamespaces={flux-system,*-preview,legacy}",
+    ]);
+    assert_eq!(selector, ["kube-system", "ha-guard", "legacy", "flux-system"]);
+    assert!(!selector.iter().any(|n| n.contains('*')), "a glob in a namespaceSelector: {selector:?}");
+    assert_eq!(exempt, ["kube-system", "team-sandbox-*", "legacy", "flux-system", "*-preview", "ha-guard"]);
+
+    // Only globs: the selector keeps its two fixed names, the configuration gets the globs.
+    let (selector, exempt) = namespace_lists(&["--set", "config.exemptNamespaces={team-*}"]);
+    assert_eq!(selector, ["kube-system", "ha-guard"]);
+    assert_eq!(exempt, ["team-*", "ha-guard"]);
+    // Nothing given: the fixed two still.
+    let (selector, exempt) = namespace_lists(&["--set", "config.exemptNamespaces=null"]);
+    assert_eq!(selector, ["kube-system", "ha-guard"]);
+    assert_eq!(exempt, ["ha-guard"]);
+
+    // Another release: its namespace in both lists.
+    let d = render_release("hg", "policy", &["--set", "config.exemptNamespaces={kube-system,ci-*}"]);
+    assert_eq!(strings(&mutating(&d)["namespaceSelector"]["matchExpressions"][0]["values"]), ["kube-system", "policy"]);
+    let config: Value = serde_saphyr::from_str(one(&d, "ConfigMap")["data"]["config.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(strings(&config["exemptNamespaces"]), ["kube-system", "ci-*", "policy"]);
+
+    // Entries are namespace names or * globs, in either value.
+    for (value, bad) in [
+        ("config.exemptNamespaces", "Team_A"),
+        ("config.exemptNamespaces", "team?"),
+        ("webhook.excludeNamespaces", "ns/with/slash"),
+        ("config.exemptNamespaces", ""),
+    ] {
+        let e = refused(&["--set-json", &format!("{value}=[{bad:?}]")]);
+        let at = format!("at '/{}/0'", value.replace('.', "/"));
+        assert!(e.contains(&at), "{value}={bad:?}: {e}");
+    }
+}
+
 /// Every rule of every Role and ClusterRole of a rendering, with the namespace of a Role.
 fn rbac_rules(docs: &[Value]) -> Vec<(String, Option<String>, Value)> {
     let mut out = Vec::new();

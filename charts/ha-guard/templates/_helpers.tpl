@@ -133,12 +133,37 @@ repeated: 30s, 5m, 1h30m) in milliseconds.
 {{- end }}
 
 {{/*
-The namespaceSelector of both webhooks: kube-system, the release namespace (so ha-guard can always
-be repaired, whatever failurePolicy says) and namespaces labelled ha-guard.io/mode: "off" are never
-sent, then what the user adds.
+The one list of namespaces ha-guard leaves alone, as JSON (fromJsonArray): config.exemptNamespaces,
+then the entries of the deprecated webhook.excludeNamespaces, then the release namespace. Entries
+are names or globs (`*`); the configuration gets them all, the webhooks' namespaceSelector the
+names only ("ha-guard.selectorExcluded").
+*/}}
+{{- define "ha-guard.exemptNamespaces" -}}
+{{- concat (.Values.config.exemptNamespaces | default list) (.Values.webhook.excludeNamespaces | default list) (list .Release.Namespace) | uniq | toJson }}
+{{- end }}
+
+{{/*
+The namespaces left out of both webhooks' namespaceSelector, as JSON: kube-system and the release
+namespace (so ha-guard can always be repaired, whatever failurePolicy says), then the exact names
+of "ha-guard.exemptNamespaces". A glob cannot be written as a namespaceSelector (it matches labels
+by equality and set membership only): namespaces matching one are sent, and ha-guard skips them.
+*/}}
+{{- define "ha-guard.selectorExcluded" -}}
+{{- $names := list "kube-system" .Release.Namespace }}
+{{- range include "ha-guard.exemptNamespaces" . | fromJsonArray }}
+{{- if not (contains "*" .) }}
+{{- $names = append $names . }}
+{{- end }}
+{{- end }}
+{{- $names | uniq | toJson }}
+{{- end }}
+
+{{/*
+The namespaceSelector of both webhooks: the namespaces of "ha-guard.selectorExcluded" and those
+labelled ha-guard.io/mode: "off" are never sent, then what the user adds.
 */}}
 {{- define "ha-guard.namespaceSelector" -}}
-{{- $excluded := concat (list "kube-system" .Release.Namespace) .Values.webhook.excludeNamespaces | uniq }}
+{{- $excluded := include "ha-guard.selectorExcluded" . | fromJsonArray }}
 matchExpressions:
   - key: kubernetes.io/metadata.name
     operator: NotIn
