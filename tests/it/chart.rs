@@ -216,6 +216,29 @@ const COMBINATIONS: &[(&str, &[&str])] = &[
     ),
     ("Kubernetes 1.27", &["--kube-version", "1.27.0"]),
     ("background audit off", &["--set", "audit.enabled=false"]),
+    (
+        "a platform team's policy: exceptions, overrides, namespace globs",
+        &[
+            "--set",
+            "config.exemptNamespaces={kube-system,team-sandbox-*,legacy}",
+            "--set",
+            "config.exceptions[0].name=tigera-operator-tolerations",
+            "--set",
+            "config.exceptions[0].rules={toleration-wildcard}",
+            "--set",
+            "config.exceptions[0].match.kinds={Deployment}",
+            "--set",
+            "config.exceptions[0].match.namespaces={tigera-*}",
+            "--set",
+            "config.exceptions[0].reason=vendor operator",
+            "--set-string",
+            "config.exceptions[0].expires=2027-03-01",
+            "--set",
+            "config.overrides[0].namespaceSelector.matchLabels.tier=prod",
+            "--set",
+            "config.overrides[0].rules.pdb-missing=deny",
+        ],
+    ),
 ];
 
 #[test]
@@ -226,7 +249,8 @@ fn helm_lint_passes_in_every_certificate_mode() {
     std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").unwrap();
     let ca = format!("certificates.secret.caBundle={}", ca.display());
     let secret = ["--set", "certificates.mode=secret", "--set", "certificates.secret.name=x", "--set-file", &ca];
-    for args in [&[][..], &["--set", "certificates.mode=certManager"], &secret, COMBINATIONS[5].1] {
+    let policy = COMBINATIONS.last().unwrap().1;
+    for args in [&[][..], &["--set", "certificates.mode=certManager"], &secret, COMBINATIONS[5].1, policy] {
         let mut all = vec!["lint", "--strict", "charts/ha-guard"];
         all.extend_from_slice(args);
         let out = run_helm(&all);
@@ -1261,6 +1285,223 @@ fn the_configuration_is_values_ha_guard_accepts() {
     assert_eq!(config.csi_controller_images, ha_guard::core::config::Config::default().csi_controller_images);
 }
 
+/// The example of issue 39, as a platform team writes it in a values file (`expires` unquoted, as
+/// YAML would read a date).
+const POLICY_VALUES: &str = r#"config:
+  exemptNamespaces: [kube-system, "team-sandbox-*"]
+  exceptions:
+    - name: tigera-operator-tolerations
+      rules: [toleration-wildcard]
+      match:
+        kinds: [Deployment]
+        namespaces: ["tigera-*"]
+        names: [tigera-operator]
+        selector: {matchLabels: {k8s-app: tigera-operator}}
+        namespaceSelector: {matchLabels: {vendor: tigera}}
+      reason: "vendor operator; tolerates everything by design"
+      owner: platform@example.com
+      expires: 2027-03-01
+    - name: cert-manager-webhook
+      rules: [webhook-fail-closed-unavailable, pdb-missing]
+      match:
+        namespaces: [cert-manager]
+        selector:
+          matchExpressions: [{key: app.kubernetes.io/name, operator: In, values: [webhook]}]
+      reason: fail-closed by design
+  overrides:
+    - namespaceSelector: {matchLabels: {tier: prod}}
+      rules: {pdb-missing: deny}
+    - namespaceSelector:
+        matchExpressions: [{key: tier, operator: In, values: [dev, sandbox]}]
+      rules: {pdb-missing: "off", replicas-colocated: warn}
+"#;
+
+/// `helm template` with a values file holding `yaml` (written to a temporary folder).
+fn with_values<T>(yaml: &str, f: impl FnOnce(&str) -> T) -> T {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    f(file.to_str().unwrap())
+}
+
+/// The configuration rendered into the ConfigMap, as YAML.
+fn rendered_config(args: &[&str]) -> Value {
+    let d = objects(args);
+    let text = one(&d, "ConfigMap")["data"]["config.yaml"].as_str().expect("config.yaml").to_string();
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+/// config.exceptions and config.overrides reach ha-guard's configuration as given (the date as
+/// the string YYYY-MM-DD, whether the values quote it or not), beside the merged exemptNamespaces.
+#[test]
+fn the_configuration_carries_exceptions_and_overrides_as_given() {
+    let given: Value = serde_saphyr::from_str(POLICY_VALUES).unwrap();
+    let config = with_values(POLICY_VALUES, |f| rendered_config(&["-f", f]));
+    let mut want_exceptions = given["config"]["exceptions"].clone();
+    want_exceptions[0]["expires"] = json!("2027-03-01");
+    assert_eq!(config["exceptions"], want_exceptions);
+    assert_eq!(config["exceptions"][0]["expires"], "2027-03-01", "a string, never a timestamp");
+    assert_eq!(config["overrides"], given["config"]["overrides"]);
+    assert_eq!(config["overrides"][1]["rules"]["pdb-missing"], "off", "off is the string, not false");
+    assert_eq!(strings(&config["exemptNamespaces"]), ["kube-system", "team-sandbox-*", "ha-guard"]);
+    // ha-guard reads it: the exceptions with their expiry, the overrides, the globs.
+    let d = with_values(POLICY_VALUES, |f| objects(&["-f", f]));
+    let text = one(&d, "ConfigMap")["data"]["config.yaml"].as_str().unwrap();
+    let parsed = ha_guard::core::registry::parse_config(text, "config.yaml").unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let names: Vec<&str> = parsed.exceptions.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["tigera-operator-tolerations", "cert-manager-webhook"]);
+    assert_eq!(parsed.exceptions[0].expiry_timestamp(), Some(1_803_859_200), "2027-03-01T00:00:00Z");
+    assert_eq!(parsed.exceptions[1].expiry_timestamp(), None);
+    assert_eq!(parsed.overrides.len(), 2);
+    assert!(parsed.namespace_exempt("team-sandbox-42") && parsed.namespace_exempt("ha-guard"));
+    assert!(!parsed.namespace_exempt("team-prod"));
+    // The webhooks' selector takes the names only.
+    assert_eq!(
+        strings(&validating(&d)["namespaceSelector"]["matchExpressions"][0]["values"]),
+        ["kube-system", "ha-guard"]
+    );
+
+    // None given: neither key is written (the configuration reads the same without them).
+    let config = rendered_config(&[]);
+    assert!(config.get("exceptions").is_none() && config.get("overrides").is_none(), "{config}");
+}
+
+/// The schema holds an exception and an override to their shape, naming the field that is wrong.
+#[test]
+fn the_schema_refuses_a_bad_exception_or_override_naming_the_field() {
+    let refused_with = |yaml: &str| with_values(yaml, |f| refused(&["-f", f]));
+    let exception =
+        |fields: &str| format!("config:\n  exceptions:\n    - name: vendor\n      rules: [pdb-missing]\n{fields}");
+    let matched = "      match: {kinds: [Deployment]}\n";
+    let reason = "      reason: vendor chart\n";
+    // The valid base renders.
+    with_values(&exception(&format!("{matched}{reason}")), |f| render(&["-f", f]));
+    with_values(
+        &exception(&format!("{matched}{reason}      owner: a@example.com\n      expires: \"2027-03-01\"\n")),
+        |f| render(&["-f", f]),
+    );
+
+    // No reason, a blank one.
+    let e = refused_with(&exception(matched));
+    assert!(e.contains("at '/config/exceptions/0'") && e.contains("missing property 'reason'"), "{e}");
+    let e = refused_with(&exception(&format!("{matched}      reason: \"  \"\n")));
+    assert!(e.contains("at '/config/exceptions/0/reason'"), "{e}");
+    // A date that is not YYYY-MM-DD.
+    for bad in ["2027-3-1", "\"01.03.2027\"", "2027-13-01", "\"2027-03-01T00:00:00Z\"", "next year", "20270301"] {
+        let e = refused_with(&exception(&format!("{matched}{reason}      expires: {bad}\n")));
+        assert!(e.contains("at '/config/exceptions/0/expires'"), "expires: {bad}: {e}");
+    }
+    // No match, an empty one, an unknown key in it, a glob that is no name, a bad selector.
+    let e = refused_with(&exception(reason));
+    assert!(e.contains("missing property 'match'"), "{e}");
+    let e = refused_with(&exception(&format!("      match: {{}}\n{reason}")));
+    assert!(e.contains("at '/config/exceptions/0/match'"), "{e}");
+    let e = refused_with(&exception(&format!("      match: {{kind: [Deployment]}}\n{reason}")));
+    assert!(e.contains("at '/config/exceptions/0/match'") && e.contains("'kind' not allowed"), "{e}");
+    let e = refused_with(&exception(&format!("      match: {{namespaces: [Tigera_*]}}\n{reason}")));
+    assert!(e.contains("at '/config/exceptions/0/match/namespaces/0'"), "{e}");
+    for kind in ["deployment", "Pod", "Node"] {
+        let e = refused_with(&exception(&format!("      match: {{kinds: [{kind}]}}\n{reason}")));
+        assert!(e.contains("at '/config/exceptions/0/match/kinds/0'"), "{kind}: {e}");
+    }
+    let e = refused_with(&exception(&format!(
+        "      match: {{selector: {{matchExpressions: [{{key: a, operator: Equals}}]}}}}\n{reason}"
+    )));
+    assert!(e.contains("at '/config/exceptions/0/match/selector/matchExpressions/0/operator'"), "{e}");
+    for (expression, wrong) in [
+        ("{key: a, operator: In}", "missing property 'values'"),
+        ("{key: a, operator: NotIn, values: []}", "/values"),
+        ("{key: a, operator: Exists, values: [x]}", "/values"),
+    ] {
+        let e = refused_with(&exception(&format!(
+            "      match: {{selector: {{matchExpressions: [{expression}]}}}}\n{reason}"
+        )));
+        assert!(e.contains("at '/config/exceptions/0/match/selector/matchExpressions/0") && e.contains(wrong), "{e}");
+    }
+    let e =
+        refused_with(&exception(&format!("      match: {{namespaceSelector: {{matchLabel: {{a: b}}}}}}\n{reason}")));
+    assert!(e.contains("at '/config/exceptions/0/match/namespaceSelector'") && e.contains("'matchLabel'"), "{e}");
+    // Rules: an unknown ID, none, a string instead of a list.
+    let e = refused_with(
+        "config:\n  exceptions:\n    - {name: x, rules: [pdb-mising], match: {kinds: [Deployment]}, reason: r}\n",
+    );
+    assert!(e.contains("at '/config/exceptions/0/rules/0'"), "{e}");
+    let e =
+        refused_with("config:\n  exceptions:\n    - {name: x, rules: [], match: {kinds: [Deployment]}, reason: r}\n");
+    assert!(e.contains("at '/config/exceptions/0/rules'"), "{e}");
+    let e = refused_with(
+        "config:\n  exceptions:\n    - {name: x, rules: pdb-missing, match: {kinds: [Deployment]}, reason: r}\n",
+    );
+    assert!(e.contains("at '/config/exceptions/0/rules'"), "{e}");
+    // Names: not a name, or used twice (a finding names its exception).
+    let e = refused_with(
+        "config:\n  exceptions:\n    - {name: Vendor Op, rules: [pdb-missing], match: {kinds: [Deployment]}, reason: r}\n",
+    );
+    assert!(e.contains("at '/config/exceptions/0/name'"), "{e}");
+    let twice = "config:\n  exceptions:\n    - {name: x, rules: [pdb-missing], match: {kinds: [Deployment]}, reason: r}\n    - {name: x, rules: [pdb-overlap], match: {kinds: [StatefulSet]}, reason: s}\n";
+    let e = refused_with(twice);
+    assert!(e.contains(r#"config.exceptions: two exceptions are named "x""#), "{e}");
+    // An unknown key of the exception.
+    let e = refused_with(&exception(&format!("{matched}{reason}      expiry: \"2027-03-01\"\n")));
+    assert!(e.contains("at '/config/exceptions/0'") && e.contains("'expiry' not allowed"), "{e}");
+
+    // Overrides: a bad action, an unknown rule, no rules, no namespaceSelector, an empty one.
+    let e = refused_with(
+        "config:\n  overrides:\n    - {namespaceSelector: {matchLabels: {tier: prod}}, rules: {pdb-missing: block}}\n",
+    );
+    assert!(e.contains("at '/config/overrides/0/rules/pdb-missing'") && e.contains("'deny', 'warn', 'off'"), "{e}");
+    let e = refused_with(
+        "config:\n  overrides:\n    - {namespaceSelector: {matchLabels: {tier: prod}}, rules: {pdb-mising: deny}}\n",
+    );
+    assert!(e.contains("at '/config/overrides/0/rules'") && e.contains("'pdb-mising' not allowed"), "{e}");
+    let e = refused_with("config:\n  overrides:\n    - {namespaceSelector: {matchLabels: {tier: prod}}, rules: {}}\n");
+    assert!(e.contains("at '/config/overrides/0/rules'"), "{e}");
+    let e = refused_with("config:\n  overrides:\n    - {rules: {pdb-missing: deny}}\n");
+    assert!(e.contains("at '/config/overrides/0'") && e.contains("missing property 'namespaceSelector'"), "{e}");
+    let e = refused_with("config:\n  overrides:\n    - {namespaceSelector: {}, rules: {pdb-missing: deny}}\n");
+    assert!(e.contains("at '/config/overrides/0/namespaceSelector'"), "{e}");
+}
+
+/// The kinds an exception may match are the ones ha-guard's configuration accepts: every kind the
+/// schema lists parses, every other kind ha-guard models is refused by both.
+#[test]
+fn the_schema_knows_the_kinds_an_exception_may_match() {
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("charts/ha-guard/values.schema.json")).unwrap())
+            .unwrap();
+    let exception = &schema["properties"]["config"]["properties"]["exceptions"]["items"];
+    let listed: BTreeSet<&str> = exception["properties"]["match"]["properties"]["kinds"]["items"]["enum"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    use ha_guard::core::model::Kind::*;
+    let modelled = [
+        Deployment,
+        StatefulSet,
+        PodDisruptionBudget,
+        HorizontalPodAutoscaler,
+        PersistentVolumeClaim,
+        Node,
+        Namespace,
+        Service,
+        ValidatingWebhookConfiguration,
+        MutatingWebhookConfiguration,
+        ScaledObject,
+    ];
+    let accepted: BTreeSet<&str> = modelled
+        .iter()
+        .map(|k| k.as_str())
+        .filter(|k| {
+            let text =
+                format!("exceptions:\n- {{name: x, rules: [pdb-missing], match: {{kinds: [{k}]}}, reason: r}}\n");
+            ha_guard::core::registry::parse_config(&text, "config.yaml").is_ok()
+        })
+        .collect();
+    assert_eq!(listed, accepted, "the schema's kinds of config.exceptions[].match must be the ones ha-guard accepts");
+}
+
 /// The observe-only install (issue 41): one value, `mode`, rendered into the configuration;
 /// `config.mode` wins when set; anything else is refused by the schema.
 #[test]
@@ -1310,6 +1551,13 @@ fn the_schema_refuses_unknown_keys_at_every_level_and_knows_every_rule() {
         .collect();
     let catalogue: BTreeSet<&str> = ha_guard::core::registry::rules().map(|r| r.id).collect();
     assert_eq!(rules, catalogue, "config.rules in values.schema.json must list exactly ha-guard's rules");
+    // The rule IDs an exception may name (config.exceptions[].rules; config.overrides[].rules is
+    // config.rules by reference).
+    let ids: BTreeSet<&str> =
+        schema["definitions"]["ruleId"]["enum"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(ids, catalogue, "definitions.ruleId in values.schema.json must list exactly ha-guard's rules");
+    let overrides = &schema["properties"]["config"]["properties"]["overrides"]["items"]["properties"]["rules"];
+    assert_eq!(overrides["allOf"][0], json!({"$ref": "#/properties/config/properties/rules"}));
     let mutations: BTreeSet<&str> = schema["properties"]["config"]["properties"]["mutations"]["properties"]
         .as_object()
         .unwrap()

@@ -223,6 +223,13 @@ caBundle: {{ $.Values.certificates.secret.caBundle | b64enc }}
 {{- if and .Values.audit.enabled (lt (int64 (include "ha-guard.durationMs" .Values.audit.interval)) 30000) }}
 {{- fail (printf "audit.interval (%s) must be at least 30s (ha-guard reports --interval refuses less)" .Values.audit.interval) }}
 {{- end }}
+{{- $seen := dict }}
+{{- range .Values.config.exceptions }}
+{{- if hasKey $seen .name }}
+{{- fail (printf "config.exceptions: two exceptions are named %q; a name must be unique (every finding an exception allows names it)" .name) }}
+{{- end }}
+{{- $_ := set $seen .name true }}
+{{- end }}
 {{- if and .Values.webhook.matchConditions (not (include "ha-guard.matchConditions" .)) }}
 {{- fail (printf "webhook.matchConditions need Kubernetes 1.30 or later; this cluster is %s" .Capabilities.KubeVersion.Version) }}
 {{- end }}
