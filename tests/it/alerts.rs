@@ -2,7 +2,8 @@
 //! engine: the PrometheusRule rendered by the pinned helm, its `spec.groups` written as a rules
 //! file, `promtool check rules` on it, and `promtool test rules` with unit tests written here: for
 //! each background-audit alert, series where it fires (the alert, its labels and annotations at
-//! the right time) and series where it must not. promtool is built from its Go module by
+//! the right time) and series where it must not, and for the exception expiry alerts, exceptions
+//! expiring soon, later, and already past. promtool is built from its Go module by
 //! `tests/e2e/promtool/build.sh` on first use (cached outside the repository, like helm): a
 //! promtool that cannot be built fails the test, never skips it. Each expectation is shown to
 //! catch a wrong rule: the same unit tests fail against rules with one piece taken out.
@@ -13,7 +14,7 @@ use std::sync::OnceLock;
 
 use serde_json::{Value, json};
 
-use crate::chart::{objects, one, repo};
+use crate::chart::{objects, one, refused, repo};
 
 /// The pinned promtool, built once per machine (a cached build returns at once).
 fn promtool() -> &'static Path {
@@ -242,7 +243,7 @@ fn the_rules_pass_promtool_check() {
         let out = run(&["check", "rules", "rules.yaml"], dir.path());
         let said = text(&out);
         assert!(out.status.success(), "{name}: promtool check rules:\n{said}");
-        let count = if name == "audit off" { 6 } else { 11 };
+        let count = if name == "audit off" { 8 } else { 13 };
         assert!(said.contains(&format!("SUCCESS: {count} rules found")), "{name}: {said}");
     }
     // promtool does refuse a broken rule: the check above can fail.
@@ -385,5 +386,222 @@ fn alert_labels_selectors_and_for_follow_the_values() {
         assert_eq!(rule(&r, "HaGuardAuditNoLeader")["for"], want, "audit.interval={interval}");
         let description = rule(&r, "HaGuardAuditNoLeader")["annotations"]["description"].as_str().unwrap().to_string();
         assert!(description.starts_with(&format!("For {want} (two audit intervals of {interval})")), "{description}");
+    }
+}
+
+/// The webhook's series labels as its ServiceMonitor scrapes them.
+const WEBHOOK_JOB: &str = r#"job="ha-guard", namespace="ha-guard""#;
+
+/// Prometheus' `humanizeDuration` of a whole number of seconds (template_funcs' format).
+fn humanize_duration(seconds: i64) -> String {
+    let sign = if seconds < 0 { "-" } else { "" };
+    let s = seconds.abs();
+    let (days, hours, minutes, secs) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if days != 0 {
+        format!("{sign}{days}d {hours}h {minutes}m {secs}s")
+    } else if hours != 0 {
+        format!("{sign}{hours}h {minutes}m {secs}s")
+    } else if minutes != 0 {
+        format!("{sign}{minutes}m {secs}s")
+    } else {
+        format!("{sign}{s}s")
+    }
+}
+
+/// The expiry gauge of `exception` on one webhook pod.
+fn expiry(pod: &str, exception: &str, values: &str) -> Value {
+    json!({
+        "series": format!(r#"ha_guard_exception_expiry_timestamp_seconds{{{WEBHOOK_JOB}, pod="{pod}", exception="{exception}"}}"#),
+        "values": values,
+    })
+}
+
+/// What promtool must see for an exception alert: the exception (no pod: one alert per exception,
+/// whatever the replicas), the rule's labels, its annotations with the exception and the value.
+fn exception_alert(rules: &Value, alert: &str, exception: &str, seconds: i64) -> Value {
+    let r = rule(rules, alert);
+    let mut exp_labels = json!({"exception": exception});
+    for (k, v) in r["labels"].as_object().unwrap() {
+        exp_labels[k] = v.clone();
+    }
+    let mut annotations = r["annotations"].clone();
+    for (_, v) in annotations.as_object_mut().unwrap() {
+        let s = v
+            .as_str()
+            .unwrap()
+            .replace("{{ $labels.exception }}", exception)
+            .replace("{{ $value | humanizeDuration }}", &humanize_duration(seconds));
+        assert!(!s.contains("{{"), "{alert}: a template this test does not expand: {s}");
+        *v = json!(s);
+    }
+    json!({"exp_labels": exp_labels, "exp_annotations": annotations})
+}
+
+const DAY: i64 = 86400;
+
+/// The unit tests of HaGuardExceptionExpiring / HaGuardExceptionExpired, for rules rendered with
+/// `exceptionExpiryWarning` 14. Test time starts at the Unix epoch: an expiry timestamp of N
+/// seconds is N seconds after the start of the test.
+fn exception_unit_tests(rules: &Value) -> Vec<Value> {
+    let expiring = |exception: &str, left: i64| exception_alert(rules, "HaGuardExceptionExpiring", exception, left);
+    let expired = |exception: &str, ago: i64| exception_alert(rules, "HaGuardExceptionExpired", exception, ago);
+    let at_both = |t: &str, expiring: Vec<Value>, expired: Vec<Value>| {
+        vec![at(t, "HaGuardExceptionExpiring", expiring), at(t, "HaGuardExceptionExpired", expired)]
+    };
+    let mut tests = Vec::new();
+
+    // In 10 days (from 15 minutes in): Expiring, once it has held for 15 minutes; not Expired.
+    let ten = 10 * DAY + 900;
+    let mut checks = at_both("14m", vec![], vec![]);
+    checks.extend(at_both("15m", vec![expiring("in-10-days", 10 * DAY)], vec![]));
+    checks.extend(at_both("60m", vec![expiring("in-10-days", 10 * DAY - 2700)], vec![]));
+    tests.push(case(
+        "an exception expiring in 10 days",
+        vec![
+            expiry("ha-guard-a", "in-10-days", &format!("{ten}x60")),
+            expiry("ha-guard-b", "in-10-days", &format!("{ten}x60")),
+        ],
+        checks,
+    ));
+    // In 20 days, and one without a date (no series): nothing.
+    let mut checks = at_both("20m", vec![], vec![]);
+    checks.extend(at_both("60m", vec![], vec![]));
+    tests.push(case(
+        "an exception expiring in 20 days",
+        vec![expiry("ha-guard-a", "in-20-days", &format!("{}x60", 20 * DAY))],
+        checks,
+    ));
+    // Past (its day began at the epoch): Expired at once, with how long ago; not Expiring.
+    let mut checks = at_both("0m", vec![], vec![expired("past", 0)]);
+    checks.extend(at_both("20m", vec![], vec![expired("past", 1200)]));
+    tests.push(case("an exception already expired", vec![expiry("ha-guard-a", "past", "0x30")], checks));
+    // Renewed: a pod still on the old configuration (10 days) and one on the new (40 days): the
+    // later date counts, nothing fires.
+    let mut checks = at_both("20m", vec![], vec![]);
+    checks.extend(at_both("40m", vec![], vec![]));
+    tests.push(case(
+        "an exception renewed, one pod not reloaded yet",
+        vec![
+            expiry("ha-guard-a", "renewed", &format!("{ten}x60")),
+            expiry("ha-guard-b", "renewed", &format!("{}x60", 40 * DAY)),
+        ],
+        checks,
+    ));
+    // Through its expiry day's start (30 minutes in): Expiring until then, Expired from then on.
+    let mut checks = at_both("20m", vec![expiring("at-30m", 600)], vec![]);
+    checks.extend(at_both("29m", vec![expiring("at-30m", 60)], vec![]));
+    checks.extend(at_both("30m", vec![], vec![expired("at-30m", 0)]));
+    checks.extend(at_both("45m", vec![], vec![expired("at-30m", 900)]));
+    tests.push(case("an exception reaching its expiry", vec![expiry("ha-guard-a", "at-30m", "1800x60")], checks));
+    // Two exceptions: one alert each, by name.
+    tests.push(case(
+        "two exceptions",
+        vec![expiry("ha-guard-a", "first", &format!("{}x30", 3 * DAY)), expiry("ha-guard-a", "second", "0x30")],
+        at_both("15m", vec![expiring("first", 3 * DAY - 900)], vec![expired("second", 900)]),
+    ));
+    tests
+}
+
+#[test]
+fn the_exception_alerts_fire_ahead_of_and_after_expiry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = rules(&[]);
+    assert_eq!(rule(&good, "HaGuardExceptionExpiring")["for"], "15m");
+    assert!(rule(&good, "HaGuardExceptionExpired").get("for").is_none());
+    let tests = exception_unit_tests(&good);
+    let out = test_rules(dir.path(), &good, &tests);
+    assert!(out.status.success(), "promtool test rules:\n{}", text(&out));
+
+    // The window follows metrics.prometheusRule.exceptionExpiryWarning: at 30 days, one in 20 fires.
+    let wide = rules(&["--set", "metrics.prometheusRule.exceptionExpiryWarning=30"]);
+    let description = rule(&wide, "HaGuardExceptionExpiring")["annotations"]["description"].as_str().unwrap();
+    assert!(description.contains("(alert threshold 30 days)"), "{description}");
+    let tests = [case(
+        "an exception expiring in 20 days, 30 days' warning",
+        vec![expiry("ha-guard-a", "in-20-days", &format!("{}x30", 20 * DAY))],
+        vec![
+            at(
+                "15m",
+                "HaGuardExceptionExpiring",
+                vec![exception_alert(&wide, "HaGuardExceptionExpiring", "in-20-days", 20 * DAY - 900)],
+            ),
+            at("15m", "HaGuardExceptionExpired", vec![]),
+        ],
+    )];
+    let out = test_rules(dir.path(), &wide, &tests);
+    assert!(out.status.success(), "promtool test rules (exceptionExpiryWarning=30):\n{}", text(&out));
+    let e = refused(&[
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+        "--set",
+        "metrics.prometheusRule.exceptionExpiryWarning=0",
+    ]);
+    assert!(e.contains("/metrics/prometheusRule/exceptionExpiryWarning"), "{e}");
+
+    // What the descriptions tell: the exception, where it is configured, what to do.
+    for alert in ["HaGuardExceptionExpiring", "HaGuardExceptionExpired"] {
+        let d = rule(&good, alert)["annotations"]["description"].as_str().unwrap();
+        for part in [
+            "{{ $labels.exception }}",
+            "config.exceptions",
+            "ha-guard/ha-guard-config",
+            "renew",
+            "expires date",
+            "are refused",
+        ] {
+            assert!(d.contains(part), "{alert}: {part:?} not in {d}");
+        }
+    }
+    let observe = rules(&["--set", "mode=observe"]);
+    let d = rule(&observe, "HaGuardExceptionExpired")["annotations"]["description"].as_str().unwrap();
+    assert!(d.contains("answered with a warning (mode observe"), "{d}");
+
+    // The unit tests catch a wrong rule.
+    let sel = WEBHOOK_JOB;
+    let mutations: [(&str, &str, &str, String); 6] = [
+        (
+            "HaGuardExceptionExpiring",
+            "expr",
+            "expired ones too",
+            format!(
+                "(max by (exception) (ha_guard_exception_expiry_timestamp_seconds{{{sel}}}) - time()) < 14 * 86400"
+            ),
+        ),
+        (
+            "HaGuardExceptionExpiring",
+            "expr",
+            "min over pods",
+            format!(
+                "(min by (exception) (ha_guard_exception_expiry_timestamp_seconds{{{sel}}}) - time()) < 14 * 86400 > 0"
+            ),
+        ),
+        (
+            "HaGuardExceptionExpiring",
+            "expr",
+            "a threshold in seconds, not days",
+            format!("(max by (exception) (ha_guard_exception_expiry_timestamp_seconds{{{sel}}}) - time()) < 14 > 0"),
+        ),
+        ("HaGuardExceptionExpiring", "for", "for: 1h", "1h".to_string()),
+        (
+            "HaGuardExceptionExpired",
+            "expr",
+            "strictly after the day's start",
+            format!("time() - max by (exception) (ha_guard_exception_expiry_timestamp_seconds{{{sel}}}) > 0"),
+        ),
+        (
+            "HaGuardExceptionExpired",
+            "expr",
+            "per pod",
+            format!("time() - max by (exception, pod) (ha_guard_exception_expiry_timestamp_seconds{{{sel}}}) >= 0"),
+        ),
+    ];
+    let tests = exception_unit_tests(&good);
+    for (alert, field, what, value) in mutations {
+        let mut bad = good.clone();
+        rule_mut(&mut bad, alert)[field] = json!(value);
+        let out = test_rules(dir.path(), &bad, &tests);
+        let said = text(&out);
+        assert!(!out.status.success(), "{alert} {what}: the unit tests still pass:\n{said}");
+        assert!(said.contains(alert), "{alert} {what}: promtool fails, but not on {alert}:\n{said}");
     }
 }

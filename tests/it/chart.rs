@@ -59,7 +59,7 @@ fn render(args: &[&str]) -> String {
 }
 
 /// The error of a rendering that must fail.
-fn refused(args: &[&str]) -> String {
+pub(crate) fn refused(args: &[&str]) -> String {
     let out = template(args);
     assert!(
         !out.status.success(),
@@ -1627,17 +1627,47 @@ fn metric_names(text: &str) -> BTreeSet<String> {
     out
 }
 
+/// The Markdown files of the repository's documentation: README.md and everything under docs/.
+fn documentation_pages() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out)
+            } else if p.extension().is_some_and(|x| x == "md") {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = vec![repo().join("README.md")];
+    walk(&repo().join("docs"), &mut out);
+    out.sort();
+    out
+}
+
+/// The metrics the documentation's metrics table lists (its rows start with "| `ha_guard_"), in
+/// whichever page holds it (docs/webhook.md at the time of writing; README.md before), with the
+/// pages that hold its rows.
+fn documented_metrics() -> (BTreeSet<String>, Vec<String>) {
+    let mut documented = BTreeSet::new();
+    let mut pages = Vec::new();
+    for page in documentation_pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("| `ha_guard_")).collect();
+        if !rows.is_empty() {
+            pages.push(page.strip_prefix(repo()).unwrap().display().to_string());
+        }
+        documented.extend(rows.iter().flat_map(|l| metric_names(l.split('|').nth(1).unwrap())));
+    }
+    (documented, pages)
+}
+
 #[test]
 fn monitoring_uses_only_metrics_ha_guard_exports() {
-    let webhook_page = std::fs::read_to_string(repo().join("docs/webhook.md")).unwrap();
-    // The metrics table of docs/webhook.md, plus the CA expiry gauge the self-managed certificates add.
-    let mut documented: BTreeSet<String> = webhook_page
-        .lines()
-        .filter(|l| l.starts_with("| `ha_guard_"))
-        .flat_map(|l| metric_names(l.split('|').nth(1).unwrap()))
-        .collect();
+    // The documentation's metrics table, plus the CA expiry gauge the self-managed certificates add.
+    let (mut documented, pages) = documented_metrics();
     documented.insert("ha_guard_tls_ca_not_after_seconds".into());
-    assert!(documented.len() >= 10, "{documented:?}");
+    assert!(documented.len() >= 10, "{pages:?}: {documented:?}");
 
     let d = objects(COMBINATIONS[5].1);
     let rule = one(&d, "PrometheusRule");
@@ -1655,7 +1685,9 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
             "HaGuardCertificateExpiring",
             "HaGuardCAExpiring",
             "HaGuardConfigReloadFailing",
-            "HaGuardCacheNotSynced"
+            "HaGuardCacheNotSynced",
+            "HaGuardExceptionExpiring",
+            "HaGuardExceptionExpired"
         ]
     );
     assert_eq!(
@@ -1683,11 +1715,22 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
         BTreeSet::from([
             "ha_guard_cache_synced".to_string(),
             "ha_guard_config_reloads_total".into(),
+            "ha_guard_exception_expiry_timestamp_seconds".into(),
             "ha_guard_tls_ca_not_after_seconds".into(),
             "ha_guard_tls_cert_not_after_seconds".into()
         ])
     );
-    assert!(used.is_subset(&documented), "{used:?} vs {documented:?}");
+    let undocumented: Vec<_> = used.difference(&documented).collect();
+    assert!(
+        undocumented.is_empty(),
+        "alerts on metrics the metrics table of {pages:?} does not list: {undocumented:?}"
+    );
+    // The exception alerts read the webhook's series (its pods always run; the audit's may not).
+    assert_eq!(
+        exprs.matches(r#"ha_guard_exception_expiry_timestamp_seconds{job="ha-guard", namespace="ha-guard"}"#).count(),
+        2,
+        "{exprs}"
+    );
     // The audit's alerts select the audit's job (its Service's name, as its ServiceMonitor
     // scrapes it), never the webhook's.
     let audit_exprs = exprs_of(&groups[1]);
@@ -1734,8 +1777,15 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
     let panels = dashboard["panels"].as_array().unwrap();
     let queried = metric_names(&dashboard["panels"].to_string());
     assert!(panels.len() >= 10, "{}", panels.len());
-    assert!(queried.is_subset(&documented), "{:?}", queried.difference(&documented).collect::<Vec<_>>());
-    // Every metric of docs/webhook.md's table has a panel.
+    assert!(
+        queried.is_subset(&documented),
+        "panels on metrics the metrics table of {pages:?} does not list: {:?}",
+        queried.difference(&documented).collect::<Vec<_>>()
+    );
+    // Every metric of the documentation's table has a panel, the exceptions' among them.
+    for metric in ["ha_guard_exception_expiry_timestamp_seconds", "ha_guard_exception_matches_total"] {
+        assert!(queried.contains(metric), "no panel on {metric}");
+    }
     let missing: Vec<_> = documented.difference(&queried).collect();
     assert!(missing.is_empty(), "metrics without a panel: {missing:?}");
 
