@@ -1474,6 +1474,8 @@ fn viewsize_role(args: &[String]) {
             old: old.as_deref(),
             scale: subject.scale,
             subject_exemptions: subject.new.exemptions(),
+            subject_labels: None,
+            today: None,
         };
         std::hint::black_box(ha_guard::core::decide::decide(eval, &ns, view, &config, &ctx));
     };

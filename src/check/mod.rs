@@ -7,6 +7,7 @@
 
 pub mod fix;
 pub mod output;
+pub mod preview;
 pub mod report;
 
 pub use report::{FailOn, Fixable, Located, Report};

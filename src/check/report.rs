@@ -78,3 +78,37 @@ impl Report {
         }
     }
 }
+
+/// Warnings about the configuration's exceptions after a run: one that has expired (it no longer
+/// applies: what it allowed is judged again) and one that allowed nothing in this run (its match
+/// may be wrong, or what it covered is gone).
+pub fn exception_notices(
+    config: &crate::core::config::Config,
+    report: &Report,
+    today: crate::core::config::policy::Date,
+) -> Vec<String> {
+    let used: std::collections::HashSet<&str> = report
+        .findings
+        .iter()
+        .flat_map(|l| l.finding.notes.iter().filter_map(|n| n.exception()).map(|(name, _)| name))
+        .collect();
+    let mut out = Vec::new();
+    for e in &config.exceptions {
+        match e.expires {
+            Some(day) if day <= today => out.push(format!(
+                "exception {} expired on {day}: it no longer applies, so what it allowed ({}) is judged again; \
+                 renew its expires date with a reason, or fix the objects",
+                e.name,
+                e.rules.join(", ")
+            )),
+            _ if !used.contains(e.name.as_str()) => out.push(format!(
+                "exception {} allowed no finding here: its match (rules {}) covers nothing these objects break; \
+                 check the match, or remove the exception",
+                e.name,
+                e.rules.join(", ")
+            )),
+            _ => {}
+        }
+    }
+    out
+}

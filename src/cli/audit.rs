@@ -85,13 +85,24 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
         cluster.namespaces,
         cluster.pods
     ));
-    let report = match &drain {
-        Some(d) => audit::drain(&cluster, &config, d).map_err(Error),
-        None => Ok(audit::audit(&cluster, &config)),
+    let judge = |config: &crate::core::config::Config| match &drain {
+        Some(d) => audit::drain(&cluster, config, d).map_err(Error),
+        None => Ok(audit::audit(&cluster, config)),
+    };
+    let report = judge(&config);
+    // The preview: the same cluster judged under the configuration in force too.
+    let before = match args.report.baseline_config() {
+        Ok(Some(baseline)) => Some(judge(&baseline)),
+        Ok(None) => None,
+        Err(e) => Some(Err(e)),
     };
     progress.done();
-    let report = report?;
-    let code = args.report.finish(&report)?;
+    let mut report = report?;
+    args.report.add_exception_notices(&config, &mut report);
+    let code = match before {
+        Some(before) => args.report.finish_preview(&before?, &report)?,
+        None => args.report.finish(&report)?,
+    };
     if Progress::on_terminal().shown() {
         eprintln!(
             "audited {} objects and {} pods in {} namespaces in {:.1?}",

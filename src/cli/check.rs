@@ -94,6 +94,12 @@ pub struct ReportArgs {
     /// Colour in text output.
     #[arg(long, value_enum, default_value = "auto")]
     pub color: Color,
+    /// Preview a configuration change: judge the same objects under this file (the configuration
+    /// in force) and under --config (the new one), and print only what the change would newly
+    /// deny, newly warn, allow or stop reporting, object by object (text or json). Exit 1 when
+    /// something becomes denied.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
 }
 
 impl ReportArgs {
@@ -102,6 +108,56 @@ impl ReportArgs {
         let mut config = self.config.as_deref().map(crate::config_file::load).transpose()?.unwrap_or_default();
         toggle(&mut config, &self.disable, &self.enable)?;
         Ok(config)
+    }
+
+    /// The `--baseline` configuration (with --disable and --enable applied, as to --config), if
+    /// one is given.
+    pub fn baseline_config(&self) -> Result<Option<Config>, Error> {
+        let Some(path) = self.baseline.as_deref() else { return Ok(None) };
+        if !matches!(self.format, Format::Text | Format::Json) {
+            return Err(Error("--baseline prints a comparison: use --format text or json".into()));
+        }
+        let mut config = crate::config_file::load(path)?;
+        toggle(&mut config, &self.disable, &self.enable)?;
+        Ok(Some(config))
+    }
+
+    /// Prints what changes from `before` (the baseline's report) to `after` (the new
+    /// configuration's), and returns 1 when something becomes denied.
+    pub fn finish_preview(&self, before: &check::Report, after: &check::Report) -> Result<ExitCode, Error> {
+        let changes = check::preview::compare(before, after);
+        let baseline = self.baseline.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+        let config = self.config.as_deref().map_or("the defaults".to_string(), |p| p.display().to_string());
+        let text = match self.format {
+            Format::Json => {
+                serde_json::to_string_pretty(&check::preview::json(&changes, &baseline, &config)).unwrap_or_default()
+                    + "\n"
+            }
+            _ => check::preview::text(&changes, &baseline, &config),
+        };
+        match self.output.as_deref() {
+            Some(p) if p.as_os_str() != "-" => {
+                std::fs::write(p, text).map_err(|e| Error(format!("--output {}: {e}", p.display())))?
+            }
+            _ => {
+                let _ = std::io::stdout().write_all(text.as_bytes());
+            }
+        }
+        for e in before.errors.iter().chain(&after.errors) {
+            eprintln!("error: {e}");
+        }
+        let code = if !after.errors.is_empty() { 2 } else { check::preview::exit_code(&changes) };
+        Ok(ExitCode::from(code))
+    }
+
+    /// Warns of the configuration's exceptions that expired or allowed nothing in `report`.
+    pub fn add_exception_notices(&self, config: &Config, report: &mut check::Report) {
+        let file = self.config.as_deref().map_or("configuration".to_string(), |p| p.display().to_string());
+        for n in check::report::exception_notices(config, report, crate::config_file::today()) {
+            let origin =
+                manifest::Origin { file: file.clone(), document: 0, item: None, line: 0, column: None, template: None };
+            report.notices.push((origin, n));
+        }
     }
 
     /// Prints `report` as these flags say and returns the exit code they give it.
@@ -150,33 +206,20 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
         }
         run
     } else {
-        let prepare = |value: serde_json::Value| check::Prepared::of(&value, &options.namespace);
-        let mut loaded = manifest::load_mapped(&paths, &load, &prepare);
-        let mut rendered = render(&args)?;
-        // A chart folder among the paths: rendered as --helm would, or skipped with the command.
-        let helm = on_path("helm");
-        for chart in std::mem::take(&mut loaded.charts) {
-            let c = chart.display().to_string();
-            if helm {
-                rendered.push(helm_template(&c, &[])?);
-            } else {
-                let why = format!(
-                    "{c} is a Helm chart and `helm` is not on PATH, so it was not checked: run \
-                     `helm template NAME {c} | ha-guard check -f -` (or `ha-guard check --helm {c}` with helm installed)"
-                );
-                skipped.push((c, why));
-            }
+        let (loaded, report) = load_and_check(&args, &paths, &load, &options, &mut skipped)?;
+        if let Some(baseline) = args.report.baseline_config()? {
+            // The preview: the same files judged under the configuration in force.
+            let before_options = Options { config: baseline, ..options.clone() };
+            let (_, before) = load_and_check(&args, &paths, &load, &before_options, &mut Vec::new())?;
+            return args.report.finish_preview(&before, &report);
         }
-        for (name, text, chart) in rendered {
-            add_rendered(&mut loaded, name, text, chart, &prepare);
-        }
-        let report = check::check_loaded(&mut loaded, &options);
         check::Run { loaded, report, fixed: Vec::new(), stdout: None }
     };
     for (file, why) in skipped {
         let origin = manifest::Origin { file, document: 0, item: None, line: 0, column: None, template: None };
         run.report.unchecked.push((origin, why));
     }
+    args.report.add_exception_notices(&options.config, &mut run.report);
     let r = &run.report;
     if !args.allow_empty && r.objects == 0 && r.unchecked.is_empty() && r.errors.is_empty() {
         return Err(Error(nothing_found(&paths, &args, &run.loaded)));
@@ -195,6 +238,39 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
     // one would only delay the exit, which returns the memory anyway.
     std::mem::forget(run);
     Ok(code)
+}
+
+/// Reads (and renders) the inputs and checks them under `options`; chart folders that cannot be
+/// rendered are added to `skipped`.
+fn load_and_check(
+    args: &CheckArgs,
+    paths: &[String],
+    load: &LoadOptions,
+    options: &Options,
+    skipped: &mut Vec<(String, String)>,
+) -> Result<(manifest::Loaded<check::Prepared>, check::Report), Error> {
+    let prepare = |value: serde_json::Value| check::Prepared::of(&value, &options.namespace);
+    let mut loaded = manifest::load_mapped(paths, load, &prepare);
+    let mut rendered = render(args)?;
+    // A chart folder among the paths: rendered as --helm would, or skipped with the command.
+    let helm = on_path("helm");
+    for chart in std::mem::take(&mut loaded.charts) {
+        let c = chart.display().to_string();
+        if helm {
+            rendered.push(helm_template(&c, &[])?);
+        } else {
+            let why = format!(
+                "{c} is a Helm chart and `helm` is not on PATH, so it was not checked: run \
+                 `helm template NAME {c} | ha-guard check -f -` (or `ha-guard check --helm {c}` with helm installed)"
+            );
+            skipped.push((c, why));
+        }
+    }
+    for (name, text, chart) in rendered {
+        add_rendered(&mut loaded, name, text, chart, &prepare);
+    }
+    let report = check::check_loaded(&mut loaded, options);
+    Ok((loaded, report))
 }
 
 /// How a report is printed: `check`'s flags, which `audit` shares.

@@ -15,6 +15,7 @@ mod cli_version;
 mod corpus;
 mod fuzz_regressions;
 mod manifests;
+mod policy;
 mod precommit;
 mod read_fields;
 mod readme;

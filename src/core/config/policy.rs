@@ -269,6 +269,16 @@ pub fn parse_exceptions(values: &[serde_json::Value], catalogue: &Catalogue) -> 
             .name
             .filter(|n| !n.trim().is_empty())
             .ok_or_else(|| format!("{at}.name: an exception needs a name (unique): its findings name it"))?;
+        let lower_alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+        let well_formed = name.len() <= 63
+            && name.chars().all(|c| lower_alnum(c) || c == '-' || c == '.')
+            && name.starts_with(lower_alnum)
+            && name.ends_with(lower_alnum);
+        if !well_formed {
+            return Err(format!(
+                "{at}.name: bad name {name:?}: lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 63 characters (it labels metrics and alerts)"
+            ));
+        }
         if out.iter().any(|e| e.name == name) {
             return Err(format!("{at}.name: {name:?} names another exception too: names are unique"));
         }

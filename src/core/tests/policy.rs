@@ -291,6 +291,10 @@ fn every_bad_key_is_an_error_naming_the_exception_and_the_key() {
             "overrides[0].rules.pdb-mising: unknown rule ID",
         ),
         (
+            "exceptions:\n  - name: Vendor Tolerations\n    rules: [toleration-wildcard]\n    match: {kinds: [Deployment]}\n    reason: r\n".to_string(),
+            "exceptions[0] (Vendor Tolerations).name: bad name \"Vendor Tolerations\": lower-case letters",
+        ),
+        (
             "exemptNamespaces: [\"Team-*\"]\n".to_string(),
             "exemptNamespaces: bad pattern \"Team-*\": 'T' is not allowed",
         ),

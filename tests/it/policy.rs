@@ -1,0 +1,283 @@
+//! Policy as a platform team runs it (issue 39), through the CLI over the shared corpus: the
+//! configuration's exceptions in `check`'s outputs (allowed, naming the exception and its reason),
+//! an expired exception judged again and warned about, an exception that allows nothing warned
+//! about, and the preview of a configuration change (`--config NEW --baseline CURRENT`) checked
+//! against `check --complete` of the same objects under each file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::corpus::corpus;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}\n{}", self.stdout, self.stderr))
+    }
+}
+
+fn run(args: &[&str]) -> Run {
+    let out = Command::new(BIN).args(args).env("NO_COLOR", "1").output().expect("the binary runs");
+    Run {
+        code: out.status.code().expect("exited"),
+        stdout: String::from_utf8(out.stdout).expect("UTF-8"),
+        stderr: String::from_utf8(out.stderr).expect("UTF-8"),
+    }
+}
+
+/// The tigera-operator Deployment (tolerates everything) and cert-manager's fail-closed webhooks.
+fn inputs() -> Vec<String> {
+    let c = corpus();
+    ["calico/tigera-operator.yaml", "cert-manager/cert-manager-v1.11.1.yaml"]
+        .iter()
+        .map(|f| c.join(f).display().to_string())
+        .collect()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+const DENY: &str = "rules:\n  toleration-wildcard: deny\n  webhook-fail-closed-unavailable: deny\n";
+
+fn exceptions(expires: &str) -> String {
+    format!(
+        "{DENY}exceptions:
+  - name: tigera-operator-tolerations
+    rules: [toleration-wildcard]
+    match:
+      kinds: [Deployment]
+      namespaces: [\"tigera-*\"]
+      names: [tigera-operator]
+      selector: {{matchLabels: {{k8s-app: tigera-operator}}}}
+    reason: \"vendor operator; tolerates everything by design\"
+    owner: platform@example.com
+{expires}  - name: cert-manager-webhook
+    rules: [webhook-fail-closed-unavailable]
+    match:
+      names: [\"cert-manager-*\"]
+    reason: \"fail-closed by design; cert-manager runs 2 replicas in production\"
+"
+    )
+}
+
+fn check(config: &Path) -> Run {
+    let mut args = vec!["check".to_string(), "--complete".into(), "--format".into(), "json".into()];
+    args.extend(["--config".into(), config.display().to_string()]);
+    args.extend(inputs());
+    run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// (rule, kind/namespace/name) -> (action, exception) of a check's JSON.
+fn verdicts(json: &Value) -> BTreeMap<(String, String), (String, Option<String>)> {
+    let mut out = BTreeMap::new();
+    for f in json["findings"].as_array().unwrap() {
+        let object = format!(
+            "{}/{}/{}",
+            f["kind"].as_str().unwrap(),
+            f["namespace"].as_str().unwrap(),
+            f["name"].as_str().unwrap()
+        );
+        let rule = f["rule"].as_str().unwrap().to_string();
+        let action = f["action"].as_str().unwrap().to_string();
+        let rank = |a: &str| ["allowed", "warn", "deny"].iter().position(|x| *x == a);
+        let exception = f["exception"].as_str().map(str::to_string);
+        let entry = out.entry((rule, object)).or_insert((action.clone(), exception.clone()));
+        if rank(&action) > rank(&entry.0) {
+            *entry = (action, exception);
+        }
+    }
+    out
+}
+
+#[test]
+fn exceptions_allow_what_they_match_name_themselves_and_stop_at_their_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let deny = write(dir.path(), "deny.yaml", DENY);
+    let refused = check(&deny);
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    let v = verdicts(&refused.json());
+    assert_eq!(v[&("toleration-wildcard".into(), "Deployment/tigera-operator/tigera-operator".into())].0, "deny");
+    assert_eq!(
+        v[&("webhook-fail-closed-unavailable".into(), "MutatingWebhookConfiguration//cert-manager-webhook".into())].0,
+        "deny"
+    );
+
+    // With the exceptions: allowed, each naming its exception and reason, in JSON and text.
+    let allowing = write(dir.path(), "allow.yaml", &exceptions("    expires: 2999-01-01\n"));
+    let allowed = check(&allowing);
+    assert_eq!(allowed.code, 0, "{}\n{}", allowed.stdout, allowed.stderr);
+    let json = allowed.json();
+    let tigera = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["rule"] == "toleration-wildcard" && f["name"] == "tigera-operator")
+        .unwrap();
+    assert_eq!(tigera["action"], "allowed");
+    assert_eq!(tigera["exception"], "tigera-operator-tolerations");
+    assert_eq!(tigera["exceptionReason"], "vendor operator; tolerates everything by design");
+    let webhooks: Vec<&Value> = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["rule"] == "webhook-fail-closed-unavailable")
+        .collect();
+    assert!(!webhooks.is_empty() && webhooks.iter().all(|f| f["exception"] == "cert-manager-webhook"), "{webhooks:?}");
+    let mut args = vec!["check".to_string(), "--complete".into(), "--config".into(), allowing.display().to_string()];
+    args.extend(inputs());
+    let text = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        text.stdout.contains(
+            "allowed by exception tigera-operator-tolerations: vendor operator; tolerates everything by design (owner platform@example.com, until 2999-01-01)"
+        ),
+        "{}",
+        text.stdout
+    );
+
+    // Expired (from its expiry day on): judged again, and the expiry said.
+    let expired = write(dir.path(), "expired.yaml", &exceptions("    expires: 2020-01-01\n"));
+    let again = check(&expired);
+    assert_eq!(again.code, 1, "the Deployment is refused again");
+    let v = verdicts(&again.json());
+    assert_eq!(
+        v[&("toleration-wildcard".into(), "Deployment/tigera-operator/tigera-operator".into())],
+        ("deny".into(), None)
+    );
+    let diagnostics = again.json()["diagnostics"].to_string();
+    assert!(
+        diagnostics.contains(
+            "exception tigera-operator-tolerations expired on 2020-01-01: it no longer applies, so what it allowed (toleration-wildcard) is judged again"
+        ),
+        "{diagnostics}"
+    );
+}
+
+#[test]
+fn an_exception_that_allows_nothing_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(
+        dir.path(),
+        "c.yaml",
+        "exceptions:\n  - name: old-vendor\n    rules: [pdb-overlap]\n    match: {namespaces: [\"legacy-*\"]}\n    reason: gone since spring\n",
+    );
+    let r = check(&config);
+    assert!(
+        r.json()["diagnostics"].to_string().contains(
+            "exception old-vendor allowed no finding here: its match (rules pdb-overlap) covers nothing these objects break"
+        ),
+        "{}",
+        r.stdout
+    );
+}
+
+/// The preview lists exactly the (object, rule) pairs whose verdict differs between `check
+/// --complete` under each file, with before and after, and exits 1 when one becomes denied.
+#[test]
+fn a_preview_lists_exactly_the_verdicts_a_configuration_change_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    // In force: toleration-wildcard denied, the webhook rule at its default (warn).
+    let current = write(dir.path(), "current.yaml", "rules:\n  toleration-wildcard: deny\n");
+    // The new file: both denied, tigera-operator excepted, and of cert-manager's two webhook
+    // configurations only the mutating one: the validating one becomes denied.
+    let new = write(
+        dir.path(),
+        "new.yaml",
+        &exceptions("").replace(
+            "      names: [\"cert-manager-*\"]\n",
+            "      kinds: [MutatingWebhookConfiguration]\n      names: [\"cert-manager-*\"]\n",
+        ),
+    );
+    let (before, after) = (verdicts(&check(&current).json()), verdicts(&check(&new).json()));
+    let mut expected: Vec<(String, String, Option<String>, Option<String>)> = Vec::new();
+    for key in before.keys().chain(after.keys()).collect::<std::collections::BTreeSet<_>>() {
+        let (b, a) = (before.get(key).map(|v| v.0.clone()), after.get(key).map(|v| v.0.clone()));
+        if b != a {
+            expected.push((key.1.clone(), key.0.clone(), b, a));
+        }
+    }
+    assert!(expected.len() >= 3, "the change changes something: {expected:?}");
+
+    let mut args = vec!["check".to_string(), "--complete".into(), "--format".into(), "json".into()];
+    args.extend(["--config".into(), new.display().to_string(), "--baseline".into(), current.display().to_string()]);
+    args.extend(inputs());
+    let preview = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let json = preview.json();
+    let mut listed: Vec<(String, String, Option<String>, Option<String>)> = json["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                format!(
+                    "{}/{}/{}",
+                    c["kind"].as_str().unwrap(),
+                    c["namespace"].as_str().unwrap(),
+                    c["name"].as_str().unwrap()
+                ),
+                c["rule"].as_str().unwrap().to_string(),
+                c["before"].as_str().map(str::to_string),
+                c["after"].as_str().map(str::to_string),
+            )
+        })
+        .collect();
+    listed.sort();
+    expected.sort();
+    assert_eq!(listed, expected);
+    let newly_denied = listed.iter().filter(|c| c.3.as_deref() == Some("deny")).count();
+    assert_eq!(newly_denied, 1, "the validating webhook configuration becomes denied: {listed:?}");
+    assert_eq!(json["summary"]["newly-denied"], newly_denied);
+    assert_eq!(preview.code, 1, "something becomes denied");
+    let tigera = json["changes"].as_array().unwrap().iter().find(|c| c["rule"] == "toleration-wildcard").unwrap();
+    assert_eq!(
+        (tigera["change"].as_str(), tigera["exception"].as_str()),
+        (Some("newly-allowed"), Some("tigera-operator-tolerations"))
+    );
+
+    // The other way round (back to the file in force): the text names each object, its rules
+    // before -> after, and the counts; tigera-operator becomes denied again, so exit 1.
+    let text = |config: &Path, baseline: &Path| {
+        let mut a = vec!["check".to_string(), "--complete".into()];
+        a.extend([
+            "--config".into(),
+            config.display().to_string(),
+            "--baseline".into(),
+            baseline.display().to_string(),
+        ]);
+        a.extend(inputs());
+        run(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let reverse = text(&current, &new);
+    assert_eq!(reverse.code, 1, "{}", reverse.stdout);
+    for line in [
+        "Deployment tigera-operator/tigera-operator\n  newly-denied        toleration-wildcard (allowed -> deny)\n",
+        "ValidatingWebhookConfiguration/cert-manager-webhook\n  no-longer-denied    webhook-fail-closed-unavailable (deny -> warn)\n",
+        "1 newly denied, 1 no longer denied, 1 newly warned, 0 newly allowed, 0 no longer reported\n",
+    ] {
+        assert!(reverse.stdout.contains(line), "{line}in\n{}", reverse.stdout);
+    }
+    // No change: nothing listed, exit 0.
+    let same = text(&new, &new);
+    assert_eq!(same.code, 0);
+    assert!(same.stdout.contains(": 0 objects change\n"), "{}", same.stdout);
+
+    // A comparison has no SARIF.
+    let at = args.iter().position(|a| a == "json").unwrap();
+    args[at] = "sarif".into();
+    let sarif = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(sarif.code, 2);
+    assert!(sarif.stderr.contains("--baseline prints a comparison: use --format text or json"), "{}", sarif.stderr);
+}
