@@ -278,6 +278,22 @@ fn unreadable_result(resource: Value, why: &str) -> Value {
 }
 
 /// The resource of an unreadable object from its API path (`apis/apps/v1/namespaces/ns/deployments/x`).
+/// The result of an object its namespace's exemption or mode `off` keeps from being judged: a
+/// `skip` (rule `namespace-skipped`), so the report says the namespace was left alone rather than
+/// looking clean.
+fn skipped_result(id: &ObjectRef, why: &str) -> Value {
+    json!({
+        "policy": REPORT,
+        "rule": "namespace-skipped",
+        "result": "skip",
+        "resources": [resource_ref(id)],
+        "message": format!("not judged: {why}"),
+        "source": REPORT,
+        "scored": false,
+        "properties": {"action": "skipped"},
+    })
+}
+
 fn resource_of_path(path: &str) -> Value {
     let parts: Vec<&str> = path.split('/').collect();
     let name = parts.last().copied().unwrap_or_default();
@@ -570,6 +586,9 @@ impl Background {
         tally.findings += results.len();
         for (path, why) in &unreadable {
             results.push(unreadable_result(resource_of_path(path), why));
+        }
+        for (id, why) in report.skipped.iter().filter(|(id, _)| id.namespace == namespace) {
+            results.push(skipped_result(id, why));
         }
         if !namespace.is_empty() {
             for (pod, why) in live.unreadable_pods_in(namespace) {

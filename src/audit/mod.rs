@@ -72,6 +72,9 @@ pub fn audit_subjects(
     }
     for (listed, verdict) in judged.iter().zip(verdicts) {
         let id = listed.subject.id();
+        if let Some(why) = &verdict.skipped {
+            report.skipped.push((id.clone(), why.clone()));
+        }
         report.checked.push((listed.path.clone(), id.clone()));
         for u in verdict.unchecked {
             report.unchecked.push((origin(&listed.path), u));

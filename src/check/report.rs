@@ -46,6 +46,9 @@ pub struct Report {
     pub checked: Vec<(String, ObjectRef)>,
     /// The drains `audit --drain` replayed, each with its outcome (the JSON's `drains`).
     pub drains: Vec<crate::core::view::replay::DrainRun>,
+    /// Objects not judged because their namespace is exempt or in mode `off`, with why (the
+    /// audit reports them as skipped, not as clean).
+    pub skipped: Vec<(ObjectRef, String)>,
 }
 
 /// Which findings make `check` fail (exit 1): deny ones (the default), warn ones too, or none.

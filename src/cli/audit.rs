@@ -99,6 +99,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
     progress.done();
     let mut report = report?;
     args.report.add_exception_notices(&config, &mut report);
+    skipped_notices(&mut report);
     let code = match before {
         Some(before) => args.report.finish_preview(&before?, &report)?,
         None => args.report.finish(&report)?,
@@ -136,3 +137,28 @@ async fn client(args: &AuditArgs) -> Result<kube::Client, Error> {
     };
     kube::Client::try_from(config).map_err(|e| Error(format!("cannot make a client for the cluster: {e}")))
 }
+
+/// One notice per namespace whose objects were not judged (exempt, or in mode `off`): the audit
+/// says it left them alone rather than showing them clean.
+fn skipped_notices(report: &mut crate::check::Report) {
+    let mut by_namespace: std::collections::BTreeMap<&str, (usize, &str)> = Default::default();
+    for (id, why) in &report.skipped {
+        by_namespace.entry(id.namespace.as_str()).or_insert((0, why.as_str())).0 += 1;
+    }
+    let notices: Vec<String> = by_namespace
+        .into_iter()
+        .map(|(_, (n, why))| format!("{n} object{} not judged: {why}", if n == 1 { "" } else { "s" }))
+        .collect();
+    for n in notices {
+        let origin = crate::manifest::Origin {
+            file: "cluster".into(),
+            document: 0,
+            item: None,
+            line: 0,
+            column: None,
+            template: None,
+        };
+        report.notices.push((origin, n));
+    }
+}
+

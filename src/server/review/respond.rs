@@ -249,8 +249,13 @@ pub fn line(f: &Finding) -> String {
 
 fn respond(mut response: AdmissionResponse, decided: &Decided) -> AdmissionResponse {
     let denials: Vec<String> = decided.with(Decision::Deny).map(line).collect();
+    // A finding an exception of the configuration allows is said too: the writer learns their
+    // object relies on it, and until when.
+    let excepted = decided
+        .with(Decision::Allowed)
+        .filter_map(|f| f.notes.iter().find(|n| n.exception().is_some()).map(|n| format!("[{}] {n}", f.rule)));
     let warnings: Vec<String> =
-        decided.with(Decision::Warn).map(line).chain(decided.warnings.iter().cloned()).collect();
+        decided.with(Decision::Warn).map(line).chain(decided.warnings.iter().cloned()).chain(excepted).collect();
     response.audit_annotations = audit_annotations(decided);
     if !warnings.is_empty() {
         response.warnings = Some(fit_warnings(warnings));

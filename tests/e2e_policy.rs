@@ -1,0 +1,262 @@
+//! End-to-end: policy as a platform team runs it (issue 39), on a real kube-apiserver through the
+//! shipped webhook configurations, ha-guard serving with a configuration file it reloads:
+//!
+//! 1. `deny`: the shared corpus's tigera-operator Deployment (tolerates everything) and
+//!    cert-manager's webhook Deployment (one replica behind its fail-closed
+//!    ValidatingWebhookConfiguration) are refused;
+//! 2. `exceptions`: with an exception for each they are admitted, the warning naming the exception;
+//!    its expiry is exported as a metric;
+//! 3. `overrides`: a namespace labelled `tier: prod` denies what a development namespace warns about;
+//! 4. `reports`: `ha-guard reports` with the same configuration shows the exception's name on the
+//!    `skip` results, and marks an exempt namespace's objects as skipped;
+//! 5. `expired`: the configuration reloaded with a past `expires`: created again, both are refused.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
+/// The reports' Lease.
+const RELEASE_NS: &str = "ha-guard";
+
+fn corpus() -> PathBuf {
+    std::env::var_os("HA_GUARD_CORPUS").map(PathBuf::from).unwrap_or_else(|| repo().join("../shared/corpus"))
+}
+
+/// The document of `kind` `name` in the corpus file `file`.
+fn corpus_doc(file: &str, kind: &str, name: &str) -> Value {
+    let path = corpus().join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut doc = yaml_docs(&text)
+        .into_iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("{}: no {kind} {name}", path.display()));
+    // Written as new objects: no server-set fields.
+    if let Some(meta) = doc["metadata"].as_object_mut() {
+        meta.remove("creationTimestamp");
+    }
+    doc
+}
+
+fn tigera() -> Value {
+    corpus_doc("calico/tigera-operator.yaml", "Deployment", "tigera-operator")
+}
+
+/// cert-manager's webhook Deployment: one replica behind a fail-closed webhook. Kubernetes never
+/// sends webhook configurations to admission webhooks, so ha-guard judges the pair when the
+/// Deployment is written (`webhook-fail-closed-unavailable` is checked from both sides).
+fn cert_manager_webhook() -> Value {
+    corpus_doc("cert-manager/cert-manager-v1.11.1.yaml", "Deployment", "cert-manager-webhook")
+}
+
+const DENY: &str = "rules:\n  toleration-wildcard: deny\n  webhook-fail-closed-unavailable: deny\n";
+
+/// The configuration with both exceptions expiring on `expires`, the prod override and the exempt
+/// `legacy-*` namespaces.
+fn with_exceptions(expires: &str) -> String {
+    format!(
+        "{DENY}exemptNamespaces: [\"legacy-*\"]
+exceptions:
+  - name: tigera-operator-tolerations
+    rules: [toleration-wildcard]
+    match:
+      kinds: [Deployment]
+      namespaces: [\"tigera-*\"]
+      names: [tigera-operator]
+      namespaceSelector: {{matchLabels: {{vendor: tigera}}}}
+    reason: \"vendor operator; tolerates everything by design\"
+    owner: platform@example.com
+    expires: {expires}
+  - name: cert-manager-webhook
+    rules: [webhook-fail-closed-unavailable]
+    match:
+      namespaces: [cert-manager]
+      names: [cert-manager-webhook]
+    reason: \"fail-closed by design\"
+    expires: {expires}
+overrides:
+  - namespaceSelector: {{matchLabels: {{tier: prod}}}}
+    rules: {{recreate-multi-replica: deny}}
+"
+    )
+}
+
+/// Replaces `path` at once, as the kubelet swaps a ConfigMap volume's files, and waits for the
+/// reload.
+fn reload(hg: &HaGuard, path: &Path, text: &str) {
+    let reloads = || hg.metrics().sum("ha_guard_config_reloads_total", &[("result", "success")]);
+    let before = reloads();
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+    poll("the configuration reloaded", WAIT, Duration::from_millis(100), || {
+        if reloads() > before { Ok(()) } else { Err(format!("{} reloads", reloads())) }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(10)));
+}
+
+/// A Deployment of 2 replicas with strategy Recreate (`recreate-multi-replica`, warn by default).
+fn recreate(ns: &str) -> Value {
+    let mut d = deployment(ns, "batch", 2);
+    d["spec"]["strategy"] = json!({"type": "Recreate"});
+    d
+}
+
+#[test]
+fn exceptions_overrides_and_their_expiry_on_a_real_apiserver() {
+    let config_dir = tempfile::tempdir().expect("tempdir");
+    let config = config_dir.path().join("config.yaml");
+    std::fs::write(&config, DENY).expect("write");
+    let config_arg = config.to_string_lossy().into_owned();
+    let mut h = Harness::start(Setup {
+        spec: Some(Box::new(move |s: &mut Spec| {
+            s.args.extend(["--config".to_string(), config_arg, "--reload-interval".into(), "0.5".into()]);
+        })),
+        ..Default::default()
+    });
+    h.cp.namespace(RELEASE_NS, &[]);
+    h.cp.namespace("tigera-operator", &[("vendor", "tigera")]);
+    h.cp.namespace("cert-manager", &[]);
+    h.cp.namespace("prod", &[("tier", "prod")]);
+    h.cp.namespace("dev", &[("tier", "dev")]);
+    h.cp.namespace("legacy-app", &[]);
+    // cert-manager's fail-closed webhook configuration and the Service it calls (webhook
+    // configurations are never sent to admission webhooks).
+    for kind in ["Service", "ValidatingWebhookConfiguration"] {
+        let doc = corpus_doc("cert-manager/cert-manager-v1.11.1.yaml", kind, "cert-manager-webhook");
+        h.cp.apply(doc).success();
+    }
+    let mut steps = h.steps();
+    let guard = h.guard();
+    let (cp, hg) = (&h.cp, &h.hg);
+
+    steps.run("1 deny: the vendor objects are refused", || {
+        cp.apply(tigera()).denied(&["toleration-wildcard"]);
+        cp.apply(cert_manager_webhook()).denied(&["webhook-fail-closed-unavailable"]);
+    });
+    steps.run("2 exceptions: admitted, the warning names the exception", || {
+        reload(hg, &config, &with_exceptions("2999-01-01"));
+        let out = cp.apply(tigera()).success();
+        let said = "[toleration-wildcard] allowed by exception tigera-operator-tolerations: vendor operator; tolerates \
+                    everything by design (owner platform@example.com, until 2999-01-01)";
+        assert!(out.warnings().iter().any(|w| w == said), "expected `Warning: {said}`: {}", out.output());
+        let out = cp.apply(cert_manager_webhook()).success();
+        assert!(
+            out.warnings()
+                .iter()
+                .any(|w| w.starts_with("[webhook-fail-closed-unavailable] allowed by exception cert-manager-webhook:")),
+            "{}",
+            out.output()
+        );
+        let m = hg.metrics();
+        let expiry = 32_472_144_000.0; // 2999-01-01T00:00:00Z
+        assert_eq!(
+            m.sum("ha_guard_exception_expiry_timestamp_seconds", &[("exception", "tigera-operator-tolerations")]),
+            expiry
+        );
+        assert_eq!(m.sum("ha_guard_exception_matches_total", &[("exception", "tigera-operator-tolerations")]), 1.0);
+    });
+    steps.run("3 overrides: prod denies what dev warns about", || {
+        let dev = cp.apply(recreate("dev")).success();
+        assert!(dev.warnings().iter().any(|w| w.starts_with("[recreate-multi-replica]")), "{}", dev.output());
+        cp.apply(recreate("prod")).denied(&["recreate-multi-replica"]);
+        // An exempt namespace (a glob): not judged at all.
+        let legacy = cp.apply(recreate("legacy-app")).success();
+        assert!(legacy.warnings().is_empty(), "{}", legacy.output());
+    });
+    steps.run("4 reports: the exception on skip results, the exempt namespace skipped", || {
+        reports_show_exceptions_and_skips(cp, &config)
+    });
+    steps.run("5 expired: created again, refused again", || {
+        reload(hg, &config, &with_exceptions("2020-01-01"));
+        cp.kubectl(&["-n", "tigera-operator", "delete", "deployment", "tigera-operator"]).success();
+        cp.apply(tigera()).denied(&["toleration-wildcard"]).hides(&["allowed by exception"]);
+        cp.kubectl(&["-n", "cert-manager", "delete", "deployment", "cert-manager-webhook"]).success();
+        cp.apply(cert_manager_webhook()).denied(&["webhook-fail-closed-unavailable"]);
+    });
+    steps.run("no webhook call failed", || guard.finish(cp));
+    steps.finish();
+}
+
+/// `ha-guard reports --config CONFIG`: tigera-operator's report has its finding as a `skip` naming
+/// the exception; legacy-app's objects are `skip` results of `namespace-skipped`.
+fn reports_show_exceptions_and_skips(cp: &ControlPlane, config: &Path) {
+    let crds = repo().join("charts/ha-guard/crds");
+    cp.kubectl(&["apply", "-f", crds.to_str().expect("path")]).success();
+    for crd in ["policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"] {
+        cp.kubectl(&["wait", "--for", "condition=established", "--timeout=30s", &format!("crd/{crd}")]).success();
+    }
+    let reports = Reports::start(cp, config);
+    let results = |ns: &str| -> Result<Vec<Value>, String> {
+        let k = cp.kubectl(&["-n", ns, "get", "policyreports.wgpolicyk8s.io", "ha-guard", "-o", "json"]);
+        if !k.ok() {
+            return Err(k.output());
+        }
+        Ok(k.json()["results"].as_array().cloned().unwrap_or_default())
+    };
+    poll("tigera-operator's report names the exception", WAIT, Duration::from_millis(300), || {
+        let rows = results("tigera-operator")?;
+        let row = rows.iter().find(|r| r["rule"] == "toleration-wildcard").ok_or(format!("{rows:?}"))?;
+        let ok = row["result"] == "skip"
+            && row["properties"]["exception"] == "tigera-operator-tolerations"
+            && row["properties"]["exceptionReason"] == "vendor operator; tolerates everything by design"
+            && row["message"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("allowed by exception tigera-operator-tolerations");
+        if ok { Ok(()) } else { Err(format!("{row}")) }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", tail(&reports.log, 20)));
+    poll("legacy-app's report marks it skipped", WAIT, Duration::from_millis(300), || {
+        let rows = results("legacy-app")?;
+        let skipped = rows.iter().any(|r| {
+            r["rule"] == "namespace-skipped"
+                && r["result"] == "skip"
+                && r["resources"][0]["name"] == "batch"
+                && r["message"] == "not judged: namespace legacy-app is exempt in the configuration"
+        });
+        if skipped && rows.iter().all(|r| r["result"] == "skip") { Ok(()) } else { Err(format!("{rows:?}")) }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", tail(&reports.log, 20)));
+}
+
+/// One `ha-guard reports` process (killed on drop).
+struct Reports {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Reports {
+    fn start(cp: &ControlPlane, config: &Path) -> Reports {
+        let port = free_port();
+        let log = cp.dir().join("reports-policy.log");
+        let out = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(BIN)
+            .arg("reports")
+            .arg("--config")
+            .arg(config)
+            .args(["--interval=5m", "--debounce=1s", &format!("--probe-listen=127.0.0.1:{port}")])
+            .arg(format!("--lease-namespace={RELEASE_NS}"))
+            .env("KUBECONFIG", cp.kubeconfig())
+            .env("POD_NAME", "reports-policy")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .spawn()
+            .expect("start ha-guard reports");
+        Reports { child, log }
+    }
+}
+
+impl Drop for Reports {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
