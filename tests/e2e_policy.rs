@@ -9,7 +9,9 @@
 //! 3. `overrides`: a namespace labelled `tier: prod` denies what a development namespace warns about;
 //! 4. `reports`: `ha-guard reports` with the same configuration shows the exception's name on the
 //!    `skip` results, and marks an exempt namespace's objects as skipped;
-//! 5. `expired`: the configuration reloaded with a past `expires`: created again, both are refused.
+//! 5. `preview`: `ha-guard audit --config NEW --baseline CURRENT` lists exactly the verdicts that
+//!    `ha-guard check --complete` of the same objects (dumped) finds different under each file;
+//! 6. `expired`: the configuration reloaded with a past `expires`: created again, both are refused.
 
 #[path = "support/mod.rs"]
 mod support;
@@ -173,7 +175,10 @@ fn exceptions_overrides_and_their_expiry_on_a_real_apiserver() {
     steps.run("4 reports: the exception on skip results, the exempt namespace skipped", || {
         reports_show_exceptions_and_skips(cp, &config)
     });
-    steps.run("5 expired: created again, refused again", || {
+    steps.run("5 preview: audit --baseline lists what check --complete sees change", || {
+        preview_matches_check(cp, config_dir.path())
+    });
+    steps.run("6 expired: created again, refused again", || {
         reload(hg, &config, &with_exceptions("2020-01-01"));
         cp.kubectl(&["-n", "tigera-operator", "delete", "deployment", "tigera-operator"]).success();
         cp.apply(tigera()).denied(&["toleration-wildcard"]).hides(&["allowed by exception"]);
@@ -224,6 +229,99 @@ fn reports_show_exceptions_and_skips(cp: &ControlPlane, config: &Path) {
         if skipped && rows.iter().all(|r| r["result"] == "skip") { Ok(()) } else { Err(format!("{rows:?}")) }
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", tail(&reports.log, 20)));
+}
+
+/// Runs the binary; (exit code, stdout).
+fn ha_guard(cp: &ControlPlane, args: &[&str]) -> (i32, String) {
+    let out = Command::new(BIN).args(args).env("KUBECONFIG", cp.kubeconfig()).output().expect("ha-guard runs");
+    assert!(out.status.code().is_some_and(|c| c <= 1), "ha-guard {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(2), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+type Verdicts = std::collections::BTreeMap<(String, String), String>;
+
+/// (object, rule) -> the strongest action, of a check's or audit's JSON findings.
+fn verdicts(json: &Value) -> Verdicts {
+    let rank = |a: &str| ["allowed", "warn", "deny"].iter().position(|x| *x == a);
+    let mut out = Verdicts::new();
+    for f in json["findings"].as_array().into_iter().flatten() {
+        let s = |k: &str| f[k].as_str().unwrap_or_default().to_string();
+        let key = (format!("{}/{}/{}", s("kind"), s("namespace"), s("name")), s("rule"));
+        let action = s("action");
+        let e = out.entry(key).or_insert_with(|| action.clone());
+        if rank(&action) > rank(e) {
+            *e = action;
+        }
+    }
+    out
+}
+
+/// The preview of the live cluster under DENY (in force) against the exceptions (new), and the
+/// same difference computed from `check --complete` of the stored objects under each file.
+fn preview_matches_check(cp: &ControlPlane, dir: &Path) {
+    let current = dir.join("current.yaml");
+    let new = dir.join("new.yaml");
+    std::fs::write(&current, DENY).expect("write");
+    std::fs::write(&new, with_exceptions("2999-01-01")).expect("write");
+    let (current, new) = (current.to_str().expect("path"), new.to_str().expect("path"));
+    // The stored objects, namespaces included (their labels choose overrides and exceptions).
+    let dump = cp
+        .kubectl(&[
+            "get",
+            "namespaces,deployments,statefulsets,poddisruptionbudgets,horizontalpodautoscalers,services",
+            "-A",
+            "-o",
+            "json",
+        ])
+        .success();
+    let webhooks =
+        cp.kubectl(&["get", "validatingwebhookconfigurations,mutatingwebhookconfigurations", "-o", "json"]).success();
+    let stored = dir.join("stored.json");
+    let mut items = dump.json()["items"].as_array().cloned().unwrap_or_default();
+    items.extend(webhooks.json()["items"].as_array().cloned().unwrap_or_default());
+    std::fs::write(&stored, json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()).expect("write");
+    let stored = stored.to_str().expect("path");
+    let check = |config: &str| {
+        verdicts(
+            &serde_json::from_str(
+                &ha_guard(cp, &["check", "--complete", "--format", "json", "--config", config, stored]).1,
+            )
+            .expect("JSON"),
+        )
+    };
+    let (before, after) = (check(current), check(new));
+    let mut expected: Vec<(String, String, Option<String>, Option<String>)> = Vec::new();
+    for key in before.keys().chain(after.keys()).collect::<std::collections::BTreeSet<_>>() {
+        let (b, a) = (before.get(key).cloned(), after.get(key).cloned());
+        if b != a {
+            expected.push((key.0.clone(), key.1.clone(), b, a));
+        }
+    }
+    let (code, out) = ha_guard(cp, &["audit", "--format", "json", "--config", new, "--baseline", current]);
+    let preview: Value = serde_json::from_str(&out).expect("JSON");
+    let mut listed: Vec<(String, String, Option<String>, Option<String>)> = preview["changes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+            let o = |k: &str| c[k].as_str().map(str::to_string);
+            (format!("{}/{}/{}", s("kind"), s("namespace"), s("name")), s("rule"), o("before"), o("after"))
+        })
+        .collect();
+    listed.sort();
+    expected.sort();
+    assert_eq!(listed, expected, "audit's preview against check's verdicts under each file");
+    for (object, rule) in [
+        ("Deployment/tigera-operator/tigera-operator", "toleration-wildcard"),
+        ("Deployment/legacy-app/batch", "recreate-multi-replica"),
+    ] {
+        assert!(listed.iter().any(|c| c.0 == object && c.1 == rule), "{object} {rule} in {listed:?}");
+    }
+    assert_eq!(code, 0, "nothing becomes denied");
+    // The other way round, the vendor objects become denied: exit 1.
+    let (code, _) = ha_guard(cp, &["audit", "--format", "json", "--config", current, "--baseline", new]);
+    assert_eq!(code, 1);
 }
 
 /// One `ha-guard reports` process (killed on drop).
