@@ -231,6 +231,10 @@ fn reports_show_exceptions_and_skips(cp: &ControlPlane, config: &Path) {
     .unwrap_or_else(|e| panic!("{e}\n{}", tail(&reports.log, 20)));
 }
 
+/// README's way to fetch the configuration in force (chart release `ha-guard`).
+const README_CONFIGMAP: &str =
+    "kubectl -n ha-guard get configmap ha-guard-config -o jsonpath='{.data.config\\.yaml}' > current.yaml";
+
 /// Runs the binary; (exit code, stdout).
 fn ha_guard(cp: &ControlPlane, args: &[&str]) -> (i32, String) {
     let out = Command::new(BIN).args(args).env("KUBECONFIG", cp.kubeconfig()).output().expect("ha-guard runs");
@@ -259,9 +263,23 @@ fn verdicts(json: &Value) -> Verdicts {
 /// The preview of the live cluster under DENY (in force) against the exceptions (new), and the
 /// same difference computed from `check --complete` of the stored objects under each file.
 fn preview_matches_check(cp: &ControlPlane, dir: &Path) {
+    // The configuration in force, as the chart keeps it, fetched as README shows.
+    let in_force = dir.join("in-force.yaml");
+    std::fs::write(&in_force, DENY).expect("write");
+    let from_file = format!("--from-file=config.yaml={}", in_force.display());
+    cp.kubectl(&["-n", RELEASE_NS, "create", "configmap", "ha-guard-config", &from_file]).success();
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    assert!(readme.contains(README_CONFIGMAP), "README shows `{README_CONFIGMAP}`");
+    let fetched = Command::new("sh")
+        .args(["-c", README_CONFIGMAP])
+        .current_dir(dir)
+        .env("KUBECONFIG", cp.kubeconfig())
+        .status()
+        .expect("sh");
+    assert!(fetched.success(), "{README_CONFIGMAP}");
     let current = dir.join("current.yaml");
+    assert_eq!(std::fs::read_to_string(&current).expect("current.yaml"), DENY, "the file in force, byte for byte");
     let new = dir.join("new.yaml");
-    std::fs::write(&current, DENY).expect("write");
     std::fs::write(&new, with_exceptions("2999-01-01")).expect("write");
     let (current, new) = (current.to_str().expect("path"), new.to_str().expect("path"));
     // The stored objects, namespaces included (their labels choose overrides and exceptions).

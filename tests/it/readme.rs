@@ -92,6 +92,14 @@ const ELSEWHERE: &[(&str, &str, &str)] = &[
         "tests/e2e_gitops.rs",
         "let mut args: Vec<String> = vec![\"diff\".into()];",
     ),
+    // Policy for platform teams: the preview of a configuration change.
+    (
+        "kubectl -n ha-guard get configmap ha-guard-config -o jsonpath=",
+        "tests/e2e_policy.rs",
+        "const README_CONFIGMAP: &str",
+    ),
+    ("ha-guard check --config new.yaml --baseline current.yaml", "tests/it/policy.rs", "\"--baseline\""),
+    ("ha-guard audit --config new.yaml --baseline current.yaml", "tests/e2e_policy.rs", "\"--baseline\""),
     // README's Day 2: every audit command of that section, read from README.md and run as written
     // against the e2e cluster.
     ("ha-guard audit", "tests/e2e_audit.rs", "fn readme_day_2("),
