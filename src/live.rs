@@ -301,6 +301,9 @@ pub struct LiveSource {
     unserved: [AtomicBool; KINDS.len()],
     /// How a failing watch is retried ([`retry`]).
     retry: RetryPolicy,
+    /// How often a kind the cluster does not serve is looked for again (default: the slowest
+    /// retry): the audit's, once per full read.
+    unserved_recheck: Option<std::time::Duration>,
     /// Signalled on every change.
     changes: Arc<tokio::sync::Notify>,
     /// The background audit's view: what changed, where ([`LiveSource::for_audit`]).
@@ -351,6 +354,7 @@ impl LiveSource {
             failing_since_ms: Default::default(),
             unserved: Default::default(),
             retry,
+            unserved_recheck: None,
             changes: Default::default(),
             log: None,
             pods: PodsFollowed::default(),
@@ -363,6 +367,14 @@ impl LiveSource {
         let mut live = Self::new();
         live.log = Some(log);
         live
+    }
+
+    /// Looks for a kind the cluster does not serve (a CRD not installed) again every `every`
+    /// rather than at the slowest retry pace: the audit, whose reads are once per interval, need
+    /// not probe for a missing CRD more often than it reads the cluster.
+    pub fn recheck_unserved_every(mut self, every: std::time::Duration) -> Self {
+        self.unserved_recheck = Some(every);
+        self
     }
 
     fn slot(kind: Kind) -> usize {
@@ -531,7 +543,7 @@ impl LiveSource {
             let mut buffer = None;
             let apply = |event: Event<WatchedPod>| this.apply_pod(event, &mut buffer);
             // Pods are served by every cluster: every failure is one.
-            retry::follow(watch, "Pod", this.retry, apply, |_: &watcher::Error| false, || {}).await;
+            retry::follow(watch, "Pod", this.retry, this.retry.max, apply, |_: &watcher::Error| false, || {}).await;
         })
     }
 
@@ -669,7 +681,8 @@ impl LiveSource {
                 }
                 true
             };
-            retry::follow(watch, K::KIND, this.retry, apply, not_served, || this.watch_failed(K::KIND)).await;
+            let recheck = this.unserved_recheck.unwrap_or(this.retry.max);
+            retry::follow(watch, K::KIND, this.retry, recheck, apply, not_served, || this.watch_failed(K::KIND)).await;
         })
     }
 }

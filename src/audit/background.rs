@@ -450,7 +450,7 @@ impl Background {
     /// where something the rules read changed.
     async fn follow(&self, state: &Arc<AppState>, written: &mut Written) {
         let log = Arc::new(ChangeLog::new());
-        let live = Arc::new(LiveSource::for_audit(log.clone()));
+        let live = Arc::new(LiveSource::for_audit(log.clone()).recheck_unserved_every(self.interval));
         let mut tasks = live.start(self.client.clone());
         tasks.push(live.start_pods(self.client.clone()));
         let _watches = Watches(tasks);

@@ -128,12 +128,13 @@ impl WatchHealth {
 /// recovery is seen (the list comes in) and logged, even for a kind in which nothing happens. A
 /// watcher that only re-opened its watch would say nothing when it worked again. An error for
 /// which `not_served` returns true (a custom resource whose CRD is not installed) is not a
-/// failure: the caller has said so, and the kind is looked for again every `policy.max`. Every
+/// failure: the caller has said so, and the kind is looked for again every `recheck`. Every
 /// other error is told to `failed` (the view is no longer current from then on) before the wait.
 pub async fn follow<K, E: Display, S: Stream<Item = Result<Event<K>, E>>>(
     mut watch: impl FnMut() -> S,
     kind: impl Display + Copy,
     policy: RetryPolicy,
+    recheck: Duration,
     mut apply: impl FnMut(Event<K>),
     mut not_served: impl FnMut(&E) -> bool,
     mut failed: impl FnMut(),
@@ -157,7 +158,7 @@ pub async fn follow<K, E: Display, S: Stream<Item = Result<Event<K>, E>>>(
                     if let Some(Change::Recovered { attempts, failing_for }) = health.progressed() {
                         log_recovered(kind, attempts, failing_for);
                     }
-                    tokio::time::sleep(policy.max).await;
+                    tokio::time::sleep(recheck).await;
                     break;
                 }
                 Err(e) => {
