@@ -849,7 +849,7 @@ fn the_audit_deployment_runs_reports() {
     assert_eq!(c["ports"], json!([{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]));
     assert_eq!(c["readinessProbe"]["httpGet"], json!({"path": "/readyz", "port": "metrics"}));
     assert_eq!(c["livenessProbe"]["httpGet"], json!({"path": "/healthz", "port": "metrics"}));
-    assert_eq!(c["resources"], json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "192Mi"}}));
+    assert_eq!(c["resources"], json!({"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "160Mi"}}));
     assert_eq!(c["securityContext"], container(&d)["securityContext"]);
     // The configuration mounted where --config points, as for the webhook (and no certificate).
     assert_eq!(c["volumeMounts"], container(&d)["volumeMounts"]);
