@@ -15,7 +15,7 @@
 //! - (b) ha-guard killed with SIGKILL and started again: once `/readyz` is 200 its view holds what
 //!   was written while it was down, without waiting for anything else.
 //! - (a) kube-apiserver stopped and started again on the same port and etcd: meanwhile ha-guard
-//!   stays ready and answers from its last known state (README "Consistency of the live view");
+//!   stays ready and answers from its last known state (docs/architecture.md "Consistency of the live view");
 //!   afterwards every watch resumes.
 //!
 //! They run in the order c, b, a on one control plane and one ha-guard: so (b) and (a) also show

@@ -39,8 +39,8 @@ pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 256;
 /// Default of `--max-body-memory`: request bodies held at once, by their Content-Length (a body
 /// of unknown length counts as [`MAX_BODY_BYTES`]). 64 MiB is eight bodies at the limit; with the
 /// decoding budget and the process's own needs, the measured peak under a flood of 8 MiB bodies
-/// stays near 120 MiB (README "The webhook"), under half the Deployment's 512Mi memory limit (the
-/// rest is the background audit's, README "Reading the reports").
+/// stays near 120 MiB (docs/webhook.md), under half the Deployment's 512Mi memory limit (the
+/// rest is the background audit's, docs/operations.md "The background audit").
 pub const DEFAULT_MAX_BODY_MEMORY: usize = 64 * 1024 * 1024;
 /// Default of `--max-connections`: open TLS connections, in the handshake or established.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
