@@ -456,13 +456,18 @@ pub fn sarif(report: &Report) -> Value {
                     .collect::<Vec<_>>());
             }
             if f.action == Decision::Allowed {
-                let reason = f
+                // An annotation on the object is an in-source suppression; an exception of the
+                // configuration is an external one.
+                let (kind, reason) = f
                     .notes
                     .iter()
-                    .find(|n| matches!(n, Note::Exempted { .. }))
-                    .map(ToString::to_string)
-                    .unwrap_or_default();
-                result["suppressions"] = json!([{"kind": "inSource", "status": "accepted", "justification": reason}]);
+                    .find_map(|n| match n {
+                        Note::Exempted { .. } => Some(("inSource", n.to_string())),
+                        Note::Exception { .. } => Some(("external", n.to_string())),
+                        _ => None,
+                    })
+                    .unwrap_or(("inSource", String::new()));
+                result["suppressions"] = json!([{"kind": kind, "status": "accepted", "justification": reason}]);
             }
             result
         })

@@ -148,6 +148,23 @@ fn exceptions_allow_what_they_match_name_themselves_and_stop_at_their_expiry() {
         text.stdout
     );
 
+    // SARIF: an external suppression, justified by the exception.
+    let mut args = vec!["check".to_string(), "--complete".into(), "--format".into(), "sarif".into()];
+    args.extend(["--config".into(), allowing.display().to_string()]);
+    args.extend(inputs());
+    let sarif: Value = serde_json::from_str(&run(&args.iter().map(String::as_str).collect::<Vec<_>>()).stdout).unwrap();
+    let suppressed = sarif["runs"][0]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["ruleId"] == "toleration-wildcard")
+        .map(|r| r["suppressions"][0].clone())
+        .unwrap();
+    assert_eq!(suppressed["kind"], "external");
+    assert!(
+        suppressed["justification"].as_str().unwrap().starts_with("allowed by exception tigera-operator-tolerations")
+    );
+
     // Expired (from its expiry day on): judged again, and the expiry said.
     let expired = write(dir.path(), "expired.yaml", &exceptions("    expires: 2020-01-01\n"));
     let again = check(&expired);
