@@ -2,8 +2,10 @@
 # no CA certificates: in a cluster the API server is trusted through the service account's mounted
 # ca.crt and reached by the IP in KUBERNETES_SERVICE_HOST; kubelet mounts /etc/hosts and
 # /etc/resolv.conf, which static glibc reads for any name it resolves, without NSS modules).
-# scripts/image.sh builds the same image without a daemon; both build the binary with
-# scripts/build-static.sh. Build from the repository root:
+# scripts/image.sh builds the same image without a daemon, for linux/amd64 and linux/arm64 in one
+# index with an SBOM per platform (docs/releases.md); both build the binary with
+# scripts/build-static.sh (artifact profile, dependency list embedded by cargo-auditable, which it
+# installs with cargo the first time). Build from the repository root:
 #
 #   docker build -t ghcr.io/ha-guard/ha-guard:0.1.0 \
 #     --build-arg VERSION=0.1.0 --build-arg GIT_COMMIT="$(git rev-parse HEAD)" \
