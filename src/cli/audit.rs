@@ -161,4 +161,3 @@ fn skipped_notices(report: &mut crate::check::Report) {
         report.notices.push((origin, n));
     }
 }
-
