@@ -19,13 +19,13 @@ mod common;
 use std::path::PathBuf;
 use std::sync::LazyLock;
 
-use ha_guard::manifest::{self as load, Document, Loaded};
-use ha_guard::check::{self, fix, output, Options};
+use ha_guard::check::{self, Options, fix, output};
 use ha_guard::core::config::Config;
 use ha_guard::core::decide;
 use ha_guard::core::model::{self, Object};
 use ha_guard::core::mutations;
 use ha_guard::core::view::Index;
+use ha_guard::manifest::{self as load, Document, Loaded};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
@@ -90,13 +90,18 @@ fn replan(loaded: &Loaded, report: &check::Report, options: &Options, what: &str
         common::assert_add_only(&plan, &w);
         let at = documents
             .iter()
-            .position(|d| d.origin.file == f.origin.file && d.origin.document == f.origin.document && d.origin.item == f.origin.item)
+            .position(|d| {
+                d.origin.file == f.origin.file
+                    && d.origin.document == f.origin.document
+                    && d.origin.item == f.origin.item
+            })
             .unwrap_or_else(|| panic!("{}: no such document", w()));
         documents[at].value = common::apply(&documents[at].value, &plan.operations(), &w);
         fixed.push(at);
     }
     // The view as `check` builds it, from the patched documents.
-    let decoded: Vec<Option<Object>> = documents.iter().map(|d| model::decode(&d.value, &options.namespace).ok().flatten()).collect();
+    let decoded: Vec<Option<Object>> =
+        documents.iter().map(|d| model::decode(&d.value, &options.namespace).ok().flatten()).collect();
     let mut index = Index::new();
     index.set_complete(options.complete);
     for o in decoded.iter().flatten() {
@@ -139,7 +144,8 @@ fn fix_round_trip(text: &str, report: &check::Report, patched: &[Document], opti
             f
         })
         .collect();
-    let written = fix::apply(&on_disk.sources, &fixes).unwrap_or_else(|e| panic!("{what}: --fix failed: {e}\ninput:\n{text}"));
+    let (written, _) = fix::apply(&on_disk.sources, &fixes, false)
+        .unwrap_or_else(|e| panic!("{what}: --fix failed: {e}\ninput:\n{text}"));
     assert_eq!(written, vec![file.clone()], "{what}: --fix wrote {written:?}");
     let rewritten = std::fs::read_to_string(path).expect("read back");
     let reloaded = load::load(std::slice::from_ref(&file));
@@ -153,7 +159,16 @@ fn fix_round_trip(text: &str, report: &check::Report, patched: &[Document], opti
             serde_json::to_string(&got).unwrap_or_default()
         );
     }
-    assert_eq!(reloaded.errors.len(), on_disk.errors.len(), "{what}: --fix changed which documents are unusable\n--- written:\n{rewritten}\n{:?}", reloaded.errors);
+    assert_eq!(
+        reloaded.errors.len(),
+        on_disk.errors.len(),
+        "{what}: --fix changed which documents are unusable\n--- written:\n{rewritten}\n{:?}",
+        reloaded.errors
+    );
     let again = check::check(&reloaded, options);
-    assert!(again.fixes.is_empty(), "{what}: after --fix, check still plans {:?}\n--- written:\n{rewritten}", again.fixes);
+    assert!(
+        again.fixes.is_empty(),
+        "{what}: after --fix, check still plans {:?}\n--- written:\n{rewritten}",
+        again.fixes
+    );
 }
