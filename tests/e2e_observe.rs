@@ -13,14 +13,13 @@
 #[path = "support/mod.rs"]
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
 const NS: &str = "shop";
 /// The chart's release namespace (the reports' Lease).
 const RELEASE_NS: &str = "ha-guard";
@@ -138,12 +137,8 @@ fn register_observing(cp: &ControlPlane, hg: &HaGuard) {
 /// `ha-guard reports --config CONFIG` (the observe-only one) on the cluster: the report of `shop`
 /// lists the two writes enforce would have refused as `fail`.
 fn reports_list_would_be_denials(cp: &ControlPlane, config: &Path) {
-    let crds = repo().join("charts/ha-guard/crds");
-    cp.kubectl(&["apply", "-f", crds.to_str().expect("path")]).success();
-    for crd in ["policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"] {
-        cp.kubectl(&["wait", "--for", "condition=established", "--timeout=30s", &format!("crd/{crd}")]).success();
-    }
-    let reports = Reports::start(cp, config);
+    reports::install_report_crds(cp);
+    let reports = reports::ReportsProcess::start(cp, "observe", config, RELEASE_NS);
     let rows = poll("the report of shop lists the would-be denials", WAIT, Duration::from_millis(300), || {
         let k = cp.kubectl(&["-n", NS, "get", "policyreports.wgpolicyk8s.io", "ha-guard", "-o", "json"]);
         if !k.ok() {
@@ -167,39 +162,4 @@ fn reports_list_would_be_denials(cp: &ControlPlane, config: &Path) {
     })
     .unwrap_or_else(|e| panic!("{e}\n{}", tail(&reports.log, 20)));
     eprintln!("[e2e] the report of {NS}: {rows:?}");
-}
-
-/// One `ha-guard reports` process (killed on drop).
-struct Reports {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Reports {
-    fn start(cp: &ControlPlane, config: &Path) -> Reports {
-        let port = free_port();
-        let log = cp.dir().join("reports-observe.log");
-        let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(BIN)
-            .arg("reports")
-            .arg("--config")
-            .arg(config)
-            .args(["--interval=5m", "--debounce=1s", &format!("--probe-listen=127.0.0.1:{port}")])
-            .arg(format!("--lease-namespace={RELEASE_NS}"))
-            .env("KUBECONFIG", cp.kubeconfig())
-            .env("POD_NAME", "reports-observe")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log"))
-            .stderr(out)
-            .spawn()
-            .expect("start ha-guard reports");
-        Reports { child, log }
-    }
-}
-
-impl Drop for Reports {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

@@ -17,7 +17,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -192,12 +192,8 @@ fn exceptions_overrides_and_their_expiry_on_a_real_apiserver() {
 /// `ha-guard reports --config CONFIG`: tigera-operator's report has its finding as a `skip` naming
 /// the exception; legacy-app's objects are `skip` results of `namespace-skipped`.
 fn reports_show_exceptions_and_skips(cp: &ControlPlane, config: &Path) {
-    let crds = repo().join("charts/ha-guard/crds");
-    cp.kubectl(&["apply", "-f", crds.to_str().expect("path")]).success();
-    for crd in ["policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"] {
-        cp.kubectl(&["wait", "--for", "condition=established", "--timeout=30s", &format!("crd/{crd}")]).success();
-    }
-    let reports = Reports::start(cp, config);
+    reports::install_report_crds(cp);
+    let reports = reports::ReportsProcess::start(cp, "policy", config, RELEASE_NS);
     let results = |ns: &str| -> Result<Vec<Value>, String> {
         let k = cp.kubectl(&["-n", ns, "get", "policyreports.wgpolicyk8s.io", "ha-guard", "-o", "json"]);
         if !k.ok() {
@@ -340,39 +336,4 @@ fn preview_matches_check(cp: &ControlPlane, dir: &Path) {
     // The other way round, the vendor objects become denied: exit 1.
     let (code, _) = ha_guard(cp, &["audit", "--format", "json", "--config", current, "--baseline", new]);
     assert_eq!(code, 1);
-}
-
-/// One `ha-guard reports` process (killed on drop).
-struct Reports {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Reports {
-    fn start(cp: &ControlPlane, config: &Path) -> Reports {
-        let port = free_port();
-        let log = cp.dir().join("reports-policy.log");
-        let out = std::fs::File::create(&log).expect("log file");
-        let child = Command::new(BIN)
-            .arg("reports")
-            .arg("--config")
-            .arg(config)
-            .args(["--interval=5m", "--debounce=1s", &format!("--probe-listen=127.0.0.1:{port}")])
-            .arg(format!("--lease-namespace={RELEASE_NS}"))
-            .env("KUBECONFIG", cp.kubeconfig())
-            .env("POD_NAME", "reports-policy")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log"))
-            .stderr(out)
-            .spawn()
-            .expect("start ha-guard reports");
-        Reports { child, log }
-    }
-}
-
-impl Drop for Reports {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

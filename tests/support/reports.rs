@@ -2,11 +2,12 @@
 //! say), the rows of a PolicyReport and of that JSON, and the report CRDs as the chart installs them.
 
 use std::collections::BTreeSet;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 
 use serde_json::Value;
 
-use super::{ControlPlane, repo};
+use super::{ControlPlane, free_port, repo};
 
 /// `ha-guard audit --format json` over the whole cluster.
 pub fn audit_json(cp: &ControlPlane) -> Value {
@@ -71,5 +72,41 @@ pub fn install_report_crds(cp: &ControlPlane) {
         "clusterreports.openreports.io",
     ] {
         cp.kubectl(&["wait", "--for", "condition=established", "--timeout=30s", &format!("crd/{crd}")]).success();
+    }
+}
+
+/// One `ha-guard reports --config CONFIG` process on `cp` (killed on drop), holding its Lease in
+/// `lease_namespace`, its log `reports-NAME.log` in the control plane's folder.
+pub struct ReportsProcess {
+    child: Child,
+    pub log: PathBuf,
+}
+
+impl ReportsProcess {
+    pub fn start(cp: &ControlPlane, name: &str, config: &Path, lease_namespace: &str) -> ReportsProcess {
+        let port = free_port();
+        let log = cp.dir().join(format!("reports-{name}.log"));
+        let out = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+            .arg("reports")
+            .arg("--config")
+            .arg(config)
+            .args(["--interval=5m", "--debounce=1s", &format!("--probe-listen=127.0.0.1:{port}")])
+            .arg(format!("--lease-namespace={lease_namespace}"))
+            .env("KUBECONFIG", cp.kubeconfig())
+            .env("POD_NAME", format!("reports-{name}"))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .spawn()
+            .expect("start ha-guard reports");
+        ReportsProcess { child, log }
+    }
+}
+
+impl Drop for ReportsProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
