@@ -166,8 +166,7 @@ impl Config {
     }
 
     pub fn namespace_exempt(&self, namespace: &str) -> bool {
-        !namespace.is_empty()
-            && self.exempt_namespaces.iter().any(|n| n == namespace || Glob(n.clone()).matches(namespace))
+        !namespace.is_empty() && self.exempt_namespaces.iter().any(|n| policy::glob_matches(n, namespace))
     }
 
     /// Parses and checks a configuration against the rules and mutations of `catalogue`; `file`

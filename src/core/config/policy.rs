@@ -58,19 +58,26 @@ impl Glob {
     }
 
     pub fn matches(&self, text: &str) -> bool {
-        let mut parts = self.0.split('*');
-        let first = parts.next().unwrap_or_default();
-        let Some(mut rest) = text.strip_prefix(first) else { return false };
-        let mut parts: Vec<&str> = parts.collect();
-        let Some(last) = parts.pop() else { return rest.is_empty() };
-        for part in parts {
-            match rest.find(part) {
-                Some(at) => rest = &rest[at + part.len()..],
-                None => return false,
-            }
-        }
-        rest.len() >= last.len() && rest.ends_with(last)
+        glob_matches(&self.0, text)
     }
+}
+
+/// Whether `pattern` (a checked [`Glob`]'s text) matches `text`.
+pub fn glob_matches(pattern: &str, text: &str) -> bool {
+    let Some((first, rest_of_pattern)) = pattern.split_once('*') else { return pattern == text };
+    let (middle, last) = rest_of_pattern.rsplit_once('*').unwrap_or(("", rest_of_pattern));
+    // The two ends must not overlap: what is between them is matched left to right.
+    if text.len() < first.len() + last.len() || !text.starts_with(first) || !text.ends_with(last) {
+        return false;
+    }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for part in middle.split('*').filter(|p| !p.is_empty()) {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// An exception: findings of `rules` about objects its match covers are allowed, naming it.
