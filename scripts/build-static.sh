@@ -60,7 +60,7 @@ command -v readelf >/dev/null 2>&1 || apt_install binutils
 host=$(rustc -vV | sed -n 's/^host: //p')
 for target in "${targets[@]}"; do
     [[ $target == "$host" ]] && continue
-    if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+    if ! grep -qx "$target" <<<"$(rustup target list --installed 2>/dev/null)"; then
         log "adding the Rust standard library for $target (rustup target add)"
         rustup target add "$target" >&2
     fi
@@ -76,7 +76,7 @@ done
 # cargo-auditable, pinned; its own build takes about a minute.
 auditable_version=0.7.7
 auditable=$cache/cargo-tools/bin/cargo-auditable
-if [[ ! -x $auditable ]] || ! cargo install --list --root "$cache/cargo-tools" | grep -qx "cargo-auditable v$auditable_version:"; then
+if [[ ! -x $auditable ]] || ! grep -qx "cargo-auditable v$auditable_version:" <<<"$(cargo install --list --root "$cache/cargo-tools")"; then
     log "installing cargo-auditable $auditable_version (cargo install --locked, into $cache/cargo-tools)"
     cargo install --quiet --locked --root "$cache/cargo-tools" "cargo-auditable@$auditable_version" >&2
 fi
@@ -99,12 +99,15 @@ for target in "${targets[@]}"; do
     bin="${CARGO_TARGET_DIR:-target}/$target/$profile/ha-guard"
     # A dynamic binary would build fine and then fail in a FROM scratch image with a confusing
     # "no such file or directory" (the missing loader): refuse it here.
-    if readelf --program-headers "$bin" | grep -q INTERP || readelf --dynamic "$bin" | grep -q NEEDED; then
+    # Each tool's output is read whole before grep sees it: with pipefail, `readelf | grep -q` fails
+    # when grep stops at its match and readelf then dies of SIGPIPE (it did, in CI, on a binary that
+    # had the section).
+    if grep -q INTERP <<<"$(readelf --program-headers "$bin")" || grep -q NEEDED <<<"$(readelf --dynamic "$bin")"; then
         log "$bin is dynamically linked (it names a loader or shared libraries):"
         readelf --program-headers --dynamic "$bin" | grep -E 'INTERP|NEEDED' >&2
         exit 1
     fi
-    readelf --sections "$bin" | grep -q '\.dep-v0' || die "$bin has no .dep-v0 section: cargo-auditable did not embed the dependency list"
+    grep -q '\.dep-v0' <<<"$(readelf --sections "$bin")" || die "$bin has no .dep-v0 section: cargo-auditable did not embed the dependency list"
     if [[ -n ${outdir:-} ]]; then
         dest="$outdir/${arch_of[$target]}/ha-guard"
     else

@@ -51,7 +51,7 @@ if ! rustup run "$toolchain" rustc --version >/dev/null 2>&1; then
     echo "fuzz.sh: toolchain '$toolchain' is not installed" >&2
     exit 2
 fi
-if [ "$sanitizer" != none ] && ! rustup run "$toolchain" rustc --version | grep -q nightly; then
+if [ "$sanitizer" != none ] && ! grep -q nightly <<<"$(rustup run "$toolchain" rustc --version)"; then
     echo "fuzz.sh: FUZZ_SANITIZER=$sanitizer needs a nightly toolchain (-Zsanitizer); '$toolchain' is not one" >&2
     exit 2
 fi

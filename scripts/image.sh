@@ -160,7 +160,7 @@ fi
 sbom_tool_version=0.5.9
 cache_root=${HA_GUARD_CACHE:-$HOME/.cache/ha-guard}
 if [[ ! -x $cache_root/cargo-tools/bin/cargo-cyclonedx ]] ||
-    ! cargo install --list --root "$cache_root/cargo-tools" | grep -qx "cargo-cyclonedx v$sbom_tool_version:"; then
+    ! grep -qx "cargo-cyclonedx v$sbom_tool_version:" <<<"$(cargo install --list --root "$cache_root/cargo-tools")"; then
     log "installing cargo-cyclonedx $sbom_tool_version (cargo install --locked, into $cache_root/cargo-tools)"
     cargo install --quiet --locked --root "$cache_root/cargo-tools" "cargo-cyclonedx@$sbom_tool_version" >&2
 fi

@@ -169,10 +169,11 @@ for arch in "${archs[@]}"; do
     headers=$(tar -tvf "$(blob "$layer")")
     [[ $(awk '{print $1, $2, $6}' <<<"$headers") == "-rwxr-xr-x 0/0 ha-guard" ]] ||
         fail "the linux/$arch layer $layer should hold ha-guard as 0/0 -rwxr-xr-x; it holds: $headers"
-    if readelf --program-headers "$rootfs/ha-guard" | grep -q INTERP || readelf --dynamic "$rootfs/ha-guard" | grep -q NEEDED; then
+    # Output read whole first: `readelf | grep -q` under pipefail fails on SIGPIPE (see build-static.sh).
+    if grep -q INTERP <<<"$(readelf --program-headers "$rootfs/ha-guard")" || grep -q NEEDED <<<"$(readelf --dynamic "$rootfs/ha-guard")"; then
         fail "linux/$arch /ha-guard is dynamically linked: it would not start in an image without libc"
     fi
-    if readelf --sections "$rootfs/ha-guard" | grep -qE '\.debug_|\.symtab'; then
+    if grep -qE '\.debug_|\.symtab' <<<"$(readelf --sections "$rootfs/ha-guard")"; then
         fail "linux/$arch /ha-guard carries debug info or a symbol table (not stripped)"
     fi
     machine=$(readelf --file-header "$rootfs/ha-guard" | sed -n 's/^ *Machine: *//p')

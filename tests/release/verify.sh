@@ -57,7 +57,7 @@ fi
 # The reader of cargo-auditable's embedded list, pinned.
 audit_info_version=0.5.4
 audit_info=$cache/cargo-tools/bin/rust-audit-info
-if [[ ! -x $audit_info ]] || ! cargo install --list --root "$cache/cargo-tools" | grep -qx "rust-audit-info v$audit_info_version:"; then
+if [[ ! -x $audit_info ]] || ! grep -qx "rust-audit-info v$audit_info_version:" <<<"$(cargo install --list --root "$cache/cargo-tools")"; then
     log "installing rust-audit-info $audit_info_version (cargo install --locked, into $cache/cargo-tools)"
     cargo install --quiet --locked --root "$cache/cargo-tools" "rust-audit-info@$audit_info_version" >&2
 fi
@@ -194,7 +194,7 @@ chart=$("$helm" show chart "$dist/ha-guard-$version.tgz" | /usr/bin/python3 -c '
 images=$(jq -r '.annotations["artifacthub.io/images"]' <<<"$chart" | /usr/bin/python3 -c 'import json, sys, yaml; print(json.dumps(yaml.safe_load(sys.stdin)))')
 [[ $(jq -c '[.[0].image, .[0].platforms]' <<<"$images") == "[\"ghcr.io/ha-guard/ha-guard:$version\",[\"linux/amd64\",\"linux/arm64\"]]" ]] ||
     fail "helm show chart: artifacthub.io/images is $images"
-jq -r '.annotations["artifacthub.io/links"]' <<<"$chart" | grep -q 'url: https://' || fail "helm show chart: no artifacthub.io/links"
+grep -q 'url: https://' <<<"$(jq -r '.annotations["artifacthub.io/links"]' <<<"$chart")" || fail "helm show chart: no artifacthub.io/links"
 log "ok: helm show chart ha-guard-$version.tgz: version and appVersion $version; artifacthub.io images (both platforms), license, links"
 
 # --- 5. the krew manifest -------------------------------------------------------------------------
@@ -214,7 +214,7 @@ KREW_ROOT="$tmp/krew" "$krew_dir/krew" install --manifest="$plugin" --archive="$
     fail "krew install --manifest --archive did not install the plugin"
 plugin_version=$("$tmp/krew/bin/kubectl-ha_guard" --version) || fail "the installed kubectl-ha_guard does not run"
 [[ $plugin_version == "ha-guard $version (commit ${head_commit:0:12}"* ]] || fail "the installed plugin says $plugin_version"
-usage=$("$tmp/krew/bin/kubectl-ha_guard" check --help | head -n 3)
+usage=$(head -n 3 <<<"$("$tmp/krew/bin/kubectl-ha_guard" check --help)")
 grep -q 'kubectl ha-guard check' <<<"$usage" || fail "the installed plugin does not call itself kubectl ha-guard: $usage"
 log "ok: validate-krew-manifest accepts plugins/ha-guard.yaml; sha256s and URIs name the archives; krew install from the archive gives kubectl-ha_guard ($plugin_version)"
 
