@@ -13,23 +13,29 @@ use crate::core::registry;
 use crate::manifest::skeleton::segments;
 use crate::manifest::{Origin, document_label};
 
+/// Where an object's text is, as `file:line:col` (clickable in terminals and editors); which
+/// document of the file it is goes into the header line, see [`document_note`].
 fn location(origin: &Origin) -> String {
     // Line 0: an object with no source text (`audit` reads it from the cluster): its path alone.
     if origin.shown_line() == 0 {
         return origin.shown_file().to_string();
     }
-    let item = origin.item.map(|i| format!(", items[{i}]")).unwrap_or_default();
     let column = origin.column.map(|c| format!(":{c}")).unwrap_or_default();
-    let stream = match &origin.template {
-        Some(_) => format!(" of {}", origin.file),
-        None => String::new(),
-    };
-    format!(
-        "{}:{}{column} ({}{item}{stream})",
-        origin.shown_file(),
-        origin.shown_line(),
-        document_label(origin.document)
-    )
+    format!("{}:{}{column}", origin.shown_file(), origin.shown_line())
+}
+
+/// Which document of a multi-document file (or of a rendered stream, or which item of a List) an
+/// object is, as the end of a header line: ` (document 2)`, ` (document 3 of -)`, ` (document 1,
+/// items[4])`; nothing for the first document of a plain file. Every text header (findings,
+/// fixes, notices, what was not checked) puts it in the same place, and the `-->` line stays a
+/// bare location.
+fn document_note(origin: &Origin) -> String {
+    match (&origin.template, origin.item) {
+        (Some(_), _) => format!(" ({} of {})", document_label(origin.document), origin.file),
+        (None, Some(i)) => format!(" ({}, items[{i}])", document_label(origin.document)),
+        (None, None) if origin.document > 0 => format!(" ({})", document_label(origin.document)),
+        (None, None) => String::new(),
+    }
 }
 
 /// A JSON pointer as a field path: `/spec/volumes/0/name` → `spec.volumes[0].name`.
@@ -80,15 +86,7 @@ fn finding_text(located: &Located, renderer: &Renderer) -> String {
         Decision::Warn => Level::WARNING.with_name("warn"),
         Decision::Allowed => Level::NOTE.with_name("allowed"),
     };
-    // The file:line:col stays clickable; which document of a multi-document file (or of a
-    // rendered stream) goes into the title.
-    let mut title = format!("{} at {}", f.object, f.path);
-    match (&origin.template, origin.item) {
-        (Some(_), _) => title.push_str(&format!(" ({} of {})", document_label(origin.document), origin.file)),
-        (None, Some(i)) => title.push_str(&format!(" ({}, items[{i}])", document_label(origin.document))),
-        (None, None) if origin.document > 0 => title.push_str(&format!(" ({})", document_label(origin.document))),
-        (None, None) => {}
-    }
+    let title = format!("{} at {}{}", f.object, f.path, document_note(origin));
     let path = origin.shown_file().to_string();
     let place: Element = match (&located.snippet, origin.column) {
         (Some(line), Some(column)) => {
@@ -137,24 +135,26 @@ pub fn text(report: &Report, style: TextStyle) -> String {
         return out;
     }
     for (origin, n) in &report.notices {
-        let _ = writeln!(out, "warning: {n}\n  --> {}\n", location(origin));
+        let _ = writeln!(out, "warning: {n}{}\n  --> {}\n", document_note(origin), location(origin));
     }
     for (origin, u) in &report.unchecked {
-        let _ = writeln!(out, "note: {u}\n  --> {}\n", location(origin));
+        let _ = writeln!(out, "note: {u}{}\n  --> {}\n", document_note(origin), location(origin));
     }
     for fix in &report.fixes {
         for (i, c) in fix.changes.iter().enumerate() {
+            let at = fix.at.get(i).unwrap_or(&fix.origin);
             let _ = writeln!(
                 out,
-                "fix[{}]: {} would get {} = {}\n  --> {}\n",
+                "fix[{}]: {}{} would get {} = {}\n  --> {}\n",
                 c.mutation,
                 fix.object,
+                document_note(at),
                 pointer_to_path(&c.path()),
                 match &c.operation {
                     json_patch::PatchOperation::Add(a) => a.value.to_string(),
                     _ => String::new(),
                 },
-                location(fix.at.get(i).unwrap_or(&fix.origin))
+                location(at)
             );
         }
     }
@@ -528,7 +528,14 @@ pub fn junit(report: &Report, fail_on: FailOn) -> String {
     let mut suites: BTreeMap<String, Vec<Case>> = BTreeMap::new();
     for l in &report.findings {
         let f = &l.finding;
-        let text = format!("{} at {}: {}\n  --> {}", f.object, f.path, f.message(), location(&l.origin));
+        let text = format!(
+            "{} at {}{}: {}\n  --> {}",
+            f.object,
+            f.path,
+            document_note(&l.origin),
+            f.message(),
+            location(&l.origin)
+        );
         let fails = match fail_on {
             FailOn::Deny => f.action == Decision::Deny,
             FailOn::Warn => matches!(f.action, Decision::Deny | Decision::Warn),

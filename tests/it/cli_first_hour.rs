@@ -157,7 +157,7 @@ fn a_hook_copy_of_an_object_is_no_duplicate() {
         r.stdout,
         "warning: Deployment shop/web is also defined in web/templates/web.yaml (document 1): the view keeps this \
          later one, and both are checked against it; to check two variants of an object (a base and its patch, two \
-         overlays), check each separately\n  --> web/templates/copy.yaml:1 (document 3 of -)\n\n\
+         overlays), check each separately (document 3 of -)\n  --> web/templates/copy.yaml:1\n\n\
          0 deny, 0 warn, 0 allowed in 3 objects from 1 file\n"
     );
     // ha-guard's own chart, rendered as its README says: its pre-delete hooks are no duplicates.
@@ -319,4 +319,28 @@ spec:
         (r.code, r.stdout.as_str(), r.stderr.as_str()),
         (2, "", "error: -: stdin cannot be fixed in place: add `--output -` to write the fixed manifests to stdout\n")
     );
+}
+
+/// Every text header names the document the same way, counted from 1 and at the end of the header
+/// line (findings, fixes); the `-->` line is a bare `file:line:col`; load errors name the file and
+/// the document together, as the only place they have.
+#[test]
+fn document_numbers_sit_in_one_place_and_count_from_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\n---\n\
+        apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: shop}\n\
+        spec: {maxUnavailable: 1, selector: {matchLabels: {app: web}}}\n---\nkind: [broken\n";
+    write(dir.path(), "two.yaml", manifest);
+    let r = run(dir.path(), &["check", "two.yaml"], None, None);
+    assert_eq!(r.code, 2, "the broken third document is an error: {}\n{}", r.stdout, r.stderr);
+    let fix = "fix[inject-unhealthy-pod-eviction-policy]: PodDisruptionBudget shop/web (document 2) would get \
+               spec.unhealthyPodEvictionPolicy = \"AlwaysAllow\"\n  --> two.yaml:8:1\n";
+    assert!(r.stdout.contains(fix), "{}", r.stdout);
+    assert!(!r.stdout.contains("--> two.yaml:8:1 ("), "the location line is bare: {}", r.stdout);
+    assert!(r.stderr.starts_with("error: two.yaml (document 3): not valid YAML"), "{}", r.stderr);
+    // The first document of a file needs no number.
+    write(dir.path(), "one.yaml", manifest.split("---\n").nth(1).unwrap());
+    let r = run(dir.path(), &["check", "one.yaml"], None, None);
+    assert!(r.stdout.contains("PodDisruptionBudget shop/web would get"), "{}", r.stdout);
+    assert!(!r.stdout.contains("(document"), "{}", r.stdout);
 }
