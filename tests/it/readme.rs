@@ -130,7 +130,10 @@ const NOT_RUN: &[(&str, &str)] = &[
     ("docker load", "no container daemon here; tests/image/verify.sh reads the archive with umoci and skopeo"),
     ("podman load", "no podman here; tests/image/verify.sh reads the archive with umoci and skopeo"),
     ("kind load image-archive", "no kind cluster here; tests/image/verify.sh reads the archive with umoci and skopeo"),
-    ("skopeo copy --all oci-archive:", "no registry here; tests/image/verify.sh copies each platform out of the archive with skopeo"),
+    (
+        "skopeo copy --all oci-archive:",
+        "no registry here; tests/image/verify.sh copies each platform out of the archive with skopeo",
+    ),
 ];
 
 fn repo() -> &'static Path {
