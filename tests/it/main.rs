@@ -19,6 +19,7 @@ mod policy;
 mod precommit;
 mod read_fields;
 mod readme;
+mod rule_pages;
 mod server_bad_input;
 mod server_client_auth;
 mod server_http;
