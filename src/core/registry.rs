@@ -91,13 +91,34 @@ pub const ARGOCD_MARKERS: (&str, &str) =
 /// Application's `spec.ignoreDifferences` for what every mutation adds, one entry per mutation and
 /// kind, in catalogue order, from each mutation's [`IgnoreDifference`](crate::core::catalogue::IgnoreDifference)s.
 pub fn argocd_ignore_differences() -> String {
-    let mut out = String::from(
-        "# Argo CD: what ha-guard's mutations add, left out of an Application's diff\n\
-         # (ha-guard rules --argocd-ignore-differences)\n\
-         spec:\n  ignoreDifferences:\n",
-    );
-    for m in mutations() {
-        let state = if m.default_on { "on by default" } else { "off by default: for a configuration that turns it on" };
+    let entries = mutations().iter().map(|m| {
+        (*m, if m.default_on { "on by default" } else { "off by default: for a configuration that turns it on" })
+    });
+    ignore_differences_block("# (ha-guard rules --argocd-ignore-differences)\n", entries)
+}
+
+/// [`argocd_ignore_differences`] for one configuration (`rules --argocd-ignore-differences
+/// --config FILE`): only the mutations it turns on, and none in `mode: observe`, which patches
+/// nothing. `file` names the configuration in the header.
+pub fn argocd_ignore_differences_for(config: &Config, file: &str) -> String {
+    let header = format!("# (ha-guard rules --argocd-ignore-differences --config {file})\n");
+    if config.observes() {
+        return format!(
+            "{IGNORE_DIFFERENCES_TITLE}{header}# mode: observe: ha-guard patches nothing, so nothing is left out\n\
+             spec:\n  ignoreDifferences: []\n"
+        );
+    }
+    let on = mutations().iter().filter(|m| config.mutation_on(m)).map(|m| (*m, "on in this configuration"));
+    ignore_differences_block(&header, on)
+}
+
+const IGNORE_DIFFERENCES_TITLE: &str = "# Argo CD: what ha-guard's mutations add, left out of an Application's diff\n";
+
+fn ignore_differences_block<'a>(header: &str, entries: impl Iterator<Item = (&'a Mutation, &'a str)>) -> String {
+    let mut out = format!("{IGNORE_DIFFERENCES_TITLE}{header}spec:\n  ignoreDifferences:\n");
+    let mut any = false;
+    for (m, state) in entries {
+        any = true;
         let _ = writeln!(out, "    # {} ({state})", m.id);
         for entry in m.ignored {
             let _ = writeln!(out, "    - group: {}\n      kind: {}\n      jqPathExpressions:", entry.group, entry.kind);
@@ -105,6 +126,43 @@ pub fn argocd_ignore_differences() -> String {
                 let _ = writeln!(out, "        - '{}'", jq.replace('\'', "''"));
             }
         }
+    }
+    if !any {
+        out = out.replace("  ignoreDifferences:\n", "  ignoreDifferences: []  # every mutation is off\n");
+    }
+    out
+}
+
+/// What `ha-guard rules --config FILE` prints: [`listing`] with the action each rule has in the
+/// configuration (`deny`, `warn`, `off`, or `default`; `+overrides` when a namespace override
+/// names it) and each mutation on or off there.
+pub fn listing_for(config: &Config) -> String {
+    let mut out = format!("{:<31} {:<44} {:<20} {}\n", "RULE", "DEFAULT", "CONFIGURED", "WHAT");
+    for r in rules() {
+        let mut configured = config.rules.get(r.id).map_or("default", |a| a.as_str()).to_string();
+        if config.overrides.iter().any(|o| o.rules.contains_key(r.id)) {
+            configured.push_str(" +overrides");
+        }
+        if config.observes() && configured != "off" {
+            configured.push_str(" (observe)");
+        }
+        let _ = writeln!(out, "{:<31} {:<44} {:<20} {}", r.id, r.default_text, configured, r.summary);
+    }
+    out.push_str("\nMUTATION                              DEFAULT  CONFIGURED     WHAT\n");
+    for m in mutations() {
+        let configured = match (config.mutation_on(m), config.observes()) {
+            (true, false) => "on",
+            (true, true) => "off (observe)",
+            (false, _) => "off",
+        };
+        let _ = writeln!(
+            out,
+            "{:<37} {:<8} {:<14} {}",
+            m.id,
+            if m.default_on { "on" } else { "off" },
+            configured,
+            m.summary
+        );
     }
     out
 }

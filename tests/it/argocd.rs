@@ -175,3 +175,70 @@ fn the_argocd_block_leaves_out_exactly_what_the_mutations_add() {
         }
     }
 }
+
+/// The `# <mutation> (...)` comment lines of a block, in order.
+fn mutations_named(block: &str) -> Vec<&str> {
+    block
+        .lines()
+        .filter_map(|l| l.strip_prefix("    # "))
+        .filter_map(|l| l.split_once(" (").map(|(id, _)| id))
+        .collect()
+}
+
+/// With `--config`, the block holds the entries of exactly the mutations that configuration turns
+/// on, the same entries as the full block; in `mode: observe` (no patch at all) and with every
+/// mutation off it is an empty list Argo CD accepts.
+#[test]
+fn the_argocd_block_for_a_configuration_holds_only_its_mutations() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = |out: std::process::Output| {
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("UTF-8")
+    };
+    let full = text(run(&["rules", "--argocd-ignore-differences"], dir.path()));
+    std::fs::write(
+        dir.path().join("team.yaml"),
+        "mutations: {inject-spread-selector: false, inject-default-spread: true}\n",
+    )
+    .unwrap();
+    let team = text(run(&["rules", "--argocd-ignore-differences", "--config", "team.yaml"], dir.path()));
+    assert_eq!(mutations_named(&team), ["inject-unhealthy-pod-eviction-policy", "inject-default-spread"], "{team}");
+    assert!(team.contains("# (ha-guard rules --argocd-ignore-differences --config team.yaml)"), "{team}");
+    let all = entries(&full);
+    let team_entries = entries(&team);
+    assert_eq!(team_entries.len(), 3, "one PDB entry and the default spread's two kinds: {team}");
+    assert!(team_entries.iter().all(|e| all.contains(e)), "the same entries as the full block:\n{team}");
+    assert!(!team.contains("topologySpreadConstraints[]?.labelSelector | select"), "spread selector is off: {team}");
+
+    std::fs::write(dir.path().join("observe.yaml"), "mode: observe\n").unwrap();
+    let observe = text(run(&["rules", "--argocd-ignore-differences", "--config", "observe.yaml"], dir.path()));
+    assert!(entries(&observe).is_empty() && observe.contains("mode: observe"), "{observe}");
+    std::fs::write(
+        dir.path().join("none.yaml"),
+        "mutations: {inject-spread-selector: false, inject-unhealthy-pod-eviction-policy: false}\n",
+    )
+    .unwrap();
+    let none = text(run(&["rules", "--argocd-ignore-differences", "--config", "none.yaml"], dir.path()));
+    assert!(entries(&none).is_empty() && mutations_named(&none).is_empty(), "{none}");
+
+    // The list says what the configuration makes of each rule and mutation.
+    std::fs::write(
+        dir.path().join("rules.yaml"),
+        "rules: {recreate-multi-replica: deny}\nmutations: {inject-default-spread: true}\noverrides:\n  \
+         - namespaceSelector: {matchLabels: {env: dev}}\n    rules: {pdb-blocks-eviction: warn}\n",
+    )
+    .unwrap();
+    let list = text(run(&["rules", "--config", "rules.yaml"], dir.path()));
+    let row = |id: &str| -> Vec<String> {
+        let line = list.lines().find(|l| l.starts_with(&format!("{id} "))).unwrap_or_else(|| panic!("{id}: {list}"));
+        line.split("  ").map(str::trim).filter(|c| !c.is_empty()).map(str::to_string).collect()
+    };
+    assert_eq!(row("recreate-multi-replica")[2], "deny", "{list}");
+    assert_eq!(row("pdb-blocks-eviction")[2], "default +overrides", "{list}");
+    assert_eq!(row("replicas-colocated")[2], "default", "{list}");
+    assert_eq!(row("inject-default-spread")[1..3], ["off", "on"], "{list}");
+    assert_eq!(row("inject-match-label-keys")[1..3], ["off", "off"], "{list}");
+    let bad = run(&["rules", "--config", "missing.yaml"], dir.path());
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("missing.yaml"), "the error names the file");
+}

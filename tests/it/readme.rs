@@ -98,6 +98,11 @@ const ELSEWHERE: &[(&str, &str, &str)] = &[
         "tests/e2e_policy.rs",
         "const README_CONFIGMAP: &str",
     ),
+    (
+        "ha-guard rules --argocd-ignore-differences --config ha-guard.yaml",
+        "tests/it/argocd.rs",
+        "fn the_argocd_block_for_a_configuration_holds_only_its_mutations",
+    ),
     ("ha-guard check --config new.yaml --baseline current.yaml", "tests/it/policy.rs", "\"--baseline\""),
     ("ha-guard audit --config new.yaml --baseline current.yaml", "tests/e2e_policy.rs", "\"--baseline\""),
     // README's Day 2: every audit command of that section, read from README.md and run as written
