@@ -275,20 +275,8 @@ impl Tracked for ScaledObject {
     }
 }
 
-/// The kinds watched, in a fixed order (for readiness and metrics).
-pub const KINDS: [Kind; 11] = [
-    Kind::Deployment,
-    Kind::StatefulSet,
-    Kind::PodDisruptionBudget,
-    Kind::HorizontalPodAutoscaler,
-    Kind::PersistentVolumeClaim,
-    Kind::Node,
-    Kind::Namespace,
-    Kind::Service,
-    Kind::ValidatingWebhookConfiguration,
-    Kind::MutatingWebhookConfiguration,
-    Kind::ScaledObject,
-];
+/// The kinds watched, in a fixed order (for readiness and metrics): every kind the engine knows.
+pub const KINDS: [Kind; 11] = Kind::ALL;
 
 /// The live view and its sync state.
 pub struct LiveSource {

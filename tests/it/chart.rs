@@ -1476,20 +1476,7 @@ fn the_schema_knows_the_kinds_an_exception_may_match() {
         .iter()
         .map(|k| k.as_str().unwrap())
         .collect();
-    use ha_guard::core::model::Kind::*;
-    let modelled = [
-        Deployment,
-        StatefulSet,
-        PodDisruptionBudget,
-        HorizontalPodAutoscaler,
-        PersistentVolumeClaim,
-        Node,
-        Namespace,
-        Service,
-        ValidatingWebhookConfiguration,
-        MutatingWebhookConfiguration,
-        ScaledObject,
-    ];
+    let modelled = ha_guard::core::model::Kind::ALL;
     let accepted: BTreeSet<&str> = modelled
         .iter()
         .map(|k| k.as_str())

@@ -244,21 +244,21 @@ fn selector_of(raw: RawSelector, key: &str) -> Result<LabelSelector, String> {
     })
 }
 
+/// The kinds an exception may match: the objects rules judge (not Nodes or Namespaces).
+const EXCEPTION_KINDS: [Kind; 9] = [
+    Kind::Deployment,
+    Kind::StatefulSet,
+    Kind::PodDisruptionBudget,
+    Kind::HorizontalPodAutoscaler,
+    Kind::ScaledObject,
+    Kind::PersistentVolumeClaim,
+    Kind::Service,
+    Kind::ValidatingWebhookConfiguration,
+    Kind::MutatingWebhookConfiguration,
+];
+
 fn kind_named(name: &str) -> Option<Kind> {
-    use Kind::*;
-    [
-        Deployment,
-        StatefulSet,
-        PodDisruptionBudget,
-        HorizontalPodAutoscaler,
-        PersistentVolumeClaim,
-        Service,
-        ValidatingWebhookConfiguration,
-        MutatingWebhookConfiguration,
-        ScaledObject,
-    ]
-    .into_iter()
-    .find(|k| k.as_str() == name)
+    EXCEPTION_KINDS.into_iter().find(|k| k.as_str() == name)
 }
 
 /// The exceptions of the file (`exceptions:`), checked: every error names the exception (by its
@@ -306,7 +306,8 @@ pub fn parse_exceptions(values: &[serde_json::Value], catalogue: &Catalogue) -> 
         let mut kinds = Vec::new();
         for k in &m.kinds {
             kinds.push(kind_named(k).ok_or_else(|| {
-                format!("{at}.match.kinds: unknown kind {k:?} (Deployment, StatefulSet, PodDisruptionBudget, HorizontalPodAutoscaler, ScaledObject, PersistentVolumeClaim, Service, ValidatingWebhookConfiguration, MutatingWebhookConfiguration)")
+                let known: Vec<&str> = EXCEPTION_KINDS.iter().map(|k| k.as_str()).collect();
+                format!("{at}.match.kinds: unknown kind {k:?} ({})", known.join(", "))
             })?);
         }
         let globs = |list: &[String], key: &str, dots: bool| -> Result<Vec<Glob>, String> {

@@ -32,6 +32,21 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind, in declaration order.
+    pub const ALL: [Kind; 11] = [
+        Kind::Deployment,
+        Kind::StatefulSet,
+        Kind::PodDisruptionBudget,
+        Kind::HorizontalPodAutoscaler,
+        Kind::PersistentVolumeClaim,
+        Kind::Node,
+        Kind::Namespace,
+        Kind::Service,
+        Kind::ValidatingWebhookConfiguration,
+        Kind::MutatingWebhookConfiguration,
+        Kind::ScaledObject,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Deployment => "Deployment",
