@@ -15,33 +15,19 @@ use rustls::client::danger::ServerCertVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
+use crate::cli::{BIN, Run, ha_guard};
 
 /// Runs the binary in `dir` with no cluster to be found (no KUBECONFIG, HOME without `.kube`,
 /// not in a pod) plus `env`.
 fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
-    let out = Command::new(BIN)
-        .args(args)
-        .current_dir(dir)
+    ha_guard(args)
+        .dir(dir)
         .env_remove("KUBECONFIG")
         .env_remove("KUBERNETES_SERVICE_HOST")
         .env_remove("POD_NAMESPACE")
         .env("HOME", dir)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .output()
-        .expect("the binary runs");
-    Run {
-        code: out.status.code().expect("exited"),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+        .envs(env)
+        .run()
 }
 
 fn certs(dir: &Path, extra: &[&str]) -> Run {

@@ -2,48 +2,17 @@
 //! exit codes, inputs (files, directories, stdin, multi-document YAML, JSON, Lists), flags, `--fix`,
 //! the JSON contract of DESIGN.md §5 and SARIF 2.1.0 validated against the OASIS schema.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
-
-/// What one run of the binary gave.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
-    }
-
-    /// stdout and stderr together, for messages that may go to either.
-    fn all(&self) -> String {
-        format!("{}{}", self.stdout, self.stderr)
-    }
-}
+use crate::cli::{Run, ha_guard};
 
 fn run_in(dir: Option<&Path>, args: &[&str], stdin: Option<&str>) -> Run {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args).stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    if let Some(dir) = dir {
-        cmd.current_dir(dir);
-    }
-    let mut child = cmd.spawn().expect("the binary starts");
-    if let Some(input) = stdin {
-        child.stdin.take().expect("piped").write_all(input.as_bytes()).expect("stdin written");
-    }
-    let out = child.wait_with_output().expect("the binary finishes");
-    Run {
-        code: out.status.code().expect("exited, not killed by a signal"),
-        stdout: String::from_utf8(out.stdout).expect("UTF-8 stdout"),
-        stderr: String::from_utf8(out.stderr).expect("UTF-8 stderr"),
+    let invocation = ha_guard(args).stdin(stdin);
+    match dir {
+        Some(dir) => invocation.dir(dir).run(),
+        None => invocation.run(),
     }
 }
 

@@ -3,37 +3,15 @@
 //! in every format, `--helm` / `--kustomize`, diagnostics in JSON and SARIF, JUnit, errors printed
 //! once with the file and the field, colour only when asked or on a terminal, `.gitignore`.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
+use crate::cli::{Run, ha_guard};
 
 fn run_with(dir: &Path, args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Run {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args).current_dir(dir).stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.spawn().expect("the binary starts");
-    if let Some(input) = stdin {
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    Run {
-        code: out.status.code().expect("exited"),
-        stdout: String::from_utf8(out.stdout).unwrap(),
-        stderr: String::from_utf8(out.stderr).unwrap(),
-    }
+    ha_guard(args).dir(dir).stdin(stdin).envs(env).run()
 }
 
 fn run(dir: &Path, args: &[&str]) -> Run {

@@ -3,36 +3,18 @@
 //! find nothing, an ID with a typo, a configuration error, SARIF's size and rule links, and `--fix`
 //! of stdin to stdout.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
+use crate::cli::{Run, ha_guard};
 
 /// The binary run in `dir` with `args`, `stdin` and PATH (the process's own unless given).
 fn run(dir: &Path, args: &[&str], stdin: Option<&str>, path: Option<&str>) -> Run {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args).current_dir(dir).stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).env("NO_COLOR", "1");
-    if let Some(path) = path {
-        cmd.env("PATH", path);
-    }
-    let mut child = cmd.spawn().expect("the binary starts");
-    if let Some(input) = stdin {
-        child.stdin.take().expect("piped").write_all(input.as_bytes()).expect("stdin written");
-    }
-    let out = child.wait_with_output().expect("the binary finishes");
-    Run {
-        code: out.status.code().expect("exited"),
-        stdout: String::from_utf8(out.stdout).expect("UTF-8"),
-        stderr: String::from_utf8(out.stderr).expect("UTF-8"),
+    let invocation = ha_guard(args).dir(dir).stdin(stdin).env("NO_COLOR", "1");
+    match path {
+        Some(path) => invocation.env("PATH", path).run(),
+        None => invocation.run(),
     }
 }
 

@@ -7,6 +7,7 @@ mod alerts;
 mod architecture;
 mod argocd;
 mod chart;
+mod cli;
 mod cli_certs;
 mod cli_check;
 mod cli_ci;

@@ -6,34 +6,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
 use crate::corpus::corpus;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not JSON ({e}):\n{}\n{}", self.stdout, self.stderr))
-    }
-}
+use crate::cli::{Run, ha_guard};
 
 fn run(args: &[&str]) -> Run {
-    let out = Command::new(BIN).args(args).env("NO_COLOR", "1").output().expect("the binary runs");
-    Run {
-        code: out.status.code().expect("exited"),
-        stdout: String::from_utf8(out.stdout).expect("UTF-8"),
-        stderr: String::from_utf8(out.stderr).expect("UTF-8"),
-    }
+    ha_guard(args).env("NO_COLOR", "1").run()
 }
 
 /// The tigera-operator Deployment (tolerates everything) and cert-manager's fail-closed webhooks.

@@ -9,9 +9,8 @@
 //! rule_pages` rewrites the blocks (wrapped as the pages wrap them); review the diff.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
+use crate::cli::{Run, ha_guard};
 
 /// Pages whose example is not `check` of the page's own YAML, and where the same behaviour runs.
 const NOT_CHECK_EXAMPLES: &[(&str, &str)] = &[
@@ -108,25 +107,8 @@ fn wrap(output: &str) -> String {
     out
 }
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 fn check(dir: &Path, args: &[&str]) -> Run {
-    let out = Command::new(BIN)
-        .args(args)
-        .current_dir(dir)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("ha-guard runs");
-    Run {
-        code: out.status.code().expect("exited"),
-        stdout: String::from_utf8(out.stdout).expect("UTF-8"),
-        stderr: String::from_utf8(out.stderr).expect("UTF-8"),
-    }
+    ha_guard(args).dir(dir).env("NO_COLOR", "1").run()
 }
 
 /// The YAML blocks as one manifest, the way a reader would save them to one file.
