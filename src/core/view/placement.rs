@@ -550,18 +550,17 @@ fn counted<'a>(pod: Incoming<'a>, nodes: &'a Nodes) -> Counted<'a> {
         .iter()
         .map(|(i, c)| {
             let Some(sel) = c.label_selector.as_ref() else { return (*i, None) };
-            // The matching pods by node, from the nodes holding pods of the namespace (an empty
-            // selector counts none).
+            // The matching pods by node, from the nodes holding pods of the namespace. An empty
+            // selector (`{}`) counts every pod of the namespace: `metav1.LabelSelectorAsSelector`
+            // makes it `labels.Everything()`.
             let mut matching: HashMap<usize, i32> = HashMap::new();
-            if !selector::is_empty(sel) {
-                for at in nodes.holding(pod.namespace) {
-                    let n = nodes[at]
-                        .in_namespace(pod.namespace)
-                        .iter()
-                        .filter(|p| !p.terminating && selector::matches(sel, &p.labels))
-                        .count() as i32;
-                    matching.insert(at, n);
-                }
+            for at in nodes.holding(pod.namespace) {
+                let n = nodes[at]
+                    .in_namespace(pod.namespace)
+                    .iter()
+                    .filter(|p| !p.terminating && selector::matches(sel, &p.labels))
+                    .count() as i32;
+                matching.insert(at, n);
             }
             let mut domains: BTreeMap<&'a str, i32> = BTreeMap::new();
             for (at, n) in nodes.iter().enumerate() {
@@ -915,6 +914,24 @@ mod pod_tests {
         );
         let s = spread(", nodeTaintsPolicy: Honor");
         assert_eq!(feasible(Incoming { spec: &s, ..pod }, &nodes), Ok(vec![1, 2]));
+    }
+
+    /// `labelSelector: {}` selects every pod of the namespace (`LabelSelectorAsSelector` makes it
+    /// `labels.Everything()`): two pods of other apps on `a` skew it, the pod goes to `b`.
+    #[test]
+    fn an_empty_spread_selector_counts_every_pod_of_the_namespace() {
+        let (a, b) = (node("a", &[]), node("b", &[]));
+        let nodes = Nodes::new(vec![
+            state(&a, 1000, vec![placed("api", 0), placed("db", 0)]),
+            state(&b, 1000, vec![Placed { namespace: "other".into(), ..placed("api", 0) }]),
+        ]);
+        let s = spec(
+            "containers: [{name: app, image: x}]\ntopologySpreadConstraints: [{maxSkew: 1, topologyKey: \
+             kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {}}]",
+        );
+        let pod = Incoming { namespace: "default", labels: &labels("web"), spec: &s };
+        assert_eq!(fits(pod, 0, &nodes), Err(Unfit::PodTopologySpread(0)));
+        assert_eq!(feasible(pod, &nodes), Ok(vec![1]), "another namespace's pod is not counted");
     }
 
     /// Replicas placed one after the other: a tainted node the default policy counts keeps each
