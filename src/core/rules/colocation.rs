@@ -4,12 +4,13 @@
 use super::context::{Ctx, Emitter, pod_path, scaled_workload};
 use crate::core::catalogue::Rule;
 use crate::core::model::Subject;
-use crate::core::model::pod::{
-    HOSTNAME, NotApart, declared_host_ports, not_apart, one_per_node_affinity, spread_constraints,
-};
+use crate::core::model::object::Workload;
+use crate::core::model::pod::{HOSTNAME, NotApart, declared_host_ports, not_apart, spread_constraints};
 use crate::core::model::selector;
-use crate::core::view::placement::{Incoming, Nodes, SpreadLimit, feasible, place_replicas, spread_capacity, takes};
+use crate::core::view::capacity::{Binding, Capacity, SpreadLimit, replicas_capacity};
+use crate::core::view::placement::Incoming;
 use crate::core::view::{NodeInfo, View};
+use k8s_openapi::api::core::v1::PodSpec;
 
 const UNSATISFIABLE_FIX: &str = "lower replicas (or the HPA's maxReplicas) to what the nodes can hold, relax the \
                                  constraint to ScheduleAnyway or a preferred anti-affinity, or add nodes.";
@@ -117,106 +118,18 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     }
     let Some(spec) = full.pod_spec() else { return };
     let known = ctx.view.nodes();
-    let refs: Vec<&NodeInfo> = known.iter().map(|n| &**n).collect();
-    let nodes = refs.iter().filter(|n| takes(n, spec)).count() as i32;
+    // How many replicas the nodes hold, in closed form over the nodes as they are empty (the view
+    // holds no pods at admission): one pass over the nodes per constraint, whatever the ceiling.
+    let pod = Incoming { namespace: &ctx.id().namespace, labels: full.template_labels(), spec };
+    let capacity = replicas_capacity(pod, &known);
     // No node these pods may use is known (an empty cluster, a pool that scales from zero): there
     // is nothing to count against, and "at most 0" would be noise, not a bound.
+    let nodes = capacity.schedulable;
     if nodes == 0 {
         return;
     }
-    let mut capacity: Option<(i32, String, String, String)> = None;
-    if one_per_node_affinity(full) {
-        capacity = Some((
-            nodes,
-            pod_path("affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"),
-            format!("a required pod anti-affinity on {HOSTNAME} places at most one replica per node"),
-            UNSATISFIABLE_FIX.to_string(),
-        ));
-    }
-    if capacity.is_none()
-        && let Some(field) = first_host_port(spec)
-    {
-        let ports: Vec<String> = declared_host_ports(full).iter().map(ToString::to_string).collect();
-        capacity = Some((
-            nodes,
-            pod_path(&field),
-            format!(
-                "its declared host port{} {} place{} at most one replica per node (the scheduler's NodePorts filter), \
-                 and a drained node's replica stays Pending until a node with the port free takes it",
-                if ports.len() == 1 { "" } else { "s" },
-                ports.join(", "),
-                if ports.len() == 1 { "s" } else { "" },
-            ),
-            UNSATISFIABLE_FIX.to_string(),
-        ));
-    }
-    for (i, c) in spread_constraints(full).iter().enumerate() {
-        let Some(bound) = spread_capacity(c, &refs, spec) else { continue };
-        if capacity.as_ref().is_some_and(|(c0, ..)| *c0 <= bound.cap) {
-            continue;
-        }
-        let (field, why, fix) = match &bound.why {
-            SpreadLimit::MinDomains { domains, min_domains } => (
-                "minDomains",
-                format!(
-                    "topologySpreadConstraints[{i}] asks for minDomains {min_domains} above the {domains} {} it counts, \
-                     so each may hold at most maxSkew {} replicas",
-                    if c.topology_key == HOSTNAME {
-                        "schedulable nodes".to_string()
-                    } else {
-                        format!("{} domains", c.topology_key)
-                    },
-                    c.max_skew
-                ),
-                UNSATISFIABLE_FIX.to_string(),
-            ),
-            SpreadLimit::IdleDomains(idle) => (
-                "nodeTaintsPolicy",
-                format!(
-                    "topologySpreadConstraints[{i}] ({}) counts {} where no replica may go: nodeTaintsPolicy {} counts \
-                     tainted and cordoned nodes as domains, so the global minimum stays 0 and each of the {} places \
-                     the pods may use holds at most maxSkew {} replicas",
-                    c.topology_key,
-                    idle.join(", "),
-                    c.node_taints_policy.as_deref().unwrap_or("Ignore (the default)"),
-                    bound.cap / c.max_skew.max(1),
-                    c.max_skew
-                ),
-                format!(
-                    "set nodeTaintsPolicy: Honor on topologySpreadConstraints[{i}] (nodes whose taints the pods do not \
-                     tolerate, the cordoned ones included, are then not domains), or tolerate those taints, or relax \
-                     the constraint to ScheduleAnyway."
-                ),
-            ),
-        };
-        capacity = Some((bound.cap, pod_path(&format!("topologySpreadConstraints[{i}].{field}")), why, fix));
-    }
-    // The count is the placement module's, replica after replica on the nodes as they are empty
-    // (the view holds no pods at admission): what the drain replay and the scheduler agree on. The
-    // analysis above names the constraint that binds; without one, the filters that refuse do.
-    let placed = {
-        let mut states = Nodes::empty(known.iter().cloned());
-        let pod = Incoming { namespace: &ctx.id().namespace, labels: full.template_labels(), spec };
-        let wanted = usize::try_from(ceiling).unwrap_or(0);
-        let placed = place_replicas(pod, &mut states, wanted);
-        (placed < wanted).then(|| (placed as i32, feasible(pod, &states).err().unwrap_or_default()))
-    };
-    let Some((cap, refusals)) = placed else { return };
-    let (path, why, fix) = match capacity {
-        Some((_, path, why, fix)) => (path, why, fix),
-        None => {
-            let mut by: std::collections::BTreeMap<String, Vec<&str>> = std::collections::BTreeMap::new();
-            for (node, unfit) in &refusals {
-                by.entry(unfit.to_string()).or_default().push(node);
-            }
-            let reasons: Vec<String> = by.into_iter().map(|(u, n)| format!("{u} on {}", n.join(", "))).collect();
-            (
-                pod_path("containers"),
-                format!("the scheduler's filters then refuse every node ({})", reasons.join("; ")),
-                UNSATISFIABLE_FIX.to_string(),
-            )
-        }
-    };
+    let Some(cap) = capacity.at_most.filter(|cap| *cap < ceiling as u64) else { return };
+    let (path, why, fix) = unsatisfiable_because(full, spec, &capacity);
     let scale = scale();
     match node_autoscaler(ctx.view, &known) {
         None => out.emit(
@@ -248,7 +161,114 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
 /// Where the first host port of `spec` is declared (under the pod spec), as the NodePorts filter
 /// counts them ([`crate::core::model::resources::host_ports`]): `containers[i].ports[j].hostPort`,
 /// or under hostNetwork `….containerPort`.
-fn first_host_port(spec: &k8s_openapi::api::core::v1::PodSpec) -> Option<String> {
+/// What keeps the replicas to `capacity`'s bound, said: the field, why, how to fix it.
+fn unsatisfiable_because(full: &Workload, spec: &PodSpec, capacity: &Capacity) -> (String, String, String) {
+    let fix = || UNSATISFIABLE_FIX.to_string();
+    match &capacity.binding {
+        Binding::AntiAffinity { term, key, per_node } => (
+            pod_path(&format!("affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[{term}]")),
+            if *per_node {
+                format!("a required pod anti-affinity on {key} places at most one replica per node")
+            } else {
+                format!("a required pod anti-affinity on {key} places at most one replica per {key} domain")
+            },
+            fix(),
+        ),
+        Binding::Nodes => match first_host_port(spec).filter(|_| {
+            capacity.refusals.iter().any(|r| matches!(r.unfit, crate::core::view::placement::Unfit::NodePorts(_)))
+        }) {
+            Some(field) => {
+                let ports: Vec<String> = declared_host_ports(full).iter().map(ToString::to_string).collect();
+                (
+                    pod_path(&field),
+                    format!(
+                        "its declared host port{} {} place{} at most one replica per node (the scheduler's NodePorts \
+                         filter), and a drained node's replica stays Pending until a node with the port free takes it",
+                        if ports.len() == 1 { "" } else { "s" },
+                        ports.join(", "),
+                        if ports.len() == 1 { "s" } else { "" },
+                    ),
+                    fix(),
+                )
+            }
+            None => {
+                let reasons: Vec<String> = capacity.refusals.iter().map(ToString::to_string).collect();
+                (
+                    pod_path("containers"),
+                    format!("the scheduler's filters then refuse every node ({})", reasons.join("; ")),
+                    fix(),
+                )
+            }
+        },
+        Binding::Spread { index: i, limit } => {
+            let c = &spread_constraints(full)[*i];
+            let at = |field: &str| pod_path(&format!("topologySpreadConstraints[{i}].{field}"));
+            match limit {
+                SpreadLimit::MinDomains { domains, min_domains } => (
+                    at("minDomains"),
+                    format!(
+                        "topologySpreadConstraints[{i}] asks for minDomains {min_domains} above the {domains} {} it \
+                         counts, so each may hold at most maxSkew {} replicas",
+                        if c.topology_key == HOSTNAME {
+                            "schedulable nodes".to_string()
+                        } else {
+                            format!("{} domains", c.topology_key)
+                        },
+                        c.max_skew
+                    ),
+                    fix(),
+                ),
+                SpreadLimit::IdleDomains { described, domains, usable } => {
+                    let more = domains.saturating_sub(described.len());
+                    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+                    (
+                        at("nodeTaintsPolicy"),
+                        format!(
+                            "topologySpreadConstraints[{i}] ({}) counts {}{more} where no replica may go: \
+                             nodeTaintsPolicy {} counts tainted and cordoned nodes as domains, so the global minimum \
+                             stays 0 and each of the {usable} places the pods may use holds at most maxSkew {} \
+                             replicas",
+                            c.topology_key,
+                            described.join(", "),
+                            c.node_taints_policy.as_deref().unwrap_or("Ignore (the default)"),
+                            c.max_skew
+                        ),
+                        format!(
+                            "set nodeTaintsPolicy: Honor on topologySpreadConstraints[{i}] (nodes whose taints the \
+                             pods do not tolerate, the cordoned ones included, are then not domains), or tolerate \
+                             those taints, or relax the constraint to ScheduleAnyway."
+                        ),
+                    )
+                }
+                SpreadLimit::SmallestDomain { domain, holds } => (
+                    at("maxSkew"),
+                    format!(
+                        "topologySpreadConstraints[{i}] keeps every {} domain within maxSkew {} of the one with \
+                         the fewest, and {domain} holds at most {holds} of these pods, so no domain takes more than {}",
+                        c.topology_key,
+                        c.max_skew,
+                        holds.saturating_add(c.max_skew.max(0) as u64)
+                    ),
+                    format!(
+                        "add nodes these pods may use to {domain} (or room on its nodes), raise maxSkew on \
+                         topologySpreadConstraints[{i}], relax it to ScheduleAnyway, or lower replicas (or the \
+                         HPA's maxReplicas)."
+                    ),
+                ),
+                SpreadLimit::NoSkew => (
+                    at("maxSkew"),
+                    format!(
+                        "topologySpreadConstraints[{i}] has maxSkew {}, which lets no domain hold a replica",
+                        c.max_skew
+                    ),
+                    format!("set maxSkew on topologySpreadConstraints[{i}] to 1 or more."),
+                ),
+            }
+        }
+    }
+}
+
+fn first_host_port(spec: &PodSpec) -> Option<String> {
     let host_network = spec.host_network == Some(true);
     let sidecars = spec.init_containers.iter().flatten().enumerate();
     let sidecars = sidecars.filter(|(_, c)| c.restart_policy.as_deref() == Some("Always"));

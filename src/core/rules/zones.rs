@@ -8,7 +8,7 @@ use crate::core::catalogue::Rule;
 use crate::core::model::pod::spread_constraints;
 use crate::core::model::selector;
 use crate::core::model::{Subject, Workload};
-use crate::core::view::placement::takes;
+use crate::core::view::placement::NodeFilter;
 use crate::core::view::{View, bounds};
 use crate::declare_rule;
 
@@ -38,8 +38,9 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     }
     let Some(spec) = full.pod_spec() else { return };
     let nodes = ctx.view.nodes();
+    let mut filter = NodeFilter::new(spec);
     let zones: BTreeSet<&str> =
-        nodes.iter().filter(|n| takes(n, spec)).filter_map(|n| n.labels.get(ZONE).map(String::as_str)).collect();
+        nodes.iter().filter(|n| filter.takes(n)).filter_map(|n| n.labels.get(ZONE).map(String::as_str)).collect();
     if zones.len() < 2 {
         return;
     }

@@ -9,6 +9,7 @@
 pub mod absence;
 pub mod bounds;
 pub mod budget;
+pub mod capacity;
 pub mod index;
 pub mod lookup;
 pub mod overlay;

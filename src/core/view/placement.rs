@@ -44,6 +44,121 @@ pub fn takes(node: &NodeInfo, spec: &PodSpec) -> bool {
     node_unschedulable(node, spec) && taint_toleration(node, spec) && node_affinity(node, spec)
 }
 
+/// The filters of [`takes`], prepared once for a pod and asked of many nodes: each distinct taint
+/// is judged against the tolerations once however many nodes carry it, and the values of a node
+/// affinity requirement are looked up in a set rather than scanned. What they answer is
+/// [`takes`]'s; what they cost over a cluster is one pass over its nodes, whatever the pod lists.
+pub struct NodeFilter<'s, 'n> {
+    spec: &'s PodSpec,
+    /// Whether the pod tolerates a taint, by (key, value, effect), as each is first met.
+    tolerated: HashMap<(&'n str, Option<&'n str>, &'n str), bool>,
+    cordon_tolerated: bool,
+    /// The required node affinity's terms, each requirement's values as a set; `None`: no
+    /// required node affinity.
+    terms: Option<Vec<Vec<Requirement<'s>>>>,
+}
+
+/// One requirement of a node selector term, its values prepared.
+struct Requirement<'s> {
+    field: bool,
+    key: &'s str,
+    operator: &'s str,
+    values: BTreeSet<&'s str>,
+    first: Option<&'s str>,
+}
+
+impl<'s, 'n> NodeFilter<'s, 'n> {
+    pub fn new(spec: &'s PodSpec) -> Self {
+        let cordon_tolerated =
+            tolerations(spec).iter().any(|t| tolerates(t, crate::core::model::pod::CORDON_TAINT, None, "NoSchedule"));
+        let terms = spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+            .map(|required| {
+                required
+                    .node_selector_terms
+                    .iter()
+                    .map(|term| {
+                        let prepare = |field: bool| {
+                            move |r: &'s NodeSelectorRequirement| Requirement {
+                                field,
+                                key: &r.key,
+                                operator: &r.operator,
+                                values: r.values.iter().flatten().map(String::as_str).collect(),
+                                first: r.values.as_ref().and_then(|v| v.first()).map(String::as_str),
+                            }
+                        };
+                        let labels = term.match_expressions.iter().flatten().map(prepare(false));
+                        labels.chain(term.match_fields.iter().flatten().map(prepare(true))).collect()
+                    })
+                    .collect()
+            });
+        NodeFilter { spec, tolerated: HashMap::new(), cordon_tolerated, terms }
+    }
+
+    /// [`takes`]: cordon, taints and node affinity let the pod go on `node`.
+    pub fn takes(&mut self, node: &'n NodeInfo) -> bool {
+        self.unfit(node).is_none()
+    }
+
+    /// The first of those filters that refuses `node`, in the scheduler's order.
+    pub fn unfit(&mut self, node: &'n NodeInfo) -> Option<Unfit> {
+        if !self.node_unschedulable(node) {
+            return Some(Unfit::NodeUnschedulable);
+        }
+        if let Some(t) = self.untolerated(node) {
+            return Some(Unfit::TaintToleration(format!("{}:{}", t.key, t.effect)));
+        }
+        if !self.node_affinity(node) {
+            return Some(Unfit::NodeAffinity);
+        }
+        None
+    }
+
+    /// [`node_unschedulable`].
+    pub fn node_unschedulable(&self, node: &NodeInfo) -> bool {
+        !node.unschedulable || self.cordon_tolerated
+    }
+
+    /// [`untolerated`]: the first taint of `node` the pod does not tolerate.
+    pub fn untolerated(&mut self, node: &'n NodeInfo) -> Option<&'n Taint> {
+        let spec = self.spec;
+        node.taints.iter().find(|taint| {
+            let key = (taint.key.as_str(), taint.value.as_deref(), taint.effect.as_str());
+            let ok = *self
+                .tolerated
+                .entry(key)
+                .or_insert_with(|| tolerations(spec).iter().any(|t| tolerates(t, key.0, key.1, key.2)));
+            !ok
+        })
+    }
+
+    /// [`node_affinity`]: the nodeSelector and the required node affinity both match.
+    pub fn node_affinity(&self, node: &NodeInfo) -> bool {
+        self.spec.node_selector.iter().flatten().all(|(k, v)| node.labels.get(k) == Some(v))
+            && self.terms.as_ref().is_none_or(|terms| terms.iter().any(|t| term_admits(t, node)))
+    }
+}
+
+/// A node selector term with its requirements prepared ([`required_node_affinity`]'s rules): all
+/// must hold, and a term with none matches no node.
+fn term_admits(term: &[Requirement], node: &NodeInfo) -> bool {
+    !term.is_empty()
+        && term.iter().all(|r| {
+            let value = if r.field {
+                if r.key != "metadata.name" {
+                    return false;
+                }
+                Some(node.name.as_str())
+            } else {
+                node.labels.get(r.key).map(String::as_str)
+            };
+            holds(r.operator, value, |v| r.values.contains(v), r.first)
+        })
+}
+
 fn tolerations(spec: &PodSpec) -> &[Toleration] {
     spec.tolerations.as_deref().unwrap_or_default()
 }
@@ -91,14 +206,20 @@ fn required_node_affinity(node: &NodeInfo, spec: &PodSpec) -> bool {
 
 fn requirement(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
     let values = r.values.as_deref().unwrap_or_default();
+    holds(&r.operator, value, |v| values.iter().any(|x| x == v), values.first().map(String::as_str))
+}
+
+/// One node selector operator on a node's `value` of the key: `has` says whether a value is among
+/// the requirement's, `first` is its first value (what `Gt` and `Lt` compare with).
+fn holds(operator: &str, value: Option<&str>, has: impl Fn(&str) -> bool, first: Option<&str>) -> bool {
     let number = |s: &str| s.parse::<i64>().ok();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
+    match operator {
+        "In" => value.is_some_and(has),
+        "NotIn" => value.is_none_or(|v| !has(v)),
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
-        "Gt" => matches!((value.and_then(number), values.first().and_then(|x| number(x))), (Some(v), Some(x)) if v > x),
-        "Lt" => matches!((value.and_then(number), values.first().and_then(|x| number(x))), (Some(v), Some(x)) if v < x),
+        "Gt" => matches!((value.and_then(number), first.and_then(number)), (Some(v), Some(x)) if v > x),
+        "Lt" => matches!((value.and_then(number), first.and_then(number)), (Some(v), Some(x)) if v < x),
         _ => false,
     }
 }
@@ -113,77 +234,6 @@ pub fn spread_counts(c: &TopologySpreadConstraint, node: &NodeInfo, spec: &PodSp
     node.labels.contains_key(&c.topology_key)
         && (c.node_affinity_policy.as_deref() == Some("Ignore") || node_affinity(node, spec))
         && (c.node_taints_policy.as_deref() != Some("Honor") || taint_toleration(node, spec))
-}
-
-/// How many replicas of a new workload (none placed yet) a `DoNotSchedule` spread lets the
-/// scheduler place on `nodes`, when it bounds them, and why.
-///
-/// The skew of a domain is its matching pods + 1 − the global minimum over the counted domains,
-/// and must not exceed `maxSkew`. The minimum stays 0 while a counted domain can take no replica
-/// (a node the pods may not use but the spread counts: tainted or cordoned under the default
-/// `nodeTaintsPolicy: Ignore`) or while there are fewer domains than `minDomains`: then every domain
-/// the pods may use holds at most `maxSkew` of them. Otherwise domains fill evenly and the spread
-/// bounds nothing.
-pub fn spread_capacity(c: &TopologySpreadConstraint, nodes: &[&NodeInfo], spec: &PodSpec) -> Option<SpreadBound> {
-    if c.when_unsatisfiable != "DoNotSchedule" {
-        return None;
-    }
-    let counted: BTreeSet<&str> = nodes
-        .iter()
-        .filter(|n| spread_counts(c, n, spec))
-        .filter_map(|n| n.labels.get(&c.topology_key))
-        .map(String::as_str)
-        .collect();
-    let usable: BTreeSet<&str> = nodes
-        .iter()
-        .filter(|n| takes(n, spec) && spread_counts(c, n, spec))
-        .filter_map(|n| n.labels.get(&c.topology_key))
-        .map(String::as_str)
-        .collect();
-    // No node carries the key: the spread cannot be judged here (nodes still to come).
-    if counted.is_empty() {
-        return None;
-    }
-    let cap = c.max_skew.saturating_mul(usable.len() as i32);
-    if let Some(min_domains) = c.min_domains.filter(|m| (counted.len() as i32) < *m) {
-        return Some(SpreadBound { cap, why: SpreadLimit::MinDomains { domains: counted.len(), min_domains } });
-    }
-    let idle: Vec<String> = nodes
-        .iter()
-        .filter(|n| spread_counts(c, n, spec) && !takes(n, spec))
-        .filter(|n| n.labels.get(&c.topology_key).is_some_and(|d| !usable.contains(d.as_str())))
-        .map(|n| describe_idle(n, spec))
-        .collect();
-    if !idle.is_empty() {
-        return Some(SpreadBound { cap, why: SpreadLimit::IdleDomains(idle) });
-    }
-    None
-}
-
-/// A bound a spread puts on the replicas: at most `cap`, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SpreadBound {
-    pub cap: i32,
-    pub why: SpreadLimit,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SpreadLimit {
-    /// Fewer counted domains than `minDomains`.
-    MinDomains { domains: usize, min_domains: i32 },
-    /// Domains the spread counts where no replica may go, each described (the node and why).
-    IdleDomains(Vec<String>),
-}
-
-fn describe_idle(node: &NodeInfo, spec: &PodSpec) -> String {
-    if !node_unschedulable(node, spec) {
-        format!("{} (cordoned)", node.name)
-    } else if let Some(t) = untolerated(node, spec) {
-        let value = t.value.as_deref().map(|v| format!("={v}")).unwrap_or_default();
-        format!("{} (taint {}{value}:{} not tolerated)", node.name, t.key, t.effect)
-    } else {
-        format!("{} (the pods may not go there)", node.name)
-    }
 }
 
 #[cfg(test)]
@@ -209,13 +259,6 @@ mod tests {
 
     fn spec(yaml: &str) -> PodSpec {
         serde_saphyr::from_str(yaml).expect("a pod spec")
-    }
-
-    fn spread(extra: &str) -> TopologySpreadConstraint {
-        serde_saphyr::from_str(&format!(
-            "maxSkew: 1\ntopologyKey: kubernetes.io/hostname\nwhenUnsatisfiable: DoNotSchedule\n{extra}"
-        ))
-        .expect("a constraint")
     }
 
     const PLAIN: &str = "containers: [{name: app, image: nginx}]\n";
@@ -252,64 +295,44 @@ mod tests {
         assert!(!takes(&node("g", &[("pool", "gpu")], &[], false), &affine));
     }
 
-    /// The default nodeTaintsPolicy (Ignore) counts a tainted node as a domain where no replica
-    /// may go: the minimum stays 0 and each other node holds at most maxSkew. Honor leaves it out.
+    /// The prepared filter answers as `takes` on every filter it prepares: tolerations by distinct
+    /// taint, requirement values as a set, match fields, Gt, empty terms.
     #[test]
-    fn a_tainted_node_counted_by_the_spread_bounds_the_replicas() {
+    fn the_prepared_filter_answers_as_takes() {
         let nodes = [
-            node("cp", &[], &[("node-role.kubernetes.io/control-plane", "NoSchedule")], false),
-            node("w1", &[], &[], false),
-            node("w2", &[], &[], false),
+            node("a", &[("zone", "a"), ("cpus", "8")], &[], false),
+            node("b", &[("zone", "b"), ("cpus", "2")], &[("dedicated", "NoSchedule")], false),
+            node("c", &[("zone", "c")], &[("dedicated", "NoSchedule"), ("gpu", "NoExecute")], true),
+            node("d", &[], &[], false),
         ];
-        let refs: Vec<&NodeInfo> = nodes.iter().collect();
-        let bound = spread_capacity(&spread(""), &refs, &spec(PLAIN)).expect("bounded");
-        assert_eq!(bound.cap, 2);
-        assert_eq!(
-            bound.why,
-            SpreadLimit::IdleDomains(vec![
-                "cp (taint node-role.kubernetes.io/control-plane:NoSchedule not tolerated)".into()
-            ])
-        );
-        assert_eq!(spread_capacity(&spread("nodeTaintsPolicy: Honor"), &refs, &spec(PLAIN)), None);
-        // Boundary: all nodes usable, nothing bounds.
-        let refs: Vec<&NodeInfo> = nodes[1..].iter().collect();
-        assert_eq!(spread_capacity(&spread(""), &refs, &spec(PLAIN)), None);
-        // A cordoned node counts the same way (its cordon taint, once the node controller adds it,
-        // is what Honor would leave out).
-        let cordoned = [node("w1", &[], &[], true), node("w2", &[], &[], false), node("w3", &[], &[], false)];
-        let refs: Vec<&NodeInfo> = cordoned.iter().collect();
-        let bound = spread_capacity(&spread(""), &refs, &spec(PLAIN)).expect("bounded");
-        assert_eq!((bound.cap, bound.why), (2, SpreadLimit::IdleDomains(vec!["w1 (cordoned)".into()])));
-    }
-
-    /// nodeAffinityPolicy Honor (the default) counts only the nodes the pod's selector allows;
-    /// Ignore counts the others too, which then pin the minimum at 0.
-    #[test]
-    fn the_node_affinity_policy_decides_which_nodes_are_domains() {
-        let nodes = [
-            node("a", &[("pool", "web")], &[], false),
-            node("b", &[("pool", "web")], &[], false),
-            node("c", &[("pool", "db")], &[], false),
+        let many: Vec<String> = (0..50).map(|i| format!("z{i}")).chain(["a".to_string(), "c".to_string()]).collect();
+        let specs = [
+            PLAIN.to_string(),
+            format!("{PLAIN}tolerations: [{{key: dedicated, operator: Exists}}]"),
+            format!("{PLAIN}tolerations: [{{operator: Exists}}]"),
+            format!("{PLAIN}nodeSelector: {{zone: b}}\ntolerations: [{{key: dedicated, operator: Exists}}]"),
+            format!(
+                "{PLAIN}affinity: {{nodeAffinity: {{requiredDuringSchedulingIgnoredDuringExecution: {{nodeSelectorTerms: \
+                 [{{matchExpressions: [{{key: zone, operator: In, values: [{}]}}]}}, {{matchFields: [{{key: \
+                 metadata.name, operator: In, values: [d]}}]}}]}}}}}}",
+                many.join(", ")
+            ),
+            format!(
+                "{PLAIN}affinity: {{nodeAffinity: {{requiredDuringSchedulingIgnoredDuringExecution: {{nodeSelectorTerms: \
+                 [{{matchExpressions: [{{key: cpus, operator: Gt, values: ['4']}}]}}, {{}}]}}}}}}"
+            ),
         ];
-        let refs: Vec<&NodeInfo> = nodes.iter().collect();
-        let web = spec(&format!("{PLAIN}nodeSelector: {{pool: web}}"));
-        assert_eq!(spread_capacity(&spread(""), &refs, &web), None);
-        let bound = spread_capacity(&spread("nodeAffinityPolicy: Ignore"), &refs, &web).expect("bounded");
-        assert_eq!(bound.cap, 2);
-    }
-
-    #[test]
-    fn fewer_domains_than_min_domains_hold_max_skew_each() {
-        let nodes = [node("a", &[], &[], false), node("b", &[], &[], false)];
-        let refs: Vec<&NodeInfo> = nodes.iter().collect();
-        let two = TopologySpreadConstraint { max_skew: 2, ..spread("minDomains: 3") };
-        let bound = spread_capacity(&two, &refs, &spec(PLAIN));
-        assert_eq!(bound.map(|b| b.cap), Some(4));
-        assert_eq!(spread_capacity(&spread("minDomains: 2"), &refs, &spec(PLAIN)), None, "as many domains as asked");
-        // ScheduleAnyway never bounds.
-        let soft: TopologySpreadConstraint =
-            TopologySpreadConstraint { when_unsatisfiable: "ScheduleAnyway".into(), ..spread("minDomains: 3") };
-        assert_eq!(spread_capacity(&soft, &refs, &spec(PLAIN)), None);
+        for yaml in &specs {
+            let s = spec(yaml);
+            let mut filter = NodeFilter::new(&s);
+            for n in &nodes {
+                assert_eq!(filter.takes(n), takes(n, &s), "node {} under {yaml}", n.name);
+            }
+        }
+        // What each answer was, for the record: the set of values and the fields reach a and d.
+        let s = spec(&specs[4]);
+        let mut filter = NodeFilter::new(&s);
+        assert_eq!(nodes.iter().filter(|n| filter.takes(n)).map(|n| n.name.as_str()).collect::<Vec<_>>(), ["a", "d"]);
     }
 }
 
@@ -325,6 +348,17 @@ pub struct Placed {
     pub ports: Vec<HostPort>,
     /// Being deleted: PodTopologySpread no longer counts it; the other filters still do.
     pub terminating: bool,
+}
+
+/// What pods may request of `node`: its `status.allocatable`; a node that reports none is not
+/// bounded by CPU, memory or ephemeral storage (and offers no extended resource).
+pub fn allocatable(node: &NodeInfo) -> Resources {
+    node.allocatable.clone().unwrap_or(Resources {
+        cpu_milli: i64::MAX / 4,
+        memory: i64::MAX / 4,
+        ephemeral_storage: i64::MAX / 4,
+        ..Default::default()
+    })
 }
 
 /// A node with what is on it: its pods, kept in namespace order (the filters that count pods
@@ -343,12 +377,7 @@ pub struct NodeState {
 impl NodeState {
     /// The node empty; what it does not report (`allocatable`) does not bound it.
     pub fn new(node: Arc<NodeInfo>) -> NodeState {
-        let allocatable = node.allocatable.clone().unwrap_or(Resources {
-            cpu_milli: i64::MAX / 4,
-            memory: i64::MAX / 4,
-            ephemeral_storage: i64::MAX / 4,
-            ..Default::default()
-        });
+        let allocatable = allocatable(&node);
         NodeState { max_pods: node.max_pods, node, allocatable, pods: Vec::new(), used: Resources::default() }
     }
 
@@ -503,7 +532,7 @@ struct Counted<'a> {
 }
 
 /// Whether a pod of `namespace` with `labels` matches `term` of a pod in `own`.
-fn term_matches(
+pub(crate) fn term_matches(
     term: &k8s_openapi::api::core::v1::PodAffinityTerm,
     own: &str,
     namespace: &str,

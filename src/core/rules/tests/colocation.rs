@@ -228,7 +228,7 @@ fn cluster(nodes: &[String]) -> String {
 }
 
 const AFFINITY_PATH: &str =
-    "spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution";
+    "spec.template.spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[0]";
 
 fn one_per_node(replicas: i32, extra_pod: &str) -> String {
     deployment(
@@ -742,4 +742,66 @@ fn requests_that_fit_one_a_node_bound_the_replicas() {
     // Boundary: two replicas fit, one a node.
     let two = big.replace("replicas: 3", "replicas: 2");
     assert!(of_rule(&findings_in(&two, &view), "spread-unsatisfiable").is_empty());
+}
+
+// ---- spread-unsatisfiable: bounded whatever the object declares ----
+
+/// A node of zone `zone` with the given allocatable CPU.
+fn zoned_node(name: &str, zone: &str, cpu: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n    \
+         topology.kubernetes.io/zone: {zone}\nspec: {{}}\nstatus:\n  allocatable: {{cpu: '{cpu}', memory: 64Gi, pods: '110'}}\n"
+    )
+}
+
+const ZONE_SPREAD: &str = "topologySpreadConstraints:\n- {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, \
+                           whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: web}}}\n";
+
+/// Zone a holds 2 replicas (one node of 1 CPU, 500m each), b and c 8: the spread keeps b and c
+/// within maxSkew 1 of a, so 2 + 3 + 3 fit. The message names the zone and the numbers.
+#[test]
+fn the_smallest_zone_bounds_a_zone_spread() {
+    let view =
+        live_view(&cluster(&[zoned_node("a1", "a", "1"), zoned_node("b1", "b", "4"), zoned_node("c1", "c", "4")]));
+    let pod =
+        format!("containers:\n- name: app\n  image: nginx\n  resources: {{requests: {{cpu: 500m}}}}\n{ZONE_SPREAD}");
+    let f = findings_in(&deployment("web", "replicas: 9", &pod), &view);
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.len(), 1, "{f:#?}");
+    assert_eq!(u[0].path, "spec.template.spec.topologySpreadConstraints[0].maxSkew");
+    for part in [
+        "can run 9 replicas",
+        "keeps every topology.kubernetes.io/zone domain within maxSkew 1 of the one with the fewest",
+        "a holds at most 2 of these pods, so no domain takes more than 3",
+        "at most 8 can be placed",
+    ] {
+        assert!(u[0].what.contains(part), "{part:?} not in: {}", u[0].what);
+    }
+    assert!(u[0].fix.contains("add nodes these pods may use to a"), "{}", u[0].fix);
+    // Boundary: 8 fit.
+    let f = findings_in(&deployment("web", "replicas: 8", &pod), &view);
+    assert!(of_rule(&f, "spread-unsatisfiable").is_empty(), "{f:#?}");
+}
+
+/// 2³¹−1 replicas: the bound is read off the nodes, not reached by placing them.
+#[test]
+fn the_largest_replica_count_is_judged_like_any_other() {
+    let f = findings_in(&one_per_node(i32::MAX, ""), &live_view(&cluster(&nodes(3))));
+    let u = of_rule(&f, "spread-unsatisfiable");
+    assert_eq!(u.len(), 1, "{f:#?}");
+    assert!(
+        u[0].what.contains("can run 2147483647 replicas") && u[0].what.contains("at most 3 can be placed"),
+        "{}",
+        u[0].what
+    );
+}
+
+/// Required pod affinity to another workload's pods: where they run is not in an admission's view,
+/// so it bounds nothing (an empty view would make it "at most 0").
+#[test]
+fn pod_affinity_to_other_pods_is_not_counted_at_admission() {
+    let pod = "affinity:\n  podAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n    - topologyKey: \
+               kubernetes.io/hostname\n      labelSelector: {matchLabels: {app: cache}}\n";
+    let f = findings_in(&deployment("web", "replicas: 3", pod), &live_view(&cluster(&nodes(3))));
+    assert!(of_rule(&f, "spread-unsatisfiable").is_empty(), "{f:#?}");
 }
