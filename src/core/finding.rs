@@ -8,6 +8,20 @@ use serde::Serialize;
 use super::catalogue::{Action, Rule};
 use super::model::{MODE_LABEL, ObjectRef};
 
+/// A rule that was not judged on an object, and why (an input over the limits a rule reads, a
+/// deadline): said as a warning, never silently dropped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NotJudged {
+    pub rule: &'static Rule,
+    pub why: String,
+}
+
+impl fmt::Display for NotJudged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] not judged: {}", self.rule.id, self.why)
+    }
+}
+
 /// What a finding amounts to once decided: `allowed` is an exempted finding, still reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]

@@ -59,6 +59,8 @@ pub struct Verdict {
     pub plan: Plan,
     /// What could not be checked on the object, and why.
     pub unchecked: Vec<String>,
+    /// Rules not judged on the object, and why (an input over their limits).
+    pub not_judged: Vec<crate::core::finding::NotJudged>,
 }
 
 /// Judges one object: pure, no I/O.
@@ -91,7 +93,7 @@ pub fn drain_decided(view: &dyn View, config: &Config, run: &DrainRun, drained: 
         }
         let namespace = f.object.namespace.clone();
         let ctx = Context { subject_exemptions: view.exemptions(&f.object), ..Default::default() };
-        let eval = rules::Evaluation { findings: vec![f], unchecked: Vec::new() };
+        let eval = rules::Evaluation { findings: vec![f], ..Default::default() };
         let decided = decide::decide_facts(eval, &namespace, view, config, &ctx);
         all.findings.extend(decided.findings);
         all.warnings.extend(decided.warnings);
@@ -117,6 +119,10 @@ fn judge_with(review: &Review, evaluate: Evaluate) -> Verdict {
     }
     let mut eval = evaluate(subject, view, config, review.absences);
     eval.unchecked.clear();
+    let not_judged = std::mem::take(&mut eval.not_judged);
+    // `check` and the audit say them where they say what could not be checked; the webhook warns.
+    let mut unchecked = unchecked;
+    unchecked.extend(not_judged.iter().map(|n| format!("{}: {n}", subject.id())));
     let scale = matches!(subject, Subject::Scale { .. });
     let old = match review.old {
         Some(old) if decide::needs_old_findings(&eval, config, scale) => {
@@ -137,5 +143,5 @@ fn judge_with(review: &Review, evaluate: Evaluate) -> Verdict {
         today: review.today,
     };
     let decided = decide::decide(eval, namespace, view, config, &ctx);
-    Verdict { skipped: None, decided, plan, unchecked }
+    Verdict { skipped: None, decided, plan, unchecked, not_judged }
 }

@@ -82,6 +82,11 @@ pub fn findings_in(subject_yaml: &str, view: &Index) -> Vec<Finding> {
     rules::evaluate(&subject(subject_yaml), view, &Config::default()).findings
 }
 
+/// The whole evaluation (findings, rules not judged) of `subject_yaml` in `view`.
+pub fn evaluate_in_view(subject_yaml: &str, view: &Index) -> rules::Evaluation {
+    rules::evaluate(&subject(subject_yaml), view, &Config::default())
+}
+
 /// A view like the live one: complete, and it knows the cluster's nodes (`spread-unsatisfiable` runs).
 pub fn live_view(yaml: &str) -> Index {
     let mut index = view(yaml, true);

@@ -12,6 +12,7 @@ pub mod arith;
 pub mod decode;
 pub mod defaults;
 pub mod keda;
+pub mod limits;
 pub mod live_pod;
 pub mod managed;
 pub mod object;

@@ -4,6 +4,7 @@
 use super::context::{Ctx, Emitter, pod_path, scaled_workload};
 use crate::core::catalogue::Rule;
 use crate::core::model::Subject;
+use crate::core::model::limits;
 use crate::core::model::object::Workload;
 use crate::core::model::pod::{HOSTNAME, NotApart, declared_host_ports, not_apart, spread_constraints};
 use crate::core::model::selector;
@@ -117,6 +118,10 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         return;
     }
     let Some(spec) = full.pod_spec() else { return };
+    if let Some(over) = limits::over_node_limits(spec) {
+        out.not_judged(&SPREAD_UNSATISFIABLE, over);
+        return;
+    }
     let known = ctx.view.nodes();
     // How many replicas the nodes hold, in closed form over the nodes as they are empty (the view
     // holds no pods at admission): one pass over the nodes per constraint, whatever the ceiling.

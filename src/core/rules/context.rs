@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::core::catalogue::Rule;
 use crate::core::config::Config;
-use crate::core::finding::{Decision, Finding};
+use crate::core::finding::{Decision, Finding, NotJudged};
 use crate::core::model::{Kind, ObjectRef, Subject};
 use crate::core::view::{Absences, Bounds, Overlay, View, WorkloadInfo, bounds};
 
@@ -44,17 +44,29 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// Builds findings for one subject; rules call [`Emitter::emit`].
+/// Builds findings for one subject; rules call [`Emitter::emit`], or [`Emitter::not_judged`] when
+/// the object is beyond what a rule judges.
 pub struct Emitter<'a> {
     subject: &'a ObjectRef,
     out: &'a mut Vec<Finding>,
+    not_judged: Vec<NotJudged>,
 }
 
 impl<'a> Emitter<'a> {
     /// An emitter of findings about `subject` into `out` (what `rules::evaluate` makes for the
     /// families; public so that one family can be run, and measured, alone).
     pub fn new(subject: &'a ObjectRef, out: &'a mut Vec<Finding>) -> Self {
-        Emitter { subject, out }
+        Emitter { subject, out, not_judged: Vec::new() }
+    }
+
+    /// Says that `rule` was not judged on the subject, and why.
+    pub fn not_judged(&mut self, rule: &'static Rule, why: impl Into<String>) {
+        self.not_judged.push(NotJudged { rule, why: why.into() });
+    }
+
+    /// The rules not judged so far.
+    pub fn take_not_judged(&mut self) -> Vec<NotJudged> {
+        std::mem::take(&mut self.not_judged)
     }
 
     /// Reports `rule` at `path` with its default action; the returned finding takes the case's

@@ -23,7 +23,7 @@ pub mod zones;
 
 use crate::core::catalogue::Rule;
 use crate::core::config::Config;
-use crate::core::finding::Finding;
+use crate::core::finding::{Finding, NotJudged};
 use crate::core::model::Subject;
 use crate::core::view::{Absences, Overlay, View};
 use context::{Ctx, Emitter};
@@ -57,6 +57,8 @@ pub struct Evaluation {
     pub findings: Vec<Finding>,
     /// What could not be checked, and why (e.g. a manifest without `spec.selector`).
     pub unchecked: Vec<String>,
+    /// Rules not judged on the subject, and why (an input over their limits).
+    pub not_judged: Vec<NotJudged>,
 }
 
 /// Evaluates every admission rule on `subject`: pure, no I/O. Rules turned `off` in config are
@@ -94,8 +96,10 @@ fn evaluate_with(subject: &Subject, view: &dyn View, config: &Config, absences: 
     if posture {
         posture::evaluate(&ctx, &mut out);
     }
+    let mut not_judged = out.take_not_judged();
     findings.retain(|f| !config.is_off(f.rule));
-    Evaluation { findings, unchecked: unchecked(subject, &overlay) }
+    not_judged.retain(|n| !config.is_off(n.rule));
+    Evaluation { findings, unchecked: unchecked(subject, &overlay), not_judged }
 }
 
 /// What cannot be checked on `subject`, and why: required fields a manifest lacks (a kustomize

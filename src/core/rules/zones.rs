@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use super::context::{Ctx, Emitter, pod_path};
 use crate::core::catalogue::Rule;
+use crate::core::model::limits;
 use crate::core::model::pod::spread_constraints;
 use crate::core::model::selector;
 use crate::core::model::{Subject, Workload};
@@ -37,6 +38,10 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         return;
     }
     let Some(spec) = full.pod_spec() else { return };
+    if let Some(over) = limits::over_node_limits(spec) {
+        out.not_judged(&SPREAD_ZONE_MISSING, over);
+        return;
+    }
     let nodes = ctx.view.nodes();
     let mut filter = NodeFilter::new(spec);
     let zones: BTreeSet<&str> =

@@ -203,6 +203,8 @@ pub fn review<'a>(
             if config.observes() {
                 crate::core::decide::observe(&mut decided);
             }
+            // A rule not judged (an input over its limits) is said, never silently passed.
+            decided.warnings.extend(verdict.not_judged.iter().map(ToString::to_string));
             outcome.findings = decided.findings.iter().map(|f| (f.rule, f.action)).collect();
             outcome.exceptions = decided
                 .findings
@@ -217,6 +219,10 @@ pub fn review<'a>(
                 AdmissionDecision::Allowed
             };
             response = respond(response, &decided);
+            if !verdict.not_judged.is_empty() {
+                let rules: Vec<&str> = verdict.not_judged.iter().map(|n| n.rule.id).collect();
+                response.audit_annotations.insert("not-judged".into(), rules.join(","));
+            }
         }
     }
     Ok((response, outcome))

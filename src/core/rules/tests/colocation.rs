@@ -805,3 +805,32 @@ fn pod_affinity_to_other_pods_is_not_counted_at_admission() {
     let f = findings_in(&deployment("web", "replicas: 3", pod), &live_view(&cluster(&nodes(3))));
     assert!(of_rule(&f, "spread-unsatisfiable").is_empty(), "{f:#?}");
 }
+
+/// A template over an input limit is not judged by the rules that read every node, and says so.
+#[test]
+fn over_an_input_limit_the_node_rules_say_they_did_not_judge() {
+    let tolerations: Vec<String> = (0..300).map(|i| format!("{{key: k{i}, operator: Exists}}")).collect();
+    let pod = format!("tolerations: [{}]\n", tolerations.join(", "));
+    let view = live_view(&cluster(&[zoned_node("a1", "a", "4"), zoned_node("b1", "b", "4")]));
+    let subject =
+        deployment("web", "replicas: 4", &format!("{pod}{}", anti_affinity(true, "kubernetes.io/hostname", "web")));
+    let eval = evaluate_in_view(&subject, &view);
+    assert!(of_rule(&eval.findings, "spread-unsatisfiable").is_empty(), "{:#?}", eval.findings);
+    let said: Vec<String> = eval.not_judged.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        said,
+        [
+            "[spread-unsatisfiable] not judged: spec.template.spec.tolerations holds 300 tolerations, over the 256 \
+             judged against every node (docs/operations.md, \"Input limits\")",
+            "[spread-zone-missing] not judged: spec.template.spec.tolerations holds 300 tolerations, over the 256 \
+             judged against every node (docs/operations.md, \"Input limits\")",
+        ]
+    );
+    // Within the limit: judged (4 replicas, one a node, 2 nodes).
+    let pod = format!("tolerations: [{}]\n", tolerations[..256].join(", "));
+    let subject =
+        deployment("web", "replicas: 4", &format!("{pod}{}", anti_affinity(true, "kubernetes.io/hostname", "web")));
+    let eval = evaluate_in_view(&subject, &view);
+    assert!(eval.not_judged.is_empty());
+    assert_eq!(of_rule(&eval.findings, "spread-unsatisfiable").len(), 1, "{:#?}", eval.findings);
+}
