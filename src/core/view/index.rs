@@ -24,7 +24,7 @@ use super::projection::{
 use crate::core::model::{Kind, Object, ObjectRef, Subject, name_of, selector};
 
 /// Projections of one namespace.
-#[derive(Default, Debug)]
+#[derive(Default, Debug, Clone)]
 struct NamespaceIndex {
     workloads: HashMap<(Kind, String), Arc<WorkloadInfo>>,
     /// Hash of a pod template label's `key=value` → workloads carrying it. Only a hash: a
@@ -214,7 +214,7 @@ fn key(kind: Kind, name: &str) -> (Kind, &str) {
 /// The workloads carrying one label. Most labels (`app.kubernetes.io/name`, `instance`,
 /// `version`) are carried by a single workload, held without a set (and the set is boxed, so
 /// that a slot of the map is that one workload's size).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 #[allow(clippy::box_collection)] // boxed on purpose: see above
 enum Carriers {
     One((Kind, String)),
@@ -300,21 +300,29 @@ impl Projection {
     }
 }
 
+/// Namespace → Service name → the webhook configurations calling it.
+type WebhookBackends = HashMap<String, BTreeMap<String, Vec<(Kind, String)>>>;
+
 /// An indexed set of projections: the static view, and the store behind the live view.
-#[derive(Default, Debug)]
+///
+/// A clone is a snapshot that costs a few reference counts: every part is shared (`Arc`) and
+/// copied only when one side changes it ([`Arc::make_mut`]): the top maps as a whole, a
+/// namespace's objects and pods by namespace. The live view's watchers change their copy while
+/// admissions read snapshots, so neither waits for the other (`crate::live`).
+#[derive(Default, Debug, Clone)]
 pub struct Index {
-    namespaces: HashMap<String, NamespaceIndex>,
-    nodes: BTreeMap<String, Arc<NodeInfo>>,
-    webhook_configs: BTreeMap<(Kind, String), Arc<WebhookConfigInfo>>,
+    namespaces: Arc<HashMap<String, Arc<NamespaceIndex>>>,
+    nodes: Arc<BTreeMap<String, Arc<NodeInfo>>>,
+    webhook_configs: Arc<BTreeMap<(Kind, String), Arc<WebhookConfigInfo>>>,
     /// Namespace → Service name → the configurations with a fail-closed webhook calling it: a
     /// Service's or a workload's write finds the webhooks it backs without a scan.
-    webhook_backends: HashMap<String, BTreeMap<String, Vec<(Kind, String)>>>,
-    namespace_labels: HashMap<String, BTreeMap<String, String>>,
+    webhook_backends: Arc<WebhookBackends>,
+    namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
     /// Pods: only the audit's view holds them (the live posture rules and the drain read them).
-    pods: Pods,
+    pods: Arc<Pods>,
     /// Workloads' pod templates, kept only when asked ([`Index::set_keeps_templates`]): the drain
     /// replay places replacements from them.
-    templates: Option<HashMap<ObjectRef, Arc<Template>>>,
+    templates: Option<Arc<HashMap<ObjectRef, Arc<Template>>>>,
     complete: bool,
     knows_nodes: bool,
 }
@@ -322,6 +330,29 @@ pub struct Index {
 impl Index {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The objects of `namespace`, to change (made if absent; copied first if a snapshot shares them).
+    fn namespace_mut(&mut self, namespace: &str) -> &mut NamespaceIndex {
+        let namespaces = Arc::make_mut(&mut self.namespaces);
+        let ns = match namespaces.get_mut(namespace) {
+            Some(_) => namespaces.get_mut(namespace).expect("just found"),
+            None => namespaces.entry(namespace.to_string()).or_default(),
+        };
+        Arc::make_mut(ns)
+    }
+
+    /// The objects of `namespace` if it has any, to change (nothing is copied when it has none).
+    fn existing_namespace_mut(&mut self, namespace: &str) -> Option<&mut NamespaceIndex> {
+        if !self.namespaces.contains_key(namespace) {
+            return None;
+        }
+        Arc::make_mut(&mut self.namespaces).get_mut(namespace).map(Arc::make_mut)
+    }
+
+    /// Every namespace's objects, to change.
+    fn every_namespace_mut(&mut self) -> impl Iterator<Item = &mut NamespaceIndex> {
+        Arc::make_mut(&mut self.namespaces).values_mut().map(Arc::make_mut)
     }
 
     /// Declare the view complete (`check --complete`, the live cluster).
@@ -338,14 +369,15 @@ impl Index {
         if let (Some(templates), Object::Subject(Subject::Workload(w))) = (self.templates.as_mut(), object)
             && let Some(spec) = w.pod_spec()
         {
-            templates.insert(w.id(), Arc::new(Template { labels: w.template_labels().clone(), spec: spec.clone() }));
+            Arc::make_mut(templates)
+                .insert(w.id(), Arc::new(Template { labels: w.template_labels().clone(), spec: spec.clone() }));
         }
         self.insert_projection(Projection::of(object));
     }
 
     /// Keep the pod templates of the workloads inserted from now on (the drain replay's view).
     pub fn set_keeps_templates(&mut self, keep: bool) {
-        self.templates = keep.then(HashMap::default);
+        self.templates = keep.then(Arc::default);
     }
 
     /// Add (or replace) what the view keeps of an object.
@@ -366,23 +398,23 @@ impl Index {
     pub fn upsert_workload(&mut self, info: impl Into<Arc<WorkloadInfo>>) {
         let info = info.into();
         self.remove_workload(info.id.kind, &info.id.namespace, &info.id.name);
-        self.namespaces.entry(info.id.namespace.clone()).or_default().add_workload(info);
+        self.namespace_mut(&info.id.namespace.clone()).add_workload(info);
     }
 
     pub fn remove_workload(&mut self, kind: Kind, namespace: &str, name: &str) {
-        if let Some(ns) = self.namespaces.get_mut(namespace) {
+        if let Some(ns) = self.existing_namespace_mut(namespace) {
             ns.remove_workload(&(kind, name.to_string()));
         }
     }
 
     pub fn upsert_pdb(&mut self, info: impl Into<Arc<PdbInfo>>) {
         let info = info.into();
-        let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
+        let ns = self.namespace_mut(&info.id.namespace.clone());
         ns.add_pdb(info);
     }
 
     pub fn remove_pdb(&mut self, namespace: &str, name: &str) {
-        if let Some(ns) = self.namespaces.get_mut(namespace) {
+        if let Some(ns) = self.existing_namespace_mut(namespace) {
             ns.remove_pdb(name);
         }
     }
@@ -391,7 +423,7 @@ impl Index {
     pub fn upsert_hpa(&mut self, info: impl Into<Arc<HpaInfo>>) {
         let info = info.into();
         self.remove_autoscaler(info.id.kind, &info.id.namespace.clone(), &info.id.name.clone());
-        let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
+        let ns = self.namespace_mut(&info.id.namespace.clone());
         let key = (info.id.kind, info.id.name.clone());
         if let Some(t) = &info.target {
             let keys = ns.hpas_by_target.entry((t.kind, t.name.clone())).or_default();
@@ -408,7 +440,7 @@ impl Index {
 
     /// Removes an autoscaler of `kind` (HorizontalPodAutoscaler or ScaledObject).
     pub fn remove_autoscaler(&mut self, kind: Kind, namespace: &str, name: &str) {
-        let Some(ns) = self.namespaces.get_mut(namespace) else { return };
+        let Some(ns) = self.existing_namespace_mut(namespace) else { return };
         let key = (kind, name.to_string());
         if let Some(old) = ns.hpas.remove(&key)
             && let Some(t) = &old.target
@@ -427,24 +459,24 @@ impl Index {
 
     pub fn upsert_pvc(&mut self, info: impl Into<Arc<PvcInfo>>) {
         let info = info.into();
-        let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
+        let ns = self.namespace_mut(&info.id.namespace.clone());
         ns.pvcs.insert(info.id.name.clone(), info);
     }
 
     pub fn remove_pvc(&mut self, namespace: &str, name: &str) {
-        if let Some(ns) = self.namespaces.get_mut(namespace) {
+        if let Some(ns) = self.existing_namespace_mut(namespace) {
             ns.pvcs.remove(name);
         }
     }
 
     pub fn upsert_service(&mut self, info: impl Into<Arc<ServiceInfo>>) {
         let info = info.into();
-        let ns = self.namespaces.entry(info.id.namespace.clone()).or_default();
+        let ns = self.namespace_mut(&info.id.namespace.clone());
         ns.services.insert(info.id.name.clone(), info);
     }
 
     pub fn remove_service(&mut self, namespace: &str, name: &str) {
-        if let Some(ns) = self.namespaces.get_mut(namespace) {
+        if let Some(ns) = self.existing_namespace_mut(namespace) {
             ns.services.remove(name);
         }
     }
@@ -455,20 +487,27 @@ impl Index {
         self.remove_webhook_config(info.id.kind, &info.id.name.clone());
         let key = (info.id.kind, info.id.name.clone());
         for (namespace, service) in info.services() {
-            let callers =
-                self.webhook_backends.entry(namespace.to_string()).or_default().entry(service.to_string()).or_default();
+            let callers = Arc::make_mut(&mut self.webhook_backends)
+                .entry(namespace.to_string())
+                .or_default()
+                .entry(service.to_string())
+                .or_default();
             if let Err(at) = callers.binary_search(&key) {
                 callers.insert(at, key.clone());
             }
         }
-        self.webhook_configs.insert(key, info);
+        Arc::make_mut(&mut self.webhook_configs).insert(key, info);
     }
 
     pub fn remove_webhook_config(&mut self, kind: Kind, name: &str) {
         let key = (kind, name.to_string());
-        let Some(old) = self.webhook_configs.remove(&key) else { return };
+        if !self.webhook_configs.contains_key(&key) {
+            return;
+        }
+        let Some(old) = Arc::make_mut(&mut self.webhook_configs).remove(&key) else { return };
+        let backends = Arc::make_mut(&mut self.webhook_backends);
         for (namespace, service) in old.services() {
-            let Some(by_service) = self.webhook_backends.get_mut(namespace) else { continue };
+            let Some(by_service) = backends.get_mut(namespace) else { continue };
             if let Some(callers) = by_service.get_mut(service) {
                 callers.retain(|k| *k != key);
                 if callers.is_empty() {
@@ -476,18 +515,20 @@ impl Index {
                 }
             }
             if by_service.is_empty() {
-                self.webhook_backends.remove(namespace);
+                backends.remove(namespace);
             }
         }
     }
 
     pub fn upsert_node(&mut self, info: impl Into<Arc<NodeInfo>>) {
         let info = info.into();
-        self.nodes.insert(info.name.clone(), info);
+        Arc::make_mut(&mut self.nodes).insert(info.name.clone(), info);
     }
 
     pub fn remove_node(&mut self, name: &str) {
-        self.nodes.remove(name);
+        if self.nodes.contains_key(name) {
+            Arc::make_mut(&mut self.nodes).remove(name);
+        }
     }
 
     pub fn upsert_namespace(&mut self, ns: &Namespace) {
@@ -503,21 +544,21 @@ impl Index {
     }
 
     pub fn upsert_namespace_labels(&mut self, name: String, labels: BTreeMap<String, String>) {
-        self.namespace_labels.insert(name, labels);
+        Arc::make_mut(&mut self.namespace_labels).insert(name, labels);
     }
 
     /// Drops every object of `kind` (before a relist replaces them).
     pub fn clear_kind(&mut self, kind: Kind) {
         match kind {
             Kind::Deployment | Kind::StatefulSet => {
-                for ns in self.namespaces.values_mut() {
+                for ns in self.every_namespace_mut() {
                     let names: Vec<_> = ns.workloads.keys().filter(|(k, _)| *k == kind).cloned().collect();
                     for key in names {
                         ns.remove_workload(&key);
                     }
                 }
             }
-            Kind::PodDisruptionBudget => self.namespaces.values_mut().for_each(|ns| {
+            Kind::PodDisruptionBudget => self.every_namespace_mut().for_each(|ns| {
                 ns.pdbs.clear();
                 ns.pdbs_by_label.clear();
                 ns.pdbs_without_labels.clear();
@@ -534,8 +575,8 @@ impl Index {
                     self.remove_autoscaler(kind, &ns, &name);
                 }
             }
-            Kind::PersistentVolumeClaim => self.namespaces.values_mut().for_each(|ns| ns.pvcs.clear()),
-            Kind::Service => self.namespaces.values_mut().for_each(|ns| ns.services.clear()),
+            Kind::PersistentVolumeClaim => self.every_namespace_mut().for_each(|ns| ns.pvcs.clear()),
+            Kind::Service => self.every_namespace_mut().for_each(|ns| ns.services.clear()),
             Kind::ValidatingWebhookConfiguration | Kind::MutatingWebhookConfiguration => {
                 let names: Vec<String> =
                     self.webhook_configs.keys().filter(|(k, _)| *k == kind).map(|(_, n)| n.clone()).collect();
@@ -543,28 +584,28 @@ impl Index {
                     self.remove_webhook_config(kind, &name);
                 }
             }
-            Kind::Node => self.nodes.clear(),
-            Kind::Namespace => self.namespace_labels.clear(),
+            Kind::Node => self.nodes = Arc::default(),
+            Kind::Namespace => self.namespace_labels = Arc::default(),
         }
     }
 
     /// Adds (or replaces) a pod of `namespace`.
     pub fn upsert_pod(&mut self, namespace: &str, pod: PodInfo) {
-        self.pods.upsert(namespace, pod);
+        Arc::make_mut(&mut self.pods).upsert(namespace, pod);
     }
 
     pub fn remove_pod(&mut self, namespace: &str, name: &str) {
-        self.pods.remove(namespace, name);
+        Arc::make_mut(&mut self.pods).remove(namespace, name);
     }
 
     /// Drops the pods a relist did not list again.
     pub fn retain_listed_pods(&mut self, listed: &super::pods::PodsListed) {
-        self.pods.retain_listed(listed);
+        Arc::make_mut(&mut self.pods).retain_listed(listed);
     }
 
     /// Drops every pod (before a relist replaces them).
     pub fn clear_pods(&mut self) {
-        self.pods.clear();
+        self.pods = Arc::default();
     }
 
     pub fn pod_count(&self) -> usize {
@@ -572,7 +613,9 @@ impl Index {
     }
 
     pub fn remove_namespace(&mut self, name: &str) {
-        self.namespace_labels.remove(name);
+        if self.namespace_labels.contains_key(name) {
+            Arc::make_mut(&mut self.namespace_labels).remove(name);
+        }
     }
 
     /// Object counts per kind, for metrics and reports.
@@ -783,6 +826,34 @@ mod tests {
             match_expressions: None,
         };
         index.workloads_selected_by("ns", &sel).iter().map(|w| w.id.name.clone()).collect()
+    }
+
+    /// A clone is a snapshot: later changes to the original do not reach it, and what neither
+    /// side changed stays shared (a namespace untouched since is the same allocation).
+    #[test]
+    fn a_clone_is_a_snapshot_that_shares_what_is_unchanged() {
+        let mut index = Index::new();
+        index.upsert_workload(workload("web", &[("app", "web")]));
+        let mut other = workload("db", &[("app", "db")]);
+        other.id.namespace = "data".into();
+        index.upsert_workload(other);
+        index.upsert_node(NodeInfo { name: "n1".into(), ..Default::default() });
+        let snapshot = index.clone();
+        assert!(Arc::ptr_eq(&index.namespaces, &snapshot.namespaces), "nothing copied by the clone itself");
+        index.upsert_workload(workload("api", &[("app", "api")]));
+        index.remove_workload(Kind::Deployment, "ns", "web");
+        index.remove_node("n1");
+        let names = |i: &Index| i.workloads_in("ns").iter().map(|w| w.id.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&snapshot), ["web"]);
+        assert_eq!(names(&index), ["api"]);
+        assert_eq!((snapshot.nodes().len(), index.nodes().len()), (1, 0));
+        assert!(Arc::ptr_eq(&index.namespaces["data"], &snapshot.namespaces["data"]), "data was not touched");
+        assert!(!Arc::ptr_eq(&index.namespaces["ns"], &snapshot.namespaces["ns"]));
+        // Removing what is not there copies nothing.
+        let before = index.clone();
+        index.remove_workload(Kind::Deployment, "nowhere", "x");
+        index.remove_node("n9");
+        assert!(Arc::ptr_eq(&index.namespaces, &before.namespaces) && Arc::ptr_eq(&index.nodes, &before.nodes));
     }
 
     /// The spread index finds exactly what matching every workload of the namespace finds,

@@ -15,7 +15,7 @@ type Labels = BTreeMap<String, String>;
 pub type PodsListed = HashMap<String, HashSet<Arc<str>>>;
 
 /// The pods of one namespace.
-#[derive(Default, Debug)]
+#[derive(Default, Debug, Clone)]
 struct NamespacePods {
     by_name: HashMap<Arc<str>, Arc<PodInfo>>,
     by_owner: HashMap<(Kind, Arc<str>), Vec<Arc<PodInfo>>>,
@@ -23,10 +23,11 @@ struct NamespacePods {
     labels: HashMap<Arc<Labels>, usize>,
 }
 
-/// Every pod of the view.
-#[derive(Default, Debug)]
+/// Every pod of the view. A copy shares each namespace's pods until one side changes them
+/// (the view's snapshots: [`super::Index`]).
+#[derive(Default, Debug, Clone)]
 pub struct Pods {
-    namespaces: HashMap<String, NamespacePods>,
+    namespaces: HashMap<String, Arc<NamespacePods>>,
     /// Node names, each kept once for the pods on it, with how many there are.
     node_names: HashMap<Arc<str>, usize>,
 }
@@ -38,7 +39,7 @@ impl Pods {
         if let Some(node) = &pod.node {
             pod.node = Some(intern(&mut self.node_names, node.clone()));
         }
-        let ns = self.namespaces.entry(namespace.to_string()).or_default();
+        let ns = Arc::make_mut(self.namespaces.entry(namespace.to_string()).or_default());
         pod.labels = intern(&mut ns.labels, pod.labels);
         let owner_key = match &mut pod.owner {
             PodOwner::Workload(kind, name) => {
@@ -59,6 +60,10 @@ impl Pods {
 
     pub fn remove(&mut self, namespace: &str, name: &str) {
         let Some(ns) = self.namespaces.get_mut(namespace) else { return };
+        if !ns.by_name.contains_key(name) {
+            return;
+        }
+        let ns = Arc::make_mut(ns);
         let Some(old) = ns.by_name.remove(name) else { return };
         if let PodOwner::Workload(kind, owner) = &old.owner {
             let key = (*kind, owner.clone());
