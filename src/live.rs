@@ -13,7 +13,7 @@
 use std::borrow::Cow;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
@@ -32,8 +32,8 @@ use crate::core::model::webhook::WebhookConfiguration;
 use crate::core::model::{Kind, defaults, name_of, ns_of};
 use crate::core::view::pods::PodsListed;
 use crate::core::view::{
-    HpaInfo, Index, NodeInfo, PdbInfo, PodInfo, PodOwner, PvcInfo, ServiceInfo, View, ViewSource, WebhookConfigInfo,
-    WorkloadInfo,
+    HpaInfo, Index, NodeInfo, PdbInfo, PodInfo, PodOwner, PvcInfo, ServiceInfo, Snapshot, View, ViewSource,
+    WebhookConfigInfo, WorkloadInfo,
 };
 
 pub mod changes;
@@ -279,8 +279,20 @@ impl Tracked for ScaledObject {
 pub const KINDS: [Kind; 11] = Kind::ALL;
 
 /// The live view and its sync state.
+///
+/// The watchers change `index` (each change under its lock, briefly) and mark it `dirty`; a
+/// reader takes a snapshot: the last one published, after publishing a fresh one if the index
+/// changed since and its lock is free this instant ([`Index`]'s clone is a few reference
+/// counts). A review then reads its snapshot for as long as it takes, holding no lock: a slow
+/// review never delays the watchers, nor they the reviews.
 pub struct LiveSource {
-    index: RwLock<Index>,
+    index: Mutex<Index>,
+    published: Mutex<Arc<Index>>,
+    /// `index` changed since `published` was taken.
+    dirty: AtomicBool,
+    /// Since when (milliseconds since the epoch) a watch event has been being applied; 0 when
+    /// none is: a view that stops following shows here ([`LiveSource::applying_for`]).
+    applying_since_ms: AtomicI64,
     synced: [AtomicBool; KINDS.len()],
     /// Per kind, when its watch started failing (milliseconds since the epoch), 0 while it follows
     /// the cluster: up to when the view is current ([`ViewSource::current_as_of`]).
@@ -298,6 +310,48 @@ pub struct LiveSource {
     log: Option<Arc<ChangeLog>>,
     /// The background audit's view also follows pods ([`LiveSource::start_pods`]).
     pods: PodsFollowed,
+}
+
+/// The live index under its lock, being changed: marked changed (for the next snapshot) when let
+/// go, before the lock is.
+struct Written<'a> {
+    index: MutexGuard<'a, Index>,
+    dirty: &'a AtomicBool,
+}
+
+impl std::ops::Deref for Written<'_> {
+    type Target = Index;
+    fn deref(&self) -> &Index {
+        &self.index
+    }
+}
+
+impl std::ops::DerefMut for Written<'_> {
+    fn deref_mut(&mut self) -> &mut Index {
+        &mut self.index
+    }
+}
+
+impl Drop for Written<'_> {
+    fn drop(&mut self) {
+        self.dirty.store(true, Ordering::Release);
+    }
+}
+
+/// While a watch event is being applied: its start is in `applying_since_ms`.
+struct Applying<'a>(&'a AtomicI64);
+
+impl<'a> Applying<'a> {
+    fn start(since: &'a AtomicI64) -> Self {
+        since.store(k8s_openapi::jiff::Timestamp::now().as_millisecond().max(1), Ordering::SeqCst);
+        Applying(since)
+    }
+}
+
+impl Drop for Applying<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::SeqCst);
+    }
 }
 
 /// The pods' watch state (only the background audit's view follows pods).
@@ -337,7 +391,10 @@ impl LiveSource {
         index.set_complete(true);
         index.set_knows_nodes(true);
         LiveSource {
-            index: RwLock::new(index),
+            published: Mutex::new(Arc::new(index.clone())),
+            index: Mutex::new(index),
+            dirty: AtomicBool::new(false),
+            applying_since_ms: AtomicI64::new(0),
             synced: Default::default(),
             failing_since_ms: Default::default(),
             unserved: Default::default(),
@@ -378,13 +435,40 @@ impl LiveSource {
         self.synced[Self::slot(kind)].load(Ordering::SeqCst)
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Index> {
-        self.index.write().unwrap_or_else(|p| p.into_inner())
+    /// The index, to change: the next snapshot is taken after the change.
+    fn write(&self) -> Written<'_> {
+        Written { index: self.index.lock().unwrap_or_else(|p| p.into_inner()), dirty: &self.dirty }
+    }
+
+    /// The index, to read in place (the watchers' own reads, between their changes).
+    fn read(&self) -> MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The view as of the last change that a snapshot could be taken after.
+    fn current(&self) -> Arc<Index> {
+        if self.dirty.load(Ordering::Acquire)
+            && let Ok(index) = self.index.try_lock()
+            && self.dirty.swap(false, Ordering::AcqRel)
+        {
+            let fresh = Arc::new(index.clone());
+            drop(index);
+            *self.published.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+        }
+        self.published.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// How long the watch event being applied now has taken, if one is: a view whose watchers
+    /// cannot apply their events (readiness fails past a budget, `crate::server`).
+    pub fn applying_for(&self, now_ms: i64) -> Option<std::time::Duration> {
+        let since = self.applying_since_ms.load(Ordering::SeqCst);
+        (since > 0).then(|| std::time::Duration::from_millis(now_ms.saturating_sub(since).max(0) as u64))
     }
 
     /// Applies one watch event. Relists are buffered (as projections) and swapped in at once, so
     /// the view never shows a half-listed kind.
     pub fn apply<K: Tracked>(&self, event: Event<K>, buffer: &mut Option<Vec<Projection>>) {
+        let _applying = Applying::start(&self.applying_since_ms);
         if matches!(event, Event::Apply(_) | Event::Delete(_) | Event::InitDone) {
             self.changes.notify_one();
         }
@@ -451,7 +535,7 @@ impl LiveSource {
 
     /// Namespaces with a pod on `node`.
     fn namespaces_with_pods_on(&self, node: &str) -> Vec<String> {
-        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        let index = self.read();
         let mut namespaces: Vec<String> =
             index.pods_on_nodes(&[node.to_string()]).into_iter().map(|(ns, _)| ns).collect();
         namespaces.dedup();
@@ -477,7 +561,7 @@ impl LiveSource {
 
     /// Some webhook configuration calls a Service of `namespace`.
     fn called_by_webhooks(&self, namespace: &str) -> bool {
-        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        let index = self.read();
         !index.webhook_services_in(namespace).is_empty()
     }
 
@@ -537,6 +621,7 @@ impl LiveSource {
 
     /// Applies one event of the pods' watch.
     pub fn apply_pod(&self, event: Event<WatchedPod>, listed: &mut Option<PodsListed>) {
+        let _applying = Applying::start(&self.applying_since_ms);
         let log = self.log.as_deref();
         match event {
             Event::Apply(pod) => {
@@ -639,8 +724,7 @@ impl LiveSource {
 
     /// Namespaces the view knows of (the Namespace objects).
     pub fn namespaces(&self) -> Vec<String> {
-        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-        index.namespace_names()
+        self.current().namespace_names()
     }
 
     fn spawn<K: Tracked>(self: &Arc<Self>, client: Client) -> tokio::task::JoinHandle<()> {
@@ -726,10 +810,23 @@ fn is_not_found(e: &watcher::Error) -> bool {
     }
 }
 
+/// How long one watch event may take to apply before the view counts as stalled (a relist of
+/// every pod of a large cluster takes well under a second).
+pub const APPLY_STALL_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl ViewSource for LiveSource {
-    fn with_view(&self, f: &mut dyn FnMut(&dyn View)) {
-        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-        f(&*index);
+    fn snapshot(&self) -> Snapshot {
+        self.current()
+    }
+
+    fn stalled(&self) -> Option<String> {
+        let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let applying = self.applying_for(now).filter(|d| *d > APPLY_STALL_BUDGET)?;
+        Some(format!(
+            "the live view has been applying one watch event for {}, past its budget of {}",
+            humantime::format_duration(std::time::Duration::from_secs(applying.as_secs())),
+            humantime::format_duration(APPLY_STALL_BUDGET)
+        ))
     }
 
     fn synced(&self) -> bool {
@@ -749,7 +846,7 @@ impl ViewSource for LiveSource {
     }
 
     fn stats(&self) -> Vec<(Kind, usize, bool)> {
-        let counts = self.index.read().unwrap_or_else(|p| p.into_inner()).counts();
+        let counts = self.current().counts();
         KINDS.iter().map(|k| (*k, counts.get(k).copied().unwrap_or(0), self.is_synced(*k))).collect()
     }
 }
@@ -846,6 +943,55 @@ mod tests {
         assert!(deployment_failed >= failing && deployment_failed < now, "the Deployment watch still fails");
         live.apply::<Deployment>(Event::InitDone, &mut buffer);
         assert_eq!(live.current_as_of(now), Some(now));
+    }
+
+    /// Readiness follows this process's own stall (a watch event that takes past its budget to
+    /// apply), never a cluster the watches cannot reach: every replica would see that at once.
+    #[test]
+    fn only_an_event_stuck_in_applying_is_a_stall() {
+        let live = LiveSource::new();
+        for kind in KINDS {
+            live.not_served(kind);
+        }
+        assert_eq!(live.stalled(), None);
+        let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        live.applying_since_ms.store(now - 5_000, Ordering::SeqCst);
+        assert_eq!(live.stalled(), None, "within the budget");
+        live.applying_since_ms.store(now - 11_000, Ordering::SeqCst);
+        let why = live.stalled().expect("stalled");
+        assert!(why.starts_with("the live view has been applying one watch event for 11s"), "{why}");
+        live.applying_since_ms.store(0, Ordering::SeqCst);
+        live.watch_failed(Kind::Deployment);
+        live.watch_failed(Kind::Node);
+        assert_eq!(live.stalled(), None, "watches failing: the apiserver out of reach, not this replica's fault");
+        // An applied event clears its mark.
+        let mut buffer = None;
+        live.apply(Event::Apply(service("a", "a")), &mut buffer);
+        assert_eq!(live.applying_since_ms.load(Ordering::SeqCst), 0);
+    }
+
+    /// A snapshot taken before a change keeps the view as it was; the next one has the change.
+    #[test]
+    fn a_snapshot_is_the_view_of_its_moment() {
+        let live = LiveSource::new();
+        let mut buffer = None;
+        live.apply(Event::Apply(service("a", "a")), &mut buffer);
+        let before = live.snapshot();
+        live.apply(Event::Apply(service("b", "b")), &mut buffer);
+        live.apply(Event::Delete(service("a", "a")), &mut buffer);
+        assert!(before.service("k", "a").is_some() && before.service("k", "b").is_none());
+        let after = live.snapshot();
+        assert!(after.service("k", "a").is_none() && after.service("k", "b").is_some());
+        // Nothing changed since: the same snapshot again, not a copy.
+        let again = live.snapshot();
+        assert!(Arc::ptr_eq(&after, &again));
+        // A writer holding the index (a change under way) does not make a reader wait: it gets
+        // the last snapshot published.
+        let held = live.index.lock().unwrap();
+        live.dirty.store(true, Ordering::SeqCst);
+        let during = live.snapshot();
+        assert!(Arc::ptr_eq(&during, &after));
+        drop(held);
     }
 
     /// A CRD that is not installed: none of its kind, and synced, so readiness does not wait.

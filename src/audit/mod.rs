@@ -63,6 +63,7 @@ pub fn audit_subjects(
             asks: Asks::Findings,
             absences: Absences::Judged,
             today,
+            progress: None,
         })
     });
     let checked: HashSet<ObjectRef> = judged.iter().map(|l| l.subject.id()).collect();

@@ -227,6 +227,7 @@ fn check_prepared(
                 // The files are the set: an absence is judged as `--complete` says.
                 absences: Absences::Judged,
                 today,
+                progress: None,
             });
             let v = &verdict;
             let reported = !v.unchecked.is_empty()

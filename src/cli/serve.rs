@@ -35,6 +35,15 @@ pub struct ServeArgs {
     pub log_format: LogFormat,
 }
 
+/// `--failure-policy`, spelt as in a webhook configuration.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum FailurePolicyArg {
+    #[value(name = "Ignore")]
+    Ignore,
+    #[value(name = "Fail")]
+    Fail,
+}
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum LogFormat {
     Text,
@@ -53,6 +62,16 @@ pub struct ListenArgs {
     /// Per-request timeout, in seconds (the apiserver's own default is 10).
     #[arg(long, default_value = "8", value_name = "SECONDS", value_parser = seconds)]
     pub request_timeout: Duration,
+    /// How long one admission may be judged (e.g. 2s, 500ms). Past it, the request is answered as
+    /// --failure-policy says, with a warning naming the rule not judged, a log line and
+    /// ha_guard_rule_deadline_exceeded_total. Keep it below the webhook configurations'
+    /// timeoutSeconds (the chart does), so that the answer arrives before the apiserver gives up.
+    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = deadline)]
+    pub deadline: Duration,
+    /// The webhook configurations' failurePolicy, which the answer past --deadline follows:
+    /// Ignore admits the write unchecked, Fail refuses it.
+    #[arg(long, value_enum, default_value = "Ignore", value_name = "POLICY")]
+    pub failure_policy: FailurePolicyArg,
     /// After SIGTERM, seconds with readiness down before the listener stops.
     #[arg(long, default_value = "3", value_name = "SECONDS", value_parser = seconds)]
     pub shutdown_delay: Duration,
@@ -145,6 +164,14 @@ fn grace(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{s} is not a duration such as 10s or 2m: {e}"))
 }
 
+fn deadline(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{s} is not a duration such as 2s or 500ms: {e}"))?;
+    if d < Duration::from_millis(10) {
+        return Err(format!("{s} is too short to judge anything: at least 10ms"));
+    }
+    Ok(d)
+}
+
 fn seconds(s: &str) -> Result<Duration, String> {
     let value: f64 = s.parse().map_err(|_| format!("{s} is not a number of seconds"))?;
     Duration::try_from_secs_f64(value).map_err(|_| format!("{s} is not a duration in seconds"))
@@ -179,6 +206,14 @@ impl ServeArgs {
 
 pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
     init_tracing(args.log_format);
+    if args.listen.deadline >= args.listen.request_timeout {
+        return Err(Error(format!(
+            "--deadline {} must be below --request-timeout {}: the answer past the deadline is written before the \
+             request times out",
+            humantime::format_duration(args.listen.deadline),
+            humantime::format_duration(args.listen.request_timeout)
+        )));
+    }
     let config = args.config.as_deref().map(crate::config_file::load).transpose()?.unwrap_or_default();
     let mut options = args.options();
     let runtime = tokio::runtime::Runtime::new().map_err(|e| Error(format!("cannot start the runtime: {e}")))?;
@@ -195,7 +230,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
             }
         };
         options.managed_tls = crate::server::managed_tls::setup(&args.managed_tls, live_client.clone()).await?;
-        let state = server::AppState::with_absence_grace(source, config, args.view.absence_grace);
+        let admission = server::AdmissionSettings {
+            deadline: args.listen.deadline,
+            failure_policy: match args.listen.failure_policy {
+                FailurePolicyArg::Ignore => server::FailurePolicy::Ignore,
+                FailurePolicyArg::Fail => server::FailurePolicy::Fail,
+            },
+        };
+        let state = server::AppState::with_settings(source, config, args.view.absence_grace, admission);
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let audit = start_background_audit(&args.audit, live_client, stopping, &state);
         // On SIGTERM the background audit releases its Lease at once (another replica takes over

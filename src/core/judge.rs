@@ -7,7 +7,7 @@ use crate::core::config::policy::Date;
 use crate::core::decide::{self, Context, Decided};
 use crate::core::model::Subject;
 use crate::core::mutations::{self, Plan};
-use crate::core::rules;
+use crate::core::rules::{self, Progress, Stage, progress::may_enter};
 use crate::core::view::replay::DrainRun;
 use crate::core::view::{Absences, View};
 
@@ -45,6 +45,8 @@ pub struct Review<'a> {
     pub absences: Absences,
     /// Today (UTC), for the exceptions' expiry (the shell reads the clock).
     pub today: Option<Date>,
+    /// Where the review has got, for a shell that runs it under a deadline (it stops when asked).
+    pub progress: Option<&'a Progress>,
 }
 
 /// What the review comes to.
@@ -72,7 +74,7 @@ pub fn judge(review: &Review) -> Verdict {
 /// audit calls it; the webhook's and `check`'s entry is [`judge`]. The audit reads the cluster
 /// whole: its absences are always judged.
 pub fn audit(review: &Review) -> Verdict {
-    judge_with(review, |subject, view, config, _| rules::audit(subject, view, config))
+    judge_with(review, |subject, view, config, _, _| rules::audit(subject, view, config))
 }
 
 /// A drain of `nodes` replayed on the view ([`rules::drain`]). Its findings are facts: the
@@ -103,21 +105,25 @@ pub fn drain_decided(view: &dyn View, config: &Config, run: &DrainRun, drained: 
     all
 }
 
-type Evaluate = fn(&Subject, &dyn View, &Config, Absences) -> rules::Evaluation;
+type Evaluate = fn(&Subject, &dyn View, &Config, Absences, Option<&Progress>) -> rules::Evaluation;
 
 fn judge_with(review: &Review, evaluate: Evaluate) -> Verdict {
-    let Review { subject, view, config, asks, .. } = *review;
+    let Review { subject, view, config, asks, progress, .. } = *review;
     let namespace = subject.namespace();
     let unchecked = if asks.findings() { rules::unchecked(subject, view) } else { Vec::new() };
     if let Some(reason) = decide::skip_reason(namespace, view, config) {
         let decided = Decided { skipped: Some(reason.clone()), ..Default::default() };
         return Verdict { skipped: Some(reason), decided, unchecked, ..Default::default() };
     }
-    let plan = if asks.mutations() { mutations::plan(subject, view, config) } else { Plan::default() };
+    let plan = if asks.mutations() && may_enter(progress, Stage::Mutations) {
+        mutations::plan(subject, view, config)
+    } else {
+        Plan::default()
+    };
     if !asks.findings() {
         return Verdict { plan, ..Default::default() };
     }
-    let mut eval = evaluate(subject, view, config, review.absences);
+    let mut eval = evaluate(subject, view, config, review.absences, progress);
     eval.unchecked.clear();
     let not_judged = std::mem::take(&mut eval.not_judged);
     // `check` and the audit say them where they say what could not be checked; the webhook warns.
@@ -126,7 +132,7 @@ fn judge_with(review: &Review, evaluate: Evaluate) -> Verdict {
     let scale = matches!(subject, Subject::Scale { .. });
     let old = match review.old {
         Some(old) if decide::needs_old_findings(&eval, config, scale) => {
-            old().map(|old| evaluate(&old, view, config, review.absences).findings)
+            old().map(|old| evaluate(&old, view, config, review.absences, progress).findings)
         }
         _ => None,
     };
@@ -142,6 +148,7 @@ fn judge_with(review: &Review, evaluate: Evaluate) -> Verdict {
         subject_labels,
         today: review.today,
     };
+    may_enter(progress, Stage::Deciding);
     let decided = decide::decide(eval, namespace, view, config, &ctx);
     Verdict { skipped: None, decided, plan, unchecked, not_judged }
 }

@@ -50,6 +50,16 @@ pub struct FindingLabels {
     pub action: &'static str,
 }
 
+/// The stages outside the rules that `ha_guard_rule_deadline_exceeded_total` names.
+pub const DEADLINE_STAGES: [&str; 3] = ["decoding", "mutations", "decision"];
+
+/// `ha_guard_rule_deadline_exceeded_total`: reviews whose deadline passed while this rule was
+/// being judged (or, outside the rules, in this stage: `decoding`, `mutations`, `decision`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RuleLabels {
+    pub rule: &'static str,
+}
+
 /// `ha_guard_audit_findings`: the background audit's findings, by namespace (`""` for
 /// cluster-scoped objects), rule and action.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
@@ -194,6 +204,8 @@ pub struct Metrics {
     pub exception_matches: Family<ExceptionRuleLabels, Counter>,
     /// When each exception with an expiry stops applying (the start of its `expires` day, UTC).
     pub exception_expiry: Family<ExceptionLabels, Gauge>,
+    /// Reviews answered at their deadline, by the rule (or stage) they were in.
+    pub rule_deadline_exceeded: Family<RuleLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -320,6 +332,13 @@ impl Metrics {
             exception_expiry.clone(),
         );
 
+        let rule_deadline_exceeded = Family::<RuleLabels, Counter>::default();
+        registry.register(
+            "ha_guard_rule_deadline_exceeded",
+            "Admissions answered at the deadline (as the failure policy says), by the rule being judged, or the stage outside the rules",
+            rule_deadline_exceeded.clone(),
+        );
+
         // Start at 0 what has a known, small label set. Not `ha_guard_admission_requests_total`:
         // its five labels make hundreds of combinations, most of which never occur.
         for webhook in ["validate", "mutate"] {
@@ -329,6 +348,15 @@ impl Metrics {
             for action in [Decision::Deny, Decision::Warn, Decision::Allowed] {
                 let _ = findings.get_or_create(&FindingLabels { rule: rule.id, action: action.as_str() });
             }
+        }
+        // What an admission judges: every family but the audit's (posture, drain), and the stages.
+        let admission_rules = crate::core::rules::FAMILIES
+            .iter()
+            .filter(|f| !std::ptr::eq(**f, crate::core::rules::posture::RULES))
+            .filter(|f| !std::ptr::eq(**f, crate::core::rules::drain::RULES))
+            .flat_map(|f| f.iter().map(|r| r.id));
+        for rule in admission_rules.chain(DEADLINE_STAGES) {
+            let _ = rule_deadline_exceeded.get_or_create(&RuleLabels { rule });
         }
         for result in RELOAD_RESULTS {
             let _ = config_reloads.get_or_create(&ResultLabels { result });
@@ -371,6 +399,7 @@ impl Metrics {
             audit_last_success,
             exception_matches,
             exception_expiry,
+            rule_deadline_exceeded,
         }
     }
 

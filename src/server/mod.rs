@@ -25,9 +25,12 @@ use axum::routing::{get, post};
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 
-use metrics::{ExceptionRuleLabels, FindingLabels, ReasonLabels, RequestLabels, ResultLabels, WebhookLabels};
+use crate::core::rules::{Progress, Stage, rules_of};
+use metrics::{
+    ExceptionRuleLabels, FindingLabels, ReasonLabels, RequestLabels, ResultLabels, RuleLabels, WebhookLabels,
+};
 use review::Webhook;
-pub use state::{AppState, DECODE_BUDGET};
+pub use state::{AdmissionSettings, AppState, DECODE_BUDGET, DEFAULT_DEADLINE, FailurePolicy};
 
 /// The largest request body accepted. The apiserver sends objects of up to ~3 MiB, twice on
 /// UPDATE (object and oldObject) plus the review's own fields: 8 MiB covers that with room.
@@ -184,30 +187,148 @@ fn json_error(status: StatusCode, message: &str) -> Response {
 
 async fn validate(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     match body {
-        Ok(body) => answer_within_budget(&state, Webhook::Validate, &body).await,
+        Ok(body) => answer_within_budget(state, Webhook::Validate, body).await,
         Err(e) => body_error(Webhook::Validate, e),
     }
 }
 
 async fn mutate(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     match body {
-        Ok(body) => answer_within_budget(&state, Webhook::Mutate, &body).await,
+        Ok(body) => answer_within_budget(state, Webhook::Mutate, body).await,
         Err(e) => body_error(Webhook::Mutate, e),
     }
 }
 
-/// [`answer`] once the body's JSON values fit in the decoding budget. A body over
-/// [`review::MAX_JSON_VALUES`] takes nothing: it is refused before decoding.
-async fn answer_within_budget(state: &AppState, webhook: Webhook, body: &[u8]) -> Response {
-    let values = review::value_bound(body);
-    let _permit = if values <= review::MAX_JSON_VALUES {
+/// [`answer`] once the body's JSON values fit in the decoding budget, judged off the async
+/// workers (a review is CPU work: on a blocking thread it delays no other request's I/O) and
+/// within the deadline: past it, the answer is [`past_deadline`]'s, and the review is asked to
+/// stop at its next stage. A body over [`review::MAX_JSON_VALUES`] takes nothing: it is refused
+/// before decoding.
+async fn answer_within_budget(state: Arc<AppState>, webhook: Webhook, body: Bytes) -> Response {
+    let started = Instant::now();
+    let values = review::value_bound(&body);
+    let permit = if values <= review::MAX_JSON_VALUES {
         // Never closed; the request timeout bounds the wait.
         let n = u32::try_from(values.min(DECODE_BUDGET)).unwrap_or(u32::MAX);
-        state.decoding.acquire_many(n).await.ok()
+        state.decoding.clone().acquire_many_owned(n).await.ok()
     } else {
         None
     };
-    answer(state, webhook, body, values)
+    let progress = Arc::new(Progress::new());
+    let uid = Arc::new(std::sync::OnceLock::new());
+    let judged = tokio::task::spawn_blocking({
+        let (state, progress, uid) = (state.clone(), progress.clone(), uid.clone());
+        move || {
+            let _judging = state.judging.start();
+            let response = answer(&state, webhook, &body, values, &progress, &uid);
+            drop(permit);
+            response
+        }
+    });
+    let deadline = state.admission.deadline.saturating_sub(started.elapsed());
+    match tokio::time::timeout(deadline, judged).await {
+        Ok(Ok(response)) => response,
+        // A panic while answering: what the panic guard answers for a handler.
+        Ok(Err(_)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, "internal error while answering"),
+        Err(_) => {
+            progress.stop();
+            past_deadline(&state, webhook, progress.stage(), uid.get(), started.elapsed())
+        }
+    }
+}
+
+/// The answer to a review still running at the deadline: what the webhook configurations'
+/// failurePolicy would make of no answer (Ignore: admitted; Fail: refused), said in a warning
+/// that names the rules not judged, a log line and `ha_guard_rule_deadline_exceeded_total`. When
+/// the request's uid is not known yet (still decoding), no AdmissionReview can be written: a 503,
+/// which the apiserver treats by that same failurePolicy.
+fn past_deadline(
+    state: &AppState,
+    webhook: Webhook,
+    stage: Stage,
+    uid: Option<&RequestId>,
+    elapsed: Duration,
+) -> Response {
+    let settings = state.admission;
+    let config = state.config();
+    let rules: Vec<&'static str> =
+        rules_of(stage).iter().filter(|r| !config.is_off(r)).map(|r| r.id).collect::<Vec<_>>();
+    let named: Vec<&str> = if rules.is_empty() { vec![stage.name()] } else { rules.clone() };
+    for what in &named {
+        state.metrics.rule_deadline_exceeded.get_or_create(&RuleLabels { rule: what }).inc();
+    }
+    let deadline = humantime::format_duration(settings.deadline).to_string();
+    let policy = settings.failure_policy;
+    tracing::warn!(
+        webhook = webhook.as_str(),
+        uid = uid.map_or("", |u| u.uid.as_str()),
+        kind = uid.map_or("", |u| u.kind.as_str()),
+        object = uid.map_or(String::new(), |u| format!("{}/{}", u.namespace, u.name)),
+        stage = stage.name(),
+        rules = %named.join(","),
+        deadline = %deadline,
+        failure_policy = policy.as_str(),
+        latency_us = elapsed.as_micros() as u64,
+        "deadline passed: answered as the failure policy says"
+    );
+    let Some(id) = uid else {
+        return json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("the request was not decoded within ha-guard's deadline of {deadline}"),
+        );
+    };
+    let outcome = match policy {
+        FailurePolicy::Ignore => "the write is admitted unchecked (failurePolicy Ignore)",
+        FailurePolicy::Fail => "the write is refused (failurePolicy Fail): try again",
+    };
+    let warnings: Vec<String> = named
+        .iter()
+        .map(|what| match rules.is_empty() {
+            false => {
+                format!("[{what}] not judged: ha-guard's deadline of {deadline} passed while judging it; {outcome}.")
+            }
+            true => {
+                format!("[ha-guard] not judged: ha-guard's deadline of {deadline} passed during the {what}; {outcome}.")
+            }
+        })
+        .collect();
+    let mut response = kube::core::admission::AdmissionResponse::invalid("");
+    response.uid = id.uid.clone();
+    response.allowed = true;
+    response.result = Default::default();
+    response.warnings = Some(review::fit_warnings(warnings.clone()));
+    response.audit_annotations.insert("deadline-exceeded".into(), named.join(","));
+    if policy == FailurePolicy::Fail {
+        response = response.deny(warnings.join("\n"));
+        response.result.code = 503;
+        response.result.reason = "ServiceUnavailable".into();
+    }
+    state
+        .metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            webhook: webhook.as_str(),
+            kind: metrics::kind_label(&id.kind),
+            operation: id.operation,
+            decision: if policy == FailurePolicy::Fail { "denied" } else { "allowed" },
+            dry_run: if id.dry_run { "true" } else { "false" },
+        })
+        .inc();
+    match review::review_json(response) {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(e) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+/// What identifies a request once decoded: enough to answer it past the deadline.
+#[derive(Debug)]
+struct RequestId {
+    uid: String,
+    kind: String,
+    namespace: String,
+    name: String,
+    operation: &'static str,
+    dry_run: bool,
 }
 
 /// A body that could not be read: over the limit (413) or cut off (400). The same one-line JSON
@@ -244,22 +365,45 @@ macro_rules! admission_line {
     };
 }
 
-/// Answers a body of at most `values` JSON values ([`review::value_bound`]). Its log line is at
+/// Answers a body of at most `values` JSON values ([`review::value_bound`]), saying where it has
+/// got in `progress` and the request's identity in `uid` once decoded. Its log line is at
 /// info when the answer tells the user something (denied, warned, patched) and at debug when it
 /// is a plain allow or a skip: on a cluster-wide webhook those are most writes, one line each is
 /// log volume nobody reads (Gatekeeper logs only denials, and only when asked), and the
 /// `ha_guard_admission_requests_total` counter still counts them by decision.
-fn answer(state: &AppState, webhook: Webhook, body: &[u8], values: usize) -> Response {
+fn answer(
+    state: &AppState,
+    webhook: Webhook,
+    body: &[u8],
+    values: usize,
+    progress: &Progress,
+    uid: &std::sync::OnceLock<RequestId>,
+) -> Response {
     let started = Instant::now();
     // Kept until the answer is written: the outcome borrows its texts.
     let request = review::parse_counted(body, values);
+    if let Ok(req) = &request {
+        let h = &req.header;
+        let _ = uid.set(RequestId {
+            uid: h.uid.clone(),
+            kind: h.kind.kind.clone(),
+            namespace: h.namespace.clone().unwrap_or_default(),
+            name: h.name.clone(),
+            operation: review::respond::operation_name(&h.operation),
+            dry_run: h.dry_run,
+        });
+    }
     let result = request.as_ref().map_err(|e| review::BadRequest(e.0.clone())).and_then(|req| {
         let config = state.config();
         let clock = state.admission_clock();
-        let mut out = None;
-        state.view.with_view(&mut |view| out = Some(review::review(req, webhook, view, &config, &clock)));
-        out.unwrap_or_else(|| Err(review::BadRequest("no view".into())))
+        // A snapshot: the review holds no lock the watchers need, however long it takes.
+        let view = state.view.snapshot();
+        review::review_with_progress(req, webhook, &*view, &config, &clock, Some(progress))
     });
+    if progress.stopped() {
+        // Answered at the deadline already (`past_deadline`).
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
     let elapsed = started.elapsed();
     state.metrics.duration.get_or_create(&WebhookLabels { webhook: webhook.as_str() }).observe(elapsed.as_secs_f64());
     match result {
@@ -382,7 +526,27 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if !state.view.synced() {
         return (StatusCode::SERVICE_UNAVAILABLE, "cluster caches not synced\n").into_response();
     }
+    if let Some(why) = stalled(&state) {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")).into_response();
+    }
     (StatusCode::OK, "ok\n").into_response()
+}
+
+/// Why this replica's request path is stalled, if it is: a review still being judged at twice
+/// the deadline (it should have stopped at its next stage once the deadline passed), or a view
+/// whose watchers cannot apply their events. Both are this process's own state: a cause the
+/// whole cluster shares (the apiserver out of reach) is not one, so readiness never takes every
+/// replica out of the Service at once for it.
+fn stalled(state: &AppState) -> Option<String> {
+    let limit = state.admission.deadline.saturating_mul(2);
+    if let Some(oldest) = state.judging.oldest().filter(|d| *d > limit) {
+        return Some(format!(
+            "a review has been judged for {:.1?}, past twice the deadline of {}: the request path is stalled",
+            oldest,
+            humantime::format_duration(state.admission.deadline)
+        ));
+    }
+    state.view.stalled()
 }
 
 async fn metrics_text(State(state): State<Arc<AppState>>) -> Response {
@@ -995,7 +1159,7 @@ mod tests {
             .with_writer(move || writer.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, || {
-            answer(&state, webhook, &body, review::value_bound(&body));
+            answer(&state, webhook, &body, review::value_bound(&body), &Progress::new(), &Default::default());
         });
         buffer.text().lines().filter(|l| l.contains(" admission ")).map(str::to_string).collect()
     }
@@ -1032,7 +1196,7 @@ mod tests {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/");
         let body = std::fs::read(format!("{dir}deployment-spread-no-selector.json")).unwrap();
         let state = AppState::new(Arc::new(StaticSource(crate::core::view::Index::new())), config);
-        answer(&state, Webhook::Validate, &body, review::value_bound(&body));
+        answer(&state, Webhook::Validate, &body, review::value_bound(&body), &Progress::new(), &Default::default());
         let text = state.metrics.encode();
         assert!(
             text.contains(

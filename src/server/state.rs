@@ -1,9 +1,10 @@
 //! What the handlers share: the view, the configuration, the metrics, readiness, and the
 //! decoding budget.
 
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use super::metrics::Metrics;
 use super::review;
@@ -21,9 +22,86 @@ pub struct AppState {
     pub shutting_down: AtomicBool,
     /// Decoding budget, in JSON values: a request takes as many as its body holds while it is
     /// decoded and answered, waiting for them if need be (see [`DECODE_BUDGET`]).
-    pub decoding: tokio::sync::Semaphore,
+    pub decoding: Arc<tokio::sync::Semaphore>,
     /// How long an absence must have lasted before an admission says it (`--absence-grace`).
     pub absence_grace: Duration,
+    /// How a request is answered: its deadline and what answers past it.
+    pub admission: AdmissionSettings,
+    /// The reviews being judged now, by when they started (readiness reads the oldest).
+    pub judging: Judging,
+}
+
+/// How long an admission may take, and what answers when it takes longer (`--deadline`,
+/// `--failure-policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdmissionSettings {
+    /// Past it, the review is abandoned and answered as `failure_policy` says. Below the webhook
+    /// configurations' `timeoutSeconds`, so that the answer reaches the apiserver before it gives
+    /// up on the call.
+    pub deadline: Duration,
+    /// What the webhook configurations say happens when the webhook does not answer.
+    pub failure_policy: FailurePolicy,
+}
+
+/// Default of `--deadline`: far above what any review takes (milliseconds), well below the
+/// chart's `timeoutSeconds` (5) and the apiserver's default (10).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(2);
+
+impl Default for AdmissionSettings {
+    fn default() -> Self {
+        AdmissionSettings { deadline: DEFAULT_DEADLINE, failure_policy: FailurePolicy::Ignore }
+    }
+}
+
+/// A webhook configuration's `failurePolicy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// The write is admitted unchecked.
+    Ignore,
+    /// The write is refused.
+    Fail,
+}
+
+impl FailurePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::Ignore => "Ignore",
+            FailurePolicy::Fail => "Fail",
+        }
+    }
+}
+
+/// The reviews being judged, by when each started.
+#[derive(Default)]
+pub struct Judging {
+    next: AtomicU64,
+    started: Mutex<BTreeMap<u64, Instant>>,
+}
+
+/// One review being judged: forgotten when dropped (when the judging ends, whoever waits for it).
+pub struct JudgingGuard<'a> {
+    judging: &'a Judging,
+    id: u64,
+}
+
+impl Judging {
+    pub fn start(&self) -> JudgingGuard<'_> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.started.lock().unwrap_or_else(|p| p.into_inner()).insert(id, Instant::now());
+        JudgingGuard { judging: self, id }
+    }
+
+    /// How long the oldest review still being judged has run, if one is.
+    pub fn oldest(&self) -> Option<Duration> {
+        let started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+        started.values().min().map(Instant::elapsed)
+    }
+}
+
+impl Drop for JudgingGuard<'_> {
+    fn drop(&mut self) {
+        self.judging.started.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.id);
+    }
 }
 
 /// JSON values decoded at once, across requests: one body at [`review::MAX_JSON_VALUES`], or
@@ -40,6 +118,16 @@ impl AppState {
 
     /// [`AppState::new`] with the grace an absence must outlast at admission.
     pub fn with_absence_grace(view: Arc<dyn ViewSource>, config: Config, absence_grace: Duration) -> Arc<Self> {
+        Self::with_settings(view, config, absence_grace, AdmissionSettings::default())
+    }
+
+    /// [`AppState::with_absence_grace`] with the deadline and failure policy of admissions.
+    pub fn with_settings(
+        view: Arc<dyn ViewSource>,
+        config: Config,
+        absence_grace: Duration,
+        admission: AdmissionSettings,
+    ) -> Arc<Self> {
         let metrics = Metrics::new();
         metrics.set_exceptions(&config);
         Arc::new(AppState {
@@ -48,8 +136,10 @@ impl AppState {
             metrics,
             ready: AtomicBool::new(false),
             shutting_down: AtomicBool::new(false),
-            decoding: tokio::sync::Semaphore::new(DECODE_BUDGET),
+            decoding: Arc::new(tokio::sync::Semaphore::new(DECODE_BUDGET)),
             absence_grace,
+            admission,
+            judging: Judging::default(),
         })
     }
 

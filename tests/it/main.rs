@@ -23,6 +23,7 @@ mod readme;
 mod rule_pages;
 mod server_bad_input;
 mod server_client_auth;
+mod server_deadline;
 mod server_http;
 mod server_overload;
 mod server_replicas;

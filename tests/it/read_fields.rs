@@ -25,6 +25,7 @@ fn verdict(subject: &Subject, view: &dyn View) -> Verdict {
         asks: Asks::Both,
         absences: Default::default(),
         today: None,
+        progress: None,
     })
 }
 

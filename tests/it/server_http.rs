@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::server_support::{Server, VIEW, fixture, index, patch_of, rule_ids, warnings};
 use ha_guard::core::config::Config;
-use ha_guard::core::view::{Index, View};
+use ha_guard::core::view::Index;
 use ha_guard::core::view::{StaticSource, ViewSource};
 use rstest::rstest;
 use serde_json::{Value, json};
@@ -482,11 +482,11 @@ struct PanicsOnce {
 }
 
 impl ViewSource for PanicsOnce {
-    fn with_view(&self, f: &mut dyn FnMut(&dyn View)) {
+    fn snapshot(&self) -> ha_guard::core::view::Snapshot {
         if !self.panicked.swap(true, Ordering::SeqCst) {
             panic!("injected: a bug while answering");
         }
-        f(&self.inner);
+        Arc::new(self.inner.clone())
     }
     fn synced(&self) -> bool {
         true

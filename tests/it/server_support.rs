@@ -106,11 +106,23 @@ impl Server {
         config: Config,
         tweak: impl FnOnce(&mut ServeOptions),
     ) -> Server {
+        Server::start_admitting(dir, pki, view, config, server::AdmissionSettings::default(), tweak).await
+    }
+
+    /// [`Server::start_in`] with the deadline and failure policy of admissions.
+    pub async fn start_admitting(
+        dir: tempfile::TempDir,
+        pki: Pki,
+        view: Arc<dyn ViewSource>,
+        config: Config,
+        admission: server::AdmissionSettings,
+        tweak: impl FnOnce(&mut ServeOptions),
+    ) -> Server {
         let listeners = Listeners::bind("127.0.0.1:0".parse().unwrap(), "127.0.0.1:0".parse().unwrap()).unwrap();
         let (addr, probe) = (listeners.webhook_addr().unwrap(), listeners.probe_addr().unwrap());
         let mut opts = options(&listeners, &pki);
         tweak(&mut opts);
-        let state = AppState::new(view, config);
+        let state = AppState::with_settings(view, config, Duration::from_secs(60), admission);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(server::serve_with_listeners(opts, listeners, state.clone(), async move {
             let _ = stopped.await;

@@ -13,6 +13,7 @@ pub mod exemptions;
 pub mod hpa;
 pub mod pdb;
 pub mod posture;
+pub mod progress;
 pub mod spread;
 pub mod strategy;
 pub mod termination;
@@ -27,6 +28,7 @@ use crate::core::finding::{Finding, NotJudged};
 use crate::core::model::Subject;
 use crate::core::view::{Absences, Overlay, View};
 use context::{Ctx, Emitter};
+pub use progress::{Progress, Stage};
 
 /// The families in catalogue order (DESIGN.md §2).
 pub static FAMILIES: &[&[&Rule]] = &[
@@ -44,6 +46,14 @@ pub static FAMILIES: &[&[&Rule]] = &[
     posture::RULES,
     drain::RULES,
 ];
+
+/// The rules a review at `stage` is judging: a family's, or none.
+pub fn rules_of(stage: Stage) -> &'static [&'static Rule] {
+    match stage {
+        Stage::Family(i) => FAMILIES.get(i).copied().unwrap_or_default(),
+        _ => &[],
+    }
+}
 
 /// Every rule, in catalogue order.
 pub fn all() -> impl Iterator<Item = &'static Rule> {
@@ -64,37 +74,65 @@ pub struct Evaluation {
 /// Evaluates every admission rule on `subject`: pure, no I/O. Rules turned `off` in config are
 /// dropped. The live posture rules are not among them (see [`audit`]).
 pub fn evaluate(subject: &Subject, view: &dyn View, config: &Config) -> Evaluation {
-    evaluate_with(subject, view, config, Absences::Judged, false)
+    evaluate_with(subject, view, config, Absences::Judged, false, None)
 }
 
-/// [`evaluate`] in a review that may withhold absences (an admission: [`Absences::at_admission`]).
-pub fn evaluate_in(subject: &Subject, view: &dyn View, config: &Config, absences: Absences) -> Evaluation {
-    evaluate_with(subject, view, config, absences, false)
+/// [`evaluate`] in a review that may withhold absences (an admission: [`Absences::at_admission`])
+/// and reports its progress (stopping when asked: what it returns is then partial).
+pub fn evaluate_in(
+    subject: &Subject,
+    view: &dyn View,
+    config: &Config,
+    absences: Absences,
+    progress: Option<&Progress>,
+) -> Evaluation {
+    evaluate_with(subject, view, config, absences, false, progress)
 }
 
 /// [`evaluate`] plus the live posture rules: the audit's entry.
 pub fn audit(subject: &Subject, view: &dyn View, config: &Config) -> Evaluation {
-    evaluate_with(subject, view, config, Absences::Judged, true)
+    evaluate_with(subject, view, config, Absences::Judged, true, None)
 }
 
-fn evaluate_with(subject: &Subject, view: &dyn View, config: &Config, absences: Absences, posture: bool) -> Evaluation {
+fn evaluate_with(
+    subject: &Subject,
+    view: &dyn View,
+    config: &Config,
+    absences: Absences,
+    posture: bool,
+    progress: Option<&Progress>,
+) -> Evaluation {
     let overlay = Overlay::new(view, subject);
     let ctx = Ctx::new(subject, &overlay, config).with_absences(absences);
     let mut findings = Vec::new();
     let mut out = Emitter::new(overlay.subject_id(), &mut findings);
-    spread::evaluate(&ctx, &mut out);
-    colocation::evaluate(&ctx, &mut out);
-    strategy::evaluate(&ctx, &mut out);
-    volumes::evaluate(&ctx, &mut out);
-    pdb::evaluate(&ctx, &mut out);
-    hpa::evaluate(&ctx, &mut out);
-    termination::evaluate(&ctx, &mut out);
-    webhooks::evaluate(&ctx, &mut out);
-    tolerations::evaluate(&ctx, &mut out);
-    zones::evaluate(&ctx, &mut out);
-    exemptions::evaluate(&ctx, &mut out, FAMILIES);
-    if posture {
-        posture::evaluate(&ctx, &mut out);
+    // The families in FAMILIES' order, each entered through the progress (a review past its
+    // deadline stops at the next one).
+    let families: [fn(&Ctx, &mut Emitter); 10] = [
+        spread::evaluate,
+        colocation::evaluate,
+        strategy::evaluate,
+        volumes::evaluate,
+        pdb::evaluate,
+        hpa::evaluate,
+        termination::evaluate,
+        webhooks::evaluate,
+        tolerations::evaluate,
+        zones::evaluate,
+    ];
+    let mut stopped = false;
+    for (i, family) in families.iter().enumerate() {
+        if !progress::may_enter(progress, Stage::Family(i)) {
+            stopped = true;
+            break;
+        }
+        family(&ctx, &mut out);
+    }
+    if !stopped && progress::may_enter(progress, Stage::Family(families.len())) {
+        exemptions::evaluate(&ctx, &mut out, FAMILIES);
+        if posture && progress::may_enter(progress, Stage::Family(families.len() + 1)) {
+            posture::evaluate(&ctx, &mut out);
+        }
     }
     let mut not_judged = out.take_not_judged();
     findings.retain(|f| !config.is_off(f.rule));

@@ -9,11 +9,13 @@ use crate::core::testing::*;
 use crate::core::view::Absences;
 
 fn withheld(subject_yaml: &str, view_yaml: &str) -> Vec<Finding> {
-    rules::evaluate_in(&subject(subject_yaml), &view(view_yaml, true), &Config::default(), Absences::Withheld).findings
+    rules::evaluate_in(&subject(subject_yaml), &view(view_yaml, true), &Config::default(), Absences::Withheld, None)
+        .findings
 }
 
 fn judged(subject_yaml: &str, view_yaml: &str) -> Vec<Finding> {
-    rules::evaluate_in(&subject(subject_yaml), &view(view_yaml, true), &Config::default(), Absences::Judged).findings
+    rules::evaluate_in(&subject(subject_yaml), &view(view_yaml, true), &Config::default(), Absences::Judged, None)
+        .findings
 }
 
 fn ids(f: &[Finding]) -> Vec<&'static str> {
@@ -98,6 +100,6 @@ fn a_webhook_backend_without_a_pdb_is_not_held_against_it_while_absences_are_wit
 #[test]
 fn a_view_that_is_not_complete_asserts_no_absence_either_way() {
     let web = deployment("web", "replicas: 3", SPREAD);
-    let partial = rules::evaluate_in(&subject(&web), &view("", false), &Config::default(), Absences::Judged);
+    let partial = rules::evaluate_in(&subject(&web), &view("", false), &Config::default(), Absences::Judged, None);
     assert!(partial.findings.is_empty(), "{:#?}", partial.findings);
 }

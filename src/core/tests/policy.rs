@@ -55,7 +55,16 @@ fn day(text: &str) -> Option<Date> {
 fn judged(subject_yaml: &str, view_yaml: &str, config: &Config, today: Option<Date>) -> Verdict {
     let s = subject(subject_yaml);
     let v = view(view_yaml, true);
-    judge(&Review { subject: &s, old: None, view: &v, config, asks: Asks::Findings, absences: Absences::Judged, today })
+    judge(&Review {
+        subject: &s,
+        old: None,
+        view: &v,
+        config,
+        asks: Asks::Findings,
+        absences: Absences::Judged,
+        today,
+        progress: None,
+    })
 }
 
 /// The decision on `recreate-multi-replica`, and the exception that allowed it, if one did.

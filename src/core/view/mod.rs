@@ -28,4 +28,4 @@ pub use projection::{
     Backend, FailClosedWebhook, HpaInfo, NodeInfo, PdbInfo, PdbStatus, PodInfo, PodOwner, PodPhase, PvcInfo,
     ServiceInfo, Template, WebhookConfigInfo, WorkloadInfo,
 };
-pub use source::{StaticSource, ViewSource};
+pub use source::{Snapshot, StaticSource, ViewSource};

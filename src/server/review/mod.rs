@@ -6,6 +6,8 @@ pub mod subject;
 pub mod unchanged;
 pub mod wire;
 
-pub use respond::{AdmissionDecision, Outcome, Webhook, fit_warnings, into_review, line, review, review_json};
+pub use respond::{
+    AdmissionDecision, Outcome, Webhook, fit_warnings, into_review, line, review, review_json, review_with_progress,
+};
 pub use subject::subject;
 pub use wire::{BadRequest, MAX_JSON_VALUES, Request, count_values, parse, parse_counted, value_bound};

@@ -15,6 +15,7 @@ use crate::core::decide::Decided;
 use crate::core::finding::{Decision, Finding};
 use crate::core::judge::{Asks, Review, judge};
 use crate::core::model::Subject;
+use crate::core::rules::Progress;
 use crate::core::view::{Absences, AdmissionClock, View};
 
 /// Which endpoint answers.
@@ -113,6 +114,19 @@ pub fn review<'a>(
     config: &Config,
     clock: &AdmissionClock,
 ) -> Result<(AdmissionResponse, Outcome<'a>), BadRequest> {
+    review_with_progress(request, webhook, view, config, clock, None)
+}
+
+/// [`review`], saying where it has got in `progress` and stopping when asked (the server's
+/// deadline): an answer then is partial, and the server answers for it.
+pub fn review_with_progress<'a>(
+    request: &'a Request,
+    webhook: Webhook,
+    view: &dyn View,
+    config: &Config,
+    clock: &AdmissionClock,
+    progress: Option<&Progress>,
+) -> Result<(AdmissionResponse, Outcome<'a>), BadRequest> {
     let req = &request.header;
     let mut outcome = Outcome {
         uid: &req.uid,
@@ -169,7 +183,7 @@ pub fn review<'a>(
         _ => Absences::Withheld,
     };
     let today = Some(clock.now.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).date());
-    let verdict = judge(&Review { subject: &subject, old: Some(&old), view, config, asks, absences, today });
+    let verdict = judge(&Review { subject: &subject, old: Some(&old), view, config, asks, absences, today, progress });
     if let Some(reason) = verdict.skipped {
         response.audit_annotations.insert("skipped".into(), reason);
         return Ok((response, outcome));
