@@ -112,7 +112,7 @@ fn node(i: usize) -> Value {
     })
 }
 
-fn insert(index: &mut Index, value: &Value) {
+pub fn insert(index: &mut Index, value: &Value) {
     let ns = value["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
     let object: Object = model::decode(value, &ns).expect("decodes").expect("a kind the engine knows");
     index.insert_object(&object);
@@ -283,7 +283,7 @@ pub fn checkout_deployment() -> Value {
 }
 
 #[allow(clippy::too_many_arguments)] // one field of the review each
-fn review(
+pub fn review(
     uid: &str,
     kind: (&str, &str, &str),
     resource: (&str, &str),
