@@ -243,7 +243,7 @@ fn the_rules_pass_promtool_check() {
         let out = run(&["check", "rules", "rules.yaml"], dir.path());
         let said = text(&out);
         assert!(out.status.success(), "{name}: promtool check rules:\n{said}");
-        let count = if name == "audit off" { 8 } else { 13 };
+        let count = if name == "audit off" { 9 } else { 14 };
         assert!(said.contains(&format!("SUCCESS: {count} rules found")), "{name}: {said}");
     }
     // promtool does refuse a broken rule: the check above can fail.
@@ -276,6 +276,65 @@ fn the_audit_alerts_fire_when_they_should_and_only_then() {
     )];
     let out = test_rules(dir.path(), &short, &tests);
     assert!(out.status.success(), "promtool test rules (audit.interval=90s):\n{}", text(&out));
+}
+
+/// HaGuardDeadlineExceeded fires on a replica that answered at its deadline in the last 15
+/// minutes, naming the rule, and is forgotten after; a counter that stays put does not fire it.
+#[test]
+fn the_deadline_alert_fires_when_a_rule_was_answered_at_the_deadline() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = rules(&[]);
+    let r = rule(&good, "HaGuardDeadlineExceeded");
+    let webhook = r#"job="ha-guard", namespace="ha-guard""#;
+    let counter = |rule: &str, values: &str| json!({"series": format!(r#"ha_guard_rule_deadline_exceeded_total{{{webhook}, pod="ha-guard-5d8-a", rule="{rule}"}}"#), "values": values});
+    let mut labels =
+        json!({"job": "ha-guard", "namespace": "ha-guard", "pod": "ha-guard-5d8-a", "rule": "spread-unsatisfiable"});
+    for (k, v) in r["labels"].as_object().unwrap() {
+        labels[k] = v.clone();
+    }
+    let mut annotations = r["annotations"].clone();
+    for (_, v) in annotations.as_object_mut().unwrap() {
+        let s = v
+            .as_str()
+            .unwrap()
+            .replace("{{ $labels.pod }}", "ha-guard-5d8-a")
+            .replace("{{ $labels.rule }}", "spread-unsatisfiable");
+        *v = json!(s);
+    }
+    let fired = json!({"exp_labels": labels, "exp_annotations": annotations});
+    let tests = [
+        case(
+            "one admission answered at the deadline",
+            vec![counter("spread-unsatisfiable", "0x3 1x30"), counter("pdb-blocks-eviction", "0x33")],
+            vec![
+                at("2m", "HaGuardDeadlineExceeded", vec![]),
+                at("5m", "HaGuardDeadlineExceeded", vec![fired]),
+                at("25m", "HaGuardDeadlineExceeded", vec![]),
+            ],
+        ),
+        case(
+            "answered at the deadline long ago",
+            vec![counter("spread-unsatisfiable", "4x40")],
+            vec![at("20m", "HaGuardDeadlineExceeded", vec![]), at("40m", "HaGuardDeadlineExceeded", vec![])],
+        ),
+    ];
+    let out = test_rules(dir.path(), &good, &tests);
+    assert!(out.status.success(), "promtool test rules:\n{}", text(&out));
+    assert!(
+        r["annotations"]["description"].as_str().unwrap().contains("admitted unchecked (failurePolicy Ignore)"),
+        "{r}"
+    );
+    // With failurePolicy Fail, the description says the writes were refused.
+    let fail = rules(&["--set", "webhook.failurePolicy=Fail"]);
+    let description =
+        rule(&fail, "HaGuardDeadlineExceeded")["annotations"]["description"].as_str().unwrap().to_string();
+    assert!(description.contains("refused (failurePolicy Fail)"), "{description}");
+    // And the unit tests catch a rule that counts instead of increasing.
+    let mut bad = good.clone();
+    rule_mut(&mut bad, "HaGuardDeadlineExceeded")["expr"] =
+        json!(format!("ha_guard_rule_deadline_exceeded_total{{{webhook}}} > 0"));
+    let out = test_rules(dir.path(), &bad, &tests);
+    assert!(!out.status.success(), "a wrong rule passed:\n{}", text(&out));
 }
 
 /// The unit tests catch a wrong rule: each mutation of a rule fails them, naming the alert.

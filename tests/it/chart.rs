@@ -1041,6 +1041,8 @@ fn the_deployment_runs_serve_as_the_contract_says() {
             "--tls-webhook=ha-guard",
             "--config=/etc/ha-guard/config.yaml",
             "--log-format=json",
+            "--deadline=2000ms",
+            "--failure-policy=Ignore",
             "--shutdown-delay=5",
             "--shutdown-timeout=20",
             "--audit-interval=0",
@@ -1672,6 +1674,7 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
             "HaGuardCertificateExpiring",
             "HaGuardCAExpiring",
             "HaGuardConfigReloadFailing",
+            "HaGuardDeadlineExceeded",
             "HaGuardCacheNotSynced",
             "HaGuardExceptionExpiring",
             "HaGuardExceptionExpired"
@@ -1703,6 +1706,7 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
             "ha_guard_cache_synced".to_string(),
             "ha_guard_config_reloads_total".into(),
             "ha_guard_exception_expiry_timestamp_seconds".into(),
+            "ha_guard_rule_deadline_exceeded_total".into(),
             "ha_guard_tls_ca_not_after_seconds".into(),
             "ha_guard_tls_cert_not_after_seconds".into()
         ])
