@@ -288,8 +288,9 @@ pub const KINDS: [Kind; 11] = Kind::ALL;
 pub struct LiveSource {
     index: Mutex<Index>,
     published: Mutex<Arc<Index>>,
-    /// `index` changed since `published` was taken.
+    /// `index` changed since `published` was taken, and since when (milliseconds since the epoch).
     dirty: AtomicBool,
+    dirty_since_ms: AtomicI64,
     /// Since when (milliseconds since the epoch) a watch event has been being applied; 0 when
     /// none is: a view that stops following shows here ([`LiveSource::applying_for`]).
     applying_since_ms: AtomicI64,
@@ -312,11 +313,15 @@ pub struct LiveSource {
     pods: PodsFollowed,
 }
 
+/// How stale a snapshot may be before a reader waits for the watcher holding the index.
+const STALE_SNAPSHOT: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The live index under its lock, being changed: marked changed (for the next snapshot) when let
 /// go, before the lock is.
 struct Written<'a> {
     index: MutexGuard<'a, Index>,
     dirty: &'a AtomicBool,
+    dirty_since_ms: &'a AtomicI64,
 }
 
 impl std::ops::Deref for Written<'_> {
@@ -334,7 +339,9 @@ impl std::ops::DerefMut for Written<'_> {
 
 impl Drop for Written<'_> {
     fn drop(&mut self) {
-        self.dirty.store(true, Ordering::Release);
+        if !self.dirty.swap(true, Ordering::AcqRel) {
+            self.dirty_since_ms.store(k8s_openapi::jiff::Timestamp::now().as_millisecond(), Ordering::Release);
+        }
     }
 }
 
@@ -394,6 +401,7 @@ impl LiveSource {
             published: Mutex::new(Arc::new(index.clone())),
             index: Mutex::new(index),
             dirty: AtomicBool::new(false),
+            dirty_since_ms: AtomicI64::new(0),
             applying_since_ms: AtomicI64::new(0),
             synced: Default::default(),
             failing_since_ms: Default::default(),
@@ -437,7 +445,11 @@ impl LiveSource {
 
     /// The index, to change: the next snapshot is taken after the change.
     fn write(&self) -> Written<'_> {
-        Written { index: self.index.lock().unwrap_or_else(|p| p.into_inner()), dirty: &self.dirty }
+        Written {
+            index: self.index.lock().unwrap_or_else(|p| p.into_inner()),
+            dirty: &self.dirty,
+            dirty_since_ms: &self.dirty_since_ms,
+        }
     }
 
     /// The index, to read in place (the watchers' own reads, between their changes).
@@ -445,15 +457,28 @@ impl LiveSource {
         self.index.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The view as of the last change that a snapshot could be taken after.
+    /// The view as of the last change a snapshot could be taken after. While a watcher holds the
+    /// index (one event, or a relist swapped in), the last snapshot published is as good, unless
+    /// it has been stale for longer than [`STALE_SNAPSHOT`]: then the reader waits for that one
+    /// change (an idle webhook's first request must not judge against minutes-old state).
     fn current(&self) -> Arc<Index> {
-        if self.dirty.load(Ordering::Acquire)
-            && let Ok(index) = self.index.try_lock()
-            && self.dirty.swap(false, Ordering::AcqRel)
-        {
-            let fresh = Arc::new(index.clone());
-            drop(index);
-            *self.published.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+        if self.dirty.load(Ordering::Acquire) {
+            let index = match self.index.try_lock() {
+                Ok(index) => Some(index),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+                    let stale_ms = now.saturating_sub(self.dirty_since_ms.load(Ordering::Acquire));
+                    (stale_ms > STALE_SNAPSHOT.as_millis() as i64).then(|| self.read())
+                }
+            };
+            if let Some(index) = index
+                && self.dirty.swap(false, Ordering::AcqRel)
+            {
+                let fresh = Arc::new(index.clone());
+                drop(index);
+                *self.published.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+            }
         }
         self.published.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
@@ -973,7 +998,7 @@ mod tests {
     /// A snapshot taken before a change keeps the view as it was; the next one has the change.
     #[test]
     fn a_snapshot_is_the_view_of_its_moment() {
-        let live = LiveSource::new();
+        let live = Arc::new(LiveSource::new());
         let mut buffer = None;
         live.apply(Event::Apply(service("a", "a")), &mut buffer);
         let before = live.snapshot();
@@ -986,12 +1011,23 @@ mod tests {
         let again = live.snapshot();
         assert!(Arc::ptr_eq(&after, &again));
         // A writer holding the index (a change under way) does not make a reader wait: it gets
-        // the last snapshot published.
+        // the last snapshot published, while that is fresh enough.
         let held = live.index.lock().unwrap();
         live.dirty.store(true, Ordering::SeqCst);
+        live.dirty_since_ms.store(k8s_openapi::jiff::Timestamp::now().as_millisecond(), Ordering::SeqCst);
         let during = live.snapshot();
         assert!(Arc::ptr_eq(&during, &after));
+        // Stale for longer than the budget: the reader waits for the change under way.
+        live.dirty_since_ms.store(0, Ordering::SeqCst);
+        let reader = std::thread::spawn({
+            let live = live.clone();
+            move || live.snapshot()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!reader.is_finished(), "waits for the writer");
         drop(held);
+        let waited = reader.join().unwrap();
+        assert!(!Arc::ptr_eq(&waited, &after), "a fresh snapshot");
     }
 
     /// A CRD that is not installed: none of its kind, and synced, so readiness does not wait.
