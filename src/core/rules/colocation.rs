@@ -122,11 +122,11 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         out.not_judged(&SPREAD_UNSATISFIABLE, over);
         return;
     }
-    let known = ctx.view.nodes();
+    let known = ctx.nodes();
     // How many replicas the nodes hold, in closed form over the nodes as they are empty (the view
     // holds no pods at admission): one pass over the nodes per constraint, whatever the ceiling.
     let pod = Incoming { namespace: &ctx.id().namespace, labels: full.template_labels(), spec };
-    let capacity = replicas_capacity(pod, &known);
+    let capacity = replicas_capacity(pod, known);
     // No node these pods may use is known (an empty cluster, a pool that scales from zero): there
     // is nothing to count against, and "at most 0" would be noise, not a bound.
     let nodes = capacity.schedulable;
@@ -136,7 +136,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     let Some(cap) = capacity.at_most.filter(|cap| *cap < ceiling as u64) else { return };
     let (path, why, fix) = unsatisfiable_because(full, spec, &capacity);
     let scale = scale();
-    match node_autoscaler(ctx.view, &known) {
+    match node_autoscaler(ctx.view, known) {
         None => out.emit(
             &SPREAD_UNSATISFIABLE,
             path,

@@ -7,7 +7,7 @@ use crate::core::catalogue::Rule;
 use crate::core::config::Config;
 use crate::core::finding::{Decision, Finding, NotJudged};
 use crate::core::model::{Kind, ObjectRef, Subject};
-use crate::core::view::{Absences, Bounds, Overlay, View, WorkloadInfo, bounds};
+use crate::core::view::{Absences, Bounds, NodeInfo, Overlay, View, WorkloadInfo, bounds};
 
 /// What the rules get: the subject, the view with the subject overlaid, the configuration.
 pub struct Ctx<'a> {
@@ -19,11 +19,20 @@ pub struct Ctx<'a> {
     pub absences: Absences,
     /// [`scaled_workload`], found once: five families ask for it.
     scaled: std::cell::OnceCell<Option<Scaled>>,
+    /// The view's nodes, listed once: two families read them all.
+    nodes: std::cell::OnceCell<Vec<Arc<NodeInfo>>>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(subject: &'a Subject, view: &'a Overlay<'a>, config: &'a Config) -> Self {
-        Ctx { subject, view, config, absences: Absences::Judged, scaled: std::cell::OnceCell::new() }
+        Ctx {
+            subject,
+            view,
+            config,
+            absences: Absences::Judged,
+            scaled: std::cell::OnceCell::new(),
+            nodes: std::cell::OnceCell::new(),
+        }
     }
 
     /// The same context with absences judged as `absences` says.
@@ -36,6 +45,11 @@ impl<'a> Ctx<'a> {
     /// UPDATE within the grace). The rules that assert one ask this.
     pub fn absence_is_fact(&self) -> bool {
         !self.absences.withheld() && self.view.is_complete()
+    }
+
+    /// The view's nodes ([`View::nodes`]), listed once per review.
+    pub fn nodes(&self) -> &[Arc<NodeInfo>] {
+        self.nodes.get_or_init(|| self.view.nodes())
     }
 
     /// The subject's id, made once by the overlay: [`Subject::id`] copies the namespace and name.

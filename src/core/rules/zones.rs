@@ -42,7 +42,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         out.not_judged(&SPREAD_ZONE_MISSING, over);
         return;
     }
-    let nodes = ctx.view.nodes();
+    let nodes = ctx.nodes();
     let mut filter = NodeFilter::new(spec);
     let zones: BTreeSet<&str> =
         nodes.iter().filter(|n| filter.takes(n)).filter_map(|n| n.labels.get(ZONE).map(String::as_str)).collect();

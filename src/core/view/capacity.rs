@@ -23,12 +23,13 @@
 //! is an upper bound on it ("at most"). Required pod affinity bounds nothing here: where the
 //! replicas may go then depends on the pods already running, which an admission does not see.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use foldhash::{HashMap, HashMapExt};
 
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 
-use super::placement::{Incoming, NodeFilter, Unfit, allocatable, term_matches};
+use super::placement::{Incoming, NodeFilter, Unfit, term_matches};
 use super::projection::NodeInfo;
 use crate::core::model::resources::{Resources, host_ports, pod_requests};
 use crate::core::model::selector;
@@ -105,6 +106,8 @@ const UNBOUNDED: u64 = u64::MAX;
 
 /// What the filters said of one node.
 struct NodeFacts {
+    /// It carries every hard spread's key (else no spread counts it, and no pod goes there).
+    carries_hard: bool,
     /// The first filter that refuses the node outright (cordon, taints, node affinity, a hard
     /// spread's key missing), or `None`.
     refused: Option<Unfit>,
@@ -134,6 +137,7 @@ pub fn replicas_capacity(pod: Incoming, nodes: &[Arc<NodeInfo>]) -> Capacity {
         .map(|n| {
             let affinity_ok = filter.node_affinity(n);
             let untolerated = filter.untolerated(n).map(|t| format!("{}:{}", t.key, t.effect));
+            let missing_key = hard.iter().find(|(_, c)| !n.labels.contains_key(&c.topology_key)).map(|(i, _)| *i);
             let refused = if !filter.node_unschedulable(n) {
                 Some(Unfit::NodeUnschedulable)
             } else if let Some(t) = &untolerated {
@@ -141,15 +145,20 @@ pub fn replicas_capacity(pod: Incoming, nodes: &[Arc<NodeInfo>]) -> Capacity {
             } else if !affinity_ok {
                 Some(Unfit::NodeAffinity)
             } else {
-                hard.iter()
-                    .find(|(_, c)| !n.labels.contains_key(&c.topology_key))
-                    .map(|(i, _)| Unfit::PodTopologySpread(*i))
+                missing_key.map(Unfit::PodTopologySpread)
             };
             let (cap, full) = match refused {
                 Some(_) => (0, None),
                 None => node_limit(n, &want, wants_port),
             };
-            NodeFacts { refused, affinity_ok, taints_ok: untolerated.is_none(), cap, full }
+            NodeFacts {
+                carries_hard: missing_key.is_none(),
+                refused,
+                affinity_ok,
+                taints_ok: untolerated.is_none(),
+                cap,
+                full,
+            }
         })
         .collect();
     let usable = facts.iter().filter(|f| f.refused.is_none()).count();
@@ -189,8 +198,7 @@ pub fn replicas_capacity(pod: Incoming, nodes: &[Arc<NodeInfo>]) -> Capacity {
             .iter()
             .zip(&facts)
             .map(|(n, f)| {
-                let carries_all = hard.iter().all(|(_, h)| n.labels.contains_key(&h.topology_key));
-                let counted = carries_all
+                let counted = f.carries_hard
                     && (c.node_affinity_policy.as_deref() == Some("Ignore") || f.affinity_ok)
                     && (c.node_taints_policy.as_deref() != Some("Honor") || f.taints_ok);
                 counted.then(|| n.labels.get(&c.topology_key).map(String::as_str)).flatten()
@@ -247,32 +255,45 @@ pub fn replicas_capacity(pod: Incoming, nodes: &[Arc<NodeInfo>]) -> Capacity {
 
 /// Replicas one node holds by its own limits (`NodeResourcesFit` with the pod count, `NodePorts`),
 /// and the first of them (in the scheduler's order) that stops it.
-fn node_limit(node: &NodeInfo, want: &Resources, wants_port: Option<i32>) -> (u64, Option<Unfit>) {
-    let mut limit: (u64, Option<Unfit>) = (UNBOUNDED, None);
-    let mut narrow = |cap: u64, why: Unfit| {
+fn node_limit<'w>(node: &NodeInfo, want: &'w Resources, wants_port: Option<i32>) -> (u64, Option<Unfit>) {
+    // What stops the node, named only once known (most nodes of a large cluster are asked).
+    enum Why<'w> {
+        Resource(&'w str),
+        Port(i32),
+    }
+    let mut limit: (u64, Option<Why<'w>>) = (UNBOUNDED, None);
+    let mut narrow = |cap: u64, why: Why<'w>| {
         if cap < limit.0 {
             limit = (cap, Some(why));
         }
     };
     if let Some(max) = node.max_pods {
-        narrow(u64::try_from(max).unwrap_or(0), Unfit::NodeResourcesFit("pods".into()));
+        narrow(u64::try_from(max).unwrap_or(0), Why::Resource("pods"));
     }
-    // As `fits`: requests that are all zero are not compared with allocatable at all.
+    // As `fits`: requests that are all zero are not compared with allocatable at all. A node that
+    // reports no allocatable is not bounded by CPU, memory or storage and has no extended
+    // resource ([`super::placement::allocatable`]).
     if !want.is_zero() {
-        let a = allocatable(node);
+        let a = node.allocatable.as_ref();
+        let of = |field: fn(&Resources) -> i64| a.map_or(i64::MAX / 4, field);
         let per =
             |alloc: i64, one: i64| if one <= 0 { UNBOUNDED } else { u64::try_from(alloc.max(0) / one).unwrap_or(0) };
-        narrow(per(a.cpu_milli, want.cpu_milli), Unfit::NodeResourcesFit("cpu".into()));
-        narrow(per(a.memory, want.memory), Unfit::NodeResourcesFit("memory".into()));
-        narrow(per(a.ephemeral_storage, want.ephemeral_storage), Unfit::NodeResourcesFit("ephemeral-storage".into()));
+        narrow(per(of(|r| r.cpu_milli), want.cpu_milli), Why::Resource("cpu"));
+        narrow(per(of(|r| r.memory), want.memory), Why::Resource("memory"));
+        narrow(per(of(|r| r.ephemeral_storage), want.ephemeral_storage), Why::Resource("ephemeral-storage"));
         for (name, v) in &want.scalar {
-            narrow(per(a.scalar.get(name).copied().unwrap_or(0), *v), Unfit::NodeResourcesFit(name.clone()));
+            let alloc = a.and_then(|a| a.scalar.get(name)).copied().unwrap_or(0);
+            narrow(per(alloc, *v), Why::Resource(name));
         }
     }
     if let Some(port) = wants_port {
-        narrow(1, Unfit::NodePorts(port));
+        narrow(1, Why::Port(port));
     }
-    limit
+    let why = limit.1.map(|why| match why {
+        Why::Resource(r) => Unfit::NodeResourcesFit(r.to_string()),
+        Why::Port(p) => Unfit::NodePorts(p),
+    });
+    (limit.0, why)
 }
 
 /// Whether every domain holds one node.
