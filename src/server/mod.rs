@@ -2,6 +2,7 @@
 //! limits, timeouts, probes, metrics, graceful shutdown. The answers come from [`admission`].
 
 pub mod certs;
+pub mod lanes;
 pub mod log_format;
 pub mod managed_tls;
 pub mod metrics;
@@ -200,8 +201,8 @@ async fn mutate(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRej
 }
 
 /// [`answer`] once the body's JSON values fit in the decoding budget, judged off the async
-/// workers (a review is CPU work: on a blocking thread it delays no other request's I/O) and
-/// within the deadline: past it, the answer is [`past_deadline`]'s, and the review is asked to
+/// workers (a review is CPU work: apart, it delays no other request's I/O; a large one apart from
+/// the ordinary ones too, [`lanes`]) and within the deadline: past it, the answer is [`past_deadline`]'s, and the review is asked to
 /// stop at its next stage. A body over [`review::MAX_JSON_VALUES`] takes nothing: it is refused
 /// before decoding.
 async fn answer_within_budget(state: Arc<AppState>, webhook: Webhook, body: Bytes) -> Response {
@@ -216,7 +217,7 @@ async fn answer_within_budget(state: Arc<AppState>, webhook: Webhook, body: Byte
     };
     let progress = Arc::new(Progress::new());
     let uid = Arc::new(std::sync::OnceLock::new());
-    let judged = tokio::task::spawn_blocking({
+    let judged = lanes::judge_apart(&state.large, body.len(), {
         let (state, progress, uid) = (state.clone(), progress.clone(), uid.clone());
         move || {
             let _judging = state.judging.start();

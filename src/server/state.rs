@@ -29,6 +29,8 @@ pub struct AppState {
     pub admission: AdmissionSettings,
     /// The reviews being judged now, by when they started (readiness reads the oldest).
     pub judging: Judging,
+    /// Where large requests are judged ([`super::lanes`]).
+    pub large: super::lanes::LargeLane,
 }
 
 /// How long an admission may take, and what answers when it takes longer (`--deadline`,
@@ -140,6 +142,7 @@ impl AppState {
             absence_grace,
             admission,
             judging: Judging::default(),
+            large: super::lanes::LargeLane::start(),
         })
     }
 

@@ -16,6 +16,10 @@ use ha_guard::core::view::{StaticSource, ViewSource};
 use ha_guard::server::{self, AppState, Listeners, ServeOptions};
 use serde_json::Value;
 
+/// The deadline of the test servers (below their request timeout, 8 s); the deadline's own tests
+/// set theirs ([`Server::start_admitting`]).
+pub const TEST_DEADLINE: Duration = Duration::from_secs(6);
+
 /// The cluster the tests' admission requests arrive in (namespace `shop`; `relaxed` is in warn
 /// mode): `tests/fixtures/view.yaml`, which README's example serves too.
 pub const VIEW: &str = include_str!("../fixtures/view.yaml");
@@ -98,7 +102,9 @@ impl Server {
         Server::start_in(dir, pki, view, config, tweak).await
     }
 
-    /// A server over [`VIEW`] serving the certificate and key of `pki` (kept in `dir`).
+    /// A server over [`VIEW`] serving the certificate and key of `pki` (kept in `dir`). Its
+    /// deadline is [`TEST_DEADLINE`]: this debug build decodes the multi-MiB bodies of the limit
+    /// tests, on a machine running the other tests at once, slower than a release build would.
     pub async fn start_in(
         dir: tempfile::TempDir,
         pki: Pki,
@@ -106,7 +112,8 @@ impl Server {
         config: Config,
         tweak: impl FnOnce(&mut ServeOptions),
     ) -> Server {
-        Server::start_admitting(dir, pki, view, config, server::AdmissionSettings::default(), tweak).await
+        let admission = server::AdmissionSettings { deadline: TEST_DEADLINE, ..Default::default() };
+        Server::start_admitting(dir, pki, view, config, admission, tweak).await
     }
 
     /// [`Server::start_in`] with the deadline and failure policy of admissions.

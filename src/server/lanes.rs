@@ -1,0 +1,116 @@
+//! Where a review runs, off the async workers: an ordinary request on tokio's blocking pool; a
+//! large one (a body over [`LARGE_BODY`]: decoding it is most of its cost, milliseconds a MiB) on
+//! the large lane, one at a time on a thread of its own at a lower CPU priority. However many large
+//! requests arrive, they take at most one core, and the ordinary reviews come first on it: a
+//! tenant posting megabyte objects in a loop slows only its own answers (which the deadline
+//! bounds), never everyone else's.
+
+use std::panic::AssertUnwindSafe;
+
+/// Bodies larger than this are judged on the large lane. Real Deployments, StatefulSets, PDBs and
+/// HPAs are a few KiB (an UPDATE carries two); 256 KiB is far above them.
+pub const LARGE_BODY: usize = 256 * 1024;
+
+/// Large reviews waiting for the lane at most; one more waits for a place (its deadline runs).
+const QUEUE: usize = 16;
+
+/// How much lower the large lane's thread runs than the process (`nice` steps, up to 19): the
+/// scheduler gives a thread 5 steps lower about a third of the CPU of one at the process's own
+/// when both want it, so a large review still ends well within its deadline on a busy replica.
+const NICE: i32 = 5;
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The large lane: one thread, fed through a bounded queue; it ends when the lane is dropped.
+pub struct LargeLane {
+    jobs: tokio::sync::mpsc::Sender<Job>,
+}
+
+/// A review that panicked, or a lane that is gone: answered as a panic is.
+#[derive(Debug)]
+pub struct Failed;
+
+impl Default for LargeLane {
+    fn default() -> Self {
+        Self::start()
+    }
+}
+
+impl LargeLane {
+    pub fn start() -> LargeLane {
+        let (jobs, mut queue) = tokio::sync::mpsc::channel::<Job>(QUEUE);
+        let started = std::thread::Builder::new().name("ha-guard-large".into()).spawn(move || {
+            lower_priority();
+            while let Some(job) = queue.blocking_recv() {
+                job();
+            }
+        });
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "cannot start the large requests' thread: they are judged with the others");
+        }
+        LargeLane { jobs }
+    }
+
+    /// Runs `f` on the lane and waits for its result.
+    pub async fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> Result<T, Failed> {
+        let (done, result) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move || {
+            let _ = done.send(std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|_| Failed));
+        });
+        self.jobs.send(job).await.map_err(|_| Failed)?;
+        result.await.map_err(|_| Failed)?
+    }
+}
+
+/// Runs `f` off the async workers, where a request of `body_len` bytes belongs (see the module's
+/// doc), and waits for its result.
+pub async fn judge_apart<T: Send + 'static>(
+    large: &LargeLane,
+    body_len: usize,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Failed> {
+    if body_len > LARGE_BODY { large.run(f).await } else { tokio::task::spawn_blocking(f).await.map_err(|_| Failed) }
+}
+
+/// Lowers the calling thread's CPU priority by [`NICE`]. On Linux a thread has a nice value of its
+/// own (setpriority on its thread ID); raising it needs no privilege, and it is never lowered back.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: getpriority, setpriority and gettid read nothing of ours and change only this
+        // thread's nice value.
+        let failed = unsafe {
+            let me = libc::gettid() as libc::id_t;
+            let now = libc::getpriority(libc::PRIO_PROCESS, me);
+            libc::setpriority(libc::PRIO_PROCESS, me, (now + NICE).min(19))
+        } != 0;
+        if failed {
+            tracing::warn!(error = %std::io::Error::last_os_error(), "cannot lower the large requests' thread's priority");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_large_body_is_judged_on_the_lane_at_a_lower_priority_and_a_panic_is_a_failure() {
+        let lane = LargeLane::start();
+        let name = judge_apart(&lane, LARGE_BODY + 1, || std::thread::current().name().map(str::to_string)).await;
+        assert_eq!(name.unwrap().as_deref(), Some("ha-guard-large"));
+        let small = judge_apart(&lane, LARGE_BODY, || std::thread::current().name().map(str::to_string)).await;
+        assert_ne!(small.unwrap().as_deref(), Some("ha-guard-large"), "at the limit: the blocking pool");
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: reads the calling thread's nice value.
+            let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
+            let here = nice();
+            let there = judge_apart(&lane, LARGE_BODY + 1, nice).await.unwrap();
+            assert_eq!(there, (here + NICE).min(19), "{NICE} steps below this thread's {here}");
+        }
+        let panicked = judge_apart(&lane, LARGE_BODY + 1, || panic!("injected")).await;
+        assert!(matches!(panicked, Err(Failed)));
+        assert_eq!(judge_apart(&lane, LARGE_BODY + 1, || 7).await.unwrap(), 7, "the lane survives a panic");
+    }
+}
