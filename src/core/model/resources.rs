@@ -62,10 +62,26 @@ impl Resources {
 
 /// A pod's request as the scheduler computes it (`k8s.io/component-helpers/resource`): the larger
 /// of the containers' sum (sidecars, restartable init containers, included) and each init
-/// container with the sidecars declared before it; then the pod's overhead. Only `requests` are
-/// read: for Pods the apiserver defaults missing requests to limits, for templates it does not.
+/// container with the sidecars declared before it; then the pod's overhead. Of the pod as the
+/// apiserver stores it: a container's request missing where its limit is set is the limit
+/// (`SetDefaults_Pod`, which a Pod gets and a template does not, so a workload's replicas are
+/// placed with it). A stored Pod has them already: defaulting it again changes nothing.
 pub fn pod_requests(spec: &PodSpec) -> Resources {
-    let requests = |c: &Container| Resources::of(c.resources.as_ref().and_then(|r| r.requests.as_ref()));
+    let requests = |c: &Container| {
+        let resources = c.resources.as_ref();
+        let (requests, limits) =
+            (resources.and_then(|r| r.requests.as_ref()), resources.and_then(|r| r.limits.as_ref()));
+        match limits {
+            Some(limits) if limits.keys().any(|k| !requests.is_some_and(|r| r.contains_key(k))) => {
+                let mut defaulted = requests.cloned().unwrap_or_default();
+                for (k, v) in limits {
+                    defaulted.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+                Resources::of(Some(&defaulted))
+            }
+            _ => Resources::of(requests),
+        }
+    };
     let mut sum = Resources::default();
     for c in &spec.containers {
         sum.add(&requests(c));
@@ -188,6 +204,24 @@ mod tests {
         assert_eq!(quantity("1.5Ki"), Some(1536));
         assert_eq!(quantity("100m"), Some(1), "a fraction of a byte rounds up");
         assert_eq!(quantity("lots"), None);
+    }
+
+    /// `SetDefaults_Pod`: a request missing where the limit is set is the limit, per resource,
+    /// for containers and init containers; a request set is kept.
+    #[test]
+    fn a_limit_without_its_request_is_the_request_as_a_pod_is_stored() {
+        let s = spec(
+            "containers:\n- {name: a, image: x, resources: {limits: {cpu: '2', memory: 1Gi}, requests: {cpu: 500m}}}\n\
+             - {name: b, image: x, resources: {limits: {cpu: 250m}}}\n\
+             initContainers:\n- {name: i, image: x, resources: {limits: {cpu: '4'}}}",
+        );
+        let r = pod_requests(&s);
+        assert_eq!(r.cpu_milli, 4000, "the init container's limit, defaulted, is the largest");
+        assert_eq!(r.memory, 1 << 30, "a's memory limit is its request");
+        let s = spec("containers:\n- {name: a, image: x, resources: {limits: {cpu: '2'}, requests: {cpu: 500m}}}");
+        assert_eq!(pod_requests(&s).cpu_milli, 500, "a request set is kept");
+        let s = spec("containers:\n- {name: a, image: x}");
+        assert!(pod_requests(&s).is_zero());
     }
 
     #[test]

@@ -742,6 +742,11 @@ fn requests_that_fit_one_a_node_bound_the_replicas() {
     // Boundary: two replicas fit, one a node.
     let two = big.replace("replicas: 3", "replicas: 2");
     assert!(of_rule(&findings_in(&two, &view), "spread-unsatisfiable").is_empty());
+    // Limits alone are the requests of the pods the apiserver stores (SetDefaults_Pod).
+    let limits = big.replace("resources: {requests: {cpu: '5'}}", "resources: {limits: {cpu: '5'}}");
+    assert_ne!(limits, big);
+    let f = findings_in(&limits, &view);
+    assert!(of_rule(&f, "spread-unsatisfiable")[0].what.contains("at most 2 can be placed"), "{f:#?}");
 }
 
 // ---- spread-unsatisfiable: bounded whatever the object declares ----
