@@ -189,10 +189,12 @@ struct ContainerRead {
     restart_policy: Option<String>,
 }
 
-/// A container's `resources`: its requests only.
+/// A container's `resources`: its requests, and its limits (a missing request is the limit on the
+/// Pod the apiserver stores: `resources::pod_requests`).
 #[derive(Deserialize)]
 struct ResourcesRead {
     requests: Option<BTreeMap<String, Quantity>>,
+    limits: Option<BTreeMap<String, Quantity>>,
 }
 
 impl From<ContainerRead> for Container {
@@ -202,7 +204,11 @@ impl From<ContainerRead> for Container {
             image: c.image,
             lifecycle: c.lifecycle,
             ports: c.ports,
-            resources: c.resources.map(|r| ResourceRequirements { requests: r.requests, ..Default::default() }),
+            resources: c.resources.map(|r| ResourceRequirements {
+                requests: r.requests,
+                limits: r.limits,
+                ..Default::default()
+            }),
             restart_policy: c.restart_policy,
             ..Default::default()
         }
