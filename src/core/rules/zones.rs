@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use super::context::{Ctx, Emitter, pod_path};
 use crate::core::catalogue::Rule;
 use crate::core::model::limits;
-use crate::core::model::pod::spread_constraints;
+use crate::core::model::pod::{HOSTNAME, spread_constraints};
 use crate::core::model::selector;
 use crate::core::model::{Subject, Workload};
 use crate::core::view::placement::NodeFilter;
@@ -68,7 +68,13 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         ),
         format!(
             "add a topologySpreadConstraint {{maxSkew: 1, topologyKey: {ZONE}, whenUnsatisfiable: ScheduleAnyway, \
-             labelSelector: {sel}}} to the pod template, beside the one on kubernetes.io/hostname."
+             labelSelector: {sel}}} to the pod template{}.",
+            // Said only where there is one to stand beside.
+            if spread_constraints(full).iter().any(|c| c.topology_key == HOSTNAME) {
+                ", beside the one on kubernetes.io/hostname"
+            } else {
+                ""
+            }
         ),
     )
     .related(b.hpas.iter().map(|h| h.id.clone()).collect());

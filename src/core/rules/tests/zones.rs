@@ -67,6 +67,18 @@ fn replicas_on_a_two_zone_cluster_without_a_zone_spread_warn() {
     );
 }
 
+/// The fix points beside a hostname spread only where the template has one (issue 51, item 5).
+#[test]
+fn the_fix_mentions_the_hostname_spread_only_when_there_is_one() {
+    let view = live_view(&zones(&["eu-west-1a", "eu-west-1b"]));
+    let with = findings_in(&web(3, ""), &view);
+    assert!(of_rule(&with, RULE)[0].fix.ends_with("to the pod template, beside the one on kubernetes.io/hostname."));
+    let without = findings_in(&deployment("web", "replicas: 3", ""), &view);
+    let fix = &of_rule(&without, RULE)[0].fix;
+    assert!(fix.ends_with("labelSelector: app=web} to the pod template."), "{fix}");
+    assert!(!fix.contains("beside"), "{fix}");
+}
+
 #[rstest]
 #[case::one_replica(1, &["a", "b"], false)]
 #[case::two_replicas(2, &["a", "b"], true)]
