@@ -160,10 +160,24 @@ fn replicas_share_node(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
         &REPLICAS_SHARE_NODE,
         pod_path("topologySpreadConstraints"),
         format!(
-            "{}: {}: one node failure, drain or consolidation takes those replicas at once (two replicas on one \
-             node are one replica).",
+            "{}: {}: {}.",
             b.describe(w),
-            what.join("; and ")
+            what.join("; and "),
+            // What takes them at once: a node's failure where they share a node, a zone's outage
+            // where they share only a zone.
+            match (&on_node, &in_zone) {
+                (Some(_), None) => {
+                    "one node failure, drain or consolidation takes those replicas at once (two replicas on one \
+                     node are one replica)"
+                }
+                (None, _) =>
+                    "one zone's outage takes those replicas at once (replicas in one zone are one replica \
+                              against its outage)",
+                (Some(_), Some(_)) => {
+                    "one node failure, drain or consolidation takes the replicas on that node at once (two replicas \
+                     on one node are one replica), and one zone's outage those in that zone"
+                }
+            }
         ),
         fix,
     )

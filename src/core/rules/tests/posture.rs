@@ -123,9 +123,36 @@ fn a_majority_in_one_zone_of_two_warns() {
         "{}",
         s[0].what
     );
+    // On different nodes: what takes them at once is the zone's outage, not a node's failure.
+    assert!(
+        s[0].what.ends_with(
+            "one zone's outage takes those replicas at once (replicas in one zone are one replica against its outage)."
+        ),
+        "{}",
+        s[0].what
+    );
+    assert!(!s[0].what.contains("two replicas on one node"), "{}", s[0].what);
     // Two in one zone, one in the other: as even as three replicas over two zones can be.
     let view = view_with_pods(&zoned, placed(&["a1", "a2", "b1"]));
     assert!(of_rule(&audit_findings(&web(3, &spec), &view), SHARE).is_empty());
+}
+
+/// Two replicas on two nodes of one zone while another zone could hold one (issue 51, item 5):
+/// said as a zone's risk, never as "two replicas on one node".
+#[test]
+fn two_replicas_on_two_nodes_of_one_zone_are_a_zones_risk() {
+    let zoned = nodes(&[("a1", "za", false), ("a2", "za", false), ("b1", "zb", false)]);
+    let view = view_with_pods(&zoned, placed(&["a1", "a2"]));
+    let f = audit_findings(&web(2, &hostname_spread("web")), &view);
+    let s = of_rule(&f, SHARE);
+    assert_eq!(s.len(), 1, "{f:#?}");
+    assert!(s[0].what.contains("2 of its 2 running pods are in zone za"), "{}", s[0].what);
+    assert!(s[0].what.contains("one zone's outage takes those replicas at once"), "{}", s[0].what);
+    assert!(!s[0].what.contains("on one node"), "{}", s[0].what);
+    // Both on one node: the node's failure is said.
+    let view = view_with_pods(&zoned, placed(&["a1", "a1"]));
+    let f = audit_findings(&web(2, &hostname_spread("web")), &view);
+    assert!(of_rule(&f, SHARE)[0].what.contains("two replicas on one node are one replica"), "{f:#?}");
 }
 
 fn pdb_with_status(min_available: i32, allowed: i32, expected: i32, healthy: i32, desired: i32) -> String {
