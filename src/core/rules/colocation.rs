@@ -126,7 +126,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     // How many replicas the nodes hold, in closed form over the nodes as they are empty (the view
     // holds no pods at admission): one pass over the nodes per constraint, whatever the ceiling.
     let pod = Incoming { namespace: &ctx.id().namespace, labels: full.template_labels(), spec };
-    let capacity = replicas_capacity(pod, known);
+    let capacity = replicas_capacity(pod, ctx.node_table());
     // No node these pods may use is known (an empty cluster, a pool that scales from zero): there
     // is nothing to count against, and "at most 0" would be noise, not a bound.
     let nodes = capacity.schedulable;

@@ -7,6 +7,7 @@ use crate::core::catalogue::Rule;
 use crate::core::config::Config;
 use crate::core::finding::{Decision, Finding, NotJudged};
 use crate::core::model::{Kind, ObjectRef, Subject};
+use crate::core::view::nodes::NodeTable;
 use crate::core::view::{Absences, Bounds, NodeInfo, Overlay, View, WorkloadInfo, bounds};
 
 /// What the rules get: the subject, the view with the subject overlaid, the configuration.
@@ -19,8 +20,8 @@ pub struct Ctx<'a> {
     pub absences: Absences,
     /// [`scaled_workload`], found once: five families ask for it.
     scaled: std::cell::OnceCell<Option<Scaled>>,
-    /// The view's nodes, listed once: two families read them all.
-    nodes: std::cell::OnceCell<Vec<Arc<NodeInfo>>>,
+    /// The view's nodes, asked once: two families read them all.
+    nodes: std::cell::OnceCell<Arc<NodeTable>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -47,9 +48,14 @@ impl<'a> Ctx<'a> {
         !self.absences.withheld() && self.view.is_complete()
     }
 
-    /// The view's nodes ([`View::nodes`]), listed once per review.
+    /// The view's nodes ([`View::node_table`]), asked once per review.
     pub fn nodes(&self) -> &[Arc<NodeInfo>] {
-        self.nodes.get_or_init(|| self.view.nodes())
+        self.node_table().nodes()
+    }
+
+    /// The view's nodes with their topology columns ([`View::node_table`]), asked once per review.
+    pub fn node_table(&self) -> &NodeTable {
+        self.nodes.get_or_init(|| self.view.node_table())
     }
 
     /// The subject's id, made once by the overlay: [`Subject::id`] copies the namespace and name.

@@ -99,7 +99,7 @@ fn replicas_share_node(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
     }
     let apart = kept_apart(full);
     // The nodes (zones) these pods may be placed on: schedulable, taints tolerated, selectors met.
-    let nodes = ctx.view.nodes();
+    let nodes = ctx.nodes();
     let usable: Vec<_> = match full.pod_spec() {
         Some(spec) => nodes.iter().filter(|node| takes(node, spec)).collect(),
         None => Vec::new(),

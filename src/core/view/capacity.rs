@@ -25,10 +25,9 @@
 
 use std::sync::Arc;
 
-use foldhash::{HashMap, HashMapExt};
-
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 
+use super::nodes::{Column, NO_DOMAIN, NodeTable};
 use super::placement::{Incoming, NodeFilter, Unfit, term_matches};
 use super::projection::NodeInfo;
 use crate::core::model::resources::{Resources, host_ports, pod_requests};
@@ -119,25 +118,29 @@ struct NodeFacts {
     full: Option<Unfit>,
 }
 
-/// How many replicas of `pod` the `nodes` hold (see the module's doc).
-pub fn replicas_capacity(pod: Incoming, nodes: &[Arc<NodeInfo>]) -> Capacity {
+/// How many replicas of `pod` the nodes of `table` hold (see the module's doc).
+pub fn replicas_capacity(pod: Incoming, table: &NodeTable) -> Capacity {
+    let nodes = table.nodes();
     let spec = pod.spec;
-    let hard: Vec<(usize, &TopologySpreadConstraint)> = spec
+    // Each hard spread with its key's domains over the nodes (numbered once per snapshot).
+    let hard: Vec<(usize, &TopologySpreadConstraint, Arc<Column>)> = spec
         .topology_spread_constraints
         .iter()
         .flatten()
         .enumerate()
         .filter(|(_, c)| c.when_unsatisfiable == "DoNotSchedule")
+        .map(|(i, c)| (i, c, table.column(&c.topology_key)))
         .collect();
     let want = pod_requests(spec);
     let wants_port = host_ports(spec).first().map(|p| p.port);
     let mut filter = NodeFilter::new(spec);
     let facts: Vec<NodeFacts> = nodes
         .iter()
-        .map(|n| {
+        .enumerate()
+        .map(|(i, n)| {
             let affinity_ok = filter.node_affinity(n);
             let untolerated = filter.untolerated(n).map(|t| format!("{}:{}", t.key, t.effect));
-            let missing_key = hard.iter().find(|(_, c)| !n.labels.contains_key(&c.topology_key)).map(|(i, _)| *i);
+            let missing_key = hard.iter().find(|(_, _, column)| column.domain[i] == NO_DOMAIN).map(|(k, _, _)| *k);
             let refused = if !filter.node_unschedulable(n) {
                 Some(Unfit::NodeUnschedulable)
             } else if let Some(t) = &untolerated {
@@ -177,37 +180,39 @@ pub fn replicas_capacity(pod: Incoming, nodes: &[Arc<NodeInfo>]) -> Capacity {
         .is_some_and(|t| !t.is_empty());
 
     // The constraints that count the pods' own replicas, each with its domains: per node, the
-    // domain's value (`None`: the node is not one of its domains).
+    // domain's number in its key's column ([`NO_DOMAIN`]: the node is not one of its domains).
     enum Kind<'c> {
         Anti { term: usize, key: &'c str },
         Spread { index: usize, c: &'c TopologySpreadConstraint },
     }
-    let mut constraints: Vec<(Kind, Vec<Option<&str>>)> = Vec::new();
+    let mut constraints: Vec<(Kind, Domains)> = Vec::new();
     for (term, t) in anti_terms.iter().enumerate() {
         if term_matches(t, pod.namespace, pod.namespace, pod.labels) {
-            let domains = nodes.iter().map(|n| n.labels.get(&t.topology_key).map(String::as_str)).collect();
+            let column = table.column(&t.topology_key);
+            let domains = Domains { of: column.domain.clone(), column };
             constraints.push((Kind::Anti { term, key: &t.topology_key }, domains));
         }
     }
-    for (index, c) in &hard {
+    for (index, c, column) in &hard {
         let counts_own = c.label_selector.as_ref().is_some_and(|s| selector::matches(s, pod.labels));
         if !counts_own {
             continue;
         }
-        let domains = nodes
+        let of = column
+            .domain
             .iter()
             .zip(&facts)
-            .map(|(n, f)| {
+            .map(|(d, f)| {
                 let counted = f.carries_hard
                     && (c.node_affinity_policy.as_deref() == Some("Ignore") || f.affinity_ok)
                     && (c.node_taints_policy.as_deref() != Some("Honor") || f.taints_ok);
-                counted.then(|| n.labels.get(&c.topology_key).map(String::as_str)).flatten()
+                if counted { *d } else { NO_DOMAIN }
             })
             .collect();
-        constraints.push((Kind::Spread { index: *index, c }, domains));
+        constraints.push((Kind::Spread { index: *index, c }, Domains { of, column: column.clone() }));
     }
     // Single-node domains first: they narrow each node's share before the others count domains.
-    let per_node: Vec<bool> = constraints.iter().map(|(_, d)| single_node_domains(d)).collect();
+    let per_node: Vec<bool> = constraints.iter().map(|(_, d)| d.single_nodes()).collect();
     let mut order: Vec<usize> = (0..constraints.len()).collect();
     order.sort_by_key(|&k| !per_node[k]);
 
@@ -250,6 +255,45 @@ pub fn replicas_capacity(pod: Incoming, nodes: &[Arc<NodeInfo>]) -> Capacity {
         usable,
         binding: best.1,
         refusals: refusals(nodes, &facts),
+    }
+}
+
+/// The domains one constraint counts: per node, its domain's number in the key's column, or
+/// [`NO_DOMAIN`] where the constraint does not count the node.
+struct Domains {
+    of: Vec<u32>,
+    column: Arc<Column>,
+}
+
+impl Domains {
+    /// Whether every domain counted holds one node.
+    fn single_nodes(&self) -> bool {
+        // Domains of one node each stay so whichever of them are counted.
+        if self.column.single_nodes {
+            return true;
+        }
+        let mut seen = vec![false; self.column.values.len()];
+        self.of.iter().filter(|d| **d != NO_DOMAIN).all(|d| !std::mem::replace(&mut seen[*d as usize], true))
+    }
+
+    /// Each domain's share of the caps, in order of first appearance among the nodes counted:
+    /// (domain, summed caps); and per domain number, its place in that list.
+    fn caps(&self, caps: &[u64]) -> (Vec<(u32, u64)>, Vec<u32>) {
+        let mut at = vec![NO_DOMAIN; self.column.values.len()];
+        let mut list: Vec<(u32, u64)> = Vec::new();
+        for (d, cap) in self.of.iter().zip(caps) {
+            if *d == NO_DOMAIN {
+                continue;
+            }
+            let slot = &mut at[*d as usize];
+            if *slot == NO_DOMAIN {
+                *slot = list.len() as u32;
+                list.push((*d, 0));
+            }
+            let sum = &mut list[*slot as usize].1;
+            *sum = sum.saturating_add(*cap);
+        }
+        (list, at)
     }
 }
 
@@ -296,38 +340,18 @@ fn node_limit<'w>(node: &NodeInfo, want: &'w Resources, wants_port: Option<i32>)
     (limit.0, why)
 }
 
-/// Whether every domain holds one node.
-fn single_node_domains(domains: &[Option<&str>]) -> bool {
-    let mut seen: HashMap<&str, ()> = HashMap::with_capacity(domains.len());
-    domains.iter().flatten().all(|d| seen.insert(d, ()).is_none())
-}
-
 fn sum(caps: &[u64]) -> u64 {
     caps.iter().fold(0u64, |a, c| a.saturating_add(*c))
 }
 
-/// Each domain's share of the caps, in order of first appearance: (value, summed caps).
-fn domain_caps<'d>(domains: &[Option<&'d str>], caps: &[u64]) -> (Vec<(&'d str, u64)>, HashMap<&'d str, usize>) {
-    let mut at: HashMap<&str, usize> = HashMap::new();
-    let mut list: Vec<(&str, u64)> = Vec::new();
-    for (d, cap) in domains.iter().zip(caps) {
-        let Some(d) = d else { continue };
-        let i = *at.entry(d).or_insert_with(|| {
-            list.push((d, 0));
-            list.len() - 1
-        });
-        list[i].1 = list[i].1.saturating_add(*cap);
-    }
-    (list, at)
-}
-
 /// One replica per domain; nodes without the key are not bounded. Also each node's share (for
 /// single-node domains).
-fn anti_affinity_bound(domains: &[Option<&str>], caps: &[u64]) -> (u64, Vec<u64>) {
-    let (list, _) = domain_caps(domains, caps);
-    let outside: u64 = domains.iter().zip(caps).filter(|(d, _)| d.is_none()).fold(0, |a, (_, c)| a.saturating_add(*c));
+fn anti_affinity_bound(domains: &Domains, caps: &[u64]) -> (u64, Vec<u64>) {
+    let (list, _) = domains.caps(caps);
+    let outside: u64 =
+        domains.of.iter().zip(caps).filter(|(d, _)| **d == NO_DOMAIN).fold(0, |a, (_, c)| a.saturating_add(*c));
     let bound = list.iter().fold(outside, |a, (_, cap)| a.saturating_add((*cap).min(1)));
-    let share = domains.iter().zip(caps).map(|(d, c)| if d.is_some() { (*c).min(1) } else { *c }).collect();
+    let share = domains.of.iter().zip(caps).map(|(d, c)| if *d != NO_DOMAIN { (*c).min(1) } else { *c }).collect();
     (bound, share)
 }
 
@@ -335,12 +359,12 @@ fn anti_affinity_bound(domains: &[Option<&str>], caps: &[u64]) -> (u64, Vec<u64>
 /// domains it counts (see the module's doc), why, and each node's share (for single-node domains).
 fn spread_bound(
     c: &TopologySpreadConstraint,
-    domains: &[Option<&str>],
+    domains: &Domains,
     caps: &[u64],
     nodes: &[Arc<NodeInfo>],
     facts: &[NodeFacts],
 ) -> (u64, SpreadLimit, Vec<u64>) {
-    let (list, at) = domain_caps(domains, caps);
+    let (list, at) = domains.caps(caps);
     if c.max_skew < 1 {
         return (0, SpreadLimit::NoSkew, vec![0; caps.len()]);
     }
@@ -351,28 +375,26 @@ fn spread_bound(
     let per_domain = |cap: u64| cap.min(m.saturating_add(skew));
     let bound = list.iter().fold(0u64, |a, (_, cap)| a.saturating_add(per_domain(*cap)));
     let share = domains
+        .of
         .iter()
         .zip(caps)
-        .map(|(d, cap)| match d {
-            Some(d) => (*cap).min(per_domain(list[at[d]].1)),
-            None => *cap,
-        })
+        .map(|(d, cap)| if *d == NO_DOMAIN { *cap } else { (*cap).min(per_domain(list[at[*d as usize] as usize].1)) })
         .collect();
     let limit = if short_of_min_domains {
         SpreadLimit::MinDomains { domains: list.len(), min_domains: c.min_domains.unwrap_or(1) }
     } else if m == 0 {
-        let idle: Vec<&str> = list.iter().filter(|(_, cap)| *cap == 0).map(|(d, _)| *d).collect();
+        let idle: Vec<u32> = list.iter().filter(|(_, cap)| *cap == 0).map(|(d, _)| *d).collect();
         // A node of each idle domain, described: why no replica goes there.
         let mut described = Vec::new();
         for d in idle.iter().take(NAMED) {
-            if let Some(i) = domains.iter().position(|x| x == &Some(*d)) {
+            if let Some(i) = domains.of.iter().position(|x| x == d) {
                 described.push(describe(&nodes[i], &facts[i]));
             }
         }
         let usable = list.len() - idle.len();
         SpreadLimit::IdleDomains { described, domains: idle.len(), usable }
     } else {
-        let (domain, holds) = smallest.map(|(d, cap)| (d.to_string(), *cap)).unwrap_or_default();
+        let (domain, holds) = smallest.map(|(d, cap)| (domains.column.value(*d).to_string(), *cap)).unwrap_or_default();
         SpreadLimit::SmallestDomain { domain, holds }
     };
     (bound, limit, share)

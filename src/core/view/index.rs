@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::collections::hash_map::Entry;
 use std::hash::BuildHasher;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 // foldhash rather than std's SipHash: every review looks up its namespace, workloads, PDBs and
 // autoscalers by name here, and SipHash was 3-4% of a PDB or HPA review's instructions. Its seed
@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::lookup::View;
+use super::nodes::NodeTable;
 use super::pods::Pods;
 use super::projection::{
     HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, Template, WebhookConfigInfo, WorkloadInfo, spreads_over,
@@ -313,6 +314,9 @@ type WebhookBackends = HashMap<String, BTreeMap<String, Vec<(Kind, String)>>>;
 pub struct Index {
     namespaces: Arc<HashMap<String, Arc<NamespaceIndex>>>,
     nodes: Arc<BTreeMap<String, Arc<NodeInfo>>>,
+    /// The nodes as a table, made at the first ask after they change and shared by the snapshots
+    /// that hold the same nodes ([`View::node_table`]).
+    node_table: Arc<OnceLock<Arc<NodeTable>>>,
     webhook_configs: Arc<BTreeMap<(Kind, String), Arc<WebhookConfigInfo>>>,
     /// Namespace → Service name → the configurations with a fail-closed webhook calling it: a
     /// Service's or a workload's write finds the webhooks it backs without a scan.
@@ -520,14 +524,22 @@ impl Index {
         }
     }
 
+    /// Adds or replaces a node. A node written again as it was (a kubelet's status heartbeat
+    /// changes nothing the view keeps) changes nothing: a snapshot shares the map, which a change
+    /// would copy whole.
     pub fn upsert_node(&mut self, info: impl Into<Arc<NodeInfo>>) {
         let info = info.into();
+        if self.nodes.get(&info.name).is_some_and(|old| **old == *info) {
+            return;
+        }
         Arc::make_mut(&mut self.nodes).insert(info.name.clone(), info);
+        self.node_table = Arc::default();
     }
 
     pub fn remove_node(&mut self, name: &str) {
         if self.nodes.contains_key(name) {
             Arc::make_mut(&mut self.nodes).remove(name);
+            self.node_table = Arc::default();
         }
     }
 
@@ -584,7 +596,10 @@ impl Index {
                     self.remove_webhook_config(kind, &name);
                 }
             }
-            Kind::Node => self.nodes = Arc::default(),
+            Kind::Node => {
+                self.nodes = Arc::default();
+                self.node_table = Arc::default();
+            }
             Kind::Namespace => self.namespace_labels = Arc::default(),
         }
     }
@@ -771,7 +786,11 @@ impl View for Index {
     }
 
     fn nodes(&self) -> Vec<Arc<NodeInfo>> {
-        self.nodes.values().cloned().collect()
+        self.node_table().nodes().to_vec()
+    }
+
+    fn node_table(&self) -> Arc<NodeTable> {
+        self.node_table.get_or_init(|| Arc::new(NodeTable::new(self.nodes.values().cloned().collect()))).clone()
     }
 
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
@@ -856,6 +875,32 @@ mod tests {
         assert!(Arc::ptr_eq(&index.namespaces, &before.namespaces) && Arc::ptr_eq(&index.nodes, &before.nodes));
     }
 
+    /// The node table lives as long as the nodes: snapshots of the same nodes share it (and the
+    /// columns numbered in it), a node written again as it was (a status heartbeat) keeps it, and
+    /// any change to a node makes the next ask build a new one.
+    #[test]
+    fn the_node_table_is_shared_until_a_node_changes() {
+        let mut index = Index::new();
+        let zone = |z: &str| BTreeMap::from([("zone".to_string(), z.to_string())]);
+        index.upsert_node(NodeInfo { name: "n1".into(), labels: zone("z1"), ..Default::default() });
+        let table = index.node_table();
+        let snapshot = index.clone();
+        assert!(Arc::ptr_eq(&table, &snapshot.node_table()));
+        assert!(Arc::ptr_eq(&table.column("zone"), &snapshot.node_table().column("zone")));
+
+        index.upsert_node(NodeInfo { name: "n1".into(), labels: zone("z1"), ..Default::default() });
+        assert!(Arc::ptr_eq(&table, &index.node_table()), "written again as it was: nothing changed");
+        assert!(Arc::ptr_eq(&index.nodes, &snapshot.nodes), "nor was the map copied");
+
+        index.upsert_node(NodeInfo { name: "n1".into(), labels: zone("z2"), ..Default::default() });
+        assert_eq!(index.node_table().column("zone").values, ["z2"]);
+        assert_eq!(snapshot.node_table().column("zone").values, ["z1"], "the snapshot keeps its own");
+        index.remove_node("n1");
+        assert!(index.node_table().nodes().is_empty());
+        index.upsert_node(NodeInfo { name: "n2".into(), ..Default::default() });
+        index.clear_kind(Kind::Node);
+        assert!(index.node_table().nodes().is_empty());
+    }
     /// The spread index finds exactly what matching every workload of the namespace finds,
     /// through upserts that change selectors and removals.
     #[test]

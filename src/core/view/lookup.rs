@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use super::nodes::NodeTable;
 use super::projection::{
     HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, Template, WebhookConfigInfo, WorkloadInfo, spreads_over,
 };
@@ -49,6 +50,11 @@ pub trait View: Send + Sync {
     fn webhook_services_in(&self, namespace: &str) -> Vec<String>;
     fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>>;
     fn nodes(&self) -> Vec<Arc<NodeInfo>>;
+    /// The nodes as a table whose topology columns are numbered once for every reader of the
+    /// same nodes (the [`Index`](super::Index) keeps one per snapshot); made afresh by default.
+    fn node_table(&self) -> Arc<NodeTable> {
+        Arc::new(NodeTable::new(self.nodes()))
+    }
     /// Labels of a namespace the view knows, `None` if it does not know it.
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>>;
     /// One label of a namespace the view knows (what every decision asks: the mode label).

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::lookup::View;
+use super::nodes::NodeTable;
 use super::projection::{
     HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, Template, WebhookConfigInfo, WorkloadInfo, spreads_over,
 };
@@ -219,6 +220,10 @@ impl View for Overlay<'_> {
 
     fn nodes(&self) -> Vec<Arc<NodeInfo>> {
         self.base.nodes()
+    }
+
+    fn node_table(&self) -> Arc<NodeTable> {
+        self.base.node_table()
     }
 
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {

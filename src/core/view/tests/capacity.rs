@@ -34,7 +34,7 @@ fn web() -> BTreeMap<String, String> {
 
 fn capacity(spec: &PodSpec, nodes: &[NodeInfo]) -> Capacity {
     let nodes: Vec<Arc<NodeInfo>> = nodes.iter().cloned().map(Arc::new).collect();
-    replicas_capacity(Incoming { namespace: "default", labels: &web(), spec }, &nodes)
+    replicas_capacity(Incoming { namespace: "default", labels: &web(), spec }, &NodeTable::new(nodes))
 }
 
 /// The placement module's count: `wanted` replicas placed one after the other on empty nodes.
