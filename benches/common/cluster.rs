@@ -9,7 +9,9 @@
 //! every fifth multi-replica Deployment with an HPA; some break rules on purpose (one replica, no
 //! spread, a PDB with `maxUnavailable: 0`). Then `pods` Pods spread over the workloads (spec.nodeName
 //! set at create, owned by the ReplicaSet or the StatefulSet, status Running/Ready for most, Pending
-//! for 1 in 50; every 13th workload has all its pods on one node).
+//! for 1 in 50; every 13th workload has all its pods on one node). With kwok running
+//! (`benches/scale.rs`), [`create_kwok_nodes`] and [`create_kwok_pods`] leave the Nodes' and the
+//! Pods' status to kwok.
 #![allow(dead_code)]
 
 use futures::StreamExt;
@@ -146,24 +148,31 @@ pub async fn create_workload(client: &kube::Client, s: &Shape, i: usize) -> Resu
     Ok(owner)
 }
 
-/// Creates workload `i`'s pods, bound to nodes, with their status.
-pub async fn create_pods(client: &kube::Client, s: &Shape, i: usize, owner: &Owner) -> Result<(), String> {
+/// Pod `j` of workload `i`, bound to a node, owned by `owner` (without a status).
+fn pod(s: &Shape, i: usize, j: usize, owner: &Owner) -> Pod {
     let g = workload(s, i);
-    let api = Api::<Pod>::namespaced(client.clone(), &g.ns);
     let (kind, oname, uid) = owner;
     let mut pod_labels = labels(&g.name);
     if !g.sts {
         pod_labels["pod-template-hash"] = json!("5d9c7f");
     }
+    let name = if g.sts { format!("{}-{j}", g.name) } else { format!("{oname}-{j:05x}") };
+    // Every 13th workload has all its pods on one node (`replicas-share-node`).
+    let node = if i.is_multiple_of(13) { i % s.nodes } else { (i * 3 + j) % s.nodes };
+    let mut template = pod_template(i, &g.name);
+    template["metadata"] = json!({"name": name, "labels": pod_labels, "ownerReferences": [
+        {"apiVersion": "apps/v1", "kind": kind, "name": oname, "uid": uid, "controller": true}]});
+    template["spec"]["nodeName"] = json!(node_name(node));
+    serde_json::from_value(template).unwrap()
+}
+
+/// Creates workload `i`'s pods, bound to nodes, with their status.
+pub async fn create_pods(client: &kube::Client, s: &Shape, i: usize, owner: &Owner) -> Result<(), String> {
+    let g = workload(s, i);
+    let api = Api::<Pod>::namespaced(client.clone(), &g.ns);
     for j in 0..g.pods {
-        let name = if g.sts { format!("{}-{j}", g.name) } else { format!("{oname}-{j:05x}") };
-        // Every 13th workload has all its pods on one node (`replicas-share-node`).
-        let node = if i.is_multiple_of(13) { i % s.nodes } else { (i * 3 + j) % s.nodes };
-        let mut template = pod_template(i, &g.name);
-        template["metadata"] = json!({"name": name, "labels": pod_labels, "ownerReferences": [
-            {"apiVersion": "apps/v1", "kind": kind, "name": oname, "uid": uid, "controller": true}]});
-        template["spec"]["nodeName"] = json!(format!("node-{node:04}"));
-        let pod: Pod = serde_json::from_value(template).unwrap();
+        let pod = pod(s, i, j, owner);
+        let name = pod.metadata.name.clone().unwrap_or_default();
         api.create(&PostParams::default(), &pod).await.map_err(|e| format!("pod {}/{name}: {e}", g.ns))?;
         // One pod in 50 stays Pending and not ready; the others run, ready.
         let running = (i + j) % 50 != 1;
@@ -181,33 +190,85 @@ pub async fn create_pods(client: &kube::Client, s: &Shape, i: usize, owner: &Own
     Ok(())
 }
 
-/// Creates the namespaces and the Nodes, `conc` writes at a time.
-pub async fn create_namespaces_and_nodes(client: &kube::Client, s: &Shape, conc: usize) {
+/// Creates workload `i`'s pods, bound to kwok's nodes, without a status: kwok, playing their
+/// kubelets, makes each Running and Ready (so none stays Pending).
+pub async fn create_kwok_pods(client: &kube::Client, s: &Shape, i: usize, owner: &Owner) -> Result<(), String> {
+    let g = workload(s, i);
+    let api = Api::<Pod>::namespaced(client.clone(), &g.ns);
+    for j in 0..g.pods {
+        let pod = pod(s, i, j, owner);
+        api.create(&PostParams::default(), &pod)
+            .await
+            .map_err(|e| format!("pod {}/{}: {e}", g.ns, pod.metadata.name.unwrap_or_default()))?;
+    }
+    Ok(())
+}
+
+/// Node `n`'s name (what the pods' spec.nodeName says).
+pub fn node_name(n: usize) -> String {
+    format!("node-{n:04}")
+}
+
+/// Node `n`: its hostname, and one of three zones.
+fn node(n: usize) -> Value {
+    let name = node_name(n);
+    json!({"metadata": {"name": name, "labels": {
+        "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": format!("zone-{}", n % 3)}}})
+}
+
+/// Creates the namespaces, one at a time.
+pub async fn create_namespaces(client: &kube::Client, s: &Shape) {
     let nss = Api::<Namespace>::all(client.clone());
     for n in 0..s.namespaces {
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": format!("ns-{n:03}")}})).unwrap();
         nss.create(&PostParams::default(), &ns).await.expect("namespace");
     }
+}
+
+/// Creates Node `n` from `object` and clears the not-ready taint TaintNodesByCondition adds (no
+/// kubelet here clears it; kwok makes a Node Ready but leaves its taints to the node lifecycle
+/// controller).
+async fn create_node(nodes: &Api<Node>, n: usize, object: Value) -> Result<(), String> {
+    let name = node_name(n);
+    let node: Node = serde_json::from_value(object).unwrap();
+    nodes.create(&PostParams::default(), &node).await.map_err(|e| format!("node {name}: {e}"))?;
+    nodes
+        .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": null}})))
+        .await
+        .map_err(|e| format!("node {name} taints: {e}"))?;
+    Ok(())
+}
+
+/// Creates the namespaces and the Nodes, `conc` writes at a time.
+pub async fn create_namespaces_and_nodes(client: &kube::Client, s: &Shape, conc: usize) {
+    create_namespaces(client, s).await;
     let nodes = Api::<Node>::all(client.clone());
     futures::stream::iter(0..s.nodes)
         .map(|n| {
             let nodes = nodes.clone();
-            async move {
-                let name = format!("node-{n:04}");
-                let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": {
-                    "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": format!("zone-{}", n % 3)}}}))
-                .unwrap();
-                nodes.create(&PostParams::default(), &node).await.expect("node");
-                // The not-ready taint TaintNodesByCondition adds (no kubelet here clears it).
-                nodes
-                    .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"taints": null}})))
-                    .await
-                    .expect("node taints");
-            }
+            async move { create_node(&nodes, n, node(n)).await.unwrap_or_else(|e| panic!("{e}")) }
         })
         .buffer_unordered(conc)
         .collect::<Vec<_>>()
         .await;
+}
+
+/// Creates the Nodes as kwok's (annotated `kwok.x-k8s.io/node: fake`: kwok makes them Ready, with
+/// the allocatable of its node stage, and renews their Leases), `conc` at a time; the errors, if
+/// any.
+pub async fn create_kwok_nodes(client: &kube::Client, s: &Shape, conc: usize) -> Vec<String> {
+    let nodes = Api::<Node>::all(client.clone());
+    futures::stream::iter(0..s.nodes)
+        .map(|n| {
+            let nodes = nodes.clone();
+            let mut object = node(n);
+            object["metadata"]["annotations"] = json!({"kwok.x-k8s.io/node": "fake"});
+            async move { create_node(&nodes, n, object).await }
+        })
+        .buffer_unordered(conc)
+        .filter_map(|r| async move { r.err() })
+        .collect()
+        .await
 }
 
 /// Creates every workload (with its ReplicaSet, PDB, HPA), `conc` at a time; returns their pods'
