@@ -57,6 +57,9 @@ mod support;
 #[path = "common/cluster.rs"]
 mod cluster;
 
+#[path = "common/flags.rs"]
+mod flags;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -118,20 +121,12 @@ fn args() -> Args {
     };
     let usage = "--minutes N --workloads N --pods N --namespaces N --nodes N --window D --interval D \
                  --concurrency N --noise D --change D --out DIR --hold D";
-    let list: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let mut it = list.iter();
-    while let Some(flag) = it.next() {
-        let Some(v) = it.next() else {
-            eprintln!("{flag}: expected a value after it ({usage})");
-            std::process::exit(2)
-        };
-        let bad = || -> ! {
-            eprintln!("bad argument {flag} {v:?}: {usage}");
-            std::process::exit(2)
-        };
+    for (flag, v) in flags::pairs(usage) {
+        let (flag, v) = (flag.as_str(), v.as_str());
+        let bad = || -> ! { flags::bad(flag, v, usage) };
         let n = || v.parse::<usize>().ok().filter(|n| *n > 0).unwrap_or_else(|| bad());
         let d = || humantime::parse_duration(v).ok().filter(|d| !d.is_zero()).unwrap_or_else(|| bad());
-        match flag.as_str() {
+        match flag {
             "--minutes" => a.minutes = v.parse::<f64>().ok().filter(|m| *m > 0.0).unwrap_or_else(|| bad()),
             "--workloads" => a.shape.workloads = n(),
             "--pods" => a.shape.pods = v.parse().unwrap_or_else(|_| bad()),

@@ -77,6 +77,9 @@ mod support;
 #[path = "common/cluster.rs"]
 mod cluster;
 
+#[path = "common/flags.rs"]
+mod flags;
+
 mod common;
 
 use std::collections::BTreeMap;
@@ -157,21 +160,13 @@ fn args() -> Args {
     };
     let usage = "--sizes N,N,... --pods-per-node N --max-pods N --minutes M --rate N --interval D --concurrency N \
                  --reserve-gib N --create-minutes M --settle-minutes M --out DIR";
-    let list: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
-    let mut it = list.iter();
-    while let Some(flag) = it.next() {
-        let Some(v) = it.next() else {
-            eprintln!("{flag}: expected a value after it ({usage})");
-            std::process::exit(2)
-        };
-        let bad = || -> ! {
-            eprintln!("bad argument {flag} {v:?}: {usage}");
-            std::process::exit(2)
-        };
+    for (flag, v) in flags::pairs(usage) {
+        let (flag, v) = (flag.as_str(), v.as_str());
+        let bad = || -> ! { flags::bad(flag, v, usage) };
         let n = || v.parse::<usize>().ok().filter(|n| *n > 0).unwrap_or_else(|| bad());
         let f = || v.parse::<f64>().ok().filter(|x| *x > 0.0).unwrap_or_else(|| bad());
         let minutes = || Duration::from_secs_f64(f() * 60.0);
-        match flag.as_str() {
+        match flag {
             "--sizes" => {
                 a.sizes = v
                     .split(',')
