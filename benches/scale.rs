@@ -587,6 +587,13 @@ impl Reports {
 
     /// Milliseconds of its view's first sync and of each full read so far (its log).
     fn times(&self) -> (Option<f64>, Vec<f64>) {
+        let (synced, full) = self.full_reads();
+        (synced, full.iter().map(|f| f[0]).collect())
+    }
+
+    /// Milliseconds of its view's first sync, and of each full read so far: in all, reading the
+    /// namespaces from the apiserver, judging them, writing the reports (its log).
+    fn full_reads(&self) -> (Option<f64>, Vec<[f64; 4]>) {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let mut synced = None;
         let mut full = Vec::new();
@@ -600,7 +607,8 @@ impl Reports {
             if message == "background audit: view synced" {
                 synced = synced.or(elapsed);
             } else if message == "background audit done" && field("run") == "full" {
-                full.extend(elapsed);
+                let part = |k: &str| field(k).as_f64().unwrap_or(f64::NAN);
+                full.extend(elapsed.map(|e| [e, part("reading_ms"), part("judging_ms"), part("writing_ms")]));
             }
         }
         (synced, full)
@@ -884,6 +892,8 @@ struct Row {
     reports_synced_ms: Option<f64>,
     /// Full reads before the window, and during it.
     full_reads: (Vec<f64>, Vec<f64>),
+    /// Every full read: in all, reading, judging, writing (milliseconds).
+    full_parts: Vec<[f64; 4]>,
     /// VmRSS and VmHWM of the control plane's processes after the window.
     components_kib: Vec<(&'static str, (u64, u64))>,
     /// The control plane's VmRSS once the Nodes were Ready, before any workload.
@@ -1055,6 +1065,7 @@ fn measure(a: &Args, rt: &tokio::runtime::Runtime, nodes: usize, cost: Cost) -> 
     let serve_pid = hg.pid().unwrap_or(0);
     let reports_pid = reports.child.id();
     let (synced, full) = reports.times();
+    let (_, full_parts) = reports.full_reads();
     let row = Row {
         nodes,
         nodes_ready: rt.block_on(ready_nodes(&client)),
@@ -1073,6 +1084,7 @@ fn measure(a: &Args, rt: &tokio::runtime::Runtime, nodes: usize, cost: Cost) -> 
         serve_kib: (status_kib(serve_pid, "VmRSS"), status_kib(serve_pid, "VmHWM")),
         reports_kib: (status_kib(reports_pid, "VmRSS"), status_kib(reports_pid, "VmHWM")),
         reports_synced_ms: synced,
+        full_parts,
         full_reads: (
             full[..full_before.len().min(full.len())].to_vec(),
             full[full_before.len().min(full.len())..].to_vec(),
@@ -1202,6 +1214,19 @@ fn details(r: &Row, a: &Args) -> String {
         r.reports_synced_ms.map_or("-".into(), |m| format!("{:.1} s", m / 1e3)),
         secs(&r.full_reads.0),
         secs(&r.full_reads.1)
+    );
+    let split: Vec<String> = r
+        .full_parts
+        .iter()
+        .map(|[all, read, judge, write]| {
+            format!("{:.1} s = reading {:.1} s + judging {:.1} s + writing {:.1} s", all / 1e3, read / 1e3, judge / 1e3, write / 1e3)
+        })
+        .collect();
+    let _ = writeln!(
+        md,
+        "  Where each full read's time went (reading every namespace's objects from the apiserver, judging them, writing \
+         the reports): {}.",
+        if split.is_empty() { "-".to_string() } else { split.join("; ") }
     );
     let _ = writeln!(md, "- Writes over {:.0} s at {} a second, open loop:", r.window.as_secs_f64(), a.rate);
     for kind in WRITE_KINDS {

@@ -335,6 +335,11 @@ struct Tally {
     writes: usize,
     deletes: usize,
     findings: usize,
+    /// Where a run's time goes: reading the scopes from the apiserver, judging them, writing
+    /// the reports (said in the run's log line: a slow full read names its part).
+    reading: std::time::Duration,
+    judging: std::time::Duration,
+    writing: std::time::Duration,
 }
 
 /// How a report write ended.
@@ -530,6 +535,9 @@ impl Background {
             reports_written = tally.writes,
             reports_deleted = tally.deletes,
             elapsed_ms = started.elapsed().as_millis() as u64,
+            reading_ms = tally.reading.as_millis() as u64,
+            judging_ms = tally.judging.as_millis() as u64,
+            writing_ms = tally.writing.as_millis() as u64,
             "background audit done"
         );
     }
@@ -546,7 +554,10 @@ impl Background {
     ) {
         tally.scopes += 1;
         let scope = (!namespace.is_empty()).then_some(namespace);
-        let (subjects, unreadable) = match super::read::read_scope(&self.client, scope, PAGE, &live.unserved()).await {
+        let reading = std::time::Instant::now();
+        let read = super::read::read_scope(&self.client, scope, PAGE, &live.unserved()).await;
+        tally.reading += reading.elapsed();
+        let (subjects, unreadable) = match read {
             Ok(read) => read,
             Err(e) => {
                 cause(state, "read", 1);
@@ -565,6 +576,7 @@ impl Background {
         let config = state.config();
         let view = live.clone();
         let unreadable_paths = unreadable.clone();
+        let judging = std::time::Instant::now();
         let judged = tokio::task::spawn_blocking(move || {
             let refs: Vec<&super::read::Listed> = subjects.iter().collect();
             let mut report = None;
@@ -572,6 +584,7 @@ impl Background {
             report.unwrap_or_default()
         })
         .await;
+        tally.judging += judging.elapsed();
         let Ok(report) = judged else {
             tracing::error!(namespace, "background audit: judging stopped unexpectedly");
             tally.failed = true;
@@ -608,6 +621,23 @@ impl Background {
             state.metrics.audit_findings.get_or_create(key).set(*n);
         }
         written.gauge.insert(namespace.to_string(), counts.into_keys().collect());
+        let writing = std::time::Instant::now();
+        self.settle_report(state, namespace, has_subjects, &unreadable, results, written, tally).await;
+        tally.writing += writing.elapsed();
+    }
+
+    /// Writes, or deletes, the report of `namespace` as its results say.
+    #[allow(clippy::too_many_arguments)]
+    async fn settle_report(
+        &self,
+        state: &AppState,
+        namespace: &str,
+        has_subjects: bool,
+        unreadable: &[(String, String)],
+        results: Vec<Value>,
+        written: &mut Written,
+        tally: &mut Tally,
+    ) {
         // A namespace with nothing to judge has no report (the cluster always has one).
         if !has_subjects && unreadable.is_empty() && !namespace.is_empty() && results.is_empty() {
             if written.reports.remove(namespace).is_some() {
