@@ -41,6 +41,9 @@ pub fn tolerates_cordon(t: &Toleration) -> Option<(&'static str, String)> {
 /// The node topology key.
 pub const HOSTNAME: &str = "kubernetes.io/hostname";
 
+/// The zone label of Node objects.
+pub const ZONE: &str = "topology.kubernetes.io/zone";
+
 /// The pod template's topology spread constraints.
 pub fn spread_constraints(w: &Workload) -> &[TopologySpreadConstraint] {
     w.pod_spec().and_then(|s| s.topology_spread_constraints.as_deref()).unwrap_or_default()

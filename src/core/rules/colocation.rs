@@ -8,9 +8,10 @@ use crate::core::model::limits;
 use crate::core::model::object::Workload;
 use crate::core::model::pod::{HOSTNAME, NotApart, declared_host_ports, not_apart, spread_constraints};
 use crate::core::model::selector;
-use crate::core::view::capacity::{Binding, Capacity, SpreadLimit, replicas_capacity};
+use crate::core::view::capacity::{Binding, Capacity, SpreadLimit, remembered_capacity};
 use crate::core::view::placement::Incoming;
-use crate::core::view::{NodeInfo, View};
+use crate::core::view::View;
+use crate::core::view::nodes::NodeTable;
 use k8s_openapi::api::core::v1::PodSpec;
 
 const UNSATISFIABLE_FIX: &str = "lower replicas (or the HPA's maxReplicas) to what the nodes can hold, relax the \
@@ -122,11 +123,11 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         out.not_judged(&SPREAD_UNSATISFIABLE, over);
         return;
     }
-    let known = ctx.nodes();
     // How many replicas the nodes hold, in closed form over the nodes as they are empty (the view
     // holds no pods at admission): one pass over the nodes per constraint, whatever the ceiling.
     let pod = Incoming { namespace: &ctx.id().namespace, labels: full.template_labels(), spec };
-    let capacity = replicas_capacity(pod, ctx.node_table());
+    let table = ctx.node_table();
+    let capacity = remembered_capacity(pod, table);
     // No node these pods may use is known (an empty cluster, a pool that scales from zero): there
     // is nothing to count against, and "at most 0" would be noise, not a bound.
     let nodes = capacity.schedulable;
@@ -136,7 +137,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     let Some(cap) = capacity.at_most.filter(|cap| *cap < ceiling as u64) else { return };
     let (path, why, fix) = unsatisfiable_because(full, spec, &capacity);
     let scale = scale();
-    match node_autoscaler(ctx.view, known) {
+    match node_autoscaler(ctx.view, table) {
         None => out.emit(
             &SPREAD_UNSATISFIABLE,
             path,
@@ -299,11 +300,9 @@ const AUTOSCALER_NAMESPACES: [&str; 3] = ["kube-system", "karpenter", "cluster-a
 /// The node autoscaler the view shows, described, if any: nodes Karpenter labelled with their
 /// NodePool (also EKS Auto Mode), or a Karpenter or cluster-autoscaler Deployment (by its name or
 /// its pods' `app.kubernetes.io/name` / `app` label) in one of [`AUTOSCALER_NAMESPACES`].
-fn node_autoscaler(view: &dyn View, nodes: &[std::sync::Arc<NodeInfo>]) -> Option<String> {
-    for label in ["karpenter.sh/nodepool", "karpenter.sh/provisioner-name"] {
-        if let Some(n) = nodes.iter().find(|n| n.labels.contains_key(label)) {
-            return Some(format!("Karpenter: node {} is labelled {label}", n.name));
-        }
+fn node_autoscaler(view: &dyn View, table: &NodeTable) -> Option<String> {
+    if let Some((node, label)) = table.autoscaled_node() {
+        return Some(format!("Karpenter: node {node} is labelled {label}"));
     }
     let which = |s: &str| {
         if s.contains("karpenter") {

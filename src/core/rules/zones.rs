@@ -1,7 +1,6 @@
 //! Replicas that one zone can take down together: `spread-zone-missing`. Needs the cluster's
 //! nodes (the live view): a manifest alone does not say how many zones there are.
 
-use std::collections::BTreeSet;
 
 use super::context::{Ctx, Emitter, pod_path};
 use crate::core::catalogue::Rule;
@@ -9,7 +8,8 @@ use crate::core::model::limits;
 use crate::core::model::pod::{HOSTNAME, spread_constraints};
 use crate::core::model::selector;
 use crate::core::model::{Subject, Workload};
-use crate::core::view::placement::NodeFilter;
+use crate::core::view::capacity::remembered_capacity;
+use crate::core::view::placement::Incoming;
 use crate::core::view::{View, bounds};
 use crate::declare_rule;
 
@@ -17,8 +17,7 @@ declare_rule!(pub SPREAD_ZONE_MISSING, "spread-zone-missing", Warn, judged: With
 
 pub static RULES: &[&Rule] = &[&SPREAD_ZONE_MISSING];
 
-/// The zone label of Node objects.
-pub const ZONE: &str = "topology.kubernetes.io/zone";
+pub use crate::core::model::pod::ZONE;
 /// The label it replaced; a spread on it spreads over zones too (nodes carried both for years).
 const ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
 
@@ -42,14 +41,15 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         out.not_judged(&SPREAD_ZONE_MISSING, over);
         return;
     }
-    let nodes = ctx.nodes();
-    let mut filter = NodeFilter::new(spec);
-    let zones: BTreeSet<&str> =
-        nodes.iter().filter(|n| filter.takes(n)).filter_map(|n| n.labels.get(ZONE).map(String::as_str)).collect();
+    // The zones of the nodes these pods may go to, from the count the colocation rules ask for
+    // the same pod (one pass over the nodes for both, once per node snapshot).
+    let pod = Incoming { namespace: &ctx.id().namespace, labels: full.template_labels(), spec };
+    let capacity = remembered_capacity(pod, ctx.node_table());
+    let zones = &capacity.zones;
     if zones.len() < 2 {
         return;
     }
-    let named: Vec<&str> = zones.iter().copied().take(NAMED_ZONES).collect();
+    let named: Vec<&str> = zones.iter().map(String::as_str).take(NAMED_ZONES).collect();
     let more = zones.len().saturating_sub(NAMED_ZONES);
     let more = if more > 0 { format!(" and {more} more") } else { String::new() };
     let sel =

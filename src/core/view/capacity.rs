@@ -23,6 +23,7 @@
 //! is an upper bound on it ("at most"). Required pod affinity bounds nothing here: where the
 //! replicas may go then depends on the pods already running, which an admission does not see.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
@@ -30,6 +31,7 @@ use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use super::nodes::{Column, NO_DOMAIN, NodeTable};
 use super::placement::{Incoming, NodeFilter, Unfit, term_matches};
 use super::projection::NodeInfo;
+use crate::core::model::pod::ZONE;
 use crate::core::model::resources::{Resources, host_ports, pod_requests};
 use crate::core::model::selector;
 
@@ -47,6 +49,8 @@ pub struct Capacity {
     pub schedulable: usize,
     /// Of those, the nodes that carry every hard spread's key: where the pods may go at all.
     pub usable: usize,
+    /// The zones (`topology.kubernetes.io/zone`) of the schedulable nodes, in name order.
+    pub zones: Vec<String>,
     /// What gives the bound (the smallest of the bounds).
     pub binding: Binding,
     /// Why the nodes take no more once full, grouped by filter: what refuses, how many nodes, the
@@ -118,6 +122,12 @@ struct NodeFacts {
     full: Option<Unfit>,
 }
 
+/// [`replicas_capacity`], counted once per node table for each distinct pod
+/// ([`NodeTable::remembered`]: `pod` is the whole of what it reads).
+pub fn remembered_capacity(pod: Incoming, table: &NodeTable) -> Arc<Capacity> {
+    table.remembered(pod.namespace, pod.labels, pod.spec, || replicas_capacity(pod, table))
+}
+
 /// How many replicas of `pod` the nodes of `table` hold (see the module's doc).
 pub fn replicas_capacity(pod: Incoming, table: &NodeTable) -> Capacity {
     let nodes = table.nodes();
@@ -165,7 +175,15 @@ pub fn replicas_capacity(pod: Incoming, table: &NodeTable) -> Capacity {
         })
         .collect();
     let usable = facts.iter().filter(|f| f.refused.is_none()).count();
-    let schedulable = facts.iter().filter(|f| matches!(f.refused, None | Some(Unfit::PodTopologySpread(_)))).count();
+    let is_schedulable = |f: &NodeFacts| matches!(f.refused, None | Some(Unfit::PodTopologySpread(_)));
+    let schedulable = facts.iter().filter(|f| is_schedulable(f)).count();
+    let zone = table.column(ZONE);
+    let zones: BTreeSet<&str> = facts
+        .iter()
+        .zip(&zone.domain)
+        .filter(|(f, d)| is_schedulable(f) && **d != NO_DOMAIN)
+        .map(|(_, d)| zone.value(*d))
+        .collect();
     let mut caps: Vec<u64> = facts.iter().map(|f| f.cap).collect();
     let raw_total = sum(&caps);
 
@@ -253,6 +271,7 @@ pub fn replicas_capacity(pod: Incoming, table: &NodeTable) -> Capacity {
         exact,
         schedulable,
         usable,
+        zones: zones.into_iter().map(str::to_string).collect(),
         binding: best.1,
         refusals: refusals(nodes, &facts),
     }

@@ -7,8 +7,10 @@
 //! (the [`Index`](super::Index) keeps one per snapshot) and numbers each key's domains the first
 //! time an admission asks, once for all the admissions that read the same snapshot.
 
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::hash::{BuildHasher, Hasher, RandomState};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::projection::NodeInfo;
 
@@ -19,11 +21,28 @@ const KEPT_COLUMNS: usize = 16;
 /// A node that does not carry a column's key.
 pub const NO_DOMAIN: u32 = u32::MAX;
 
-/// The nodes of a view, in the view's order (by name), and the columns asked of them so far.
+/// Answers a table keeps (see [`NodeTable::remembered`]); past this many the memo starts over,
+/// so a stream of distinct pods cannot grow it.
+const KEPT_ANSWERS: usize = 512;
+
+/// What a table remembers of a pod: by the answer's type and the pod's hash.
+type Memo = HashMap<(TypeId, u64), Arc<dyn Any + Send + Sync>>;
+
+/// A pod whose labels and spec are longer than this (as JSON) is not remembered: hashing it would
+/// cost as much as counting, and such pods are hostile or rare.
+const MEMO_SPEC_BYTES: usize = 64 * 1024;
+
+/// The nodes of a view, in the view's order (by name), and what was computed of them so far: the
+/// columns asked, the answers about pods ([`super::capacity`]'s counts), the first node a node
+/// autoscaler labels.
 #[derive(Debug, Default)]
 pub struct NodeTable {
     nodes: Vec<Arc<NodeInfo>>,
     columns: Mutex<HashMap<String, Arc<Column>>>,
+    answers: Mutex<Memo>,
+    /// Keys the pods' hashes: random per table, so no input can be made to collide.
+    hasher: RandomState,
+    autoscaled: OnceLock<Option<(String, &'static str)>>,
 }
 
 /// The domains of one topology key over a table's nodes.
@@ -39,7 +58,7 @@ pub struct Column {
 
 impl NodeTable {
     pub fn new(nodes: Vec<Arc<NodeInfo>>) -> Self {
-        NodeTable { nodes, columns: Mutex::default() }
+        NodeTable { nodes, ..NodeTable::default() }
     }
 
     pub fn nodes(&self) -> &[Arc<NodeInfo>] {
@@ -60,6 +79,69 @@ impl NodeTable {
             columns.entry(key.to_string()).or_insert_with(|| column.clone());
         }
         column
+    }
+
+    /// What `compute` answers about the pod that `namespace`, `labels` and `spec` describe,
+    /// computed once per table: every rollout, scale write and UPDATE of a workload asks again
+    /// about the same template, and so do the workloads of one chart. A pod is known by a hash of
+    /// those three, which must be the whole of what `compute` reads of it; a pod whose labels and
+    /// spec are over [`MEMO_SPEC_BYTES`] as JSON is answered afresh each time.
+    pub fn remembered<T: Send + Sync + 'static>(
+        &self,
+        namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+        spec: &impl serde::Serialize,
+        compute: impl FnOnce() -> T,
+    ) -> Arc<T> {
+        let Some(key) = self.key_of(namespace, labels, spec) else { return Arc::new(compute()) };
+        let key = (TypeId::of::<T>(), key);
+        let kept = self.answers.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
+        if let Some(answer) = kept.and_then(|a| a.downcast::<T>().ok()) {
+            return answer;
+        }
+        // Computed outside the lock, as the columns are numbered.
+        let answer = Arc::new(compute());
+        let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
+        if answers.len() >= KEPT_ANSWERS {
+            answers.clear();
+        }
+        answers.insert(key, answer.clone());
+        answer
+    }
+
+    /// The pod's hash, or `None` past [`MEMO_SPEC_BYTES`]. Serialised whole before its length is
+    /// known: the request's own limits bound that (a megabyte costs about a millisecond).
+    fn key_of(
+        &self,
+        namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+        spec: &impl serde::Serialize,
+    ) -> Option<u64> {
+        let labels = serde_json::to_vec(labels).ok()?;
+        let spec = serde_json::to_vec(spec).ok()?;
+        if labels.len() + spec.len() > MEMO_SPEC_BYTES {
+            return None;
+        }
+        let mut hasher = self.hasher.build_hasher();
+        // Each part ended by a byte none of them holds (JSON and names hold no NUL).
+        for part in [namespace.as_bytes(), &labels, &spec] {
+            hasher.write(part);
+            hasher.write_u8(0);
+        }
+        Some(hasher.finish())
+    }
+
+    /// The first node (by name) labelled by a node autoscaler (Karpenter), and the label: looked
+    /// for once per table.
+    pub fn autoscaled_node(&self) -> Option<(&str, &'static str)> {
+        self.autoscaled
+            .get_or_init(|| {
+                ["karpenter.sh/nodepool", "karpenter.sh/provisioner-name"].into_iter().find_map(|label| {
+                    self.nodes.iter().find(|n| n.labels.contains_key(label)).map(|n| (n.name.clone(), label))
+                })
+            })
+            .as_ref()
+            .map(|(name, label)| (name.as_str(), *label))
     }
 }
 
@@ -134,6 +216,73 @@ mod tests {
     fn a_column_is_numbered_once_and_shared() {
         let table = NodeTable::new(vec![node("a", &[("zone", "z1")])]);
         assert!(Arc::ptr_eq(&table.column("zone"), &table.column("zone")));
+    }
+
+    /// An answer of its own type (the memo keeps each type apart).
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Counted(u64);
+
+    fn counted(n: u64) -> Counted {
+        Counted(n)
+    }
+
+    #[test]
+    fn a_pod_is_counted_once_per_table_and_any_change_to_it_counts_again() {
+        let table = NodeTable::new(vec![node("a", &[])]);
+        let labels: BTreeMap<String, String> = [("app".to_string(), "web".to_string())].into();
+        let spec = serde_json::json!({"containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}}}]});
+        let counts = std::cell::Cell::new(0);
+        let count = |n| {
+            counts.set(counts.get() + 1);
+            counted(n)
+        };
+        let first = table.remembered("shop", &labels, &spec, || count(3));
+        let again = table.remembered("shop", &labels, &spec, || count(99));
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!((*again, counts.get()), (Counted(3), 1), "remembered, not counted again");
+        // Each of the three inputs is part of what the pod is known by.
+        let other_labels: BTreeMap<String, String> = [("app".to_string(), "api".to_string())].into();
+        let other_spec = serde_json::json!({"containers": [{"name": "app", "resources": {"requests": {"cpu": "2"}}}]});
+        assert_eq!(*table.remembered("shop", &other_labels, &spec, || count(4)), Counted(4));
+        assert_eq!(*table.remembered("blog", &labels, &spec, || count(5)), Counted(5));
+        assert_eq!(*table.remembered("shop", &labels, &other_spec, || count(6)), Counted(6));
+        assert_eq!(counts.get(), 4);
+        // Another answer about the same pod is kept apart from the count.
+        assert_eq!(*table.remembered("shop", &labels, &spec, || "zones"), "zones");
+        assert_eq!(*table.remembered("shop", &labels, &spec, || count(98)), Counted(3));
+        // Another table (the nodes changed) remembers nothing of this one.
+        let next = NodeTable::new(vec![node("a", &[]), node("b", &[])]);
+        assert_eq!(*next.remembered("shop", &labels, &spec, || count(7)), Counted(7));
+    }
+
+    #[test]
+    fn the_memo_is_bounded_and_a_long_spec_is_counted_afresh() {
+        let table = NodeTable::new(vec![node("a", &[])]);
+        let labels = BTreeMap::new();
+        for i in 0..KEPT_ANSWERS + 10 {
+            table.remembered("shop", &labels, &i, || counted(i as u64));
+        }
+        assert!(table.answers.lock().unwrap().len() <= KEPT_ANSWERS);
+        let long = "x".repeat(MEMO_SPEC_BYTES + 1);
+        let a = table.remembered("shop", &labels, &long, || counted(1));
+        let b = table.remembered("shop", &labels, &long, || counted(2));
+        assert_eq!((*a, *b), (Counted(1), Counted(2)), "not remembered");
+        let just = "x".repeat(MEMO_SPEC_BYTES - 4); // with its quotes and the labels' {}, at the limit
+        let a = table.remembered("shop", &labels, &just, || counted(1));
+        let b = table.remembered("shop", &labels, &just, || counted(2));
+        assert_eq!((*a, *b), (Counted(1), Counted(1)), "remembered at the limit");
+    }
+
+    #[test]
+    fn the_autoscaled_node_is_the_first_labelled_one() {
+        let table = NodeTable::new(vec![
+            node("a", &[]),
+            node("b", &[("karpenter.sh/provisioner-name", "old")]),
+            node("c", &[("karpenter.sh/nodepool", "default")]),
+        ]);
+        // The current label first, then the old one.
+        assert_eq!(table.autoscaled_node(), Some(("c", "karpenter.sh/nodepool")));
+        assert_eq!(NodeTable::new(vec![node("a", &[])]).autoscaled_node(), None);
     }
 
     #[test]
