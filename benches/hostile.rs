@@ -13,18 +13,27 @@
 //!    `review::review`, /validate then /mutate) `--repeat` times; median and worst per case.
 //!    Target: every answer under 50 ms.
 //! 2. **Stream**: the real server (`serve_with_listeners`, production defaults) on loopback over
-//!    TLS; an open-loop stream of the ordinary requests at `--rate` per second (200), in windows
-//!    that alternate between the stream alone and the stream with the hostile requests, in turn,
-//!    open loop at `--hostile-rate` per second (20: a tenant's pipeline applying them over and
-//!    over), and, as a control, with as many more ordinary Deployment CREATEs instead. The ordinary
-//!    requests' p50/p99 per condition, pooled over the windows; the ratios of the p99s, each
-//!    printed PASS or FAIL against 1.10 (the bench fails only when a request goes unanswered or
-//!    waits past the webhook's timeout, as `benches/audit_cost.rs` treats its targets).
+//!    TLS, its threads on `--server-cpus` (the last CPU by default; `any`: unpinned) and the load
+//!    generator on the others, as `benches/load` pins them (in a cluster the apiserver does not
+//!    encrypt and send a megabyte on the webhook's CPU); an open-loop stream of the ordinary
+//!    requests at `--rate` per second (200), in windows that take five conditions in turn: the
+//!    stream alone; with the hostile requests, in turn, open loop at `--hostile-rate` per second
+//!    (20: a tenant's pipeline applying them over and over); as a control, with as many more
+//!    ordinary Deployment CREATEs instead; and those two again with every request made distinct
+//!    (a pod template label of its own), so that none is answered from what the webhook remembers
+//!    of the nodes for a pod it has seen. The ordinary requests' p50 and p99 per condition, the
+//!    p99 both pooled over the condition's windows and as the median of its windows' own p99s;
+//!    the ratios of the medians (the pooled ones beside them), each printed PASS or FAIL against
+//!    1.10 (the bench fails only when a request goes unanswered or waits past the webhook's
+//!    timeout, as `benches/audit_cost.rs` treats its targets). The median is what is judged: on a
+//!    shared machine a burst of another tenant's work in one window moves a pooled p99 more than
+//!    the hostile requests do.
 //!
-//! `cargo bench --bench hostile` (about 3 minutes); `-- --nodes 300 --windows 2 --window 3s
+//! `cargo bench --bench hostile` (about 6 minutes); `-- --nodes 300 --windows 2 --window 3s
 //! --repeat 3 --smoke` is the CI smoke: it fails when a hostile or an ordinary request is not
 //! answered, or an ordinary one waits past the webhook's timeout (5 s), and prints the numbers
-//! without judging them (the machines CI runs on are shared).
+//! without judging them (the machines CI runs on are shared). `--only 'A|B'` keeps the hostile
+//! requests whose name holds A or B (`'!A|B'`: the others), to find which of them cost the stream.
 
 #![recursion_limit = "256"]
 
@@ -70,7 +79,16 @@ fn main() {
     let built = Instant::now();
     let view = view(nodes);
     println!("view: {nodes} nodes + the load benchmark's 25,000 objects, built in {:.1?}", built.elapsed());
-    let hostile = hostile_requests();
+    // `--only A|B`: the hostile requests whose name holds A or B (`--only '!A|B'`: the others),
+    // to find which of them cost the stream.
+    let only: String = arg(&args, "--only", String::new());
+    let hostile: Vec<_> = hostile_requests()
+        .into_iter()
+        .filter(|(name, _)| match only.strip_prefix('!') {
+            Some(not) => !not.split('|').any(|t| name.contains(t)),
+            None => only.split('|').any(|t| name.contains(t)),
+        })
+        .collect();
     let ordinary = fixtures::requests();
     let slowest = handler_table(&view, &hostile, &ordinary, repeat);
     let mut failed = Vec::new();
@@ -344,14 +362,21 @@ fn stream(
         ..ServeOptions::default()
     };
     // The server on a runtime of its own, as `ha-guard serve` runs (its workers are not the
-    // client's: in a cluster the client is the apiserver).
+    // client's: in a cluster the client is the apiserver). With `--server-cpus` (the last CPU by
+    // default, as `benches/load` pins its server), the server's threads run on those CPUs and the
+    // load generator on the others: in a cluster the apiserver encrypting and sending a megabyte
+    // does not run on the webhook's CPU. Threads inherit their creator's CPUs, so pinning the
+    // thread that builds the runtime pins its workers, its blocking pool and the large lane.
+    let (server_cpus, client_cpus) = cpu_split(args);
     std::thread::spawn(move || {
+        pin(&server_cpus);
         let server_runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
         server_runtime.block_on(async move {
             let state = AppState::new(Arc::new(StaticSource(view)), Config::default());
             let _ = server::serve_with_listeners(options, listeners, state, std::future::pending()).await;
         });
     });
+    pin(&client_cpus);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async move {
         let client = reqwest::Client::builder()
@@ -369,28 +394,43 @@ fn stream(
         let hostile = Arc::new(hostile);
         let mut failures = Vec::new();
         let answered_hostile = Arc::new(AtomicU64::new(0));
-        // Three conditions in turn, window after window: the stream alone; with the hostile
+        // Five conditions in turn, window after window: the stream alone; with the hostile
         // requests beside it; with as many more ordinary Deployment CREATEs beside it instead (the
         // control: what the same number of the dearest ordinary requests costs; the hostile ones
-        // are all workload writes but five).
-        let conditions = ["alone", "with hostile requests", "with as many ordinary Deployment CREATEs"];
+        // are all workload writes but five); and those two again with every request made distinct
+        // (a pod template label of its own), so that none is answered from what the webhook
+        // remembers of the nodes for a pod it has seen (a tenant varying what it sends).
+        let conditions = [
+            "alone",
+            "with hostile requests",
+            "with as many ordinary Deployment CREATEs",
+            "with hostile requests, each distinct",
+            "with as many ordinary Deployment CREATEs, each distinct",
+        ];
         let extra: Arc<Vec<(String, Vec<u8>)>> = Arc::new(vec![("ordinary deployment".to_string(), ordinary[0].clone())]);
+        let distinct = |set: &[(String, Vec<u8>)]| -> Arc<Vec<(String, Vec<u8>)>> {
+            Arc::new(set.iter().map(|(n, b)| (n.clone(), with_nonce(b))).collect())
+        };
+        let (hostile_distinct, extra_distinct) = (distinct(&hostile), distinct(&extra));
         let mut latencies_of: Vec<Vec<Duration>> = vec![Vec::new(); conditions.len()];
+        let mut window_p99: Vec<Vec<Duration>> = vec![Vec::new(); conditions.len()];
         for w in 0..windows * conditions.len() {
             let condition = w % conditions.len();
             let side = match condition {
-                1 => Some(hostile.clone()),
-                2 => Some(extra.clone()),
+                1 => Some((hostile.clone(), false)),
+                2 => Some((extra.clone(), false)),
+                3 => Some((hostile_distinct.clone(), true)),
+                4 => Some((extra_distinct.clone(), true)),
                 _ => None,
             };
             let stop = Arc::new(AtomicBool::new(false));
             let mut side_task = None;
-            if let Some(side) = side {
+            if let Some((side, stamp)) = side {
                 // Open loop too: each request at its time, whatever the answers take (a tenant's
                 // CI applying its manifests again and again).
                 let (client, base, stop, answered) =
                     (client.clone(), base.clone(), stop.clone(), answered_hostile.clone());
-                let counts = condition == 1;
+                let counts = condition == 1 || condition == 3;
                 side_task = Some(tokio::spawn(async move {
                     let start = tokio::time::Instant::now();
                     let mut sent = Vec::new();
@@ -400,8 +440,9 @@ fn stream(
                         let (client, base, side, answered) = (client.clone(), base.clone(), side.clone(), answered.clone());
                         sent.push(tokio::spawn(async move {
                             let (name, body) = &side[i % side.len()];
+                            let body = if stamp { stamped(body, (w * 1_000_000 + i) as u64) } else { body.clone() };
                             let path = if i.is_multiple_of(2) { "validate" } else { "mutate" };
-                            match post(&client, &format!("{base}/{path}"), body.clone()).await {
+                            match post(&client, &format!("{base}/{path}"), body).await {
                                 Ok(()) => {
                                     if counts {
                                         answered.fetch_add(1, Ordering::Relaxed);
@@ -426,27 +467,51 @@ fn stream(
                 failures.extend(t.await.unwrap());
             }
             failures.extend(errors);
+            let mut window = latencies.clone();
+            window_p99[condition].push(percentiles(&mut window).1);
             latencies_of[condition].extend(latencies);
         }
-        println!("| ordinary requests | answered | p50 | p99 | worst |");
-        println!("|---|---:|---:|---:|---:|");
+        // Two p99s per condition: pooled over its windows, and the median of its windows' own
+        // p99s. The second is what the targets judge: this machine is shared, and a burst of
+        // another tenant's work that lands in one window moves the pooled p99 of its condition by
+        // more than the hostile requests do; a median over the windows needs it in half of them.
+        println!("| ordinary requests | answered | p50 | p99 pooled | p99, median of the windows' | worst |");
+        println!("|---|---:|---:|---:|---:|---:|");
         let mut p99 = Vec::new();
         let mut worst = Duration::ZERO;
-        for (name, latencies) in conditions.iter().zip(&mut latencies_of) {
+        for ((name, latencies), windows) in conditions.iter().zip(&mut latencies_of).zip(&mut window_p99) {
             let (p50, p, max) = percentiles(latencies);
-            println!("| {name} | {} | {:.2} ms | {:.2} ms | {:.2} ms |", latencies.len(), ms(p50), ms(p), ms(max));
-            p99.push(p.as_secs_f64().max(1e-9));
+            windows.sort();
+            let median = windows.get(windows.len() / 2).copied().unwrap_or_default();
+            println!(
+                "| {name} | {} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} ms |",
+                latencies.len(),
+                ms(p50),
+                ms(p),
+                ms(median),
+                ms(max)
+            );
+            p99.push((p.as_secs_f64().max(1e-9), median.as_secs_f64().max(1e-9)));
             worst = worst.max(max);
         }
-        let ratio = p99[1] / p99[0];
-        let control = p99[1] / p99[2];
         println!("\nhostile requests answered: {}", answered_hostile.load(Ordering::Relaxed));
         let verdict = |ok: bool| if ok { "PASS" } else { "FAIL" };
-        println!("p99 with hostile / alone: {ratio:.3} (target: at most 1.10): {}", verdict(ratio <= 1.10));
-        println!(
-            "p99 with hostile / with as many ordinary Deployments: {control:.3} (hostile requests cost what ordinary ones do: at most 1.10): {}",
-            verdict(control <= 1.10)
-        );
+        for (hostile, control, each) in [(1, 2, ""), (3, 4, ", each distinct")] {
+            let ratio = (p99[hostile].1 / p99[0].1, p99[hostile].0 / p99[0].0);
+            let control = (p99[hostile].1 / p99[control].1, p99[hostile].0 / p99[control].0);
+            println!(
+                "p99 with hostile{each} / alone: {:.3} (pooled {:.3}; target: at most 1.10): {}",
+                ratio.0,
+                ratio.1,
+                verdict(ratio.0 <= 1.10)
+            );
+            println!(
+                "p99 with hostile{each} / with as many ordinary Deployments{each}: {:.3} (pooled {:.3}; hostile requests cost what ordinary ones do: at most 1.10): {}",
+                control.0,
+                control.1,
+                verdict(control.0 <= 1.10)
+            );
+        }
         if answered_hostile.load(Ordering::Relaxed) == 0 {
             failures.push("no hostile request was answered".into());
         }
@@ -456,6 +521,64 @@ fn stream(
         failures.truncate(20);
         failures
     })
+}
+
+/// Where a request's pod template labels get a label of its own (`nonce`), so that [`stamped`]
+/// can make each send distinct; a request without a pod template is returned as it is.
+fn with_nonce(body: &[u8]) -> Vec<u8> {
+    let mut review: Value = serde_json::from_slice(body).expect("an AdmissionReview");
+    let labels = &mut review["request"]["object"]["spec"]["template"]["metadata"]["labels"];
+    if labels.is_object() {
+        labels["nonce"] = json!(NONCE);
+    }
+    serde_json::to_vec(&review).unwrap()
+}
+
+const NONCE: &str = "N0000000000";
+
+/// `body` with its nonce (if any) replaced by `n`: the same length, another pod.
+fn stamped(body: &[u8], n: u64) -> Vec<u8> {
+    let mut out = body.to_vec();
+    if let Some(at) = out.windows(NONCE.len()).position(|w| w == NONCE.as_bytes()) {
+        out[at..at + NONCE.len()].copy_from_slice(format!("N{:010}", n % 10_000_000_000).as_bytes());
+    }
+    out
+}
+
+/// The server's CPUs and the load generator's: `--server-cpus LIST` (comma-separated CPU numbers;
+/// default: the last CPU) and the others; `--server-cpus any` pins nothing. With one CPU both share
+/// it.
+fn cpu_split(args: &[String]) -> (Vec<usize>, Vec<usize>) {
+    let all: Vec<usize> = (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect();
+    let wanted: String = arg(args, "--server-cpus", String::new());
+    if wanted == "any" || all.len() < 2 {
+        return (Vec::new(), Vec::new());
+    }
+    let server: Vec<usize> = if wanted.is_empty() {
+        vec![all[all.len() - 1]]
+    } else {
+        wanted.split(',').map(|c| c.trim().parse().expect("--server-cpus: CPU numbers, comma-separated")).collect()
+    };
+    let client: Vec<usize> = all.iter().copied().filter(|c| !server.contains(c)).collect();
+    println!("CPUs: the server on {server:?}, the load generator on {client:?}");
+    (server, if client.is_empty() { all } else { client })
+}
+
+/// Pins the calling thread (and the threads it creates after) to `cpus`; none: nothing.
+fn pin(cpus: &[usize]) {
+    if cpus.is_empty() {
+        return;
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it (the CPU numbers
+    // are below the machine's count) and sched_setaffinity reads it.
+    let failed = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for &c in cpus {
+            libc::CPU_SET(c, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    } != 0;
+    assert!(!failed, "cannot pin to CPUs {cpus:?}: {}", std::io::Error::last_os_error());
 }
 
 async fn post(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Result<(), String> {
