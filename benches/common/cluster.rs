@@ -149,7 +149,7 @@ pub async fn create_workload(client: &kube::Client, s: &Shape, i: usize) -> Resu
 }
 
 /// Pod `j` of workload `i`, bound to a node, owned by `owner` (without a status).
-fn pod(s: &Shape, i: usize, j: usize, owner: &Owner) -> Pod {
+pub fn pod(s: &Shape, i: usize, j: usize, owner: &Owner) -> Pod {
     let g = workload(s, i);
     let (kind, oname, uid) = owner;
     let mut pod_labels = labels(&g.name);
@@ -210,7 +210,7 @@ pub fn node_name(n: usize) -> String {
 }
 
 /// Node `n`: its hostname, and one of three zones.
-fn node(n: usize) -> Value {
+pub fn node(n: usize) -> Value {
     let name = node_name(n);
     json!({"metadata": {"name": name, "labels": {
         "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": format!("zone-{}", n % 3)}}})
