@@ -217,7 +217,7 @@ async fn answer_within_budget(state: Arc<AppState>, webhook: Webhook, body: Byte
     };
     let progress = Arc::new(Progress::new());
     let uid = Arc::new(std::sync::OnceLock::new());
-    let judged = lanes::judge_apart(&state.large, body.len(), {
+    let judged = lanes::judge_apart(&state.large, body.len(), values, {
         let (state, progress, uid) = (state.clone(), progress.clone(), uid.clone());
         move || {
             let _judging = state.judging.start();
