@@ -204,6 +204,38 @@ fn an_empty_spread_selector_counts_its_own_pods() {
 }
 
 #[test]
+fn the_zones_are_those_of_the_nodes_the_pods_may_go_to() {
+    let mut tainted = node("t", Some("z3"), None, None);
+    tainted.taints = vec![Taint { key: "gpu".into(), effect: "NoSchedule".into(), ..Default::default() }];
+    let mut cordoned = node("c", Some("z4"), None, None);
+    cordoned.unschedulable = true;
+    let nodes = [
+        node("a", Some("z2"), None, None),
+        node("b", Some("z1"), None, None),
+        node("d", Some("z1"), None, None),
+        node("n", None, None, None),
+        tainted,
+        cordoned,
+    ];
+    // In name order, each once; a node without the label, a tainted and a cordoned one add none.
+    let c = capacity(&spec(CPU_500M), &nodes);
+    assert_eq!(c.zones, ["z1", "z2"]);
+    // Tolerated, the tainted node's zone counts; a node a hard spread cannot count (its key
+    // missing) is still schedulable, so its zone counts too.
+    let tolerant = spec(&format!(
+        "{CPU_500M}tolerations: [{{key: gpu, operator: Exists}}]\n{}",
+        hard_spread("rack", "")
+    ));
+    assert_eq!(capacity(&tolerant, &nodes).zones, ["z1", "z2", "z3"]);
+    // A node affinity narrows them.
+    let pinned = spec(&format!(
+        "{CPU_500M}affinity: {{nodeAffinity: {{requiredDuringSchedulingIgnoredDuringExecution: {{nodeSelectorTerms: \
+         [{{matchExpressions: [{{key: topology.kubernetes.io/zone, operator: In, values: [z2]}}]}}]}}}}}}\n"
+    ));
+    assert_eq!(capacity(&pinned, &nodes).zones, ["z2"]);
+}
+
+#[test]
 fn a_hard_spreads_key_missing_makes_a_node_unusable() {
     let nodes = [node("a", Some("z1"), None, Some(2)), node("b", None, None, Some(2))];
     let s =
