@@ -48,7 +48,9 @@ fn main() {
             _ => flags::bad(&flag, &value, USAGE),
         }
     }
-    println!("| nodes | pods | workloads | namespaces | built in | judged in, median / worst | per workload | findings |");
+    println!(
+        "| nodes | pods | workloads | namespaces | built in | judged in, median / worst | per workload | findings |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     for nodes in sizes {
         let pods = nodes * per_node;
@@ -119,10 +121,18 @@ fn build(s: &cluster::Shape) -> Cluster {
         let meta = json!({"name": g.name, "namespace": g.ns, "uid": format!("uid-{i}")});
         let owner = if g.sts {
             spec["serviceName"] = json!(g.name);
-            add(&mut index, json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta, "spec": spec}), &g.ns);
+            add(
+                &mut index,
+                json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta, "spec": spec}),
+                &g.ns,
+            );
             ("StatefulSet".to_string(), g.name.clone(), format!("uid-{i}"))
         } else {
-            add(&mut index, json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec}), &g.ns);
+            add(
+                &mut index,
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": spec}),
+                &g.ns,
+            );
             if cluster::has_hpa(s, i) {
                 add(
                     &mut index,
@@ -137,7 +147,8 @@ fn build(s: &cluster::Shape) -> Cluster {
             ("ReplicaSet".to_string(), format!("{}-5d9c7f", g.name), format!("uid-rs-{i}"))
         };
         if i.is_multiple_of(2) {
-            let mut spec = if i.is_multiple_of(20) { json!({"maxUnavailable": 0}) } else { json!({"maxUnavailable": 1}) };
+            let mut spec =
+                if i.is_multiple_of(20) { json!({"maxUnavailable": 0}) } else { json!({"maxUnavailable": 1}) };
             spec["selector"] = json!({"matchLabels": cluster::labels(&g.name)});
             let allowed = if i.is_multiple_of(20) || g.pods < 2 { 0 } else { 1 };
             add(

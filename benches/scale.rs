@@ -56,8 +56,9 @@
 //!    `ha_guard_admission_duration_seconds` per webhook (the time in the handler), p50 and p99 by
 //!    bucket interpolation (Prometheus' `histogram_quantile`); serve's and reports' VmRSS and VmHWM
 //!    after the window; reports' full-read time (its log line `background audit done` with
-//!    `run=full`: `elapsed_ms`, the read and judgement of every namespace; the view's first sync is
-//!    logged apart and shown apart); `ha_guard_rule_deadline_exceeded_total` since serve started
+//!    `run=full`: `elapsed_ms`, the read and judgement of every namespace, split into its
+//!    `reading_ms`, `judging_ms` and `writing_ms`; the view's first sync is logged apart and shown
+//!    apart); `ha_guard_rule_deadline_exceeded_total` since serve started
 //!    (must be 0) and the apiserver's failed, failed-open and error-refused calls to ha-guard
 //!    (`support::ApiserverCalls`; must be 0).
 //!
@@ -1219,7 +1220,13 @@ fn details(r: &Row, a: &Args) -> String {
         .full_parts
         .iter()
         .map(|[all, read, judge, write]| {
-            format!("{:.1} s = reading {:.1} s + judging {:.1} s + writing {:.1} s", all / 1e3, read / 1e3, judge / 1e3, write / 1e3)
+            format!(
+                "{:.1} s = reading {:.1} s + judging {:.1} s + writing {:.1} s",
+                all / 1e3,
+                read / 1e3,
+                judge / 1e3,
+                write / 1e3
+            )
         })
         .collect();
     let _ = writeln!(

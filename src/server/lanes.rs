@@ -83,7 +83,11 @@ pub async fn judge_apart<T: Send + 'static>(
     values: usize,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Failed> {
-    if body_len > LARGE_BODY || values > LARGE_VALUES { large.run(f).await } else { tokio::task::spawn_blocking(f).await.map_err(|_| Failed) }
+    if body_len > LARGE_BODY || values > LARGE_VALUES {
+        large.run(f).await
+    } else {
+        tokio::task::spawn_blocking(f).await.map_err(|_| Failed)
+    }
 }
 
 /// Lowers the calling thread's CPU priority by [`NICE`]. On Linux a thread has a nice value of its
@@ -113,10 +117,12 @@ mod tests {
         let lane = LargeLane::start();
         let name = judge_apart(&lane, LARGE_BODY + 1, 0, || std::thread::current().name().map(str::to_string)).await;
         assert_eq!(name.unwrap().as_deref(), Some("ha-guard-large"));
-        let small = judge_apart(&lane, LARGE_BODY, LARGE_VALUES, || std::thread::current().name().map(str::to_string)).await;
+        let small =
+            judge_apart(&lane, LARGE_BODY, LARGE_VALUES, || std::thread::current().name().map(str::to_string)).await;
         assert_ne!(small.unwrap().as_deref(), Some("ha-guard-large"), "at the limits: the blocking pool");
         // A small body packed with values goes to the lane too.
-        let packed = judge_apart(&lane, 1024, LARGE_VALUES + 1, || std::thread::current().name().map(str::to_string)).await;
+        let packed =
+            judge_apart(&lane, 1024, LARGE_VALUES + 1, || std::thread::current().name().map(str::to_string)).await;
         assert_eq!(packed.unwrap().as_deref(), Some("ha-guard-large"));
         #[cfg(target_os = "linux")]
         {

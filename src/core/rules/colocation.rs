@@ -8,10 +8,10 @@ use crate::core::model::limits;
 use crate::core::model::object::Workload;
 use crate::core::model::pod::{HOSTNAME, NotApart, declared_host_ports, not_apart, spread_constraints};
 use crate::core::model::selector;
-use crate::core::view::capacity::{Binding, Capacity, SpreadLimit, remembered_capacity};
-use crate::core::view::placement::Incoming;
 use crate::core::view::View;
+use crate::core::view::capacity::{Binding, Capacity, SpreadLimit, remembered_capacity};
 use crate::core::view::nodes::NodeTable;
+use crate::core::view::placement::Incoming;
 use k8s_openapi::api::core::v1::PodSpec;
 
 const UNSATISFIABLE_FIX: &str = "lower replicas (or the HPA's maxReplicas) to what the nodes can hold, relax the \

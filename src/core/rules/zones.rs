@@ -1,7 +1,6 @@
 //! Replicas that one zone can take down together: `spread-zone-missing`. Needs the cluster's
 //! nodes (the live view): a manifest alone does not say how many zones there are.
 
-
 use super::context::{Ctx, Emitter, pod_path};
 use crate::core::catalogue::Rule;
 use crate::core::model::limits;

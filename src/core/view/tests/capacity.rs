@@ -222,10 +222,8 @@ fn the_zones_are_those_of_the_nodes_the_pods_may_go_to() {
     assert_eq!(c.zones, ["z1", "z2"]);
     // Tolerated, the tainted node's zone counts; a node a hard spread cannot count (its key
     // missing) is still schedulable, so its zone counts too.
-    let tolerant = spec(&format!(
-        "{CPU_500M}tolerations: [{{key: gpu, operator: Exists}}]\n{}",
-        hard_spread("rack", "")
-    ));
+    let tolerant =
+        spec(&format!("{CPU_500M}tolerations: [{{key: gpu, operator: Exists}}]\n{}", hard_spread("rack", "")));
     assert_eq!(capacity(&tolerant, &nodes).zones, ["z1", "z2", "z3"]);
     // A node affinity narrows them.
     let pinned = spec(&format!(
