@@ -738,18 +738,7 @@ fn main() {
     let (apiserver_pid, etcd_pid) = (pid_of("apiserver"), pid_of("etcd"));
 
     // The report CRDs and the Lease namespaces.
-    let crds = repo().join("charts/ha-guard/crds");
-    cp.kubectl(&["apply", "-f", crds.to_str().unwrap()]).success();
-    cp.kubectl(&[
-        "wait",
-        "--for=condition=established",
-        "--timeout=60s",
-        "crd/policyreports.wgpolicyk8s.io",
-        "crd/clusterpolicyreports.wgpolicyk8s.io",
-        "crd/reports.openreports.io",
-        "crd/clusterreports.openreports.io",
-    ])
-    .success();
+    support::reports::install_report_crds(&cp);
     rt.block_on(async {
         for name in ["ha-guard", "ha-guard-after"] {
             let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();

@@ -626,16 +626,7 @@ impl Drop for Reports {
 
 /// Installs the report CRDs and the Lease's namespace.
 fn install_reports(cp: &ControlPlane) {
-    let crds = repo().join("charts/ha-guard/crds");
-    cp.kubectl(&["apply", "-f", crds.to_str().unwrap()]).success();
-    cp.kubectl(&[
-        "wait",
-        "--for=condition=established",
-        "--timeout=60s",
-        "crd/policyreports.wgpolicyk8s.io",
-        "crd/clusterpolicyreports.wgpolicyk8s.io",
-    ])
-    .success();
+    support::reports::install_report_crds(cp);
     cp.namespace("ha-guard", &[]);
 }
 
