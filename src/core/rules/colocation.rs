@@ -9,9 +9,8 @@ use crate::core::model::object::Workload;
 use crate::core::model::pod::{HOSTNAME, NotApart, declared_host_ports, not_apart, spread_constraints};
 use crate::core::model::selector;
 use crate::core::view::View;
-use crate::core::view::capacity::{Binding, Capacity, SpreadLimit, remembered_capacity};
+use crate::core::view::capacity::{Binding, Capacity, SpreadLimit};
 use crate::core::view::nodes::NodeTable;
-use crate::core::view::placement::Incoming;
 use k8s_openapi::api::core::v1::PodSpec;
 
 const UNSATISFIABLE_FIX: &str = "lower replicas (or the HPA's maxReplicas) to what the nodes can hold, relax the \
@@ -125,9 +124,8 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     }
     // How many replicas the nodes hold, in closed form over the nodes as they are empty (the view
     // holds no pods at admission): one pass over the nodes per constraint, whatever the ceiling.
-    let pod = Incoming { namespace: &ctx.id().namespace, labels: full.template_labels(), spec };
     let table = ctx.node_table();
-    let capacity = remembered_capacity(pod, table);
+    let Some(capacity) = ctx.capacity() else { return };
     // No node these pods may use is known (an empty cluster, a pool that scales from zero): there
     // is nothing to count against, and "at most 0" would be noise, not a bound.
     let nodes = capacity.schedulable;
@@ -135,7 +133,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         return;
     }
     let Some(cap) = capacity.at_most.filter(|cap| *cap < ceiling as u64) else { return };
-    let (path, why, fix) = unsatisfiable_because(full, spec, &capacity);
+    let (path, why, fix) = unsatisfiable_because(full, spec, capacity);
     let scale = scale();
     match node_autoscaler(ctx.view, table) {
         None => out.emit(

@@ -7,7 +7,9 @@ use crate::core::catalogue::Rule;
 use crate::core::config::Config;
 use crate::core::finding::{Decision, Finding, NotJudged};
 use crate::core::model::{Kind, ObjectRef, Subject};
+use crate::core::view::capacity::{Capacity, remembered_capacity};
 use crate::core::view::nodes::NodeTable;
+use crate::core::view::placement::Incoming;
 use crate::core::view::{Absences, Bounds, NodeInfo, Overlay, View, WorkloadInfo, bounds};
 
 /// What the rules get: the subject, the view with the subject overlaid, the configuration.
@@ -22,6 +24,8 @@ pub struct Ctx<'a> {
     scaled: std::cell::OnceCell<Option<Scaled>>,
     /// The view's nodes, asked once: two families read them all.
     nodes: std::cell::OnceCell<Arc<NodeTable>>,
+    /// What the nodes hold of the subject's pod template, asked once: two families read it.
+    capacity: std::cell::OnceCell<Arc<Capacity>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -33,6 +37,7 @@ impl<'a> Ctx<'a> {
             absences: Absences::Judged,
             scaled: std::cell::OnceCell::new(),
             nodes: std::cell::OnceCell::new(),
+            capacity: std::cell::OnceCell::new(),
         }
     }
 
@@ -56,6 +61,18 @@ impl<'a> Ctx<'a> {
     /// The view's nodes with their topology columns ([`View::node_table`]), asked once per review.
     pub fn node_table(&self) -> &NodeTable {
         self.nodes.get_or_init(|| self.view.node_table())
+    }
+
+    /// What the nodes hold of the subject's pod template (a workload's; `None` for other
+    /// subjects), counted once per review ([`remembered_capacity`]: once per node snapshot, but
+    /// each ask hashes the template).
+    pub fn capacity(&self) -> Option<&Capacity> {
+        let Subject::Workload(workload) = self.subject else { return None };
+        let spec = workload.pod_spec()?;
+        Some(self.capacity.get_or_init(|| {
+            let pod = Incoming { namespace: &self.id().namespace, labels: workload.template_labels(), spec };
+            remembered_capacity(pod, self.node_table())
+        }))
     }
 
     /// The subject's id, made once by the overlay: [`Subject::id`] copies the namespace and name.

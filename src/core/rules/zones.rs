@@ -7,8 +7,6 @@ use crate::core::model::limits;
 use crate::core::model::pod::{HOSTNAME, spread_constraints};
 use crate::core::model::selector;
 use crate::core::model::{Subject, Workload};
-use crate::core::view::capacity::remembered_capacity;
-use crate::core::view::placement::Incoming;
 use crate::core::view::{View, bounds};
 use crate::declare_rule;
 
@@ -40,10 +38,9 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
         out.not_judged(&SPREAD_ZONE_MISSING, over);
         return;
     }
-    // The zones of the nodes these pods may go to, from the count the colocation rules ask for
-    // the same pod (one pass over the nodes for both, once per node snapshot).
-    let pod = Incoming { namespace: &ctx.id().namespace, labels: full.template_labels(), spec };
-    let capacity = remembered_capacity(pod, ctx.node_table());
+    // The zones of the nodes these pods may go to, from the count the colocation rules read too
+    // (asked once per review, counted once per node snapshot).
+    let Some(capacity) = ctx.capacity() else { return };
     let zones = &capacity.zones;
     if zones.len() < 2 {
         return;
