@@ -557,7 +557,11 @@ fn cpu_split(args: &[String]) -> (Vec<usize>, Vec<usize>) {
     let server: Vec<usize> = if wanted.is_empty() {
         vec![all[all.len() - 1]]
     } else {
-        wanted.split(',').map(|c| c.trim().parse().expect("--server-cpus: CPU numbers, comma-separated")).collect()
+        wanted
+            .split(',')
+            .map(|c| c.trim().parse().ok().filter(|c| all.contains(c)))
+            .collect::<Option<_>>()
+            .unwrap_or_else(|| panic!("--server-cpus {wanted:?}: CPU numbers below {}, comma-separated", all.len()))
     };
     let client: Vec<usize> = all.iter().copied().filter(|c| !server.contains(c)).collect();
     println!("CPUs: the server on {server:?}, the load generator on {client:?}");
@@ -569,8 +573,8 @@ fn pin(cpus: &[usize]) {
     if cpus.is_empty() {
         return;
     }
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it (the CPU numbers
-    // are below the machine's count) and sched_setaffinity reads it.
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET writes within it (cpu_split keeps
+    // only CPU numbers below the machine's count) and sched_setaffinity reads it.
     let failed = unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         for &c in cpus {
