@@ -132,6 +132,8 @@ impl AppState {
     ) -> Arc<Self> {
         let metrics = Metrics::new();
         metrics.set_exceptions(&config);
+        // A template counted for the first time on a large cluster waits behind the others.
+        crate::core::view::nodes::count_apart_with(super::lanes::count_apart);
         Arc::new(AppState {
             view,
             config: RwLock::new(Arc::new(config)),

@@ -32,6 +32,25 @@ type Memo = HashMap<(TypeId, u64), Arc<dyn Any + Send + Sync>>;
 /// cost as much as counting, and such pods are hostile or rare.
 const MEMO_SPEC_BYTES: usize = 64 * 1024;
 
+/// Nodes from which a count the memo does not hold runs where [`count_apart_with`] says: below
+/// this, a count costs less than starting a thread (about 50 ns a node).
+pub const APART_NODES: usize = 1000;
+
+/// Runs a count synchronously somewhere else (the server: on a thread of lower CPU priority);
+/// it must have run `work` to its end when it returns.
+pub type RunApart = fn(&mut (dyn FnMut() + Send));
+
+static RUN_APART: OnceLock<RunApart> = OnceLock::new();
+
+/// Where the counts that the memo does not hold run, on tables of [`APART_NODES`] nodes or more:
+/// set once per process (by `serve`; the first call wins). Counting a new template on a cluster of
+/// thousands of nodes is most of its admission's cost; at a lower priority, a stream of new
+/// templates (a tenant's, or many rollouts at once) waits behind the remembered ones, instead of
+/// delaying them. Without it the count runs on the caller's thread. The answer is the same.
+pub fn count_apart_with(run: RunApart) {
+    let _ = RUN_APART.set(run);
+}
+
 /// The nodes of a view, in the view's order (by name), and what was computed of them so far: the
 /// columns asked, the answers about pods ([`super::capacity`]'s counts), the first node a node
 /// autoscaler labels.
@@ -91,22 +110,38 @@ impl NodeTable {
         namespace: &str,
         labels: &std::collections::BTreeMap<String, String>,
         spec: &impl serde::Serialize,
-        compute: impl FnOnce() -> T,
+        compute: impl FnOnce() -> T + Send,
     ) -> Arc<T> {
-        let Some(key) = self.key_of(namespace, labels, spec) else { return Arc::new(compute()) };
+        let Some(key) = self.key_of(namespace, labels, spec) else { return Arc::new(self.computed(compute)) };
         let key = (TypeId::of::<T>(), key);
         let kept = self.answers.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
         if let Some(answer) = kept.and_then(|a| a.downcast::<T>().ok()) {
             return answer;
         }
         // Computed outside the lock, as the columns are numbered.
-        let answer = Arc::new(compute());
+        let answer = Arc::new(self.computed(compute));
         let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
         if answers.len() >= KEPT_ANSWERS {
             answers.clear();
         }
         answers.insert(key, answer.clone());
         answer
+    }
+
+    /// `compute`'s answer, computed where [`count_apart_with`] says on a table of
+    /// [`APART_NODES`] nodes or more.
+    fn computed<T: Send>(&self, compute: impl FnOnce() -> T + Send) -> T {
+        let apart = RUN_APART.get().filter(|_| self.nodes.len() >= APART_NODES);
+        let Some(run) = apart else { return compute() };
+        let mut compute = Some(compute);
+        let mut answer = None;
+        run(&mut || answer = compute.take().map(|c| c()));
+        // A runner that did not run it: computed here.
+        match (answer, compute) {
+            (Some(answer), _) => answer,
+            (None, Some(compute)) => compute(),
+            (None, None) => unreachable!("compute taken without an answer: the runner resumed its panic"),
+        }
     }
 
     /// The pod's hash, or `None` past [`MEMO_SPEC_BYTES`]. Serialised whole before its length is
@@ -231,22 +266,26 @@ mod tests {
         let table = NodeTable::new(vec![node("a", &[])]);
         let labels: BTreeMap<String, String> = [("app".to_string(), "web".to_string())].into();
         let spec = serde_json::json!({"containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}}}]});
-        let counts = std::cell::Cell::new(0);
+        let counts = std::sync::atomic::AtomicUsize::new(0);
         let count = |n| {
-            counts.set(counts.get() + 1);
+            counts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             counted(n)
         };
         let first = table.remembered("shop", &labels, &spec, || count(3));
         let again = table.remembered("shop", &labels, &spec, || count(99));
         assert!(Arc::ptr_eq(&first, &again));
-        assert_eq!((*again, counts.get()), (Counted(3), 1), "remembered, not counted again");
+        assert_eq!(
+            (*again, counts.load(std::sync::atomic::Ordering::Relaxed)),
+            (Counted(3), 1),
+            "remembered, not counted again"
+        );
         // Each of the three inputs is part of what the pod is known by.
         let other_labels: BTreeMap<String, String> = [("app".to_string(), "api".to_string())].into();
         let other_spec = serde_json::json!({"containers": [{"name": "app", "resources": {"requests": {"cpu": "2"}}}]});
         assert_eq!(*table.remembered("shop", &other_labels, &spec, || count(4)), Counted(4));
         assert_eq!(*table.remembered("blog", &labels, &spec, || count(5)), Counted(5));
         assert_eq!(*table.remembered("shop", &labels, &other_spec, || count(6)), Counted(6));
-        assert_eq!(counts.get(), 4);
+        assert_eq!(counts.load(std::sync::atomic::Ordering::Relaxed), 4);
         // Another answer about the same pod is kept apart from the count.
         assert_eq!(*table.remembered("shop", &labels, &spec, || "zones"), "zones");
         assert_eq!(*table.remembered("shop", &labels, &spec, || count(98)), Counted(3));
@@ -271,6 +310,35 @@ mod tests {
         let a = table.remembered("shop", &labels, &just, || counted(1));
         let b = table.remembered("shop", &labels, &just, || counted(2));
         assert_eq!((*a, *b), (Counted(1), Counted(1)), "remembered at the limit");
+    }
+
+    /// A runner as `serve`'s: on a thread of its own, waited for. (Set for the whole test binary:
+    /// it changes only where the large tables' counts run.)
+    fn run_on_a_named_thread(work: &mut (dyn FnMut() + Send)) {
+        std::thread::scope(|s| {
+            std::thread::Builder::new().name("apart".into()).spawn_scoped(s, work).map(|t| t.join())
+        })
+        .expect("a thread")
+        .expect("no panic");
+    }
+
+    #[test]
+    fn a_count_on_a_large_table_that_the_memo_lacks_runs_apart() {
+        // The first runner set wins: this one, or `serve`'s where a server test set it first.
+        count_apart_with(run_on_a_named_thread);
+        let nodes = |n: usize| NodeTable::new((0..n).map(|i| node(&format!("n{i}"), &[])).collect());
+        let (large, small) = (nodes(APART_NODES), nodes(APART_NODES - 1));
+        let labels = BTreeMap::new();
+        let thread = || std::thread::current().name().map(str::to_string);
+        let here = thread();
+        let apart = large.remembered("shop", &labels, &1, thread);
+        assert!(apart.is_some() && *apart != here, "counted on another thread: {apart:?}");
+        assert_eq!(*small.remembered("shop", &labels, &1, thread), here, "below the size: here");
+        // Remembered: answered here, with what was counted apart.
+        assert_eq!(large.remembered("shop", &labels, &1, || None::<String>), apart);
+        // Not remembered (too long): counted apart each time.
+        let long = "x".repeat(MEMO_SPEC_BYTES + 1);
+        assert_eq!(large.remembered("shop", &labels, &long, thread), apart);
     }
 
     #[test]
