@@ -107,6 +107,7 @@ fn main() {
                     tolerates_cordon: false,
                     requests: ha_guard::core::model::resources::Resources { cpu_milli: 100, ..Default::default() },
                     ports: Vec::new(),
+                    anti_affinity: Default::default(),
                 },
             );
         }

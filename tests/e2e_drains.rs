@@ -55,6 +55,10 @@ struct Scenario {
     bare: bool,
     second_pdb: bool,
     not_ready: bool,
+    /// A `guard` pod created once the replicas run, on a node of its own, whose required
+    /// anti-affinity on the hostname keeps the replicas off its node (InterPodAffinity's
+    /// `satisfyExistingPodsAntiAffinity`): a replacement cannot go there either.
+    guard: bool,
 }
 
 fn scenarios() -> Vec<Scenario> {
@@ -89,6 +93,7 @@ fn scenarios() -> Vec<Scenario> {
                     bare: false,
                     second_pdb: false,
                     not_ready: false,
+                    guard: false,
                 });
             }
         }
@@ -101,6 +106,7 @@ fn scenarios() -> Vec<Scenario> {
         bare,
         second_pdb,
         not_ready,
+        guard: false,
     };
     for s in [
         special(3, json!({"maxUnavailable": 1}), Constraint::Spread, true, false, false),
@@ -126,7 +132,25 @@ fn scenarios() -> Vec<Scenario> {
     ] {
         out.push(Scenario { name: format!("d{}", out.len()), ..s });
     }
+    // An existing pod's anti-affinity: the replacement has nowhere else to go (its own
+    // anti-affinity or spread keeps it off the other replica's node), and the guard's node refuses it.
+    for constraint in [Constraint::AntiAffinity, Constraint::Spread, Constraint::None] {
+        let budget = Some(json!({"maxUnavailable": 1}));
+        let (bare, second_pdb, not_ready) = (false, false, false);
+        let name = format!("d{}", out.len());
+        out.push(Scenario { name, replicas: 2, budget, constraint, bare, second_pdb, not_ready, guard: true });
+    }
     out
+}
+
+/// The guard of a scenario: one pod on the scenario's nodes, keeping `app` pods off its node.
+fn guard(ns: &str) -> Value {
+    let labels = json!({"app": "guard"});
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "guard", "namespace": ns},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels},
+            "spec": {"nodeSelector": {"scenario": ns}, "containers": [{"name": "guard", "image": "nginx:1.27"}],
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "app"}}}]}}}}}})
 }
 
 fn objects(s: &Scenario) -> Vec<Value> {
@@ -261,6 +285,9 @@ fn describe(s: &Scenario) -> String {
     if s.not_ready {
         d.push_str(" not Ready");
     }
+    if s.guard {
+        d.push_str(" +guard's anti-affinity");
+    }
     d
 }
 
@@ -277,9 +304,18 @@ fn run(cp: &ControlPlane, s: &Scenario) -> (String, Option<String>) {
         if running == want { Ok(()) } else { Err(format!("{p:?}")) }
     })
     .unwrap_or_else(|e| panic!("{e}"));
+    if s.guard {
+        cp.apply(guard(ns)).success();
+        poll("the guard Running", WAIT, Duration::from_millis(200), || {
+            let running = pods(cp, ns).iter().any(|(n, _, phase)| n.starts_with("guard-") && phase == "Running");
+            if running { Ok(()) } else { Err(format!("{:?}", pods(cp, ns))) }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
     // The pod to drain: the node of the first replica (a bare pod joins it there).
     let placed = pods(cp, ns);
-    let node = placed.iter().map(|(_, on, _)| on.clone()).min().expect("a placed pod");
+    let replicas = placed.iter().filter(|(n, _, _)| n.starts_with("app-"));
+    let node = replicas.map(|(_, on, _)| on.clone()).min().expect("a placed pod");
     if s.bare {
         cp.apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": ns},
             "spec": {"nodeName": node, "containers": [{"name": "app", "image": "nginx:1.27"}]}}))

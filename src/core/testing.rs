@@ -160,6 +160,7 @@ pub fn pod(name: &str, owner: &str, node: &str) -> crate::core::view::PodInfo {
         tolerates_cordon: false,
         requests: Default::default(),
         ports: Vec::new(),
+        anti_affinity: Default::default(),
     }
 }
 

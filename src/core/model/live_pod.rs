@@ -59,6 +59,20 @@ pub struct LivePodSpec {
     pub init_containers: Vec<LiveContainer>,
     pub host_network: Option<bool>,
     pub overhead: Option<BTreeMap<String, Quantity>>,
+    pub affinity: Option<LiveAffinity>,
+}
+
+/// Of a pod's affinity, what the placement of other pods reads: its required anti-affinity.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LiveAffinity {
+    pub pod_anti_affinity: Option<LiveAntiAffinity>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LiveAntiAffinity {
+    pub required_during_scheduling_ignored_during_execution: Vec<k8s_openapi::api::core::v1::PodAffinityTerm>,
 }
 
 /// A container, as much as placement reads: its requests, host ports and restart policy (a
@@ -131,6 +145,12 @@ impl LivePod {
             overhead: self.spec.overhead.clone(),
             ..Default::default()
         }
+    }
+
+    /// Its required pod anti-affinity terms.
+    pub fn required_anti_affinity(&self) -> std::sync::Arc<[k8s_openapi::api::core::v1::PodAffinityTerm]> {
+        let terms = self.spec.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref());
+        terms.map(|t| t.required_during_scheduling_ignored_during_execution.as_slice().into()).unwrap_or_default()
     }
 
     /// What the pod asks of its node, as the scheduler sums it.

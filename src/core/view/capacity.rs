@@ -205,7 +205,7 @@ pub fn replicas_capacity(pod: Incoming, table: &NodeTable) -> Capacity {
     }
     let mut constraints: Vec<(Kind, Domains)> = Vec::new();
     for (term, t) in anti_terms.iter().enumerate() {
-        if term_matches(t, pod.namespace, pod.namespace, pod.labels) {
+        if term_matches(t, pod.namespace, pod.labels, pod.namespace, None, pod.labels) {
             let column = table.column(&t.topology_key);
             let domains = Domains { of: column.domain.clone(), column };
             constraints.push((Kind::Anti { term, key: &t.topology_key }, domains));

@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, PodSpec, Taint, Toleration, TopologySpreadConstraint};
+use k8s_openapi::api::core::v1::{
+    NodeSelectorRequirement, PodAffinityTerm, PodSpec, Taint, Toleration, TopologySpreadConstraint,
+};
 
 use super::projection::NodeInfo;
 use crate::core::model::resources::{HostPort, Resources, host_ports, pod_requests, ports_conflict};
@@ -348,6 +350,19 @@ pub struct Placed {
     pub ports: Vec<HostPort>,
     /// Being deleted: PodTopologySpread no longer counts it; the other filters still do.
     pub terminating: bool,
+    /// Its required pod anti-affinity terms: they keep the pods they match off its domains
+    /// (InterPodAffinity's `satisfyExistingPodsAntiAffinity`).
+    pub anti_affinity: Arc<[PodAffinityTerm]>,
+}
+
+/// The required pod anti-affinity terms of `spec`, as a [`Placed`] keeps them.
+pub fn required_anti_affinity(spec: &PodSpec) -> Arc<[PodAffinityTerm]> {
+    spec.affinity
+        .as_ref()
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| a.required_during_scheduling_ignored_during_execution.as_deref())
+        .map(Arc::from)
+        .unwrap_or_default()
 }
 
 /// What pods may request of `node`: its `status.allocatable`; a node that reports none is not
@@ -425,17 +440,41 @@ pub struct Nodes {
     states: Vec<NodeState>,
     /// Per namespace: the nodes holding pods of it (index into `states`), with how many.
     by_namespace: HashMap<Arc<str>, BTreeMap<usize, usize>>,
+    /// The nodes holding pods with required anti-affinity terms, with how many: what an incoming
+    /// pod is checked against (few pods have them).
+    anti_holders: BTreeMap<usize, usize>,
+    /// The namespaces' labels, for the terms' `namespaceSelector`s; a namespace not in it has
+    /// none (as the scheduler takes a namespace it cannot find).
+    namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
 }
+
+/// No labels: a namespace [`Nodes`] does not know.
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 impl Nodes {
     pub fn new(states: Vec<NodeState>) -> Nodes {
         let mut by_namespace: HashMap<Arc<str>, BTreeMap<usize, usize>> = HashMap::new();
+        let mut anti_holders: BTreeMap<usize, usize> = BTreeMap::new();
         for (at, s) in states.iter().enumerate() {
             for p in &s.pods {
                 *by_namespace.entry(p.namespace.clone()).or_default().entry(at).or_default() += 1;
+                if !p.anti_affinity.is_empty() {
+                    *anti_holders.entry(at).or_default() += 1;
+                }
             }
         }
-        Nodes { states, by_namespace }
+        Nodes { states, by_namespace, anti_holders, namespace_labels: Arc::default() }
+    }
+
+    /// With the namespaces' labels (the terms' `namespaceSelector`s read them).
+    pub fn with_namespace_labels(mut self, labels: HashMap<String, BTreeMap<String, String>>) -> Nodes {
+        self.namespace_labels = Arc::new(labels);
+        self
+    }
+
+    /// The labels of `namespace`; none where it is not known.
+    pub fn namespace_labels(&self, namespace: &str) -> &BTreeMap<String, String> {
+        self.namespace_labels.get(namespace).unwrap_or(&NO_LABELS)
     }
 
     /// The nodes empty.
@@ -450,19 +489,28 @@ impl Nodes {
 
     pub fn push(&mut self, at: usize, pod: Placed) {
         *self.by_namespace.entry(pod.namespace.clone()).or_default().entry(at).or_default() += 1;
+        if !pod.anti_affinity.is_empty() {
+            *self.anti_holders.entry(at).or_default() += 1;
+        }
         self.states[at].push(pod);
     }
 
     /// Takes off `states[at]` the first pod of `namespace` that `which` picks.
     pub fn remove(&mut self, at: usize, namespace: &str, which: impl Fn(&Placed) -> bool) -> Option<Placed> {
         let pod = self.states[at].remove(namespace, which)?;
-        if let Some(on) = self.by_namespace.get_mut(namespace)
-            && let Some(n) = on.get_mut(&at)
-        {
-            *n -= 1;
-            if *n == 0 {
-                on.remove(&at);
+        let less = |counts: &mut BTreeMap<usize, usize>| {
+            if let Some(n) = counts.get_mut(&at) {
+                *n -= 1;
+                if *n == 0 {
+                    counts.remove(&at);
+                }
             }
+        };
+        if let Some(on) = self.by_namespace.get_mut(namespace) {
+            less(on);
+        }
+        if !pod.anti_affinity.is_empty() {
+            less(&mut self.anti_holders);
         }
         Some(pod)
     }
@@ -526,41 +574,69 @@ struct Counted<'a> {
     /// Per required anti-affinity term: its topology key and the values whose domain holds a
     /// matching pod.
     anti: Vec<(&'a str, BTreeSet<&'a str>)>,
-    /// The same for the required affinity terms, and whether the first-pod escape applies.
-    affinity: Vec<(&'a str, BTreeSet<&'a str>)>,
+    /// The topology keys of the required affinity terms, and the (key, value) domains holding a
+    /// pod that matches all of them; whether the first-pod escape applies.
+    affinity: Vec<&'a str>,
+    affinity_domains: BTreeSet<(&'a str, &'a str)>,
     affinity_escape: bool,
+    /// The (key, value) domains where an existing pod's required anti-affinity term matches the
+    /// pod.
+    existing_anti: BTreeSet<(&'a str, &'a str)>,
 }
 
-/// Whether a pod of `namespace` with `labels` matches `term` of a pod in `own`.
+/// Whether a pod of `namespace` (its namespace labelled `namespace_labels`; `None`: not known) with
+/// `labels` matches `term` of a pod of `own` labelled `own_labels`. As kube-scheduler's
+/// `AffinityTerm.Matches` (`k8s.io/kube-scheduler/framework/types.go`) reads a term: in the
+/// namespaces it lists, or those its `namespaceSelector` selects (`{}`: all), or the pod's own
+/// where it has neither; then its `labelSelector` (none selects nothing), with `matchLabelKeys` /
+/// `mismatchLabelKeys` taken as the apiserver merges them into it (`In` / `NotIn` the owning pod's
+/// value of the key, for the keys it carries). An unknown namespace's labels: its selector is
+/// taken to select it (the admission counts, which read no namespace).
 pub(crate) fn term_matches(
-    term: &k8s_openapi::api::core::v1::PodAffinityTerm,
+    term: &PodAffinityTerm,
     own: &str,
+    own_labels: &BTreeMap<String, String>,
     namespace: &str,
+    namespace_labels: Option<&BTreeMap<String, String>>,
     labels: &BTreeMap<String, String>,
 ) -> bool {
-    let in_namespace = match term.namespaces.as_deref() {
-        Some(list) if !list.is_empty() => list.iter().any(|n| n == namespace),
-        _ => term.namespace_selector.is_some() || namespace == own,
-    };
-    in_namespace && term.label_selector.as_ref().is_some_and(|s| crate::core::model::selector::matches(s, labels))
+    use crate::core::model::selector;
+    let listed = term.namespaces.as_deref().unwrap_or_default();
+    let in_namespace = listed.iter().any(|n| n == namespace)
+        || (listed.is_empty() && term.namespace_selector.is_none() && namespace == own)
+        || term.namespace_selector.as_ref().is_some_and(|s| namespace_labels.is_none_or(|l| selector::matches(s, l)));
+    let Some(sel) = term.label_selector.as_ref().filter(|_| in_namespace) else { return false };
+    let keys_match =
+        term.match_label_keys.iter().flatten().all(|k| own_labels.get(k).is_none_or(|v| labels.get(k) == Some(v)));
+    let keys_mismatch =
+        term.mismatch_label_keys.iter().flatten().all(|k| own_labels.get(k).is_none_or(|v| labels.get(k) != Some(v)));
+    keys_match && keys_mismatch && selector::matches(sel, labels)
 }
 
-/// Whether a pod on `n` matches `term` of a pod in `own`: only the namespaces the term reads.
-fn any_matches(term: &k8s_openapi::api::core::v1::PodAffinityTerm, own: &str, n: &NodeState) -> bool {
-    let hit = |pods: &[Placed]| pods.iter().any(|p| term_matches(term, own, &p.namespace, &p.labels));
+/// Whether a placed pod matches `term` of `pod`.
+fn matches_term(term: &PodAffinityTerm, pod: Incoming, placed: &Placed, nodes: &Nodes) -> bool {
+    let namespace_labels = nodes.namespace_labels(&placed.namespace);
+    term_matches(term, pod.namespace, pod.labels, &placed.namespace, Some(namespace_labels), &placed.labels)
+}
+
+/// The pods on `n` that may match `term` of a pod in `own`: those of the namespaces it reads.
+fn term_pods<'n>(term: &PodAffinityTerm, own: &str, n: &'n NodeState) -> Box<dyn Iterator<Item = &'n Placed> + 'n> {
     match term.namespaces.as_deref() {
-        Some(list) if !list.is_empty() => list.iter().any(|ns| hit(n.in_namespace(ns))),
-        _ if term.namespace_selector.is_some() => hit(n.pods()),
-        _ => hit(n.in_namespace(own)),
+        _ if term.namespace_selector.is_some() => Box::new(n.pods().iter()),
+        Some(list) if !list.is_empty() => {
+            let list: Vec<String> = list.to_vec();
+            Box::new(list.into_iter().flat_map(move |ns| n.in_namespace(&ns).iter()))
+        }
+        _ => Box::new(n.in_namespace(own).iter()),
     }
 }
 
 /// The nodes that may hold a pod matching `term` of a pod in `own`: those holding pods of the
 /// namespaces the term reads.
-fn term_nodes(term: &k8s_openapi::api::core::v1::PodAffinityTerm, own: &str, nodes: &Nodes) -> BTreeSet<usize> {
+fn term_nodes(term: &PodAffinityTerm, own: &str, nodes: &Nodes) -> BTreeSet<usize> {
     match term.namespaces.as_deref() {
-        Some(list) if !list.is_empty() => list.iter().flat_map(|ns| nodes.holding(ns)).collect(),
         _ if term.namespace_selector.is_some() => (0..nodes.len()).collect(),
+        Some(list) if !list.is_empty() => list.iter().flat_map(|ns| nodes.holding(ns)).collect(),
         _ => nodes.holding(own).collect(),
     }
 }
@@ -610,36 +686,73 @@ fn counted<'a>(pod: Incoming<'a>, nodes: &'a Nodes) -> Counted<'a> {
         })
         .collect();
     let affinity = pod.spec.affinity.as_ref();
-    let with_match = |terms: &[&'a k8s_openapi::api::core::v1::PodAffinityTerm]| -> Vec<(&'a str, BTreeSet<&'a str>)> {
-        terms
-            .iter()
-            .map(|term| {
-                let values = term_nodes(term, pod.namespace, nodes)
-                    .into_iter()
-                    .map(|at| &nodes[at])
-                    .filter(|n| any_matches(term, pod.namespace, n))
-                    .filter_map(|n| n.node.labels.get(&term.topology_key).map(String::as_str))
-                    .collect();
-                (term.topology_key.as_str(), values)
-            })
-            .collect()
-    };
-    let anti_terms: Vec<_> = affinity
+    let anti_terms: Vec<&'a PodAffinityTerm> = affinity
         .iter()
         .flat_map(|a| a.pod_anti_affinity.iter())
         .flat_map(|a| a.required_during_scheduling_ignored_during_execution.iter().flatten())
         .collect();
-    let affinity_terms: Vec<_> = affinity
+    let affinity_terms: Vec<&'a PodAffinityTerm> = affinity
         .iter()
         .flat_map(|a| a.pod_affinity.iter())
         .flat_map(|a| a.required_during_scheduling_ignored_during_execution.iter().flatten())
         .collect();
-    let affinity_escape = !affinity_terms.is_empty()
-        && !affinity_terms.iter().all(|t| {
-            term_nodes(t, pod.namespace, nodes).into_iter().any(|at| any_matches(t, pod.namespace, &nodes[at]))
+    // `getIncomingAffinityAntiAffinityCounts`: an anti-affinity term counts every pod it matches;
+    // the affinity terms count only a pod that matches all of them, in each term's domain.
+    let anti = anti_terms
+        .iter()
+        .map(|term| {
+            let values = term_nodes(term, pod.namespace, nodes)
+                .into_iter()
+                .map(|at| &nodes[at])
+                .filter(|n| term_pods(term, pod.namespace, n).any(|p| matches_term(term, pod, p, nodes)))
+                .filter_map(|n| n.node.labels.get(&term.topology_key).map(String::as_str))
+                .collect();
+            (term.topology_key.as_str(), values)
         })
-        && affinity_terms.iter().all(|t| term_matches(t, pod.namespace, pod.namespace, pod.labels));
-    Counted { spreads, anti: with_match(&anti_terms), affinity: with_match(&affinity_terms), affinity_escape }
+        .collect();
+    let mut affinity_domains: BTreeSet<(&'a str, &'a str)> = BTreeSet::new();
+    if let Some(first) = affinity_terms.first() {
+        for at in term_nodes(first, pod.namespace, nodes) {
+            let n = &nodes[at];
+            let all = |p: &Placed| affinity_terms.iter().all(|t| matches_term(t, pod, p, nodes));
+            if term_pods(first, pod.namespace, n).any(all) {
+                for t in &affinity_terms {
+                    if let Some(v) = n.node.labels.get(&t.topology_key) {
+                        affinity_domains.insert((t.topology_key.as_str(), v.as_str()));
+                    }
+                }
+            }
+        }
+    }
+    // `satisfiesSelfAffinityCheck`: no pod anywhere matches all the terms, and the pod does.
+    let own_namespace = Some(nodes.namespace_labels(pod.namespace));
+    let affinity_escape = !affinity_terms.is_empty()
+        && affinity_domains.is_empty()
+        && affinity_terms
+            .iter()
+            .all(|t| term_matches(t, pod.namespace, pod.labels, pod.namespace, own_namespace, pod.labels));
+    // `getExistingAntiAffinityCounts`: the existing pods' terms that match the incoming pod, with
+    // the incoming pod's namespace labels for their namespaceSelectors.
+    let mut existing_anti: BTreeSet<(&'a str, &'a str)> = BTreeSet::new();
+    for &at in nodes.anti_holders.keys() {
+        let n = &nodes[at];
+        for p in n.pods().iter().filter(|p| !p.anti_affinity.is_empty()) {
+            for t in p.anti_affinity.iter() {
+                let matches = term_matches(t, &p.namespace, &p.labels, pod.namespace, own_namespace, pod.labels);
+                if let Some(v) = n.node.labels.get(&t.topology_key).filter(|_| matches) {
+                    existing_anti.insert((t.topology_key.as_str(), v.as_str()));
+                }
+            }
+        }
+    }
+    Counted {
+        spreads,
+        anti,
+        affinity: affinity_terms.iter().map(|t| t.topology_key.as_str()).collect(),
+        affinity_domains,
+        affinity_escape,
+        existing_anti,
+    }
 }
 
 /// Whether `pod` can go on `nodes[at]`, the other nodes as they are (for the affinities and the
@@ -695,20 +808,30 @@ fn fits_counted(
             return Err(Unfit::NodePorts(wanted.port));
         }
     }
-    // InterPodAffinity: anti-affinity refuses a node whose domain holds a matching pod (a node
-    // without the key passes); affinity needs a match in the node's domain for every term (a node
-    // without the key fails), unless no pod anywhere matches and the pod matches its own terms.
+    // InterPodAffinity's Filter, in its order. The pod's affinity: the node carries every term's
+    // key, and each term's domain holds a pod matching all the terms, unless none exists anywhere
+    // and the pod matches them itself (`nodeTopologyMatchesAffinity`).
+    let domain = |key: &str| here.node.labels.get(key).map(String::as_str);
+    if !counted.affinity.is_empty() {
+        if let Some(key) = counted.affinity.iter().find(|k| domain(k).is_none()) {
+            return Err(Unfit::InterPodAffinity(format!("required pod affinity on {key} (the node lacks the key)")));
+        }
+        let missing =
+            counted.affinity.iter().find(|k| !counted.affinity_domains.contains(&(**k, domain(k).unwrap_or(""))));
+        if let (Some(key), false) = (missing, counted.affinity_escape) {
+            return Err(Unfit::InterPodAffinity(format!("required pod affinity on {key}")));
+        }
+    }
+    // The pod's anti-affinity: no matching pod in the node's domain of each term
+    // (`satisfyPodAntiAffinity`; a node without the key passes).
     for (key, values) in &counted.anti {
-        if here.node.labels.get(*key).is_some_and(|v| values.contains(v.as_str())) {
+        if domain(key).is_some_and(|v| values.contains(v)) {
             return Err(Unfit::InterPodAffinity(format!("required pod anti-affinity on {key}")));
         }
     }
-    if !counted.affinity_escape {
-        for (key, values) in &counted.affinity {
-            if !here.node.labels.get(*key).is_some_and(|v| values.contains(v.as_str())) {
-                return Err(Unfit::InterPodAffinity(format!("required pod affinity on {key}")));
-            }
-        }
+    // The existing pods' anti-affinity against this one (`satisfyExistingPodsAntiAffinity`).
+    if let Some((key, _)) = counted.existing_anti.iter().find(|(k, v)| domain(k) == Some(*v)) {
+        return Err(Unfit::InterPodAffinity(format!("an existing pod's required pod anti-affinity on {key}")));
     }
     // PodTopologySpread: the node must carry the key, and its domain's matching pods + 1 − the
     // minimum must not exceed maxSkew.
@@ -771,6 +894,7 @@ pub fn place_replicas(pod: Incoming, states: &mut Nodes, n: usize) -> usize {
         requests: pod_requests(pod.spec),
         ports: host_ports(pod.spec),
         terminating: false,
+        anti_affinity: required_anti_affinity(pod.spec),
     };
     for placed in 0..n {
         let Ok(candidates) = feasible(pod, states) else { return placed };
@@ -806,6 +930,7 @@ mod pod_tests {
             requests: Resources { cpu_milli, ..Default::default() },
             ports: Vec::new(),
             terminating: false,
+            anti_affinity: Arc::default(),
         }
     }
 
@@ -908,6 +1033,145 @@ mod pod_tests {
         // The first cache pod may go anywhere (it matches its own term).
         let first = Incoming { labels: &labels("cache"), ..pod };
         assert_eq!(feasible(first, &empty), Ok(vec![0, 1]));
+    }
+
+    fn in_namespace(ns: &str, app: &str) -> Placed {
+        Placed { namespace: ns.into(), ..placed(app, 0) }
+    }
+
+    /// `satisfyExistingPodsAntiAffinity` (interpodaffinity/filtering.go): an existing pod's required
+    /// anti-affinity term that matches the incoming pod keeps it out of that pod's domain, though
+    /// the incoming pod has no affinity of its own; the term's namespaceSelector is asked of the
+    /// incoming pod's namespace labels (`getExistingAntiAffinityCounts`).
+    #[test]
+    fn an_existing_pods_anti_affinity_keeps_the_pods_it_matches_out_of_its_domain() {
+        let (a, b, c) = (node("a", &[("zone", "z1")]), node("b", &[("zone", "z1")]), node("c", &[("zone", "z2")]));
+        let guard = |term: &str| {
+            let s = spec(&format!(
+                "containers: [{{name: db, image: x}}]\naffinity: {{podAntiAffinity: \
+                 {{requiredDuringSchedulingIgnoredDuringExecution: [{{topologyKey: zone, {term}}}]}}}}"
+            ));
+            Placed { anti_affinity: required_anti_affinity(&s), ..in_namespace("data", "db") }
+        };
+        let plain = spec("containers: [{name: app, image: x}]");
+        let web = labels("web");
+        let pod = Incoming { namespace: "shop", labels: &web, spec: &plain };
+        let world = |term: &str| {
+            Nodes::new(vec![state(&a, 1000, vec![guard(term)]), state(&b, 1000, vec![]), state(&c, 1000, vec![])])
+                .with_namespace_labels([("shop".to_string(), labels("tenant"))].into())
+        };
+        // The db pod keeps web pods of any namespace labelled app=tenant out of zone z1.
+        let nodes = world("labelSelector: {matchLabels: {app: web}}, namespaceSelector: {matchLabels: {app: tenant}}");
+        assert_eq!(feasible(pod, &nodes), Ok(vec![2]));
+        assert_eq!(
+            fits(pod, 1, &nodes),
+            Err(Unfit::InterPodAffinity("an existing pod's required pod anti-affinity on zone".into())),
+            "b holds no pod, but is in the db pod's zone"
+        );
+        // Its term reads only its own namespace by default: a web pod of shop is not kept away.
+        let nodes = world("labelSelector: {matchLabels: {app: web}}");
+        assert_eq!(feasible(pod, &nodes), Ok(vec![0, 1, 2]));
+        // Nor where the namespaceSelector does not select shop.
+        let nodes = world("labelSelector: {matchLabels: {app: web}}, namespaceSelector: {matchLabels: {app: other}}");
+        assert_eq!(feasible(pod, &nodes), Ok(vec![0, 1, 2]));
+        // The pod's own namespace listed: kept away again.
+        let nodes = world("labelSelector: {matchLabels: {app: web}}, namespaces: [shop]");
+        assert_eq!(feasible(pod, &nodes), Ok(vec![2]));
+    }
+
+    /// `updateWithAffinityTerms` and `podMatchesAllAffinityTerms`: an existing pod counts for the
+    /// incoming pod's affinity only if it matches all its terms; `nodeTopologyMatchesAffinity`: the
+    /// node must carry every term's key, and the first-pod escape applies only when no pod
+    /// anywhere matches all the terms (`len(state.clusterWideAffinityCounts) == 0`).
+    #[test]
+    fn affinity_counts_only_pods_matching_all_terms_and_escapes_only_when_none_exists() {
+        let (a, b, c) = (
+            node("a", &[("zone", "z1"), ("rack", "r1")]),
+            node("b", &[("zone", "z2"), ("rack", "r2")]),
+            node("c", &[("zone", "z2")]),
+        );
+        let s = spec(
+            "containers: [{name: app, image: x}]\naffinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [\
+             {topologyKey: zone, labelSelector: {matchLabels: {tier: cache}}}, \
+             {topologyKey: rack, labelSelector: {matchExpressions: [{key: app, operator: Exists}]}}]}}",
+        );
+        let cache = |app: &str| {
+            let mut l = labels(app);
+            l.insert("tier".into(), "cache".into());
+            Placed { labels: Arc::new(l), ..placed(app, 0) }
+        };
+        let tiered = |tier: &str| {
+            let mut l = labels("web");
+            l.insert("tier".into(), tier.into());
+            l
+        };
+        let own = tiered("web");
+        let pod = Incoming { namespace: "default", labels: &own, spec: &s };
+        // A pod matching both terms on a: only a's zone and rack qualify.
+        let nodes =
+            Nodes::new(vec![state(&a, 1000, vec![cache("redis")]), state(&b, 1000, vec![]), state(&c, 1000, vec![])]);
+        assert_eq!(feasible(pod, &nodes), Ok(vec![0]));
+        // A pod matching only the first term (no app label) counts for neither: no domain holds a
+        // match, and the pod does not match its own first term: nowhere.
+        let half = Placed { labels: Arc::new([("tier".to_string(), "cache".to_string())].into()), ..placed("x", 0) };
+        let nodes =
+            Nodes::new(vec![state(&a, 1000, vec![half.clone()]), state(&b, 1000, vec![]), state(&c, 1000, vec![])]);
+        assert!(feasible(pod, &nodes).is_err());
+        // The first cache pod (it matches both its terms) may go where every key is: a and b, not c.
+        let first = tiered("cache");
+        let first = Incoming { labels: &first, ..pod };
+        assert_eq!(feasible(first, &nodes), Ok(vec![0, 1]));
+        assert_eq!(
+            fits(first, 2, &nodes),
+            Err(Unfit::InterPodAffinity("required pod affinity on rack (the node lacks the key)".into()))
+        );
+        // Once a pod matching both exists (on b), the escape is gone: only b's domains.
+        let nodes = Nodes::new(vec![
+            state(&a, 1000, vec![half]),
+            state(&b, 1000, vec![cache("memcached")]),
+            state(&c, 1000, vec![]),
+        ]);
+        assert_eq!(feasible(first, &nodes), Ok(vec![1]));
+    }
+
+    /// `AffinityTerm.Matches` (k8s.io/kube-scheduler/framework/types.go): listed namespaces or
+    /// the namespaceSelector's (`{}`: every namespace), the pod's own only when the term has
+    /// neither; `matchLabelKeys` / `mismatchLabelKeys` as the apiserver merges them into the
+    /// selector (pkg/registry/core/pod/strategy.go), for the keys the term's pod carries.
+    #[test]
+    fn a_term_reads_its_namespaces_and_label_keys_as_the_scheduler_does() {
+        let term = |yaml: &str| -> PodAffinityTerm { serde_saphyr::from_str(yaml).unwrap() };
+        let web = labels("web");
+        let prod: BTreeMap<String, String> = [("env".to_string(), "prod".to_string())].into();
+        let none = BTreeMap::new();
+        let m = |t: &PodAffinityTerm, ns: &str, ns_labels: &BTreeMap<String, String>| {
+            term_matches(t, "own", &web, ns, Some(ns_labels), &web)
+        };
+        let default = term("topologyKey: k\nlabelSelector: {matchLabels: {app: web}}");
+        assert!(m(&default, "own", &none) && !m(&default, "other", &none));
+        let both = term(
+            "topologyKey: k\nlabelSelector: {}\nnamespaces: [listed]\nnamespaceSelector: {matchLabels: {env: prod}}",
+        );
+        assert!(m(&both, "listed", &none), "listed");
+        assert!(m(&both, "other", &prod), "selected");
+        assert!(!m(&both, "own", &none), "its own namespace only by default");
+        let all = term("topologyKey: k\nlabelSelector: {}\nnamespaceSelector: {}");
+        assert!(m(&all, "anywhere", &none));
+        let no_selector = term("topologyKey: k\nnamespaceSelector: {}");
+        assert!(!m(&no_selector, "own", &none), "no labelSelector selects nothing");
+        // Label keys: the owner is web at revision 1.
+        let owner: BTreeMap<String, String> =
+            [("app", "web"), ("rev", "1")].map(|(k, v)| (k.to_string(), v.to_string())).into();
+        let at = |rev: &str| -> BTreeMap<String, String> {
+            [("app", "web"), ("rev", rev)].map(|(k, v)| (k.to_string(), v.to_string())).into()
+        };
+        let same = term("topologyKey: k\nlabelSelector: {matchLabels: {app: web}}\nmatchLabelKeys: [rev, absent]");
+        assert!(term_matches(&same, "own", &owner, "own", None, &at("1")));
+        assert!(!term_matches(&same, "own", &owner, "own", None, &at("2")));
+        let other = term("topologyKey: k\nlabelSelector: {matchLabels: {app: web}}\nmismatchLabelKeys: [rev]");
+        assert!(!term_matches(&other, "own", &owner, "own", None, &at("1")));
+        assert!(term_matches(&other, "own", &owner, "own", None, &at("2")));
+        assert!(term_matches(&other, "own", &owner, "own", None, &web), "NotIn holds where the key is absent");
     }
 
     /// The drain's case: a hostname spread, three nodes one a replica, one cordoned with its

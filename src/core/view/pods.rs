@@ -198,6 +198,7 @@ mod tests {
             tolerates_cordon: false,
             requests: Default::default(),
             ports: Vec::new(),
+            anti_affinity: Default::default(),
         }
     }
 

@@ -475,6 +475,8 @@ pub struct PodInfo {
     /// What it asks of its node (`NodeResourcesFit`), and its host ports (`NodePorts`).
     pub requests: Resources,
     pub ports: Vec<HostPort>,
+    /// Its required pod anti-affinity terms (InterPodAffinity keeps the pods they match away).
+    pub anti_affinity: Arc<[k8s_openapi::api::core::v1::PodAffinityTerm]>,
 }
 
 impl PodInfo {
@@ -492,6 +494,7 @@ impl PodInfo {
             tolerates_cordon: p.spec.tolerations.iter().any(|t| pod::tolerates_cordon(t).is_some()),
             requests: p.requests(),
             ports: p.host_ports(),
+            anti_affinity: p.required_anti_affinity(),
         }
     }
 

@@ -286,7 +286,12 @@ impl World {
                 pods[i].push((namespace, pod));
             }
         }
-        World { states: Nodes::new(states), pods }
+        // The namespaces holding pods: what the affinity terms' namespaceSelectors are asked of.
+        let labels = namespaces.into_keys().map(|ns| {
+            let labels = view.namespace_labels(&ns).unwrap_or_default();
+            (ns, labels)
+        });
+        World { states: Nodes::new(states).with_namespace_labels(labels.collect()), pods }
     }
 
     /// Cordons `drained`, with the taint the node lifecycle controller adds; gives back the nodes
@@ -327,6 +332,7 @@ fn placed(namespace: Arc<str>, pod: &PodInfo) -> Placed {
         requests: pod.requests.clone(),
         ports: pod.ports.clone(),
         terminating: pod.terminating,
+        anti_affinity: pod.anti_affinity.clone(),
     }
 }
 
@@ -393,6 +399,7 @@ fn replacement_of(pod: &PodInfo, template: &super::projection::Template, drain: 
         tolerates_cordon: pod.tolerates_cordon,
         requests: crate::core::model::resources::pod_requests(&template.spec),
         ports: crate::core::model::resources::host_ports(&template.spec),
+        anti_affinity: super::placement::required_anti_affinity(&template.spec),
     }
 }
 
@@ -610,6 +617,7 @@ fn evicted(
                     requests: crate::core::model::resources::pod_requests(&template.spec),
                     ports: crate::core::model::resources::host_ports(&template.spec),
                     terminating: false,
+                    anti_affinity: super::placement::required_anti_affinity(&template.spec),
                 },
             );
             for pdb in view.pdbs_covering(namespace, &template.labels) {
