@@ -1,7 +1,7 @@
 //! Where a review runs, off the async workers: an ordinary request on tokio's blocking pool; a
 //! large one (a body over [`LARGE_BODY`] or over [`LARGE_VALUES`] JSON values: decoding and
 //! judging it cost in proportion, milliseconds a MiB) on the large lane, one at a time on a thread
-//! of its own at a lower CPU priority. However many large
+//! of its own at the lowest CPU priority (`SCHED_IDLE`). However many large
 //! requests arrive, they take at most one core, and the ordinary reviews come first on it: a
 //! tenant posting megabyte objects in a loop slows only its own answers (which the deadline
 //! bounds), never everyone else's.
@@ -22,13 +22,12 @@ pub const LARGE_VALUES: usize = 4096;
 /// Large reviews waiting for the lane at most; one more waits for a place (its deadline runs).
 const QUEUE: usize = 16;
 
-/// How much lower the large lane's thread runs than the process (`nice` steps, up to 19): 19
-/// steps lower, the scheduler gives it about 1/70 of the CPU of a thread at the process's own when
-/// both want it, and all of it when nothing else does. A replica that is not saturated answers a
-/// large review as fast as before; one that is answers the ordinary ones first, and the deadline
-/// bounds how long the large one waits (then its answer is the failure policy's, said). At 5 steps
-/// (a third of the CPU) a 7 ms review still doubled the ordinary requests' p99 beside it
-/// (docs/benchmarks.md, "Hostile admissions").
+/// How much lower the large lane's thread runs than the process (`nice` steps, up to 19), where
+/// `SCHED_IDLE` cannot be set ([`lower_priority`]): the scheduler then gives it about 1/70 of the
+/// CPU of a thread at the process's own when both want it, and all of it when nothing else does.
+/// A replica that is not saturated answers a large review as fast as before; one that is answers
+/// the ordinary ones first, and the deadline bounds how long the large one waits (then its answer
+/// is the failure policy's, said).
 const NICE: i32 = 19;
 
 type Job = Box<dyn FnOnce() + Send>;
