@@ -59,6 +59,8 @@ pub struct LivePodSpec {
     pub init_containers: Vec<LiveContainer>,
     pub host_network: Option<bool>,
     pub overhead: Option<BTreeMap<String, Quantity>>,
+    /// Pod-level resources (the apiserver stores their requests defaulted).
+    pub resources: Option<LiveResources>,
     pub affinity: Option<LiveAffinity>,
 }
 
@@ -143,6 +145,11 @@ impl LivePod {
             init_containers: Some(self.spec.init_containers.iter().map(container).collect()),
             host_network: self.spec.host_network,
             overhead: self.spec.overhead.clone(),
+            resources: self
+                .spec
+                .resources
+                .as_ref()
+                .map(|r| ResourceRequirements { requests: r.requests.clone(), ..Default::default() }),
             ..Default::default()
         }
     }
@@ -191,5 +198,29 @@ mod tests {
         assert_eq!(pod.spec.tolerations.len(), 1);
         let empty: LivePod = serde_json::from_value(serde_json::json!({})).unwrap();
         assert!(!empty.ready() && empty.unschedulable().is_none() && !empty.mirror());
+    }
+
+    /// What placement reads of a stored pod beyond its containers: pod-level requests and
+    /// overhead (summed as the scheduler does), and its required anti-affinity terms.
+    #[test]
+    fn a_stored_pod_keeps_its_pod_level_requests_overhead_and_anti_affinity() {
+        let pod: LivePod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-0", "namespace": "data"},
+            "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}],
+                "resources": {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "4"}},
+                "overhead": {"cpu": "250m"},
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "db"}}}]},
+                    "nodeAffinity": {"ignored": true}}}
+        }))
+        .unwrap();
+        let r = pod.requests();
+        assert_eq!((r.cpu_milli, r.memory), (2250, 1 << 30), "the pod-level requests, and the overhead on top");
+        let terms = pod.required_anti_affinity();
+        assert_eq!(terms.len(), 1);
+        assert_eq!(terms[0].topology_key, "kubernetes.io/hostname");
+        let plain: LivePod =
+            serde_json::from_value(serde_json::json!({"spec": {"containers": [{"name": "c"}]}})).unwrap();
+        assert!(plain.required_anti_affinity().is_empty() && plain.requests().is_zero());
     }
 }

@@ -17,6 +17,20 @@ pub struct Resources {
 }
 
 impl Resources {
+    /// Sets the resources `names` (Kubernetes names: `cpu`, `memory`, others) to their values in `o`.
+    pub fn replace(&mut self, names: &[String], o: &Resources) {
+        for name in names {
+            match name.as_str() {
+                "cpu" => self.cpu_milli = o.cpu_milli,
+                "memory" => self.memory = o.memory,
+                "ephemeral-storage" => self.ephemeral_storage = o.ephemeral_storage,
+                other => {
+                    self.scalar.insert(other.to_string(), o.scalar.get(other).copied().unwrap_or(0));
+                }
+            }
+        }
+    }
+
     pub fn add(&mut self, o: &Resources) {
         self.cpu_milli = self.cpu_milli.saturating_add(o.cpu_milli);
         self.memory = self.memory.saturating_add(o.memory);
@@ -99,8 +113,41 @@ pub fn pod_requests(spec: &PodSpec) -> Resources {
     }
     sum.add(&sidecars);
     sum.max(&init_peak);
+    if let Some(pod_level) = pod_level_requests(spec, &sum) {
+        sum.replace(&pod_level.0, &pod_level.1);
+    }
     sum.add(&Resources::of(spec.overhead.as_ref()));
     sum
+}
+
+/// Whether pod-level resources (`spec.resources`) may set `name`: CPU, memory and huge pages
+/// (`IsSupportedPodLevelResource`, `k8s.io/component-helpers/resource`).
+fn pod_level_resource(name: &str) -> bool {
+    matches!(name, "cpu" | "memory") || name.starts_with("hugepages-")
+}
+
+/// The pod-level requests that replace the containers' sum (`PodRequests`'
+/// `applyPodLevelResources`), as the apiserver stores them: an explicit request; else, where the
+/// pod sets limits, the containers' sum for CPU and memory where they request any (left as it
+/// is; a sum of 0 is taken as none), and the pod-level limit where they do not, or for huge pages
+/// (`defaultPodRequests`). The names set, and their values parsed.
+fn pod_level_requests(spec: &PodSpec, containers: &Resources) -> Option<(Vec<String>, Resources)> {
+    let resources = spec.resources.as_ref()?;
+    let mut effective: BTreeMap<String, Quantity> = BTreeMap::new();
+    for (name, q) in resources.requests.iter().flatten().filter(|(n, _)| pod_level_resource(n)) {
+        effective.insert(name.clone(), q.clone());
+    }
+    for (name, q) in resources.limits.iter().flatten().filter(|(n, _)| pod_level_resource(n)) {
+        let from_containers = match name.as_str() {
+            "cpu" => containers.cpu_milli > 0,
+            "memory" => containers.memory > 0,
+            _ => false,
+        };
+        if !from_containers {
+            effective.entry(name.clone()).or_insert_with(|| q.clone());
+        }
+    }
+    (!effective.is_empty()).then(|| (effective.keys().cloned().collect(), Resources::of(Some(&effective))))
 }
 
 /// A Kubernetes quantity (`500m`, `2`, `1Gi`, `128M`, `1e3`) in whole units, rounded up. Written
@@ -233,5 +280,32 @@ mod tests {
         );
         let r = pod_requests(&s);
         assert_eq!((r.cpu_milli, r.memory), (1050, 64 << 20), "max(100+200+50, 1000+50) millicores");
+    }
+
+    /// `PodRequests` with pod-level resources (`k8s.io/component-helpers/resource`; the
+    /// PodLevelResources gate is on from 1.34): the pod's requests for CPU, memory and huge pages
+    /// replace the containers' sum; where it sets only limits, `defaultPodRequests` takes the
+    /// containers' sum where they request the resource and the pod-level limit where they do not;
+    /// another resource (ephemeral storage) stays the containers'; the overhead is added on top.
+    #[test]
+    fn pod_level_resources_replace_the_containers_sum_as_the_scheduler_reads_them() {
+        let containers =
+            "containers:\n- {name: a, image: x, resources: {requests: {cpu: 100m, ephemeral-storage: 1Gi}}}\n";
+        let with = |resources: &str| {
+            pod_requests(&spec(&format!("{containers}resources: {resources}\noverhead: {{cpu: 10m}}")))
+        };
+        let r = with("{requests: {cpu: '2', memory: 1Gi}}");
+        assert_eq!((r.cpu_milli, r.memory, r.ephemeral_storage), (2010, 1 << 30, 1 << 30), "pod-level, then overhead");
+        // Limits only: CPU the containers request stays theirs; memory they do not comes from the limit.
+        let r = with("{limits: {cpu: '4', memory: 2Gi}}");
+        assert_eq!((r.cpu_milli, r.memory), (110, 2 << 30));
+        // A resource pod-level resources cannot set is ignored there.
+        let r = with("{requests: {ephemeral-storage: 5Gi}}");
+        assert_eq!((r.cpu_milli, r.ephemeral_storage), (110, 1 << 30));
+        // Huge pages: the pod-level limit, whatever the containers ask.
+        let r = with("{limits: {hugepages-2Mi: 4Mi, memory: 1Gi}}");
+        assert_eq!((r.scalar.get("hugepages-2Mi").copied(), r.memory), (Some(4 << 20), 1 << 30));
+        // None set: the containers' sum.
+        assert_eq!(with("{}").cpu_milli, 110);
     }
 }
