@@ -59,6 +59,10 @@ struct Scenario {
     /// anti-affinity on the hostname keeps the replicas off its node (InterPodAffinity's
     /// `satisfyExistingPodsAntiAffinity`): a replacement cannot go there either.
     guard: bool,
+    /// Another namespace's pod (`NAME-crowd`), created first, taking the one node the replicas
+    /// leave: `audit --namespace NAME --drain` must count it (a drain is simulated on the whole
+    /// cluster), or it says the replacement fits there.
+    crowd: bool,
 }
 
 fn scenarios() -> Vec<Scenario> {
@@ -94,6 +98,7 @@ fn scenarios() -> Vec<Scenario> {
                     second_pdb: false,
                     not_ready: false,
                     guard: false,
+                    crowd: false,
                 });
             }
         }
@@ -107,6 +112,7 @@ fn scenarios() -> Vec<Scenario> {
         second_pdb,
         not_ready,
         guard: false,
+        crowd: false,
     };
     for s in [
         special(3, json!({"maxUnavailable": 1}), Constraint::Spread, true, false, false),
@@ -138,9 +144,40 @@ fn scenarios() -> Vec<Scenario> {
         let budget = Some(json!({"maxUnavailable": 1}));
         let (bare, second_pdb, not_ready) = (false, false, false);
         let name = format!("d{}", out.len());
-        out.push(Scenario { name, replicas: 2, budget, constraint, bare, second_pdb, not_ready, guard: true });
+        out.push(Scenario {
+            name,
+            replicas: 2,
+            budget,
+            constraint,
+            bare,
+            second_pdb,
+            not_ready,
+            guard: true,
+            crowd: false,
+        });
+    }
+    // Another namespace's pod fills the node the replacement would take.
+    for constraint in [Constraint::Cpu, Constraint::None] {
+        let budget = Some(json!({"maxUnavailable": 1}));
+        let (bare, second_pdb, not_ready, guard) = (false, false, false, false);
+        let name = format!("d{}", out.len());
+        out.push(Scenario { name, replicas: 2, budget, constraint, bare, second_pdb, not_ready, guard, crowd: true });
     }
     out
+}
+
+/// The crowd of a scenario: a Deployment in namespace `NS-crowd` whose one pod asks 600 CPUs on
+/// the scenario's nodes (kwok's have 1,000): no replica asking as much fits beside it.
+fn crowd(ns: &str) -> Vec<Value> {
+    let labels = json!({"app": "crowd"});
+    let other = format!("{ns}-crowd");
+    vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "crowd", "namespace": other},
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels},
+                "spec": {"nodeSelector": {"scenario": ns}, "containers": [{"name": "crowd", "image": "nginx:1.27",
+                    "resources": {"requests": {"cpu": "600"}}}]}}}}),
+    ]
 }
 
 /// The guard of a scenario: one pod on the scenario's nodes, keeping `app` pods off its node.
@@ -288,12 +325,24 @@ fn describe(s: &Scenario) -> String {
     if s.guard {
         d.push_str(" +guard's anti-affinity");
     }
+    if s.crowd {
+        d.push_str(" +another namespace's 600-CPU pod");
+    }
     d
 }
 
 /// One scenario: set up, wait, predict, drain, compare. The table row, and the mismatch if any.
 fn run(cp: &ControlPlane, s: &Scenario) -> (String, Option<String>) {
     let ns = &s.name;
+    if s.crowd {
+        cp.kubectl_in(&["apply", "-f", "-"], &yaml_file(&crowd(ns))).success();
+        let other = format!("{ns}-crowd");
+        poll("the crowd Running", WAIT, Duration::from_millis(200), || {
+            let running = pods(cp, &other).iter().any(|(_, _, phase)| phase == "Running");
+            if running { Ok(()) } else { Err(format!("{:?}", pods(cp, &other))) }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
     let file = cp.root().join(format!("{ns}.yaml"));
     std::fs::write(&file, yaml_file(&objects(s))).expect("scenario file");
     cp.kubectl(&["create", "-f", file.to_str().expect("path")]).success();

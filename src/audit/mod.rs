@@ -31,7 +31,7 @@ use crate::manifest::cores::map_on_cores;
 pub use read::{Cluster, ReadOptions, read};
 
 /// Where findings on the object at `path` are reported.
-fn origin(path: &str) -> Origin {
+pub(crate) fn origin(path: &str) -> Origin {
     Origin { file: path.to_string(), document: 0, item: None, line: 0, column: None, template: None }
 }
 
@@ -109,7 +109,26 @@ pub enum Drain {
 
 /// The findings of a drain of `drain` replayed on `cluster`; an error names a node the cluster
 /// does not have, or a zone with no node.
-pub fn drain(cluster: &Cluster, config: &Config, drain: &Drain) -> Result<Report, String> {
+pub fn drain(cluster: &Cluster, config: &Config, drain: &Drain, namespace: Option<&str>) -> Result<Report, String> {
+    let report = drain_whole(cluster, config, drain)?;
+    Ok(match namespace {
+        Some(ns) => narrowed(report, ns),
+        None => report,
+    })
+}
+
+/// A drain's report as `--namespace NAMESPACE` shows it: the drain is simulated on the whole
+/// cluster (other namespaces' pods fill the nodes that remain, and their budgets and bare pods
+/// can hang or refuse the same drain); what is reported is that namespace's findings, and each
+/// drain's evictions and Pending replacements there (with any refused eviction, which decides how
+/// it ends), its outcome and the namespaces it disrupts.
+fn narrowed(mut report: Report, namespace: &str) -> Report {
+    report.findings.retain(|f| f.finding.object.namespace == namespace);
+    report.drains = report.drains.into_iter().map(|d| d.narrowed_to(namespace)).collect();
+    report
+}
+
+fn drain_whole(cluster: &Cluster, config: &Config, drain: &Drain) -> Result<Report, String> {
     let view: &dyn View = &cluster.index;
     if let Drain::Each = drain {
         return Ok(drain_each(cluster, config));

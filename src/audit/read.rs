@@ -171,10 +171,18 @@ async fn list<T: DeserializeOwned>(
     }
 }
 
+/// What [`failed`] adds to a list the apiserver refused for lack of rights.
+const FORBIDDEN: &str = " (the audit needs get and list on it: see README's Day 2 section)";
+
+/// Whether a [`read`] failed because a list was forbidden (403): a caller may read less.
+pub fn is_forbidden(message: &str) -> bool {
+    message.contains(FORBIDDEN)
+}
+
 /// Why a list failed, for the user: which collection, and what the apiserver said.
 fn failed(path: &str, e: kube::Error) -> String {
     let hint = match &e {
-        kube::Error::Api(s) if s.code == 403 => " (the audit needs get and list on it: see README's Day 2 section)",
+        kube::Error::Api(s) if s.code == 403 => FORBIDDEN,
         kube::Error::Api(s) if s.code == 410 => {
             " (the list took longer than the apiserver keeps a paged list consistent: run the audit again, or with a \
              larger --chunk-size)"

@@ -374,6 +374,7 @@ fn drain_json(run: &crate::core::view::replay::DrainRun) -> Value {
             "workload": format!("{}/{}", p.workload.kind.as_str(), p.workload.name),
             "reason": p.reason,
         })).collect::<Vec<_>>(),
+        "namespaces": run.namespaces,
     })
 }
 

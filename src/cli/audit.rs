@@ -56,12 +56,15 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
         (None, false) => Some(Drain::Nodes(args.drain.clone())),
         (None, true) => None,
     };
+    // A drain is simulated on the whole cluster: `--namespace` narrows what is reported, never what
+    // is read (DESIGN.md §3, "Drains").
     let options = ReadOptions {
-        namespace: args.namespace.clone(),
+        namespace: if drain.is_some() { None } else { args.namespace.clone() },
         selector: args.selector.clone(),
         page: args.chunk_size,
         templates: drain.is_some(),
     };
+    let mut narrowed_read = None;
     let progress = Progress::on_terminal();
     let started = Instant::now();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -70,7 +73,15 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
         .map_err(|e| Error(format!("cannot start the runtime: {e}")))?;
     let cluster = runtime.block_on(async {
         let client = client(&args).await?;
-        audit::read(&client, &options, &progress).await.map_err(Error)
+        match audit::read(&client, &options, &progress).await {
+            // Rights to one namespace only: its drain is simulated on what can be read, and said so.
+            Err(e) if drain.is_some() && args.namespace.is_some() && audit::read::is_forbidden(&e) => {
+                narrowed_read = Some(e);
+                let options = ReadOptions { namespace: args.namespace.clone(), ..options.clone() };
+                audit::read(&client, &options, &progress).await.map_err(Error)
+            }
+            read => read.map_err(Error),
+        }
     });
     let cluster = match cluster {
         Ok(c) => c,
@@ -86,7 +97,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
         cluster.pods
     ));
     let judge = |config: &crate::core::config::Config| match &drain {
-        Some(d) => audit::drain(&cluster, config, d).map_err(Error),
+        Some(d) => audit::drain(&cluster, config, d, args.namespace.as_deref()).map_err(Error),
         None => Ok(audit::audit(&cluster, config)),
     };
     let report = judge(&config);
@@ -98,6 +109,17 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
     };
     progress.done();
     let mut report = report?;
+    if let (Some(why), Some(ns)) = (&narrowed_read, &args.namespace) {
+        report.notices.push((
+            audit::origin("cluster"),
+            format!(
+                "the drain is simulated on namespace {ns}'s pods and budgets alone: the whole cluster could not be \
+                 read ({why}). Other namespaces' pods, which fill the nodes that remain, and their budgets and bare \
+                 pods, which can hang or refuse the same drain, are not counted: the outcome may be better than the \
+                 drain's."
+            ),
+        ));
+    }
     args.report.add_exception_notices(&config, &mut report);
     skipped_notices(&mut report);
     let code = match before {

@@ -114,6 +114,20 @@ pub struct DrainRun {
     pub refused: Vec<RefusedPod>,
     /// Whether replacements were placed (the view held the workloads' pod templates).
     pub replaces: bool,
+    /// The namespaces whose pods it evicts or tries to (every pod not left), in name order: who
+    /// else a drain asked about one namespace disrupts.
+    pub namespaces: Vec<String>,
+}
+
+impl DrainRun {
+    /// The run as `--namespace NAMESPACE` reports it: the evictions and Pending replacements of
+    /// that namespace, and the refused evictions of any (they decide how the drain ends); its
+    /// outcome and `namespaces` stay the whole cluster's.
+    pub fn narrowed_to(mut self, namespace: &str) -> DrainRun {
+        self.evictions.retain(|e| e.namespace == namespace || e.result == EvictionResult::Refused);
+        self.pending.retain(|p| p.namespace == namespace);
+        self
+    }
 }
 
 /// A PDB's state during the replay.
@@ -421,6 +435,7 @@ fn drain(view: &dyn View, states: &mut Nodes, on_node: &[Vec<(String, Arc<PodInf
         blocked: Vec::new(),
         refused: Vec::new(),
         replaces: true,
+        namespaces: Vec::new(),
     };
     // The pods of the drained nodes, in the order asked, then namespace and name.
     let mut to_evict: Vec<(String, Arc<PodInfo>)> = Vec::new();
@@ -466,6 +481,7 @@ fn drain(view: &dyn View, states: &mut Nodes, on_node: &[Vec<(String, Arc<PodInf
             });
         }
         run.outcome = Outcome::Refused;
+        run.namespaces = disrupted(&run.evictions);
         return run;
     }
     let mut ledgers: BTreeMap<ObjectRef, Ledger> = BTreeMap::new();
@@ -572,6 +588,7 @@ fn drain(view: &dyn View, states: &mut Nodes, on_node: &[Vec<(String, Arc<PodInf
             stale: ledger.stale,
         });
     }
+    run.namespaces = disrupted(&run.evictions);
     run.outcome = if !run.refused.is_empty() {
         Outcome::Refused
     } else if !remaining.is_empty() {
@@ -582,6 +599,13 @@ fn drain(view: &dyn View, states: &mut Nodes, on_node: &[Vec<(String, Arc<PodInf
         Outcome::Completes
     };
     run
+}
+
+/// The namespaces of the pods a drain evicts or tries to.
+fn disrupted(evictions: &[Eviction]) -> Vec<String> {
+    let names: BTreeSet<&str> =
+        evictions.iter().filter(|e| e.result != EvictionResult::Left).map(|e| e.namespace.as_str()).collect();
+    names.into_iter().map(str::to_string).collect()
 }
 
 /// `pod` was evicted: it leaves its node, and its controller makes a replacement, placed as the

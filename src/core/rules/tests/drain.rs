@@ -434,3 +434,35 @@ fn each_drain_starts_from_what_the_one_before_left() {
     );
     assert!(runs.iter().all(|r| r.outcome == super::Outcome::Completes));
 }
+
+/// `drains[].namespaces`: the namespaces whose pods a drain evicts or tries to; `--namespace`
+/// keeps that namespace's evictions and Pending replacements, any refused eviction (it decides how
+/// the drain ends), the outcome and the namespaces.
+#[test]
+fn a_drain_names_the_namespaces_it_disrupts_and_narrows_to_one() {
+    use crate::core::view::replay::{Eviction, EvictionResult, Pending};
+    let view = cluster_with_templates(&[&web(2), &pdb("minAvailable: 1", "")], placed(&["n1", "n1"]));
+    let (mut run, _) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.namespaces, ["default"]);
+    let in_shop = |pod: &str, result| Eviction {
+        namespace: "shop".into(),
+        pod: pod.into(),
+        result,
+        replacement: None,
+        reason: "why".into(),
+    };
+    run.evictions.extend([in_shop("db-0", EvictionResult::Refused), in_shop("api-1", EvictionResult::Evicted)]);
+    run.pending.push(Pending {
+        namespace: "shop".into(),
+        pod: "api-1".into(),
+        workload: crate::core::model::ObjectRef::new(crate::core::model::Kind::Deployment, "shop", "api"),
+        reason: "why".into(),
+    });
+    run.namespaces = vec!["default".into(), "shop".into()];
+    let narrowed = run.clone().narrowed_to("default");
+    let pods: Vec<&str> = narrowed.evictions.iter().map(|e| e.pod.as_str()).collect();
+    assert_eq!(pods, ["web-1", "web-2", "db-0"], "default's evictions and shop's refusal");
+    assert!(narrowed.pending.is_empty());
+    assert_eq!((narrowed.outcome, narrowed.namespaces), (run.outcome, run.namespaces.clone()));
+    assert_eq!(run.clone().narrowed_to("shop").pending.len(), 1);
+}
