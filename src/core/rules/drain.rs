@@ -153,6 +153,14 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
         .related(pdbs[1..].iter().cloned().chain(workload.clone()).collect());
     }
     if replay.outcome == Outcome::LeavesPending {
+        // What the simulation cannot know: a node autoscaler may add a node the replacements fit on.
+        let table = view.node_table();
+        let until_added = table.autoscaled_node().map(|(node, label)| {
+            format!(
+                " or a node is added (node {node} carries {label}: a node autoscaler may add one that takes them; the \
+                 simulation places them on the nodes there are)"
+            )
+        });
         let mut by_workload: BTreeMap<&ObjectRef, Vec<&crate::core::view::replay::Pending>> = BTreeMap::new();
         for p in &replay.pending {
             by_workload.entry(&p.workload).or_default().push(p);
@@ -165,11 +173,12 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
                 "spec.template.spec",
                 format!(
                     "a drain of {drained} completes, but the {} of {} cannot be placed on the nodes that remain ({}): \
-                     {w} runs {} short until the nodes are uncordoned.",
+                     {w} runs {} short until the nodes are uncordoned{}.",
                     if pods.len() == 1 { "replacement" } else { "replacements" },
                     pod_names(pods.iter().copied()),
                     pending[0].reason,
-                    pods.len()
+                    pods.len(),
+                    until_added.as_deref().unwrap_or("")
                 ),
                 "make room for the replacements on the nodes that remain before the drain: capacity, a spread they \
                  can meet (nodeTaintsPolicy: Honor stops cordoned nodes counting as domains), free host ports, \

@@ -622,7 +622,16 @@ fn evicted(
         states.remove(at, namespace, |p| p.labels == pod.labels);
     }
     let Some((kind, name)) = pod.workload() else {
-        return (None, "no controller replaces it".into());
+        let why = match pod.owner {
+            // A Job, a bare ReplicaSet, an operator's own kind: the simulation does not know when it
+            // makes another pod, or where.
+            PodOwner::Other => {
+                "its controller is neither a Deployment nor a StatefulSet: replaced only if that \
+                                controller recreates it, which the simulation does not place"
+            }
+            _ => "no controller replaces it",
+        };
+        return (None, why.into());
     };
     let workload = ObjectRef::new(kind, namespace, name);
     let Some(template) = view.template(&workload) else {

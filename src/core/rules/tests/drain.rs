@@ -396,7 +396,7 @@ fn a_replacement_with_nowhere_to_go_hangs_the_drain() {
 fn two_nodes_of_a_spread_workload_leave_one_replica_pending() {
     let n =
         "apiVersion: v1\nkind: Node\nmetadata:\n  name: NAME\n  labels:\n    kubernetes.io/hostname: NAME\nspec: {}\n";
-    let four: Vec<String> = ["n1", "n2", "n3", "n4"].iter().map(|name| n.replace("NAME", name)).collect();
+    let mut four: Vec<String> = ["n1", "n2", "n3", "n4"].iter().map(|name| n.replace("NAME", name)).collect();
     let spread = deployment(
         "web",
         "replicas: 3",
@@ -409,7 +409,20 @@ fn two_nodes_of_a_spread_workload_leave_one_replica_pending() {
     let view = view_with_templates(&docs(&all), placed(&["n1", "n2", "n3"]));
     let (run, f) = super::run(&view, &["n1".to_string(), "n2".to_string()], "nodes n1, n2");
     assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
-    assert_eq!(of_rule(&f, PENDING).len(), 1, "{f:#?}");
+    let pending = of_rule(&f, PENDING);
+    assert_eq!(pending.len(), 1, "{f:#?}");
+    assert!(pending[0].what.ends_with("runs 1 short until the nodes are uncordoned."), "{}", pending[0].what);
+    // A node a node autoscaler labels: the simulation says what it cannot know.
+    four[3] = four[3].replace("labels:\n", "labels:\n    karpenter.sh/nodepool: default\n");
+    let mut all: Vec<&str> = four.iter().map(String::as_str).collect();
+    all.extend([spread.as_str(), budget.as_str()]);
+    let view = view_with_templates(&docs(&all), placed(&["n1", "n2", "n3"]));
+    let (_, f) = super::run(&view, &["n1".to_string(), "n2".to_string()], "nodes n1, n2");
+    let what = &of_rule(&f, PENDING)[0].what;
+    assert!(
+        what.contains("until the nodes are uncordoned or a node is added (node n4 carries karpenter.sh/nodepool"),
+        "{what}"
+    );
 }
 
 /// --drain-each drains the nodes in turn: each drain starts where the one before left the pods
@@ -465,4 +478,21 @@ fn a_drain_names_the_namespaces_it_disrupts_and_narrows_to_one() {
     assert!(narrowed.pending.is_empty());
     assert_eq!((narrowed.outcome, narrowed.namespaces), (run.outcome, run.namespaces.clone()));
     assert_eq!(run.clone().narrowed_to("shop").pending.len(), 1);
+}
+
+/// A pod of another controller (a Job, an operator's kind) is evicted, and the simulation says it
+/// does not know whether or where that controller makes another.
+#[test]
+fn a_pod_of_another_controller_is_evicted_and_its_replacement_not_guessed() {
+    let job = PodInfo { owner: PodOwner::Other, ..pod("batch-1", "batch", "n1") };
+    let view = cluster_with_templates(&[&web(2)], vec![job, pod("web-1", "web", "n2")]);
+    let (run, _) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::Completes, "{run:#?}");
+    let e = &run.evictions[0];
+    assert_eq!((e.pod.as_str(), e.replacement.as_deref()), ("batch-1", None));
+    assert!(
+        e.reason.contains("neither a Deployment nor a StatefulSet: replaced only if that controller recreates it"),
+        "{}",
+        e.reason
+    );
 }
