@@ -440,9 +440,12 @@ pub struct Nodes {
     states: Vec<NodeState>,
     /// Per namespace: the nodes holding pods of it (index into `states`), with how many.
     by_namespace: HashMap<Arc<str>, BTreeMap<usize, usize>>,
-    /// The nodes holding pods with required anti-affinity terms, with how many: what an incoming
-    /// pod is checked against (few pods have them).
-    anti_holders: BTreeMap<usize, usize>,
+    /// The nodes holding pods with required anti-affinity terms, with how many: per namespace,
+    /// those whose terms read only their own namespace (most: neither `namespaces` nor a
+    /// `namespaceSelector`), so an incoming pod is checked against its own namespace's; and those
+    /// with any term that reads others, checked for every pod.
+    anti_own: HashMap<Arc<str>, BTreeMap<usize, usize>>,
+    anti_wide: BTreeMap<usize, usize>,
     /// The namespaces' labels, for the terms' `namespaceSelector`s; a namespace not in it has
     /// none (as the scheduler takes a namespace it cannot find).
     namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
@@ -454,16 +457,33 @@ static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 impl Nodes {
     pub fn new(states: Vec<NodeState>) -> Nodes {
         let mut by_namespace: HashMap<Arc<str>, BTreeMap<usize, usize>> = HashMap::new();
-        let mut anti_holders: BTreeMap<usize, usize> = BTreeMap::new();
+        let mut nodes = Nodes { states: Vec::new(), by_namespace, ..Nodes::default() };
         for (at, s) in states.iter().enumerate() {
             for p in &s.pods {
-                *by_namespace.entry(p.namespace.clone()).or_default().entry(at).or_default() += 1;
-                if !p.anti_affinity.is_empty() {
-                    *anti_holders.entry(at).or_default() += 1;
+                *nodes.by_namespace.entry(p.namespace.clone()).or_default().entry(at).or_default() += 1;
+                if let Some(counts) = nodes.anti_index(p) {
+                    *counts.entry(at).or_default() += 1;
                 }
             }
         }
-        Nodes { states, by_namespace, anti_holders, namespace_labels: Arc::default() }
+        nodes.states = states;
+        nodes
+    }
+
+    /// Where a pod with required anti-affinity terms is indexed (see `anti_own`); `None` for one
+    /// without.
+    fn anti_index(&mut self, pod: &Placed) -> Option<&mut BTreeMap<usize, usize>> {
+        if pod.anti_affinity.is_empty() {
+            return None;
+        }
+        let own_only = pod
+            .anti_affinity
+            .iter()
+            .all(|t| t.namespaces.as_deref().is_none_or(<[String]>::is_empty) && t.namespace_selector.is_none());
+        Some(match own_only {
+            true => self.anti_own.entry(pod.namespace.clone()).or_default(),
+            false => &mut self.anti_wide,
+        })
     }
 
     /// With the namespaces' labels (the terms' `namespaceSelector`s read them).
@@ -489,8 +509,8 @@ impl Nodes {
 
     pub fn push(&mut self, at: usize, pod: Placed) {
         *self.by_namespace.entry(pod.namespace.clone()).or_default().entry(at).or_default() += 1;
-        if !pod.anti_affinity.is_empty() {
-            *self.anti_holders.entry(at).or_default() += 1;
+        if let Some(counts) = self.anti_index(&pod) {
+            *counts.entry(at).or_default() += 1;
         }
         self.states[at].push(pod);
     }
@@ -509,8 +529,8 @@ impl Nodes {
         if let Some(on) = self.by_namespace.get_mut(namespace) {
             less(on);
         }
-        if !pod.anti_affinity.is_empty() {
-            less(&mut self.anti_holders);
+        if let Some(counts) = self.anti_index(&pod) {
+            less(counts);
         }
         Some(pod)
     }
@@ -734,9 +754,8 @@ fn counted<'a>(pod: Incoming<'a>, nodes: &'a Nodes) -> Counted<'a> {
     // `getExistingAntiAffinityCounts`: the existing pods' terms that match the incoming pod, with
     // the incoming pod's namespace labels for their namespaceSelectors.
     let mut existing_anti: BTreeSet<(&'a str, &'a str)> = BTreeSet::new();
-    for &at in nodes.anti_holders.keys() {
-        let n = &nodes[at];
-        for p in n.pods().iter().filter(|p| !p.anti_affinity.is_empty()) {
+    let mut check = |n: &'a NodeState, pods: &'a [Placed]| {
+        for p in pods.iter().filter(|p| !p.anti_affinity.is_empty()) {
             for t in p.anti_affinity.iter() {
                 let matches = term_matches(t, &p.namespace, &p.labels, pod.namespace, own_namespace, pod.labels);
                 if let Some(v) = n.node.labels.get(&t.topology_key).filter(|_| matches) {
@@ -744,6 +763,13 @@ fn counted<'a>(pod: Incoming<'a>, nodes: &'a Nodes) -> Counted<'a> {
                 }
             }
         }
+    };
+    // Terms that read their own namespace only can match the pod only from pods of its namespace.
+    for &at in nodes.anti_own.get(pod.namespace).into_iter().flat_map(BTreeMap::keys) {
+        check(&nodes[at], nodes[at].in_namespace(pod.namespace));
+    }
+    for &at in nodes.anti_wide.keys() {
+        check(&nodes[at], nodes[at].pods());
     }
     Counted {
         spreads,
