@@ -456,8 +456,7 @@ static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 impl Nodes {
     pub fn new(states: Vec<NodeState>) -> Nodes {
-        let mut by_namespace: HashMap<Arc<str>, BTreeMap<usize, usize>> = HashMap::new();
-        let mut nodes = Nodes { states: Vec::new(), by_namespace, ..Nodes::default() };
+        let mut nodes = Nodes::default();
         for (at, s) in states.iter().enumerate() {
             for p in &s.pods {
                 *nodes.by_namespace.entry(p.namespace.clone()).or_default().entry(at).or_default() += 1;
