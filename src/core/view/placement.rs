@@ -639,13 +639,10 @@ fn matches_term(term: &PodAffinityTerm, pod: Incoming, placed: &Placed, nodes: &
 }
 
 /// The pods on `n` that may match `term` of a pod in `own`: those of the namespaces it reads.
-fn term_pods<'n>(term: &PodAffinityTerm, own: &str, n: &'n NodeState) -> Box<dyn Iterator<Item = &'n Placed> + 'n> {
+fn term_pods<'n>(term: &'n PodAffinityTerm, own: &str, n: &'n NodeState) -> Box<dyn Iterator<Item = &'n Placed> + 'n> {
     match term.namespaces.as_deref() {
         _ if term.namespace_selector.is_some() => Box::new(n.pods().iter()),
-        Some(list) if !list.is_empty() => {
-            let list: Vec<String> = list.to_vec();
-            Box::new(list.into_iter().flat_map(move |ns| n.in_namespace(&ns).iter()))
-        }
+        Some(list) if !list.is_empty() => Box::new(list.iter().flat_map(move |ns| n.in_namespace(ns).iter())),
         _ => Box::new(n.in_namespace(own).iter()),
     }
 }
