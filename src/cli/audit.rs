@@ -115,8 +115,8 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
             format!(
                 "the drain is simulated on namespace {ns}'s pods and budgets alone: the whole cluster could not be \
                  read ({why}). Other namespaces' pods, which fill the nodes that remain, and their budgets and bare \
-                 pods, which can hang or refuse the same drain, are not counted: the outcome may be better than the \
-                 drain's."
+                 pods, which can hang or refuse the same drain, are not counted: the real drain may end worse than \
+                 this."
             ),
         ));
     }
