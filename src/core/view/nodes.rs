@@ -21,12 +21,16 @@ const KEPT_COLUMNS: usize = 16;
 /// A node that does not carry a column's key.
 pub const NO_DOMAIN: u32 = u32::MAX;
 
-/// Answers a table keeps (see [`NodeTable::remembered`]); past this many the memo starts over,
-/// so a stream of distinct pods cannot grow it.
+/// Answers a table keeps (see [`NodeTable::remembered`]): a stream of distinct pods cannot grow
+/// the memo past this.
 const KEPT_ANSWERS: usize = 512;
 
-/// What a table remembers of a pod: by the answer's type and the pod's hash.
-type Memo = HashMap<(TypeId, u64), Arc<dyn Any + Send + Sync>>;
+/// What a table remembers of a pod: by the answer's type and the pod's hash. quick_cache's S3-FIFO
+/// admits a new answer on probation and keeps the ones asked again: a stream of pods asked once
+/// each (a tenant varying a label per request) evicts only its own answers, never the templates
+/// that every rollout and scale write asks about (a memo emptied when full lost those too, and
+/// their next admissions counted again, behind the stream's counts).
+type Memo = quick_cache::sync::Cache<(TypeId, u64), Arc<dyn Any + Send + Sync>>;
 
 /// A pod whose labels and spec are longer than this (as JSON) is not remembered: hashing it would
 /// cost as much as counting, and such pods are hostile or rare.
@@ -54,11 +58,11 @@ pub fn count_apart_with(run: RunApart) {
 /// The nodes of a view, in the view's order (by name), and what was computed of them so far: the
 /// columns asked, the answers about pods ([`super::capacity`]'s counts), the first node a node
 /// autoscaler labels.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct NodeTable {
     nodes: Vec<Arc<NodeInfo>>,
     columns: Mutex<HashMap<String, Arc<Column>>>,
-    answers: Mutex<Memo>,
+    answers: Memo,
     /// Keys the pods' hashes: random per table, so no input can be made to collide.
     hasher: RandomState,
     autoscaled: OnceLock<Option<(String, &'static str)>>,
@@ -73,6 +77,18 @@ pub struct Column {
     pub values: Vec<String>,
     /// Whether every domain holds one node (hostname, or any key unique per node).
     pub single_nodes: bool,
+}
+
+impl Default for NodeTable {
+    fn default() -> Self {
+        NodeTable {
+            nodes: Vec::new(),
+            columns: Mutex::default(),
+            answers: Memo::new(KEPT_ANSWERS),
+            hasher: RandomState::default(),
+            autoscaled: OnceLock::new(),
+        }
+    }
 }
 
 impl NodeTable {
@@ -114,17 +130,12 @@ impl NodeTable {
     ) -> Arc<T> {
         let Some(key) = self.key_of(namespace, labels, spec) else { return Arc::new(self.computed(compute)) };
         let key = (TypeId::of::<T>(), key);
-        let kept = self.answers.lock().unwrap_or_else(|p| p.into_inner()).get(&key).cloned();
-        if let Some(answer) = kept.and_then(|a| a.downcast::<T>().ok()) {
+        if let Some(answer) = self.answers.get(&key).and_then(|a| a.downcast::<T>().ok()) {
             return answer;
         }
-        // Computed outside the lock, as the columns are numbered.
+        // Computed outside the memo's locks, as the columns are numbered.
         let answer = Arc::new(self.computed(compute));
-        let mut answers = self.answers.lock().unwrap_or_else(|p| p.into_inner());
-        if answers.len() >= KEPT_ANSWERS {
-            answers.clear();
-        }
-        answers.insert(key, answer.clone());
+        self.answers.insert(key, answer.clone());
         answer
     }
 
@@ -301,7 +312,7 @@ mod tests {
         for i in 0..KEPT_ANSWERS + 10 {
             table.remembered("shop", &labels, &i, || counted(i as u64));
         }
-        assert!(table.answers.lock().unwrap().len() <= KEPT_ANSWERS);
+        assert!(table.answers.len() <= KEPT_ANSWERS);
         let long = "x".repeat(MEMO_SPEC_BYTES + 1);
         let a = table.remembered("shop", &labels, &long, || counted(1));
         let b = table.remembered("shop", &labels, &long, || counted(2));
@@ -310,6 +321,32 @@ mod tests {
         let a = table.remembered("shop", &labels, &just, || counted(1));
         let b = table.remembered("shop", &labels, &just, || counted(2));
         assert_eq!((*a, *b), (Counted(1), Counted(1)), "remembered at the limit");
+    }
+
+    #[test]
+    fn a_stream_of_pods_asked_once_does_not_evict_the_ones_asked_again() {
+        let table = NodeTable::new(vec![node("a", &[])]);
+        let labels = BTreeMap::new();
+        let templates = 50u64;
+        for t in 0..templates {
+            table.remembered("shop", &labels, &format!("template-{t}"), || counted(t));
+        }
+        // A tenant's stream of pods, each new, ten times the memo's size, with the templates'
+        // rollouts asking again among them.
+        for i in 0..10 * KEPT_ANSWERS as u64 {
+            table.remembered("tenant", &labels, &i, || counted(i));
+            if i % 20 == 0 {
+                let t = (i / 20) % templates;
+                table.remembered("shop", &labels, &format!("template-{t}"), || counted(t));
+            }
+        }
+        let recounted = (0..templates)
+            .filter(|t| {
+                *table.remembered("shop", &labels, &format!("template-{t}"), || counted(u64::MAX)) == Counted(u64::MAX)
+            })
+            .count();
+        assert_eq!(recounted, 0, "templates asked again were evicted by pods asked once");
+        assert!(table.answers.len() <= KEPT_ANSWERS);
     }
 
     /// A runner as `serve`'s: on a thread of its own, waited for. (Set for the whole test binary:
