@@ -172,5 +172,13 @@ fn build(s: &cluster::Shape) -> Cluster {
             index.upsert_pod(&g.ns, PodInfo::of(&live, resolved));
         }
     }
-    Cluster { index, subjects, unreadable: Vec::new(), selected: None, namespaces: namespaces.len(), pods: s.pods }
+    Cluster {
+        index,
+        subjects,
+        unreadable: Vec::new(),
+        selected: None,
+        namespaces: namespaces.len(),
+        pods: s.pods,
+        storage_unread: None,
+    }
 }

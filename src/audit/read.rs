@@ -16,6 +16,7 @@ use serde_json::Value;
 use super::progress::Progress;
 use crate::core::model::live_pod::{LivePod, OwnerReference, controller_of};
 use crate::core::model::{self, Kind, Object, ObjectRef, Subject, managed};
+use crate::core::view::storage::Storage;
 use crate::core::view::{Index, PodInfo, PodOwner};
 
 /// Where a kind is listed.
@@ -113,6 +114,8 @@ pub struct ReadOptions {
     pub page: u32,
     /// Keep the workloads' pod templates in the view (a drain places replacements from them).
     pub templates: bool,
+    /// Read the PersistentVolumes, StorageClasses and CSINodes (a drain's volume filters).
+    pub storage: bool,
 }
 
 /// A subject to judge and where it is.
@@ -132,6 +135,9 @@ pub struct Cluster {
     pub selected: Option<HashSet<ObjectRef>>,
     pub namespaces: usize,
     pub pods: usize,
+    /// Why the storage a drain reads (PersistentVolumes, StorageClasses, CSINodes) could not be
+    /// read: the drain is simulated without its volume filters.
+    pub storage_unread: Option<String>,
 }
 
 /// One collection to list: where, which labels (none: all), whether metadata only, and what the
@@ -366,6 +372,43 @@ async fn read_pods(client: &Client, options: &ReadOptions, progress: &Progress) 
     Ok(pods)
 }
 
+/// The PersistentVolumes, StorageClasses and CSINodes (all cluster-scoped), for a drain's volume
+/// filters; a CSINode list the cluster does not serve is none.
+async fn read_storage(client: &Client, options: &ReadOptions, progress: &Progress) -> Result<Storage, String> {
+    use k8s_openapi::api::core::v1::PersistentVolume;
+    use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+    let storage = std::sync::Mutex::new(Storage::default());
+    let keep = || storage.lock().unwrap_or_else(|p| p.into_inner());
+    let (volumes, classes, csi_nodes) =
+        ("/api/v1/persistentvolumes", "/apis/storage.k8s.io/v1/storageclasses", "/apis/storage.k8s.io/v1/csinodes");
+    let q = |path, what| Query { path, selector: None, metadata_only: false, what };
+    futures::future::try_join3(
+        async {
+            list::<PersistentVolume>(client, q(volumes, "persistentvolumes"), options, progress, |items| {
+                items.iter().for_each(|pv| keep().insert_volume(pv))
+            })
+            .await
+            .map_err(|e| failed(volumes, e))
+        },
+        async {
+            list::<StorageClass>(client, q(classes, "storageclasses"), options, progress, |items| {
+                items.iter().for_each(|c| keep().insert_class(c))
+            })
+            .await
+            .map_err(|e| failed(classes, e))
+        },
+        async {
+            list::<CSINode>(client, q(csi_nodes, "csinodes"), options, progress, |items| {
+                items.iter().for_each(|n| keep().insert_csi_node(n))
+            })
+            .await
+            .map_err(|e| failed(csi_nodes, e))
+        },
+    )
+    .await?;
+    Ok(storage.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
 /// The objects the label selector selects (metadata only), among the kinds judged.
 async fn read_selected(
     client: &Client,
@@ -444,11 +487,22 @@ pub async fn read(client: &Client, options: &ReadOptions, progress: &Progress) -
             None => Ok(None),
         }
     };
-    let ((objects, unreadable), replica_sets, pods, selected) = futures::future::try_join4(
+    let storage = async {
+        match options.storage {
+            true => match read_storage(client, options, progress).await {
+                Ok(storage) => Ok((Some(storage), None)),
+                Err(e) if is_forbidden(&e) => Ok((None, Some(e))),
+                Err(e) => Err(e),
+            },
+            false => Ok((None, None)),
+        }
+    };
+    let ((objects, unreadable), replica_sets, pods, selected, (storage, storage_unread)) = futures::future::try_join5(
         read_objects(client, options, progress),
         read_replica_sets(client, options, progress),
         read_pods(client, options, progress),
         selected,
+        storage,
     )
     .await?;
     let mut index = Index::new();
@@ -457,6 +511,9 @@ pub async fn read(client: &Client, options: &ReadOptions, progress: &Progress) -
     index.set_complete(true);
     index.set_knows_nodes(true);
     index.set_keeps_templates(options.templates);
+    if let Some(storage) = storage {
+        index.set_storage(storage);
+    }
     let mut subjects = Vec::new();
     let mut namespaces: BTreeMap<String, ()> = BTreeMap::new();
     for (object, path) in objects {
@@ -489,7 +546,8 @@ pub async fn read(client: &Client, options: &ReadOptions, progress: &Progress) -
         let (x, y) = (a.subject.id(), b.subject.id());
         (&x.namespace, x.kind, &x.name).cmp(&(&y.namespace, y.kind, &y.name))
     });
-    Ok(Cluster { index, subjects, unreadable, selected, namespaces: namespaces.len(), pods: pod_count })
+    let namespaces = namespaces.len();
+    Ok(Cluster { index, subjects, unreadable, selected, namespaces, pods: pod_count, storage_unread })
 }
 
 #[cfg(test)]

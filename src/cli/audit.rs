@@ -63,6 +63,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
         selector: args.selector.clone(),
         page: args.chunk_size,
         templates: drain.is_some(),
+        storage: drain.is_some(),
     };
     let mut narrowed_read = None;
     let progress = Progress::on_terminal();
@@ -117,6 +118,15 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
                  read ({why}). Other namespaces' pods, which fill the nodes that remain, and their budgets and bare \
                  pods, which can hang or refuse the same drain, are not counted: the real drain may end worse than \
                  this."
+            ),
+        ));
+    }
+    if let (Some(why), Some(_)) = (&cluster.storage_unread, &drain) {
+        report.notices.push((
+            audit::origin("cluster"),
+            format!(
+                "the drain is simulated without its volumes: {why}. A replacement whose volume is pinned to a node \
+                 or a zone, or a node at its CSI volume limit, is not seen: the real drain may end worse than this."
             ),
         ));
     }

@@ -161,6 +161,7 @@ pub fn pod(name: &str, owner: &str, node: &str) -> crate::core::view::PodInfo {
         requests: Default::default(),
         ports: Vec::new(),
         anti_affinity: Default::default(),
+        claims: Default::default(),
     }
 }
 

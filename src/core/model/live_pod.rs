@@ -62,6 +62,21 @@ pub struct LivePodSpec {
     /// Pod-level resources (the apiserver stores their requests defaulted).
     pub resources: Option<LiveResources>,
     pub affinity: Option<LiveAffinity>,
+    /// Of its volumes, the claims (the volume filters of a drain read them).
+    pub volumes: Vec<LiveVolume>,
+}
+
+/// A volume, as much as the drain's volume filters read: the claim it mounts, if any.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LiveVolume {
+    pub persistent_volume_claim: Option<LiveClaimSource>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct LiveClaimSource {
+    pub claim_name: String,
 }
 
 /// Of a pod's affinity, what the placement of other pods reads: its required anti-affinity.
@@ -158,6 +173,14 @@ impl LivePod {
     pub fn required_anti_affinity(&self) -> std::sync::Arc<[k8s_openapi::api::core::v1::PodAffinityTerm]> {
         let terms = self.spec.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref());
         terms.map(|t| t.required_during_scheduling_ignored_during_execution.as_slice().into()).unwrap_or_default()
+    }
+
+    /// The PersistentVolumeClaims it mounts by name, which a replacement mounts again (a
+    /// StatefulSet's are its pod's by name). A generic ephemeral volume's claim is not among them:
+    /// it goes with its pod, and the replacement's is provisioned anew where it is placed.
+    pub fn claims(&self) -> std::sync::Arc<[std::sync::Arc<str>]> {
+        let claims = self.spec.volumes.iter().filter_map(|v| v.persistent_volume_claim.as_ref());
+        claims.map(|c| c.claim_name.as_str().into()).collect()
     }
 
     /// What the pod asks of its node, as the scheduler sums it.

@@ -327,6 +327,8 @@ pub struct Index {
     /// Workloads' pod templates, kept only when asked ([`Index::set_keeps_templates`]): the drain
     /// replay places replacements from them.
     templates: Option<Arc<HashMap<ObjectRef, Arc<Template>>>>,
+    /// The cluster's storage, when read (the audit's, for a drain).
+    storage: Option<Arc<super::storage::Storage>>,
     complete: bool,
     knows_nodes: bool,
 }
@@ -382,6 +384,11 @@ impl Index {
     /// Keep the pod templates of the workloads inserted from now on (the drain replay's view).
     pub fn set_keeps_templates(&mut self, keep: bool) {
         self.templates = keep.then(Arc::default);
+    }
+
+    /// The cluster's PersistentVolumes, StorageClasses and CSINodes, for a drain's volume filters.
+    pub fn set_storage(&mut self, storage: super::storage::Storage) {
+        self.storage = Some(Arc::new(storage));
     }
 
     /// Add (or replace) what the view keeps of an object.
@@ -663,6 +670,10 @@ impl View for Index {
 
     fn template(&self, workload: &ObjectRef) -> Option<Arc<Template>> {
         self.templates.as_ref()?.get(workload).cloned()
+    }
+
+    fn storage(&self) -> Option<Arc<super::storage::Storage>> {
+        self.storage.clone()
     }
 
     fn knows_nodes(&self) -> bool {

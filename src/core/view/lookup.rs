@@ -75,6 +75,12 @@ pub trait View: Send + Sync {
         None
     }
 
+    /// The cluster's PersistentVolumes, StorageClasses and CSINodes, when the view holds them (the
+    /// audit's, for a drain's volume filters).
+    fn storage(&self) -> Option<Arc<super::storage::Storage>> {
+        None
+    }
+
     /// Exemption annotations of an object the view knows.
     fn exemptions(&self, r: &ObjectRef) -> Exemptions {
         match r.kind {

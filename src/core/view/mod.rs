@@ -19,6 +19,7 @@ pub mod pods;
 pub mod projection;
 pub mod replay;
 pub mod source;
+pub mod storage;
 
 pub use absence::{Absences, AdmissionClock};
 pub use bounds::{Bounds, bounds};

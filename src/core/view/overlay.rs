@@ -74,6 +74,10 @@ impl View for Overlay<'_> {
         self.base.template(workload)
     }
 
+    fn storage(&self) -> Option<Arc<super::storage::Storage>> {
+        self.base.storage()
+    }
+
     fn workload(&self, kind: Kind, namespace: &str, name: &str) -> Option<Arc<WorkloadInfo>> {
         match &self.workload {
             Some(w) if w.id.kind == kind && w.id.namespace == namespace && w.id.name == name => Some(w.clone()),

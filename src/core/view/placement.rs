@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::projection::NodeInfo;
+use super::storage::{Attached, VolumeNeeds};
 use crate::core::model::resources::{HostPort, Resources, host_ports, pod_requests, ports_conflict};
 
 /// `NodeUnschedulable`: a cordoned node (`spec.unschedulable`) takes only pods that tolerate
@@ -190,6 +191,12 @@ fn required_node_affinity(node: &NodeInfo, spec: &PodSpec) -> bool {
     else {
         return true;
     };
+    node_selector_admits(required, node)
+}
+
+/// Whether `node` matches one of `required`'s terms (`MatchNodeSelectorTerms`): a pod's required
+/// node affinity, or a PersistentVolume's (VolumeBinding's `CheckNodeAffinity`).
+pub fn node_selector_admits(required: &k8s_openapi::api::core::v1::NodeSelector, node: &NodeInfo) -> bool {
     required.node_selector_terms.iter().any(|term| {
         let labels = term.match_expressions.iter().flatten();
         let fields = term.match_fields.iter().flatten();
@@ -353,6 +360,10 @@ pub struct Placed {
     /// Its required pod anti-affinity terms: they keep the pods they match off its domains
     /// (InterPodAffinity's `satisfyExistingPodsAntiAffinity`).
     pub anti_affinity: Arc<[PodAffinityTerm]>,
+    /// The claims it mounts (VolumeRestrictions) and the CSI volumes they attach to its node
+    /// (NodeVolumeLimits).
+    pub claims: Arc<[Arc<str>]>,
+    pub volumes: Arc<[Attached]>,
 }
 
 /// The required pod anti-affinity terms of `spec`, as a [`Placed`] keeps them.
@@ -385,6 +396,8 @@ pub struct NodeState {
     pub allocatable: Resources,
     /// `allocatable.pods`; `None`: not known, unbounded.
     pub max_pods: Option<i64>,
+    /// Its CSINode's volume limits, per driver (none: unbounded).
+    pub volume_limits: Arc<BTreeMap<String, i64>>,
     pods: Vec<Placed>,
     used: Resources,
 }
@@ -393,7 +406,14 @@ impl NodeState {
     /// The node empty; what it does not report (`allocatable`) does not bound it.
     pub fn new(node: Arc<NodeInfo>) -> NodeState {
         let allocatable = allocatable(&node);
-        NodeState { max_pods: node.max_pods, node, allocatable, pods: Vec::new(), used: Resources::default() }
+        NodeState {
+            max_pods: node.max_pods,
+            node,
+            allocatable,
+            volume_limits: Arc::default(),
+            pods: Vec::new(),
+            used: Resources::default(),
+        }
     }
 
     pub fn pods(&self) -> &[Placed] {
@@ -557,6 +577,14 @@ pub enum Unfit {
     NodePorts(i32),
     InterPodAffinity(String),
     PodTopologySpread(usize),
+    /// A ReadWriteOncePod claim another pod mounts.
+    VolumeRestrictions(String),
+    /// A CSI driver's volume limit on the node, reached.
+    NodeVolumeLimits(String, i64),
+    /// A claim's volume cannot be used from the node, or cannot be bound at all: why.
+    VolumeBinding(String),
+    /// A volume's zone label (the PV, the label) that the node's does not match.
+    VolumeZone(String, String),
 }
 
 impl std::fmt::Display for Unfit {
@@ -569,6 +597,14 @@ impl std::fmt::Display for Unfit {
             Unfit::NodePorts(p) => write!(f, "host port {p} in use"),
             Unfit::InterPodAffinity(why) => f.write_str(why),
             Unfit::PodTopologySpread(i) => write!(f, "topologySpreadConstraints[{i}] would be skewed beyond maxSkew"),
+            Unfit::VolumeRestrictions(claim) => {
+                write!(f, "PersistentVolumeClaim {claim} is ReadWriteOncePod and another pod mounts it")
+            }
+            Unfit::NodeVolumeLimits(driver, limit) => {
+                write!(f, "{limit} volumes of CSI driver {driver} already attached (its CSINode's allocatable.count)")
+            }
+            Unfit::VolumeBinding(why) => f.write_str(why),
+            Unfit::VolumeZone(pv, key) => write!(f, "PersistentVolume {pv} is in another {key}"),
         }
     }
 }
@@ -780,7 +816,8 @@ fn counted<'a>(pod: Incoming<'a>, nodes: &'a Nodes) -> Counted<'a> {
 /// Whether `pod` can go on `nodes[at]`, the other nodes as they are (for the affinities and the
 /// spreads): `Ok`, or the first filter that refuses, in the scheduler's order.
 pub fn fits(pod: Incoming, at: usize, nodes: &Nodes) -> Result<(), Unfit> {
-    fits_counted(pod, at, nodes, &counted(pod, nodes), &pod_requests(pod.spec), &host_ports(pod.spec))
+    let none = VolumeNeeds::default();
+    fits_counted(pod, at, nodes, &counted(pod, nodes), &pod_requests(pod.spec), &host_ports(pod.spec), &none)
 }
 
 fn fits_counted(
@@ -790,6 +827,7 @@ fn fits_counted(
     counted: &Counted,
     want: &Resources,
     wanted_ports: &[HostPort],
+    volumes: &VolumeNeeds,
 ) -> Result<(), Unfit> {
     let here = &nodes[at];
     if !node_unschedulable(&here.node, pod.spec) {
@@ -828,6 +866,12 @@ fn fits_counted(
     for wanted in wanted_ports {
         if here.pods.iter().flat_map(|p| &p.ports).any(|used| ports_conflict(wanted, used)) {
             return Err(Unfit::NodePorts(wanted.port));
+        }
+    }
+    if !volumes.is_empty() {
+        let on_node = here.pods.iter().flat_map(|p| p.volumes.iter());
+        if let Some(why) = volumes.refuses(&here.node, &here.volume_limits, on_node) {
+            return Err(why);
         }
     }
     // InterPodAffinity's Filter, in its order. The pod's affinity: the node carries every term's
@@ -877,12 +921,39 @@ fn fits_counted(
 /// Where the scheduler may put `pod` now: the nodes every filter lets it go to, or, when none
 /// does, why each node refuses (the first filter that says no, by node name).
 pub fn feasible(pod: Incoming, nodes: &Nodes) -> Result<Vec<usize>, Vec<(String, Unfit)>> {
+    feasible_with(pod, nodes, &Replacing::default())
+}
+
+/// What a drain's replacement brings besides its template: the pod it replaces as the apiserver
+/// stored it, whose requests hold what admission added to the template (LimitRange defaults,
+/// RuntimeClass overhead), and what its claims need of a node.
+#[derive(Clone, Debug, Default)]
+pub struct Replacing {
+    /// The stored pod's requests: the replacement asks the larger of these and its template's,
+    /// per resource (a ReplicaSet's replacement is made from the template the pod was made from,
+    /// with the same admission defaults).
+    pub requests: Resources,
+    pub volumes: VolumeNeeds,
+}
+
+impl Replacing {
+    /// What the replacement of a pod made from `spec` asks of a node.
+    pub fn requests_of(&self, spec: &PodSpec) -> Resources {
+        let mut want = pod_requests(spec);
+        want.max(&self.requests);
+        want
+    }
+}
+
+/// [`feasible`] for a drain's replacement of a pod: see [`Replacing`].
+pub fn feasible_with(pod: Incoming, nodes: &Nodes, replacing: &Replacing) -> Result<Vec<usize>, Vec<(String, Unfit)>> {
     let counted = counted(pod, nodes);
-    let (want, ports) = (pod_requests(pod.spec), host_ports(pod.spec));
+    let (want, ports) = (replacing.requests_of(pod.spec), host_ports(pod.spec));
+    let volumes = &replacing.volumes;
     let mut ok = Vec::new();
     let mut why = Vec::new();
     for at in 0..nodes.len() {
-        match fits_counted(pod, at, nodes, &counted, &want, &ports) {
+        match fits_counted(pod, at, nodes, &counted, &want, &ports, volumes) {
             Ok(()) => ok.push(at),
             Err(e) => why.push((nodes[at].node.name.clone(), e)),
         }
@@ -917,6 +988,8 @@ pub fn place_replicas(pod: Incoming, states: &mut Nodes, n: usize) -> usize {
         ports: host_ports(pod.spec),
         terminating: false,
         anti_affinity: required_anti_affinity(pod.spec),
+        claims: Arc::default(),
+        volumes: Arc::default(),
     };
     for placed in 0..n {
         let Ok(candidates) = feasible(pod, states) else { return placed };
@@ -953,6 +1026,8 @@ mod pod_tests {
             ports: Vec::new(),
             terminating: false,
             anti_affinity: Arc::default(),
+            claims: Arc::default(),
+            volumes: Arc::default(),
         }
     }
 

@@ -199,6 +199,7 @@ mod tests {
             requests: Default::default(),
             ports: Vec::new(),
             anti_affinity: Default::default(),
+            claims: Default::default(),
         }
     }
 

@@ -328,6 +328,11 @@ pub struct PvcInfo {
     pub id: ObjectRef,
     pub access_modes: Vec<String>,
     pub exemptions: Exemptions,
+    /// The PersistentVolume it is bound to (`spec.volumeName`); empty: not bound.
+    pub volume_name: String,
+    /// Its StorageClass: the beta annotation, else `spec.storageClassName`, as
+    /// `storagehelpers.GetPersistentVolumeClaimClass` reads it; empty: none.
+    pub storage_class: String,
 }
 
 impl PvcInfo {
@@ -336,6 +341,14 @@ impl PvcInfo {
             id: ObjectRef::new(Kind::PersistentVolumeClaim, ns_of(&p.metadata), name_of(&p.metadata)),
             access_modes: p.spec.as_ref().and_then(|s| s.access_modes.clone()).unwrap_or_default(),
             exemptions: exemptions_of(&p.metadata),
+            volume_name: p.spec.as_ref().and_then(|s| s.volume_name.clone()).unwrap_or_default(),
+            storage_class: p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class").cloned())
+                .or_else(|| p.spec.as_ref().and_then(|s| s.storage_class_name.clone()))
+                .unwrap_or_default(),
         }
     }
 
@@ -477,6 +490,8 @@ pub struct PodInfo {
     pub ports: Vec<HostPort>,
     /// Its required pod anti-affinity terms (InterPodAffinity keeps the pods they match away).
     pub anti_affinity: Arc<[k8s_openapi::api::core::v1::PodAffinityTerm]>,
+    /// The PersistentVolumeClaims it mounts (the volume filters of a drain read them).
+    pub claims: Arc<[Arc<str>]>,
 }
 
 impl PodInfo {
@@ -495,6 +510,7 @@ impl PodInfo {
             requests: p.requests(),
             ports: p.host_ports(),
             anti_affinity: p.required_anti_affinity(),
+            claims: p.claims(),
         }
     }
 

@@ -13,8 +13,9 @@ use std::sync::Arc;
 
 use super::budget::{Source, budget_now, refuses, selected_pods};
 use super::lookup::View;
-use super::placement::{Incoming, NodeState, Nodes, Placed, Unfit, choose, feasible};
+use super::placement::{Incoming, NodeState, Nodes, Placed, Replacing, Unfit, choose, feasible_with};
 use super::projection::{NodeInfo, PdbInfo, PodInfo, PodOwner, PodPhase};
+use super::storage::VolumeNeeds;
 use crate::core::model::ObjectRef;
 use crate::core::model::arith;
 use crate::core::model::pod::CORDON_TAINT;
@@ -287,7 +288,17 @@ impl World {
         let nodes = view.nodes();
         let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
         let at: HashMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
-        let mut states: Vec<NodeState> = nodes.iter().map(|n| NodeState::new(n.clone())).collect();
+        let storage = view.storage();
+        let mut states: Vec<NodeState> = nodes
+            .iter()
+            .map(|n| {
+                let mut state = NodeState::new(n.clone());
+                if let Some(limits) = storage.as_ref().and_then(|s| s.limits.get(&n.name)) {
+                    state.volume_limits = limits.clone();
+                }
+                state
+            })
+            .collect();
         let mut pods: Vec<Vec<(String, Arc<PodInfo>)>> = vec![Vec::new(); nodes.len()];
         let mut namespaces: HashMap<String, Arc<str>> = HashMap::new();
         for (namespace, pod) in view.pods_on_nodes(&names) {
@@ -296,7 +307,7 @@ impl World {
             }
             if let Some(&i) = pod.node.as_deref().and_then(|n| at.get(n)) {
                 let shared = namespaces.entry(namespace.clone()).or_insert_with(|| namespace.as_str().into()).clone();
-                states[i].push(placed(shared, &pod));
+                states[i].push(placed(view, shared, &pod));
                 pods[i].push((namespace, pod));
             }
         }
@@ -339,15 +350,41 @@ impl World {
     }
 }
 
-fn placed(namespace: Arc<str>, pod: &PodInfo) -> Placed {
+/// `pod` as the filters count it on its node: the CSI volumes its claims attach read from the
+/// view's storage.
+fn placed(view: &dyn View, namespace: Arc<str>, pod: &PodInfo) -> Placed {
+    let volumes = match (view.storage(), pod.claims.is_empty()) {
+        (Some(storage), false) => storage.attached(&pod.claims, |c| view.pvc(&namespace, c)).collect(),
+        _ => Arc::default(),
+    };
     Placed {
-        namespace,
         labels: pod.labels.clone(),
         requests: pod.requests.clone(),
         ports: pod.ports.clone(),
         terminating: pod.terminating,
         anti_affinity: pod.anti_affinity.clone(),
+        claims: pod.claims.clone(),
+        volumes,
+        namespace,
     }
+}
+
+/// What the replacement of `pod` brings besides its template: `pod`'s requests as stored, and what
+/// the claims it mounts again need of a node.
+fn replacing(view: &dyn View, namespace: &str, pod: &PodInfo, states: &Nodes) -> Replacing {
+    Replacing { requests: pod.requests.clone(), volumes: volume_needs(view, namespace, pod, states) }
+}
+
+/// What the replacement of `pod` needs of a node for the claims it mounts again (none without
+/// the view's storage): `states` holds the other pods, for a ReadWriteOncePod claim's other users.
+fn volume_needs(view: &dyn View, namespace: &str, pod: &PodInfo, states: &Nodes) -> VolumeNeeds {
+    let Some(storage) = view.storage().filter(|_| !pod.claims.is_empty()) else { return VolumeNeeds::default() };
+    let used_by_another = |claim: &str| {
+        states
+            .holding(namespace)
+            .any(|at| states[at].in_namespace(namespace).iter().any(|p| p.claims.iter().any(|c| &**c == claim)))
+    };
+    storage.needs(namespace, &pod.claims, |c| view.pvc(namespace, c), used_by_another)
 }
 
 /// Replays a drain of `drained` on the view.
@@ -388,10 +425,11 @@ pub fn replay_each(view: &dyn View, nodes: &[String]) -> Vec<DrainRun> {
         // Uncordoned: what was Pending is placed again, now that the node takes pods.
         for (namespace, pod, template) in pending {
             let incoming = Incoming { namespace: &namespace, labels: &template.labels, spec: &template.spec };
-            let Ok(candidates) = feasible(incoming, &world.states) else { continue };
+            let replacing = replacing(view, &namespace, &pod, &world.states);
+            let Ok(candidates) = feasible_with(incoming, &world.states, &replacing) else { continue };
             let to = choose(&candidates, &world.states, &namespace, &template.labels);
             let replacement = replacement_of(&pod, &template, i, &world.states[to].node.name);
-            world.states.push(to, placed(namespace.as_str().into(), &replacement));
+            world.states.push(to, placed(view, namespace.as_str().into(), &replacement));
             world.pods[to].push((namespace, Arc::new(replacement)));
         }
         runs.push(run);
@@ -411,9 +449,10 @@ fn replacement_of(pod: &PodInfo, template: &super::projection::Template, drain: 
         ready: true,
         terminating: false,
         tolerates_cordon: pod.tolerates_cordon,
-        requests: crate::core::model::resources::pod_requests(&template.spec),
+        requests: Replacing { requests: pod.requests.clone(), ..Default::default() }.requests_of(&template.spec),
         ports: crate::core::model::resources::host_ports(&template.spec),
         anti_affinity: super::placement::required_anti_affinity(&template.spec),
+        claims: pod.claims.clone(),
     }
 }
 
@@ -639,7 +678,8 @@ fn evicted(
         return (None, format!("{workload} replaces it (its pod template is not in the view)"));
     };
     let incoming = Incoming { namespace, labels: &template.labels, spec: &template.spec };
-    match feasible(incoming, states) {
+    let replacing = replacing(view, namespace, pod, states);
+    match feasible_with(incoming, states, &replacing) {
         Ok(candidates) => {
             let at = choose(&candidates, states, namespace, &template.labels);
             states.push(
@@ -647,10 +687,12 @@ fn evicted(
                 Placed {
                     namespace: namespace.into(),
                     labels: Arc::new(template.labels.clone()),
-                    requests: crate::core::model::resources::pod_requests(&template.spec),
+                    requests: replacing.requests_of(&template.spec),
                     ports: crate::core::model::resources::host_ports(&template.spec),
                     terminating: false,
                     anti_affinity: super::placement::required_anti_affinity(&template.spec),
+                    claims: pod.claims.clone(),
+                    volumes: replacing.volumes.attaches.into(),
                 },
             );
             for pdb in view.pdbs_covering(namespace, &template.labels) {

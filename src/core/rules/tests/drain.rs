@@ -496,3 +496,78 @@ fn a_pod_of_another_controller_is_evicted_and_its_replacement_not_guessed() {
         e.reason
     );
 }
+
+/// A replica whose claim is bound to a local PersistentVolume of the drained node: its replacement
+/// mounts the same claim, which only that node can use (VolumeBinding), so it stays Pending; a PV
+/// two nodes can use lets it go; without the storage read, the drain would say it completes.
+#[test]
+fn a_replacement_whose_volume_is_pinned_to_the_drained_node_stays_pending() {
+    use crate::core::view::storage::Storage;
+    let claim = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\n  namespace: default\nspec:\n  \
+                 accessModes: [ReadWriteOnce]\n  storageClassName: local\n  volumeName: local-pv\n";
+    let web = deployment("web", "replicas: 1", "volumes:\n- name: data\n  persistentVolumeClaim: {claimName: data}\n");
+    let pod = PodInfo { claims: std::sync::Arc::from([std::sync::Arc::from("data")]), ..pod("web-1", "web", "n1") };
+    let pv = |nodes: &[&str]| {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "local-pv"}, "spec": {
+            "storageClassName": "local", "claimRef": {"namespace": "default", "name": "data"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}]}]}}}}))
+        .expect("a PersistentVolume")
+    };
+    let with_pv = |nodes: &[&str]| {
+        let mut view = cluster_with_templates(&[&web, claim, &pdb("maxUnavailable: 1", "")], vec![pod.clone()]);
+        let mut storage = Storage::default();
+        storage.insert_volume(&pv(nodes));
+        view.set_storage(storage);
+        view
+    };
+    let view = with_pv(&["n1"]);
+    let (run, f) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
+    let p = of_rule(&f, PENDING);
+    assert_eq!(p.len(), 1, "{f:#?}");
+    for part in [
+        "the replacement of web-1 cannot be placed on the nodes that remain",
+        "volume node affinity conflict (PersistentVolume local-pv) on n2, n3",
+    ] {
+        assert!(p[0].what.contains(part), "{part:?} not in: {}", p[0].what);
+    }
+    let (run, _) = super::run(&with_pv(&["n1", "n3"]), &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::Completes, "{run:#?}");
+    assert_eq!(run.evictions[0].replacement.as_deref(), Some("n3"));
+    let unread = cluster_with_templates(&[&web, claim, &pdb("maxUnavailable: 1", "")], vec![pod.clone()]);
+    assert_eq!(super::run(&unread, &["n1".to_string()], "node n1").0.outcome, super::Outcome::Completes);
+}
+
+/// The replacement asks what the pod it replaces asked as the apiserver stored it (a LimitRange's
+/// default request, a RuntimeClass's overhead), not only what its template declares.
+#[test]
+fn a_replacement_asks_the_requests_its_pod_was_stored_with() {
+    let node = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n\
+             spec: {{}}\nstatus:\n  allocatable: {{cpu: '1', memory: 4Gi, pods: '110'}}\n"
+        )
+    };
+    let web = deployment("web", "replicas: 3", "");
+    let budget = pdb("maxUnavailable: 1", "");
+    let stored = |cpu_milli: i64| -> Vec<PodInfo> {
+        placed(&["n1", "n2", "n3"])
+            .into_iter()
+            .map(|p| {
+                let requests = crate::core::model::resources::Resources { cpu_milli, ..Default::default() };
+                PodInfo { requests, ..p }
+            })
+            .collect()
+    };
+    let nodes: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| node(n)).collect();
+    let mut all: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    all.extend([web.as_str(), budget.as_str()]);
+    let view = view_with_templates(&docs(&all), stored(600));
+    let (run, f) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
+    assert!(of_rule(&f, PENDING)[0].what.contains("not enough cpu on n2, n3"), "{f:#?}");
+    // At 500m a core, the replacement fits beside another.
+    let view = view_with_templates(&docs(&all), stored(500));
+    assert_eq!(super::run(&view, &["n1".to_string()], "node n1").0.outcome, super::Outcome::Completes);
+}
