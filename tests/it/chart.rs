@@ -702,6 +702,44 @@ fn the_cluster_role_reads_exactly_the_kinds_the_live_view_watches() {
     assert_eq!(granted, expected);
 }
 
+/// `audit --drain`'s ClusterRole: read-only (get, list), what a whole audit reads plus ReplicaSets
+/// and the storage of the volume filters; bound to none of the chart's ServiceAccounts; gone with
+/// `audit.drainRole=false`.
+#[test]
+fn the_drain_role_reads_the_cluster_and_its_storage_and_is_bound_to_no_one() {
+    let d = objects(&[]);
+    let role = of_kind(&d, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "ha-guard-drain")
+        .expect("ClusterRole ha-guard-drain");
+    let mut granted = BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        assert_eq!(strings(&rule["verbs"]), ["get", "list"], "{rule}");
+        assert!(rule.get("resourceNames").is_none());
+        for g in strings(&rule["apiGroups"]) {
+            for r in strings(&rule["resources"]) {
+                granted.insert((g.clone(), r));
+            }
+        }
+    }
+    for (g, r) in [
+        ("", "pods"),
+        ("", "persistentvolumes"),
+        ("", "persistentvolumeclaims"),
+        ("storage.k8s.io", "storageclasses"),
+        ("storage.k8s.io", "csinodes"),
+        ("apps", "replicasets"),
+        ("policy", "poddisruptionbudgets"),
+    ] {
+        assert!(granted.contains(&(g.to_string(), r.to_string())), "{g}/{r} not granted: {granted:?}");
+    }
+    let bound =
+        d.iter().filter(|b| b["kind"] == "ClusterRoleBinding").any(|b| b["roleRef"]["name"] == "ha-guard-drain");
+    assert!(!bound, "no binding of the chart gives it");
+    let off = objects(&["--set", "audit.drainRole=false"]);
+    assert!(!of_kind(&off, "ClusterRole").iter().any(|r| r["metadata"]["name"] == "ha-guard-drain"));
+}
+
 /// The rules a ServiceAccount gets through the rendering's bindings: (role kind, role name, rule).
 fn rules_of(docs: &[Value], sa: &str) -> Vec<(String, String, Value)> {
     let mut out = Vec::new();
