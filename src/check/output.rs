@@ -374,6 +374,14 @@ fn drain_json(run: &crate::core::view::replay::DrainRun) -> Value {
             "workload": format!("{}/{}", p.workload.kind.as_str(), p.workload.name),
             "reason": p.reason,
         })).collect::<Vec<_>>(),
+        "preempts": run.preempts.iter().map(|p| json!({
+            "namespace": p.namespace,
+            "pod": p.pod,
+            "priority": p.priority,
+            "node": p.node,
+            "by": p.by,
+            "replacement": p.replacement,
+        })).collect::<Vec<_>>(),
         "namespaces": run.namespaces,
     })
 }

@@ -162,6 +162,8 @@ pub fn pod(name: &str, owner: &str, node: &str) -> crate::core::view::PodInfo {
         ports: Vec::new(),
         anti_affinity: Default::default(),
         claims: Default::default(),
+        priority: 0,
+        preempts: true,
     }
 }
 

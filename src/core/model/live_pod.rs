@@ -64,6 +64,10 @@ pub struct LivePodSpec {
     pub affinity: Option<LiveAffinity>,
     /// Of its volumes, the claims (the volume filters of a drain read them).
     pub volumes: Vec<LiveVolume>,
+    /// Its priority as the apiserver resolved its PriorityClass, and whether it may preempt
+    /// (`preemptionPolicy: Never` may not).
+    pub priority: Option<i32>,
+    pub preemption_policy: Option<String>,
 }
 
 /// A volume, as much as the drain's volume filters read: the claim it mounts, if any.

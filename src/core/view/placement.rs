@@ -352,6 +352,10 @@ mod tests {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Placed {
     pub namespace: Arc<str>,
+    /// Its name: a victim of preemption is named.
+    pub name: Arc<str>,
+    /// `spec.priority`: DefaultPreemption removes only pods of a lower one.
+    pub priority: i32,
     pub labels: Arc<BTreeMap<String, String>>,
     pub requests: Resources,
     pub ports: Vec<HostPort>,
@@ -945,6 +949,34 @@ impl Replacing {
     }
 }
 
+/// [`fits`] for a drain's replacement of a pod: see [`Replacing`].
+pub fn fits_with(pod: Incoming, at: usize, nodes: &Nodes, replacing: &Replacing) -> Result<(), Unfit> {
+    let (want, ports) = (replacing.requests_of(pod.spec), host_ports(pod.spec));
+    fits_counted(pod, at, nodes, &counted(pod, nodes), &want, &ports, &replacing.volumes)
+}
+
+impl Unfit {
+    /// Whether taking pods off the node might lift the refusal: DefaultPreemption considers only
+    /// such nodes (the others' filters answer `UnschedulableAndUnresolvable`: cordon, taints, node
+    /// affinity, the volumes' node and zone, the pod's own affinity). Whether it does is for a
+    /// placement without them to say.
+    pub fn preemption_might_help(&self) -> bool {
+        match self {
+            Unfit::NodeUnschedulable
+            | Unfit::TaintToleration(_)
+            | Unfit::NodeAffinity
+            | Unfit::VolumeBinding(_)
+            | Unfit::VolumeZone(..) => false,
+            Unfit::InterPodAffinity(why) => why.contains("anti-affinity"),
+            Unfit::NodeResourcesFit(_)
+            | Unfit::NodePorts(_)
+            | Unfit::PodTopologySpread(_)
+            | Unfit::VolumeRestrictions(_)
+            | Unfit::NodeVolumeLimits(..) => true,
+        }
+    }
+}
+
 /// [`feasible`] for a drain's replacement of a pod: see [`Replacing`].
 pub fn feasible_with(pod: Incoming, nodes: &Nodes, replacing: &Replacing) -> Result<Vec<usize>, Vec<(String, Unfit)>> {
     let counted = counted(pod, nodes);
@@ -983,6 +1015,8 @@ pub fn choose(candidates: &[usize], nodes: &Nodes, namespace: &str, labels: &BTr
 pub fn place_replicas(pod: Incoming, states: &mut Nodes, n: usize) -> usize {
     let one = Placed {
         namespace: pod.namespace.into(),
+        name: Arc::from(""),
+        priority: 0,
         labels: Arc::new(pod.labels.clone()),
         requests: pod_requests(pod.spec),
         ports: host_ports(pod.spec),
@@ -1020,6 +1054,8 @@ mod pod_tests {
 
     fn placed(app: &str, cpu_milli: i64) -> Placed {
         Placed {
+            name: Arc::from(app),
+            priority: 0,
             namespace: "default".into(),
             labels: Arc::new(labels(app)),
             requests: Resources { cpu_milli, ..Default::default() },

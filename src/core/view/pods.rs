@@ -200,6 +200,8 @@ mod tests {
             ports: Vec::new(),
             anti_affinity: Default::default(),
             claims: Default::default(),
+            priority: 0,
+            preempts: true,
         }
     }
 

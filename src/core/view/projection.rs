@@ -492,6 +492,10 @@ pub struct PodInfo {
     pub anti_affinity: Arc<[k8s_openapi::api::core::v1::PodAffinityTerm]>,
     /// The PersistentVolumeClaims it mounts (the volume filters of a drain read them).
     pub claims: Arc<[Arc<str>]>,
+    /// `spec.priority` (0 where none), and whether it preempts lower-priority pods when it fits
+    /// nowhere (not with `preemptionPolicy: Never`): its replacement is the same.
+    pub priority: i32,
+    pub preempts: bool,
 }
 
 impl PodInfo {
@@ -511,6 +515,8 @@ impl PodInfo {
             ports: p.host_ports(),
             anti_affinity: p.required_anti_affinity(),
             claims: p.claims(),
+            priority: p.spec.priority.unwrap_or(0),
+            preempts: p.spec.preemption_policy.as_deref() != Some("Never"),
         }
     }
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use super::budget::{Source, budget_now, refuses, selected_pods};
 use super::lookup::View;
-use super::placement::{Incoming, NodeState, Nodes, Placed, Replacing, Unfit, choose, feasible_with};
+use super::placement::{Incoming, NodeState, Nodes, Placed, Replacing, Unfit, choose, feasible_with, fits_with};
 use super::projection::{NodeInfo, PdbInfo, PodInfo, PodOwner, PodPhase};
 use super::storage::VolumeNeeds;
 use crate::core::model::ObjectRef;
@@ -86,6 +86,20 @@ pub struct Pending {
     pub reason: String,
 }
 
+/// A pod that a replacement preempted (DefaultPreemption): taken off its node so that the
+/// replacement of a pod of higher priority fits there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Preempted {
+    pub namespace: String,
+    pub pod: String,
+    pub priority: i32,
+    pub node: String,
+    /// The evicted pod whose replacement took its place: namespace/name.
+    pub by: String,
+    /// The node its own replacement went to; `None`: Pending, or not replaced.
+    pub replacement: Option<String>,
+}
+
 /// A PDB that refused evictions until the end, and what it let go before.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Blocked {
@@ -118,6 +132,8 @@ pub struct DrainRun {
     /// The namespaces whose pods it evicts or tries to (every pod not left), in name order: who
     /// else a drain asked about one namespace disrupts.
     pub namespaces: Vec<String>,
+    /// The pods replacements preempted, in the order they were.
+    pub preempts: Vec<Preempted>,
 }
 
 impl DrainRun {
@@ -219,6 +235,12 @@ impl Ledger {
         }
         self.evicted.push(pod.name.clone());
         Ok(())
+    }
+
+    /// A pod it selects was preempted (deleted without asking the budget).
+    fn lost(&mut self) {
+        self.current -= 1;
+        self.allowed = (self.current - self.desired).max(0);
     }
 
     /// A replacement became Ready: the disruption controller counts it healthy again.
@@ -358,6 +380,8 @@ fn placed(view: &dyn View, namespace: Arc<str>, pod: &PodInfo) -> Placed {
         _ => Arc::default(),
     };
     Placed {
+        name: pod.name.clone(),
+        priority: pod.priority,
         labels: pod.labels.clone(),
         requests: pod.requests.clone(),
         ports: pod.ports.clone(),
@@ -453,6 +477,8 @@ fn replacement_of(pod: &PodInfo, template: &super::projection::Template, drain: 
         ports: crate::core::model::resources::host_ports(&template.spec),
         anti_affinity: super::placement::required_anti_affinity(&template.spec),
         claims: pod.claims.clone(),
+        priority: pod.priority,
+        preempts: pod.preempts,
     }
 }
 
@@ -475,6 +501,7 @@ fn drain(view: &dyn View, states: &mut Nodes, on_node: &[Vec<(String, Arc<PodInf
         refused: Vec::new(),
         replaces: true,
         namespaces: Vec::new(),
+        preempts: Vec::new(),
     };
     // The pods of the drained nodes, in the order asked, then namespace and name.
     let mut to_evict: Vec<(String, Arc<PodInfo>)> = Vec::new();
@@ -562,7 +589,7 @@ fn drain(view: &dyn View, states: &mut Nodes, on_node: &[Vec<(String, Arc<PodInf
             match answer {
                 Ok(()) => {
                     progress = true;
-                    let replacement = evicted(view, &namespace, &pod, states, &mut ledgers, &mut run);
+                    let replacement = evicted(view, &namespace, &pod, states, &mut ledgers, on_node, &mut run);
                     results.insert(
                         key,
                         Eviction {
@@ -655,6 +682,7 @@ fn evicted(
     pod: &PodInfo,
     states: &mut Nodes,
     ledgers: &mut BTreeMap<ObjectRef, Ledger>,
+    on_node: &[Vec<(String, Arc<PodInfo>)>],
     run: &mut DrainRun,
 ) -> (Option<String>, String) {
     if let Some(at) = pod.node.as_deref().and_then(|n| states.iter().position(|s| s.node.name == n)) {
@@ -686,6 +714,8 @@ fn evicted(
                 at,
                 Placed {
                     namespace: namespace.into(),
+                    name: pod.name.clone(),
+                    priority: pod.priority,
                     labels: Arc::new(template.labels.clone()),
                     requests: replacing.requests_of(&template.spec),
                     ports: crate::core::model::resources::host_ports(&template.spec),
@@ -704,6 +734,10 @@ fn evicted(
             (Some(node.clone()), format!("replaced on {node}"))
         }
         Err(why) => {
+            if let Some(done) = preempt(view, namespace, pod, incoming, &replacing, states, ledgers, on_node, &why, run)
+            {
+                return done;
+            }
             let reason = explain(&why);
             run.pending.push(Pending {
                 namespace: namespace.to_string(),
@@ -712,6 +746,183 @@ fn evicted(
                 reason: reason.clone(),
             });
             (None, format!("its replacement stays Pending: {reason}"))
+        }
+    }
+}
+
+/// Nodes DefaultPreemption tries at most (it samples a share of the cluster, at least 100).
+const PREEMPTION_CANDIDATES: usize = 100;
+
+/// A node where preemption lets a pod fit: which, the pods that go, how many of them a budget
+/// protects.
+struct Candidate {
+    at: usize,
+    victims: Vec<Placed>,
+    violations: usize,
+}
+
+/// DefaultPreemption (`pkg/scheduler/framework/plugins/defaultpreemption`, `SelectVictimsOnNode`
+/// and `pickOneNodeForPreemption`): the replacement of `pod`, which fits nowhere, takes a node from
+/// pods of lower priority. On each node that refused it only for what taking pods off could lift:
+/// without every pod of lower priority, does it fit? Then the most important are reprieved one by
+/// one while it still fits (those a budget protects first), and the rest go. The node: the fewest
+/// budget violations, the lowest highest priority among its victims, the lowest sum, the fewest
+/// victims, then the name. The victims are deleted without asking their budgets, and their own
+/// replacements placed (without preempting in turn). `None`: nowhere, or `pod` may not preempt.
+#[allow(clippy::too_many_arguments)]
+fn preempt(
+    view: &dyn View,
+    namespace: &str,
+    pod: &PodInfo,
+    incoming: Incoming,
+    replacing: &Replacing,
+    states: &mut Nodes,
+    ledgers: &mut BTreeMap<ObjectRef, Ledger>,
+    on_node: &[Vec<(String, Arc<PodInfo>)>],
+    why: &[(String, Unfit)],
+    run: &mut DrainRun,
+) -> Option<(Option<String>, String)> {
+    if !pod.preempts {
+        return None;
+    }
+    // What each budget allows now (the eviction API's view), spent victim by victim.
+    let allowed: BTreeMap<ObjectRef, i32> = BTreeMap::new();
+    let protected = |v: &Placed, allowed: &mut BTreeMap<ObjectRef, i32>| {
+        let mut violates = false;
+        for pdb in view.pdbs_covering(&v.namespace, &v.labels) {
+            let left = allowed.entry(pdb.id.clone()).or_insert_with(|| match ledgers.get(&pdb.id) {
+                Some(l) => l.allowed,
+                None => Ledger::open(view, pdb.clone()).allowed,
+            });
+            *left -= 1;
+            violates |= *left < 0;
+        }
+        violates
+    };
+    let mut candidates: Vec<Candidate> = Vec::new();
+    let at_of: HashMap<&str, usize> = states.iter().enumerate().map(|(i, s)| (s.node.name.as_str(), i)).collect();
+    let tried =
+        why.iter().filter(|(_, u)| u.preemption_might_help()).filter_map(|(n, _)| at_of.get(n.as_str()).copied());
+    let tried: Vec<usize> = tried.collect();
+    for at in tried.into_iter().take(PREEMPTION_CANDIDATES) {
+        let mut lower: Vec<Placed> = states[at].pods().iter().filter(|p| p.priority < pod.priority).cloned().collect();
+        if lower.is_empty() {
+            continue;
+        }
+        for v in &lower {
+            states.remove(at, &v.namespace, |p| p.name == v.name);
+        }
+        if fits_with(incoming, at, states, replacing).is_err() {
+            lower.into_iter().for_each(|v| states.push(at, v));
+            continue;
+        }
+        lower.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.name.cmp(&b.name)));
+        let mut spent = allowed.clone();
+        let (violating, free): (Vec<Placed>, Vec<Placed>) = lower.into_iter().partition(|v| protected(v, &mut spent));
+        let violating_count = violating.len();
+        let mut victims = Vec::new();
+        let mut violations = 0;
+        for (i, v) in violating.into_iter().chain(free).enumerate() {
+            states.push(at, v.clone());
+            if fits_with(incoming, at, states, replacing).is_err() {
+                states.remove(at, &v.namespace, |p| p.name == v.name);
+                violations += usize::from(i < violating_count);
+                victims.push(v);
+            }
+        }
+        victims.iter().for_each(|v| states.push(at, v.clone()));
+        candidates.push(Candidate { at, victims, violations });
+    }
+    let best = candidates.into_iter().min_by_key(|c| {
+        let highest = c.victims.iter().map(|v| v.priority).max().unwrap_or(i32::MIN);
+        let sum: i64 = c.victims.iter().map(|v| i64::from(v.priority)).sum();
+        (c.violations, highest, sum, c.victims.len(), states[c.at].node.name.clone())
+    })?;
+    let node = states[best.at].node.name.clone();
+    for v in &best.victims {
+        states.remove(best.at, &v.namespace, |p| p.name == v.name);
+        for pdb in view.pdbs_covering(&v.namespace, &v.labels) {
+            ledgers.entry(pdb.id.clone()).or_insert_with(|| Ledger::open(view, pdb.clone())).lost();
+        }
+    }
+    states.push(
+        best.at,
+        Placed {
+            namespace: namespace.into(),
+            name: pod.name.clone(),
+            priority: pod.priority,
+            labels: Arc::new(incoming.labels.clone()),
+            requests: replacing.requests_of(incoming.spec),
+            ports: crate::core::model::resources::host_ports(incoming.spec),
+            terminating: false,
+            anti_affinity: super::placement::required_anti_affinity(incoming.spec),
+            claims: pod.claims.clone(),
+            volumes: replacing.volumes.attaches.clone().into(),
+        },
+    );
+    for pdb in view.pdbs_covering(namespace, incoming.labels) {
+        if let Some(l) = ledgers.get_mut(&pdb.id) {
+            l.replaced();
+        }
+    }
+    let by = format!("{namespace}/{}", pod.name);
+    let mut named = Vec::new();
+    for v in best.victims {
+        named.push(format!("{}/{} (priority {})", v.namespace, v.name, v.priority));
+        let replacement = victim_replaced(view, &v, &node, &by, pod.priority, states, ledgers, &on_node[best.at], run);
+        run.preempts.push(Preempted {
+            namespace: v.namespace.to_string(),
+            pod: v.name.to_string(),
+            priority: v.priority,
+            node: node.clone(),
+            by: by.clone(),
+            replacement,
+        });
+    }
+    let reason = format!("replaced on {node}, preempting {} (priority {} is higher)", named.join(", "), pod.priority);
+    Some((Some(node), reason))
+}
+
+/// The victim `v` of a preemption on `node`: its controller's replacement, placed where it fits
+/// (without preempting in turn), or Pending. The node it went to.
+#[allow(clippy::too_many_arguments)]
+fn victim_replaced(
+    view: &dyn View,
+    v: &Placed,
+    node: &str,
+    by: &str,
+    priority: i32,
+    states: &mut Nodes,
+    ledgers: &mut BTreeMap<ObjectRef, Ledger>,
+    on_node: &[(String, Arc<PodInfo>)],
+    run: &mut DrainRun,
+) -> Option<String> {
+    let (namespace, pod) = on_node.iter().find(|(ns, p)| **ns == *v.namespace && p.name == v.name)?;
+    let (kind, name) = pod.workload()?;
+    let workload = ObjectRef::new(kind, namespace, name);
+    let template = view.template(&workload)?;
+    let incoming = Incoming { namespace, labels: &template.labels, spec: &template.spec };
+    let replacing = replacing(view, namespace, pod, states);
+    match feasible_with(incoming, states, &replacing) {
+        Ok(candidates) => {
+            let at = choose(&candidates, states, namespace, &template.labels);
+            states.push(at, placed(view, namespace.as_str().into(), pod));
+            for pdb in view.pdbs_covering(namespace, &template.labels) {
+                if let Some(l) = ledgers.get_mut(&pdb.id) {
+                    l.replaced();
+                }
+            }
+            Some(states[at].node.name.clone())
+        }
+        Err(why) => {
+            let reason = format!(
+                "preempted on {node} by the replacement of {by} (priority {priority}, higher than its {}); its own \
+                 replacement fits nowhere: {}",
+                v.priority,
+                explain(&why)
+            );
+            run.pending.push(Pending { namespace: namespace.clone(), pod: pod.name.to_string(), workload, reason });
+            None
         }
     }
 }

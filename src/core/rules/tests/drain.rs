@@ -571,3 +571,84 @@ fn a_replacement_asks_the_requests_its_pod_was_stored_with() {
     let view = view_with_templates(&docs(&all), stored(500));
     assert_eq!(super::run(&view, &["n1".to_string()], "node n1").0.outcome, super::Outcome::Completes);
 }
+
+/// Three nodes of one CPU; `web` (1 replica, 600m) on n1; a 600m pod of `batch-a` on n2 and of
+/// `batch-b` on n3, priority 0.
+fn crowded(web_priority: i32, web_preempts: bool, batch_a_budget: &str) -> Index {
+    let node = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n\
+             spec: {{}}\nstatus:\n  allocatable: {{cpu: '1', memory: 4Gi, pods: '110'}}\n"
+        )
+    };
+    let cpu = |p: PodInfo, priority: i32| PodInfo {
+        requests: crate::core::model::resources::Resources { cpu_milli: 600, ..Default::default() },
+        priority,
+        ..p
+    };
+    let pods = vec![
+        PodInfo { preempts: web_preempts, ..cpu(pod("web-1", "web", "n1"), web_priority) },
+        cpu(pod("batch-a-1", "batch-a", "n2"), 0),
+        cpu(pod("batch-b-1", "batch-b", "n3"), 0),
+    ];
+    let nodes: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| node(n)).collect();
+    let (web, a, b) = (
+        deployment("web", "replicas: 1", ""),
+        deployment("batch-a", "replicas: 1", ""),
+        deployment("batch-b", "replicas: 1", ""),
+    );
+    let budget = pdb("maxUnavailable: 1", "");
+    let a_budget = format!(
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: batch-a\n  namespace: default\nspec:\n  \
+         {batch_a_budget}\n  selector:\n    matchLabels:\n      app: batch-a\n"
+    );
+    let mut all: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    all.extend([web.as_str(), a.as_str(), b.as_str(), budget.as_str(), a_budget.as_str()]);
+    view_with_templates(&docs(&all), pods)
+}
+
+/// DefaultPreemption: the replacement of a pod of higher priority that fits nowhere takes a node
+/// from a pod of lower priority, which is what goes Pending; the node chosen is the one whose
+/// victims no budget protects.
+#[test]
+fn a_replacement_of_higher_priority_preempts_and_its_victim_stays_pending() {
+    let view = crowded(1000, true, "maxUnavailable: 1");
+    let (run, f) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
+    assert_eq!(run.evictions[0].replacement.as_deref(), Some("n2"), "a tie: the first node by name");
+    assert!(
+        run.evictions[0]
+            .reason
+            .contains("replaced on n2, preempting default/batch-a-1 (priority 0) (priority 1000 is higher)"),
+        "{}",
+        run.evictions[0].reason
+    );
+    let preempted: Vec<(&str, &str, Option<&str>)> =
+        run.preempts.iter().map(|p| (p.pod.as_str(), p.node.as_str(), p.replacement.as_deref())).collect();
+    assert_eq!(preempted, [("batch-a-1", "n2", None)]);
+    let p = of_rule(&f, PENDING);
+    assert_eq!(p.len(), 1, "{f:#?}");
+    assert_eq!(p[0].object.to_string(), "Deployment default/batch-a");
+    for part in [
+        "preempted on n2 by the replacement of default/web-1 (priority 1000, higher than its 0)",
+        "its own replacement fits nowhere: cordoned on n1; not enough cpu on n2, n3",
+    ] {
+        assert!(p[0].what.contains(part), "{part:?} not in: {}", p[0].what);
+    }
+    // batch-a's budget allows no disruption: n3, whose victim no budget protects.
+    let (run, _) = super::run(&crowded(1000, true, "minAvailable: 1"), &["n1".to_string()], "node n1");
+    assert_eq!(run.evictions[0].replacement.as_deref(), Some("n3"), "{run:#?}");
+    assert_eq!(run.preempts[0].pod, "batch-b-1");
+}
+
+/// No preemption at the same priority, nor with `preemptionPolicy: Never`: the replacement itself
+/// stays Pending.
+#[test]
+fn a_replacement_of_equal_priority_or_that_never_preempts_stays_pending() {
+    for (priority, preempts) in [(0, true), (1000, false)] {
+        let (run, _) = super::run(&crowded(priority, preempts, "maxUnavailable: 1"), &["n1".to_string()], "node n1");
+        assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
+        assert!(run.preempts.is_empty(), "{run:#?}");
+        assert_eq!(run.pending[0].pod, "web-1");
+    }
+}
