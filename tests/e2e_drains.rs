@@ -43,6 +43,11 @@ enum Constraint {
     Cpu,
     /// A host port: one such pod a node.
     HostPort,
+    /// 600 CPUs as a limit alone: the apiserver stores the limit as the request.
+    LimitsOnly,
+    /// No resources in the template; the namespace's LimitRange gives each container a default
+    /// request of 600 CPUs, which the stored pods carry.
+    LimitRangeDefault,
 }
 
 #[derive(Clone, Debug)]
@@ -63,6 +68,26 @@ struct Scenario {
     /// leave: `audit --namespace NAME --drain` must count it (a drain is simulated on the whole
     /// cluster), or it says the replacement fits there.
     crowd: bool,
+    /// The replicas mount one claim, `data`, bound to a PersistentVolume that limits where they go.
+    volume: Volume,
+    /// The replicas have a PriorityClass of value 1000 (`NAME-high`) with this preemptionPolicy,
+    /// and once they run, another namespace's pods of priority 0 (`NAME-crowd`, two of 600 CPUs)
+    /// fill the other nodes: a replacement preempts one of them, which is what stays Pending
+    /// (DefaultPreemption), unless the policy is Never.
+    preempt: Option<&'static str>,
+}
+
+/// What the `data` volume of a scenario is (kube-scheduler's volume filters).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Volume {
+    None,
+    /// A local PV of node n1 (VolumeBinding: its node affinity).
+    Local,
+    /// A disk labelled with zone `NAME-a`, which this many of the three nodes are in (VolumeZone).
+    Zone(usize),
+    /// A CSI volume, on nodes whose CSINodes attach at most this many of the driver's volumes, the
+    /// two nodes the replica is not on holding one each already (NodeVolumeLimits).
+    CsiLimit(i32),
 }
 
 fn scenarios() -> Vec<Scenario> {
@@ -99,6 +124,8 @@ fn scenarios() -> Vec<Scenario> {
                     not_ready: false,
                     guard: false,
                     crowd: false,
+                    volume: Volume::None,
+                    preempt: None,
                 });
             }
         }
@@ -113,6 +140,8 @@ fn scenarios() -> Vec<Scenario> {
         not_ready,
         guard: false,
         crowd: false,
+        volume: Volume::None,
+        preempt: None,
     };
     for s in [
         special(3, json!({"maxUnavailable": 1}), Constraint::Spread, true, false, false),
@@ -154,6 +183,8 @@ fn scenarios() -> Vec<Scenario> {
             not_ready,
             guard: true,
             crowd: false,
+            volume: Volume::None,
+            preempt: None,
         });
     }
     // Another namespace's pod fills the node the replacement would take.
@@ -161,20 +192,172 @@ fn scenarios() -> Vec<Scenario> {
         let budget = Some(json!({"maxUnavailable": 1}));
         let (bare, second_pdb, not_ready, guard) = (false, false, false, false);
         let name = format!("d{}", out.len());
-        out.push(Scenario { name, replicas: 2, budget, constraint, bare, second_pdb, not_ready, guard, crowd: true });
+        let volume = Volume::None;
+        out.push(Scenario {
+            name,
+            replicas: 2,
+            budget,
+            constraint,
+            bare,
+            second_pdb,
+            not_ready,
+            guard,
+            crowd: true,
+            volume,
+            preempt: None,
+        });
     }
+    // Volumes: where the one replica's volume can be used decides where its replacement goes.
+    for volume in [Volume::Local, Volume::Zone(1), Volume::Zone(2), Volume::CsiLimit(1), Volume::CsiLimit(2)] {
+        let budget = Some(json!({"maxUnavailable": 1}));
+        let (bare, second_pdb, not_ready, guard, crowd) = (false, false, false, false, false);
+        let name = format!("d{}", out.len());
+        out.push(Scenario {
+            name,
+            replicas: 1,
+            budget,
+            constraint: Constraint::None,
+            bare,
+            second_pdb,
+            not_ready,
+            guard,
+            crowd,
+            volume,
+            preempt: None,
+        });
+    }
+    // What the apiserver stores: 600 CPUs from a limit alone, or from the namespace's LimitRange,
+    // three replicas on three nodes: the replacement fits nowhere.
+    for constraint in [Constraint::LimitsOnly, Constraint::LimitRangeDefault] {
+        let budget = Some(json!({"maxUnavailable": 1}));
+        let name = format!("d{}", out.len());
+        let (bare, second_pdb, not_ready, guard, crowd) = (false, false, false, false, false);
+        out.push(Scenario {
+            name,
+            replicas: 3,
+            budget,
+            constraint,
+            bare,
+            second_pdb,
+            not_ready,
+            guard,
+            crowd,
+            volume: Volume::None,
+            preempt: None,
+        });
+    }
+    // Priority: the replacement of a 600-CPU replica preempts another namespace's pod of lower
+    // priority; with preemptionPolicy Never it stays Pending itself.
+    for policy in ["PreemptLowerPriority", "Never"] {
+        let budget = Some(json!({"maxUnavailable": 1}));
+        let name = format!("d{}", out.len());
+        let (bare, second_pdb, not_ready, guard, crowd) = (false, false, false, false, false);
+        out.push(Scenario {
+            name,
+            replicas: 1,
+            budget,
+            constraint: Constraint::Cpu,
+            bare,
+            second_pdb,
+            not_ready,
+            guard,
+            crowd,
+            volume: Volume::None,
+            preempt: Some(policy),
+        });
+    }
+    out
+}
+
+/// The labels of node `i` (1 to 3) of a scenario: its name, and with a zonal volume its zone.
+fn node_labels(s: &Scenario, i: usize) -> Vec<(String, String)> {
+    let mut labels = vec![("scenario".to_string(), s.name.clone())];
+    if let Volume::Zone(in_zone) = s.volume {
+        let zone = if i <= in_zone { "a" } else { "b" };
+        labels.push(("topology.kubernetes.io/zone".to_string(), format!("{}-{zone}", s.name)));
+    }
+    labels
+}
+
+/// A claim `claim` of namespace `ns` bound to a PV of its own (`NS-CLAIM`), `source` its volume
+/// source, with `extra` merged into the PV (labels, node affinity).
+fn bound_claim(ns: &str, claim: &str, source: Value, extra: Value) -> Vec<Value> {
+    let pv_name = format!("{ns}-{claim}");
+    let mut pv = json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv_name},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+            "persistentVolumeReclaimPolicy": "Retain", "claimRef": {"namespace": ns, "name": claim}}});
+    for (k, v) in source.as_object().expect("a source") {
+        pv["spec"][k] = v.clone();
+    }
+    for (path, v) in extra.as_object().expect("extra") {
+        let (part, key) = path.split_once('.').expect("metadata.X or spec.X");
+        pv[part][key] = v.clone();
+    }
+    let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv_name,
+            "resources": {"requests": {"storage": "1Gi"}}}});
+    vec![pv, pvc]
+}
+
+/// The CSI driver of a scenario's volumes.
+fn driver(ns: &str) -> String {
+    format!("csi.{ns}")
+}
+
+/// The PV and claim of a scenario's `data` volume, and the CSINodes of its nodes.
+fn volume_objects(s: &Scenario) -> Vec<Value> {
+    let ns = &s.name;
+    let host_path = json!({"hostPath": {"path": format!("/tmp/{ns}")}});
+    match s.volume {
+        Volume::None => Vec::new(),
+        Volume::Local => bound_claim(
+            ns,
+            "data",
+            host_path,
+            json!({"spec.nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [format!("{ns}-n1")]}]}]}}}),
+        ),
+        Volume::Zone(_) => bound_claim(
+            ns,
+            "data",
+            host_path,
+            json!({"metadata.labels": {"topology.kubernetes.io/zone": format!("{ns}-a")}}),
+        ),
+        Volume::CsiLimit(count) => {
+            let mut out = bound_claim(ns, "data", csi_source(ns, "data"), json!({}));
+            out.extend((1..=3).map(|i| {
+                json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode", "metadata": {"name": format!("{ns}-n{i}")},
+                    "spec": {"drivers": [{"name": driver(ns), "nodeID": format!("{ns}-n{i}"), "allocatable": {"count": count}}]}})
+            }));
+            out
+        }
+    }
+}
+
+fn csi_source(ns: &str, claim: &str) -> Value {
+    json!({"csi": {"driver": driver(ns), "volumeHandle": format!("{ns}-{claim}")}})
+}
+
+/// A pod without controller on `node` mounting a CSI volume of its own: it fills one of the
+/// node's attachments of the scenario's driver.
+fn filler(ns: &str, node: &str, i: usize) -> Vec<Value> {
+    let claim = format!("fill-{i}");
+    let mut out = bound_claim(ns, &claim, csi_source(ns, &claim), json!({}));
+    out.push(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": claim, "namespace": ns},
+        "spec": {"nodeName": node, "containers": [{"name": "fill", "image": "nginx:1.27"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]}}));
     out
 }
 
 /// The crowd of a scenario: a Deployment in namespace `NS-crowd` whose one pod asks 600 CPUs on
 /// the scenario's nodes (kwok's have 1,000): no replica asking as much fits beside it.
-fn crowd(ns: &str) -> Vec<Value> {
+fn crowd(ns: &str, replicas: i64) -> Vec<Value> {
     let labels = json!({"app": "crowd"});
     let other = format!("{ns}-crowd");
     vec![
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}}),
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "crowd", "namespace": other},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels},
                 "spec": {"nodeSelector": {"scenario": ns}, "containers": [{"name": "crowd", "image": "nginx:1.27",
                     "resources": {"requests": {"cpu": "600"}}}]}}}}),
     ]
@@ -211,15 +394,32 @@ fn objects(s: &Scenario) -> Vec<Value> {
         }
         Constraint::Cpu => spec["containers"][0]["resources"] = json!({"requests": {"cpu": "600"}}),
         Constraint::HostPort => spec["containers"][0]["ports"] = json!([{"containerPort": 8080, "hostPort": 18080}]),
+        Constraint::LimitsOnly => spec["containers"][0]["resources"] = json!({"limits": {"cpu": "600"}}),
+        Constraint::LimitRangeDefault => {}
+    }
+    if s.volume != Volume::None {
+        spec["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]);
+    }
+    let mut classes = Vec::new();
+    if let Some(policy) = s.preempt {
+        let class = format!("{ns}-high");
+        classes.push(json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": class}, "value": 1000, "preemptionPolicy": policy}));
+        spec["priorityClassName"] = json!(class);
     }
     let mut labels = json!({"app": app});
     if s.not_ready {
         labels[NOT_READY] = json!("true");
     }
-    let mut out =
-        vec![json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app, "namespace": ns},
+    let mut out = classes;
+    if s.constraint == Constraint::LimitRangeDefault {
+        out.push(json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "defaults", "namespace": ns},
+            "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "600"}, "default": {"cpu": "600"}}]}}));
+    }
+    out.extend(volume_objects(s));
+    out.push(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app, "namespace": ns},
         "spec": {"replicas": s.replicas, "selector": {"matchLabels": {"app": app}},
-            "template": {"metadata": {"labels": labels}, "spec": spec}}})];
+            "template": {"metadata": {"labels": labels}, "spec": spec}}}));
     if let Some(budget) = &s.budget {
         let mut pdb_spec = json!({"selector": {"matchLabels": {"app": app}}});
         for (k, v) in budget.as_object().expect("budget") {
@@ -249,12 +449,28 @@ fn pods(cp: &ControlPlane, ns: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// The pods of a scenario: its namespace's, and those of its crowd of lower priority.
+fn scenario_pods(cp: &ControlPlane, s: &Scenario) -> Vec<(String, String, String)> {
+    let mut all = pods(cp, &s.name);
+    if s.preempt.is_some() {
+        all.extend(pods(cp, &format!("{}-crowd", s.name)));
+    }
+    all
+}
+
 /// What a drain did or is predicted to do: its outcome, the pods evicted, the replacements left Pending.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Result {
     outcome: String,
     evicted: BTreeSet<String>,
     pending: usize,
+    /// The workloads whose pods stay Pending (a pod's name up to its first dash: `app`, `crowd`).
+    pending_of: BTreeSet<String>,
+}
+
+/// The workload a pod's name says it belongs to (`app-7c9f-x2` → `app`).
+fn workload_of(pod: &str) -> String {
+    pod.split('-').next().unwrap_or_default().to_string()
 }
 
 fn predict(cp: &ControlPlane, ns: &str, node: &str) -> (Result, Value) {
@@ -273,12 +489,30 @@ fn predict(cp: &ControlPlane, ns: &str, node: &str) -> (Result, Value) {
         .filter(|e| e["result"] == "evicted")
         .map(|e| e["pod"].as_str().unwrap_or_default().to_string())
         .collect();
-    let pending = run["pending"].as_array().map_or(0, Vec::len);
-    (Result { outcome: run["outcome"].as_str().unwrap_or_default().to_string(), evicted, pending }, run)
+    // Pending: the namespace's replacements, and the other namespaces' pods that replacements
+    // preempted and that fit nowhere (`--namespace` narrows `pending` to the namespace's).
+    let preempted_pending = run["preempts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["namespace"] != ns && p["replacement"].is_null())
+        .count();
+    let pending = run["pending"].as_array().map_or(0, Vec::len) + preempted_pending;
+    let mut pending_of: BTreeSet<String> = run["pending"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some(p["workload"].as_str()?.rsplit('/').next()?.to_string()))
+        .collect();
+    let preempted = run["preempts"].as_array().into_iter().flatten();
+    pending_of.extend(
+        preempted.filter(|p| p["replacement"].is_null()).map(|p| workload_of(p["pod"].as_str().unwrap_or_default())),
+    );
+    (Result { outcome: run["outcome"].as_str().unwrap_or_default().to_string(), evicted, pending, pending_of }, run)
 }
 
 /// The real drain of `node`: kubectl drain with a short timeout, then the pods as they settle.
-fn drain(cp: &ControlPlane, ns: &str, node: &str, before: &[(String, String, String)]) -> (Result, String) {
+fn drain(cp: &ControlPlane, s: &Scenario, node: &str, before: &[(String, String, String)]) -> (Result, String) {
     let out = cp.kubectl(&["drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=12s"]);
     let text = out.output();
     let outcome = if out.ok() {
@@ -290,9 +524,18 @@ fn drain(cp: &ControlPlane, ns: &str, node: &str, before: &[(String, String, Str
     } else {
         panic!("kubectl drain {node} failed otherwise: {text}");
     };
-    // Settled: every replacement Running or Pending for good (kwok runs a placed pod at once).
+    // Settled: every replacement Running or Pending for good (kwok runs a placed pod at once; a
+    // preemption waits for its victim to go first).
     std::thread::sleep(Duration::from_secs(2));
-    let after = pods(cp, ns);
+    if s.preempt == Some("PreemptLowerPriority") {
+        let _ = poll("the preemptor Running", Duration::from_secs(30), Duration::from_millis(300), || {
+            let running =
+                scenario_pods(cp, s).iter().filter(|(n, _, phase)| n.starts_with("app-") && phase == "Running").count();
+            if running == s.replicas as usize { Ok(()) } else { Err(format!("{:?}", scenario_pods(cp, s))) }
+        });
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let after = scenario_pods(cp, s);
     let names: BTreeSet<&str> = after.iter().map(|(n, _, _)| n.as_str()).collect();
     let evicted: BTreeSet<String> = before
         .iter()
@@ -302,7 +545,14 @@ fn drain(cp: &ControlPlane, ns: &str, node: &str, before: &[(String, String, Str
     let pending_before = before.iter().filter(|(_, _, phase)| phase == "Pending").count();
     let pending = after.iter().filter(|(_, _, phase)| phase == "Pending").count().saturating_sub(pending_before);
     let outcome = outcome.unwrap_or(if pending > 0 { "leaves-pending" } else { "completes" }).to_string();
-    (Result { outcome, evicted, pending }, text)
+    let was_pending: BTreeSet<&str> =
+        before.iter().filter(|(_, _, phase)| phase == "Pending").map(|(n, _, _)| n.as_str()).collect();
+    let pending_of = after
+        .iter()
+        .filter(|(n, _, phase)| phase == "Pending" && !was_pending.contains(n.as_str()))
+        .map(|(n, _, _)| workload_of(n))
+        .collect();
+    (Result { outcome, evicted, pending, pending_of }, text)
 }
 
 fn describe(s: &Scenario) -> String {
@@ -328,6 +578,15 @@ fn describe(s: &Scenario) -> String {
     if s.crowd {
         d.push_str(" +another namespace's 600-CPU pod");
     }
+    match s.volume {
+        Volume::None => {}
+        Volume::Local => d.push_str(" +local PV of n1"),
+        Volume::Zone(n) => d.push_str(&format!(" +zonal PV, {n} node(s) in its zone")),
+        Volume::CsiLimit(n) => d.push_str(&format!(" +CSI volume, limit {n}, other nodes holding 1")),
+    }
+    if let Some(policy) = s.preempt {
+        d.push_str(&format!(" priority 1000 ({policy}), other nodes full of priority 0"));
+    }
     d
 }
 
@@ -335,7 +594,7 @@ fn describe(s: &Scenario) -> String {
 fn run(cp: &ControlPlane, s: &Scenario) -> (String, Option<String>) {
     let ns = &s.name;
     if s.crowd {
-        cp.kubectl_in(&["apply", "-f", "-"], &yaml_file(&crowd(ns))).success();
+        cp.kubectl_in(&["apply", "-f", "-"], &yaml_file(&crowd(ns, 1))).success();
         let other = format!("{ns}-crowd");
         poll("the crowd Running", WAIT, Duration::from_millis(200), || {
             let running = pods(cp, &other).iter().any(|(_, _, phase)| phase == "Running");
@@ -365,6 +624,26 @@ fn run(cp: &ControlPlane, s: &Scenario) -> (String, Option<String>) {
     let placed = pods(cp, ns);
     let replicas = placed.iter().filter(|(n, _, _)| n.starts_with("app-"));
     let node = replicas.map(|(_, on, _)| on.clone()).min().expect("a placed pod");
+    if s.preempt.is_some() {
+        cp.kubectl_in(&["apply", "-f", "-"], &yaml_file(&crowd(ns, 2))).success();
+        let other = format!("{ns}-crowd");
+        poll("the crowd Running", WAIT, Duration::from_millis(200), || {
+            let running = pods(cp, &other).iter().filter(|(_, _, phase)| phase == "Running").count();
+            if running == 2 { Ok(()) } else { Err(format!("{:?}", pods(cp, &other))) }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    if let Volume::CsiLimit(_) = s.volume {
+        let others = (1..=3).map(|i| format!("{ns}-n{i}")).filter(|n| *n != node);
+        let fillers: Vec<Value> = others.enumerate().flat_map(|(i, n)| filler(ns, &n, i)).collect();
+        cp.kubectl_in(&["create", "-f", "-"], &yaml_file(&fillers)).success();
+        poll("the fillers Running", WAIT, Duration::from_millis(200), || {
+            let running =
+                pods(cp, ns).iter().filter(|(n, _, phase)| n.starts_with("fill-") && phase == "Running").count();
+            if running == 2 { Ok(()) } else { Err(format!("{:?}", pods(cp, ns))) }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
     if s.bare {
         cp.apply(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": ns},
             "spec": {"nodeName": node, "containers": [{"name": "app", "image": "nginx:1.27"}]}}))
@@ -386,9 +665,9 @@ fn run(cp: &ControlPlane, s: &Scenario) -> (String, Option<String>) {
     })
     .unwrap_or_else(|e| panic!("{e}"));
     std::thread::sleep(Duration::from_millis(1500));
-    let before = pods(cp, ns);
+    let before = scenario_pods(cp, s);
     let (predicted, replay) = predict(cp, ns, &node);
-    let (real, text) = drain(cp, ns, &node, &before);
+    let (real, text) = drain(cp, s, &node, &before);
     let row = format!(
         "{:<60} {:<8} | predicted {:<15} evicted {} pending {} | real {:<15} evicted {} pending {}{}",
         describe(s),
@@ -413,12 +692,8 @@ fn drains_end_as_predicted() {
     assert!(scenarios.len() >= 40, "{} scenarios", scenarios.len());
     let h = Harness::start(Setup { controllers: true, webhooks: &[], ..Default::default() });
     let cp = &h.cp;
-    let nodes: Vec<(String, Vec<(String, String)>)> = scenarios
-        .iter()
-        .flat_map(|s| {
-            (1..=3).map(move |i| (format!("{}-n{i}", s.name), vec![("scenario".to_string(), s.name.clone())]))
-        })
-        .collect();
+    let nodes: Vec<(String, Vec<(String, String)>)> =
+        scenarios.iter().flat_map(|s| (1..=3).map(move |i| (format!("{}-n{i}", s.name), node_labels(s, i)))).collect();
     let refs: Vec<(&str, Vec<(&str, &str)>)> =
         nodes.iter().map(|(n, l)| (n.as_str(), l.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect())).collect();
     let refs: Vec<(&str, &[(&str, &str)])> = refs.iter().map(|(n, l)| (*n, l.as_slice())).collect();
