@@ -199,7 +199,8 @@ fn heap_phases(rt: &tokio::runtime::Runtime, client: &kube::Client) -> HeapPhase
     let mib = |b: isize| b as f64 / (1024.0 * 1024.0);
     let base = LIVE.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
-    let options = ha_guard::audit::ReadOptions { namespace: None, selector: None, page: 500, templates: false };
+    let options =
+        ha_guard::audit::ReadOptions { namespace: None, selector: None, page: 500, templates: false, storage: false };
     let progress = ha_guard::audit::progress::Progress::new(false);
     let cluster = rt.block_on(ha_guard::audit::read(client, &options, &progress)).expect("read the cluster");
     let read_peak = PEAK.load(Ordering::Relaxed) - base;

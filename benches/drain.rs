@@ -7,7 +7,9 @@
 //! (allocatable 16 CPUs, 64 GiB, 110 pods) in three zones, `--pods / 3` Deployments of three
 //! replicas in 100 namespaces, each with a PDB (maxUnavailable 1), half of them with a
 //! DoNotSchedule hostname spread, a tenth with a required anti-affinity, all requesting 100m CPU;
-//! pods placed round-robin, Running and Ready. Then `replay_each` over every node, timed, with
+//! a third of them StatefulSets, a third of those with a claim per pod bound to a zonal CSI
+//! PersistentVolume in its node's zone (every node's CSINode attaching 64 of them at most); pods
+//! placed round-robin, Running and Ready. Then `replay_each` over every node, timed, with
 //! the drains' outcomes counted (so the run is checked to do work: most drains complete).
 //! Flags: `--nodes N` (1000), `--pods N` (30000), `--rounds N` (1).
 
@@ -69,8 +71,19 @@ fn main() {
                 "topology.kubernetes.io/zone": format!("zone-{}", i % 3)}},
             "status": {"allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"}}})));
     }
+    let mut storage = ha_guard::core::view::storage::Storage::default();
+    for name in &node_names {
+        storage.insert_csi_node(
+            &serde_json::from_value(json!({"metadata": {"name": name},
+                "spec": {"drivers": [{"name": "ebs.csi.aws.com", "nodeID": name, "allocatable": {"count": 64}}]}}))
+            .expect("a CSINode"),
+        );
+    }
     let mut next_node = 0usize;
     for w in 0..workloads {
+        let stateful = w % 3 == 0;
+        let volumes = stateful && (w / 3) % 3 == 0;
+        let kind = if stateful { Kind::StatefulSet } else { Kind::Deployment };
         let ns = format!("ns-{}", w % 100);
         let name = format!("app-{w}");
         let mut spec =
@@ -82,22 +95,40 @@ fn main() {
             spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                 {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": name}}}]}});
         }
-        index.insert_object(&decode(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        index.insert_object(&decode(json!({"apiVersion": "apps/v1", "kind": kind.as_str(),
             "metadata": {"name": name, "namespace": ns},
-            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": name}},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": name}}, "serviceName": name,
                 "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}})));
         index.insert_object(&decode(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": {"name": name, "namespace": ns},
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": name}}}})));
         let labels = Arc::new([("app".to_string(), name.clone())].into_iter().collect());
         for r in 0..3 {
-            let node = &node_names[next_node % nodes];
+            let at = next_node % nodes;
+            let node = &node_names[at];
             next_node += 1;
+            let pod = format!("{name}-{r}");
+            let claims: Arc<[Arc<str>]> = if volumes {
+                let (claim, pv) = (format!("data-{pod}"), format!("pv-{ns}-{pod}"));
+                index.insert_object(&decode(json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": claim, "namespace": ns},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv, "storageClassName": "gp3"}})));
+                storage.insert_volume(
+                    &serde_json::from_value(json!({"metadata": {"name": pv,
+                        "labels": {"topology.kubernetes.io/zone": format!("zone-{}", at % 3)}},
+                        "spec": {"storageClassName": "gp3", "claimRef": {"namespace": ns, "name": claim},
+                            "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": format!("vol-{ns}-{pod}")}}}))
+                    .expect("a PersistentVolume"),
+                );
+                Arc::from([Arc::from(claim.as_str())])
+            } else {
+                Arc::default()
+            };
             index.upsert_pod(
                 &ns,
                 PodInfo {
-                    name: format!("{name}-{r}").into(),
-                    owner: PodOwner::Workload(Kind::Deployment, name.as_str().into()),
+                    name: pod.as_str().into(),
+                    owner: PodOwner::Workload(kind, name.as_str().into()),
                     node: Some(node.as_str().into()),
                     labels: Arc::clone(&labels),
                     unschedulable: None,
@@ -108,13 +139,17 @@ fn main() {
                     requests: ha_guard::core::model::resources::Resources { cpu_milli: 100, ..Default::default() },
                     ports: Vec::new(),
                     anti_affinity: Default::default(),
+                    claims,
+                    priority: 0,
+                    preempts: true,
                 },
             );
         }
     }
+    index.set_storage(storage);
     let view_heap = IN_USE.load(Ordering::Relaxed);
     println!(
-        "view: {nodes} nodes, {} pods of {workloads} Deployments (with PDBs) in 100 namespaces, built in {:.1?}, heap {:.1} MiB",
+        "view: {nodes} nodes, {} pods of {workloads} Deployments and StatefulSets (with PDBs; PVs on a ninth) in 100 namespaces, built in {:.1?}, heap {:.1} MiB",
         workloads * 3,
         started.elapsed(),
         view_heap as f64 / (1 << 20) as f64

@@ -403,6 +403,8 @@ pub struct NodeState {
     /// Its CSINode's volume limits, per driver (none: unbounded).
     pub volume_limits: Arc<BTreeMap<String, i64>>,
     pods: Vec<Placed>,
+    /// The CSI volumes its pods attach, each once (NodeVolumeLimits).
+    attached: Vec<Attached>,
     used: Resources,
 }
 
@@ -416,6 +418,7 @@ impl NodeState {
             allocatable,
             volume_limits: Arc::default(),
             pods: Vec::new(),
+            attached: Vec::new(),
             used: Resources::default(),
         }
     }
@@ -433,6 +436,11 @@ impl NodeState {
 
     pub fn push(&mut self, pod: Placed) {
         self.used.add(&pod.requests);
+        for v in pod.volumes.iter() {
+            if !self.attached.contains(v) {
+                self.attached.push(v.clone());
+            }
+        }
         let at = self.pods.partition_point(|p| *p.namespace <= *pod.namespace);
         self.pods.insert(at, pod);
     }
@@ -444,8 +452,14 @@ impl NodeState {
         let pod = self.pods.remove(at);
         // Summed again rather than subtracted: the sums saturate, and a node holds few pods.
         self.used = Resources::default();
+        self.attached.clear();
         for p in &self.pods {
             self.used.add(&p.requests);
+            for v in p.volumes.iter() {
+                if !self.attached.contains(v) {
+                    self.attached.push(v.clone());
+                }
+            }
         }
         Some(pod)
     }
@@ -586,9 +600,9 @@ pub enum Unfit {
     /// A CSI driver's volume limit on the node, reached.
     NodeVolumeLimits(String, i64),
     /// A claim's volume cannot be used from the node, or cannot be bound at all: why.
-    VolumeBinding(String),
+    VolumeBinding(Arc<str>),
     /// A volume's zone label (the PV, the label) that the node's does not match.
-    VolumeZone(String, String),
+    VolumeZone(Arc<str>, Arc<str>),
 }
 
 impl std::fmt::Display for Unfit {
@@ -872,11 +886,10 @@ fn fits_counted(
             return Err(Unfit::NodePorts(wanted.port));
         }
     }
-    if !volumes.is_empty() {
-        let on_node = here.pods.iter().flat_map(|p| p.volumes.iter());
-        if let Some(why) = volumes.refuses(&here.node, &here.volume_limits, on_node) {
-            return Err(why);
-        }
+    if !volumes.is_empty()
+        && let Some(why) = volumes.refuses(&here.node, &here.volume_limits, &here.attached)
+    {
+        return Err(why);
     }
     // InterPodAffinity's Filter, in its order. The pod's affinity: the node carries every term's
     // key, and each term's domain holds a pod matching all the terms, unless none exists anywhere
@@ -987,7 +1000,9 @@ pub fn feasible_with(pod: Incoming, nodes: &Nodes, replacing: &Replacing) -> Res
     for at in 0..nodes.len() {
         match fits_counted(pod, at, nodes, &counted, &want, &ports, volumes) {
             Ok(()) => ok.push(at),
-            Err(e) => why.push((nodes[at].node.name.clone(), e)),
+            // Why a node refuses matters only while none takes the pod.
+            Err(e) if ok.is_empty() => why.push((nodes[at].node.name.clone(), e)),
+            Err(_) => {}
         }
     }
     if ok.is_empty() { Err(why) } else { Ok(ok) }

@@ -149,7 +149,7 @@ impl Storage {
         let mut needs = VolumeNeeds::default();
         for name in claims {
             let Some(claim) = pvc(name) else {
-                needs.refuse(Unfit::VolumeBinding(format!("persistentvolumeclaim \"{name}\" not found")));
+                needs.refuse(Unfit::VolumeBinding(format!("persistentvolumeclaim \"{name}\" not found").into()));
                 continue;
             };
             // VolumeRestrictions' PreFilter: a ReadWriteOncePod claim another pod mounts.
@@ -158,16 +158,17 @@ impl Storage {
             }
             if !claim.volume_name.is_empty() {
                 let Some(pv) = self.volumes.get(&claim.volume_name) else {
-                    needs.refuse(Unfit::VolumeBinding(format!(
-                        "persistentvolume \"{}\" (bound to claim {name}) not found",
-                        claim.volume_name
-                    )));
+                    needs.refuse(Unfit::VolumeBinding(
+                        format!("persistentvolume \"{}\" (bound to claim {name}) not found", claim.volume_name).into(),
+                    ));
                     continue;
                 };
                 if let Some(affinity) = &pv.node_affinity {
-                    needs.bound.push((pv.name.clone(), affinity.clone()));
+                    let why = format!("volume node affinity conflict (PersistentVolume {})", pv.name);
+                    needs.bound.push((why.into(), affinity.clone()));
                 }
-                needs.zones.extend(pv.zones.iter().map(|(k, v)| (pv.name.clone(), k.clone(), v.clone())));
+                let name: Arc<str> = pv.name.as_str().into();
+                needs.zones.extend(pv.zones.iter().map(|(k, v)| (name.clone(), k.as_str().into(), v.clone())));
                 needs.attaches.extend(pv.csi.clone());
                 continue;
             }
@@ -192,11 +193,14 @@ impl Storage {
                         needs.attaches.push(Attached { driver: class.provisioner.as_str().into(), handle });
                     }
                 }
-                _ => needs.refuse(Unfit::VolumeBinding(format!(
-                    "pod has unbound immediate PersistentVolumeClaims ({name}: not bound, and its StorageClass {} \
-                     does not wait for a pod)",
-                    if claim.storage_class.is_empty() { "(none)".to_string() } else { claim.storage_class.clone() }
-                ))),
+                _ => needs.refuse(Unfit::VolumeBinding(
+                    format!(
+                        "pod has unbound immediate PersistentVolumeClaims ({name}: not bound, and its StorageClass {} \
+                         does not wait for a pod)",
+                        if claim.storage_class.is_empty() { "(none)" } else { &claim.storage_class }
+                    )
+                    .into(),
+                )),
             }
         }
         needs
@@ -219,10 +223,10 @@ pub struct VolumeNeeds {
     /// Why no node takes it, whatever the node (a claim or PV missing, a claim that will not wait
     /// for the pod, a ReadWriteOncePod claim in use): the first found.
     pub unresolvable: Option<Unfit>,
-    /// The bound PVs' node affinities (VolumeBinding).
-    pub bound: Vec<(String, NodeSelector)>,
+    /// The bound PVs' node affinities (VolumeBinding), each with what a node it refuses is told.
+    pub bound: Vec<(Arc<str>, NodeSelector)>,
     /// The bound PVs' zone labels: the PV, the label, the values (VolumeZone).
-    pub zones: Vec<(String, String, BTreeSet<String>)>,
+    pub zones: Vec<(Arc<str>, Arc<str>, BTreeSet<String>)>,
     pub unbound: Vec<Unbound>,
     /// The CSI volumes it attaches (NodeVolumeLimits).
     pub attaches: Vec<Attached>,
@@ -234,34 +238,42 @@ impl VolumeNeeds {
     }
 
     pub fn is_empty(&self) -> bool {
-        *self == VolumeNeeds::default()
+        // Asked of every node a replacement is placed against: fields, not a comparison.
+        self.unresolvable.is_none()
+            && self.bound.is_empty()
+            && self.zones.is_empty()
+            && self.unbound.is_empty()
+            && self.attaches.is_empty()
     }
 
     /// The first volume filter that refuses `node`, in the scheduler's order (VolumeRestrictions,
     /// NodeVolumeLimits, VolumeBinding, VolumeZone); `limits` are the node's CSINode counts and
-    /// `on_node` the volumes its pods attach.
-    pub fn refuses<'a>(
-        &self,
-        node: &NodeInfo,
-        limits: &BTreeMap<String, i64>,
-        on_node: impl Iterator<Item = &'a Attached>,
-    ) -> Option<Unfit> {
+    /// `on_node` the volumes its pods attach, each once.
+    pub fn refuses(&self, node: &NodeInfo, limits: &BTreeMap<String, i64>, on_node: &[Attached]) -> Option<Unfit> {
         if let Some(why) = &self.unresolvable {
             return Some(why.clone());
         }
-        if !limits.is_empty() && !self.attaches.is_empty() {
-            let on_node: BTreeSet<&Attached> = on_node.collect();
-            let new: BTreeSet<&Attached> = self.attaches.iter().filter(|a| !on_node.contains(a)).collect();
-            for (driver, limit) in limits {
-                let count = |set: &BTreeSet<&Attached>| set.iter().filter(|a| *a.driver == **driver).count() as i64;
-                let adding = count(&new);
-                if adding > 0 && count(&on_node) + adding > *limit {
-                    return Some(Unfit::NodeVolumeLimits(driver.clone(), *limit));
+        if !limits.is_empty() {
+            // Counted without collecting: asked of every node, and a pod attaches few volumes.
+            let attaches = &self.attaches;
+            for (i, a) in attaches.iter().enumerate() {
+                if attaches[..i].iter().any(|b| b.driver == a.driver) {
+                    continue; // its driver counted already
+                }
+                let Some(limit) = limits.get(&*a.driver) else { continue };
+                let adding = attaches
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, m)| m.driver == a.driver && !attaches[..*j].contains(m) && !on_node.contains(m))
+                    .count() as i64;
+                let there = on_node.iter().filter(|o| o.driver == a.driver).count() as i64;
+                if adding > 0 && there + adding > *limit {
+                    return Some(Unfit::NodeVolumeLimits(a.driver.to_string(), *limit));
                 }
             }
         }
-        if let Some((pv, _)) = self.bound.iter().find(|(_, affinity)| !node_selector_admits(affinity, node)) {
-            return Some(Unfit::VolumeBinding(format!("volume node affinity conflict (PersistentVolume {pv})")));
+        if let Some((why, _)) = self.bound.iter().find(|(_, affinity)| !node_selector_admits(affinity, node)) {
+            return Some(Unfit::VolumeBinding(why.clone()));
         }
         for unbound in &self.unbound {
             let (claim, fits) = match unbound {
@@ -271,21 +283,26 @@ impl VolumeNeeds {
                 }
             };
             if !fits {
-                return Some(Unfit::VolumeBinding(format!(
-                    "no persistent volume to bind or provision for claim {claim} here"
-                )));
+                return Some(Unfit::VolumeBinding(
+                    format!("no persistent volume to bind or provision for claim {claim} here").into(),
+                ));
             }
         }
-        let zoned = ZONE_LABELS.iter().any(|(key, _)| node.labels.contains_key(*key));
-        if zoned {
-            let refused = self.zones.iter().find(|(_, key, values)| {
-                let ga = ZONE_LABELS.iter().find(|(k, _)| k == key).map_or(key.as_str(), |(_, ga)| ga);
-                let value = node.labels.get(key).or_else(|| node.labels.get(ga));
-                value.is_none_or(|v| !values.contains(v))
+        // A node without any zone or region label is not judged; one with is refused by the
+        // first PV label it lacks or whose values miss its own. Read in that order: a node in the
+        // PV's zone costs one lookup.
+        let refused = self.zones.iter().find(|(_, key, values)| {
+            let value = node.labels.get(&**key).or_else(|| {
+                let ga = ZONE_LABELS.iter().find(|(k, _)| **k == **key).map_or(&**key, |(_, ga)| ga);
+                node.labels.get(ga)
             });
-            if let Some((pv, key, _)) = refused {
-                return Some(Unfit::VolumeZone(pv.clone(), key.clone()));
+            match value {
+                Some(v) => !values.contains(v),
+                None => ZONE_LABELS.iter().any(|(label, _)| node.labels.contains_key(*label)),
             }
+        });
+        if let Some((pv, key, _)) = refused {
+            return Some(Unfit::VolumeZone(pv.clone(), key.clone()));
         }
         None
     }
@@ -377,7 +394,7 @@ mod tests {
     }
 
     fn refused(needs: &VolumeNeeds, node: &NodeInfo) -> Option<String> {
-        needs.refuses(node, &BTreeMap::new(), std::iter::empty()).map(|u| u.to_string())
+        needs.refuses(node, &BTreeMap::new(), &[]).map(|u| u.to_string())
     }
 
     /// VolumeBinding's `CheckNodeAffinity`: a bound PV's node affinity decides.
@@ -467,16 +484,16 @@ mod tests {
         let two = [other("vol-x"), other("vol-y")];
         let same = [other("vol-x"), other("vol-a")];
         let n1 = node("n1", "a");
-        assert_eq!(n.refuses(&n1, &limits, one.iter()), None, "1 + 1 of 2");
+        assert_eq!(n.refuses(&n1, &limits, &one), None, "1 + 1 of 2");
         assert_eq!(
-            n.refuses(&n1, &limits, two.iter()).map(|u| u.to_string()).as_deref(),
+            n.refuses(&n1, &limits, &two).map(|u| u.to_string()).as_deref(),
             Some("2 volumes of CSI driver ebs.csi.aws.com already attached (its CSINode's allocatable.count)")
         );
-        assert_eq!(n.refuses(&n1, &limits, same.iter()), None, "vol-a is attached there already");
+        assert_eq!(n.refuses(&n1, &limits, &same), None, "vol-a is attached there already");
         let other_driver: Vec<Attached> = (0..3)
             .map(|i| Attached { driver: "pd.csi.storage.gke.io".into(), handle: format!("x{i}").into() })
             .collect();
-        assert_eq!(n.refuses(&n1, &limits, other_driver.iter()), None, "another driver's volumes");
+        assert_eq!(n.refuses(&n1, &limits, &other_driver), None, "another driver's volumes");
     }
 
     #[test]
