@@ -12,6 +12,7 @@ pub mod budget;
 pub mod capacity;
 pub mod index;
 pub mod lookup;
+pub mod node_selector;
 pub mod nodes;
 pub mod overlay;
 pub mod placement;

@@ -10,8 +10,9 @@ use k8s_openapi::api::core::v1::{
     NodeSelectorRequirement, PodAffinityTerm, PodSpec, Taint, Toleration, TopologySpreadConstraint,
 };
 
+use super::node_selector::{holds, node_selector_admits};
 use super::projection::NodeInfo;
-use super::storage::{Attached, VolumeNeeds};
+use super::storage::{Attached, VolumeNeeds, VolumeUnfit};
 use crate::core::model::resources::{HostPort, Resources, host_ports, pod_requests, ports_conflict};
 
 /// `NodeUnschedulable`: a cordoned node (`spec.unschedulable`) takes only pods that tolerate
@@ -192,45 +193,6 @@ fn required_node_affinity(node: &NodeInfo, spec: &PodSpec) -> bool {
         return true;
     };
     node_selector_admits(required, node)
-}
-
-/// Whether `node` matches one of `required`'s terms (`MatchNodeSelectorTerms`): a pod's required
-/// node affinity, or a PersistentVolume's (VolumeBinding's `CheckNodeAffinity`).
-pub fn node_selector_admits(required: &k8s_openapi::api::core::v1::NodeSelector, node: &NodeInfo) -> bool {
-    required.node_selector_terms.iter().any(|term| {
-        let labels = term.match_expressions.iter().flatten();
-        let fields = term.match_fields.iter().flatten();
-        let mut any = false;
-        let labels_ok = labels.into_iter().all(|r| {
-            any = true;
-            requirement(r, node.labels.get(&r.key).map(String::as_str))
-        });
-        let fields_ok = fields.into_iter().all(|r| {
-            any = true;
-            r.key == "metadata.name" && requirement(r, Some(&node.name))
-        });
-        any && labels_ok && fields_ok
-    })
-}
-
-fn requirement(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = r.values.as_deref().unwrap_or_default();
-    holds(&r.operator, value, |v| values.iter().any(|x| x == v), values.first().map(String::as_str))
-}
-
-/// One node selector operator on a node's `value` of the key: `has` says whether a value is among
-/// the requirement's, `first` is its first value (what `Gt` and `Lt` compare with).
-fn holds(operator: &str, value: Option<&str>, has: impl Fn(&str) -> bool, first: Option<&str>) -> bool {
-    let number = |s: &str| s.parse::<i64>().ok();
-    match operator {
-        "In" => value.is_some_and(has),
-        "NotIn" => value.is_none_or(|v| !has(v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" => matches!((value.and_then(number), first.and_then(number)), (Some(v), Some(x)) if v > x),
-        "Lt" => matches!((value.and_then(number), first.and_then(number)), (Some(v), Some(x)) if v < x),
-        _ => false,
-    }
 }
 
 // --- PodTopologySpread ---------------------------------------------------------------------------
@@ -595,14 +557,8 @@ pub enum Unfit {
     NodePorts(i32),
     InterPodAffinity(String),
     PodTopologySpread(usize),
-    /// A ReadWriteOncePod claim another pod mounts.
-    VolumeRestrictions(String),
-    /// A CSI driver's volume limit on the node, reached.
-    NodeVolumeLimits(String, i64),
-    /// A claim's volume cannot be used from the node, or cannot be bound at all: why.
-    VolumeBinding(Arc<str>),
-    /// A volume's zone label (the PV, the label) that the node's does not match.
-    VolumeZone(Arc<str>, Arc<str>),
+    /// The volume filters (VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone).
+    Volume(VolumeUnfit),
 }
 
 impl std::fmt::Display for Unfit {
@@ -615,14 +571,7 @@ impl std::fmt::Display for Unfit {
             Unfit::NodePorts(p) => write!(f, "host port {p} in use"),
             Unfit::InterPodAffinity(why) => f.write_str(why),
             Unfit::PodTopologySpread(i) => write!(f, "topologySpreadConstraints[{i}] would be skewed beyond maxSkew"),
-            Unfit::VolumeRestrictions(claim) => {
-                write!(f, "PersistentVolumeClaim {claim} is ReadWriteOncePod and another pod mounts it")
-            }
-            Unfit::NodeVolumeLimits(driver, limit) => {
-                write!(f, "{limit} volumes of CSI driver {driver} already attached (its CSINode's allocatable.count)")
-            }
-            Unfit::VolumeBinding(why) => f.write_str(why),
-            Unfit::VolumeZone(pv, key) => write!(f, "PersistentVolume {pv} is in another {key}"),
+            Unfit::Volume(v) => v.fmt(f),
         }
     }
 }
@@ -889,7 +838,7 @@ fn fits_counted(
     if !volumes.is_empty()
         && let Some(why) = volumes.refuses(&here.node, &here.volume_limits, &here.attached)
     {
-        return Err(why);
+        return Err(Unfit::Volume(why));
     }
     // InterPodAffinity's Filter, in its order. The pod's affinity: the node carries every term's
     // key, and each term's domain holds a pod matching all the terms, unless none exists anywhere
@@ -975,17 +924,10 @@ impl Unfit {
     /// placement without them to say.
     pub fn preemption_might_help(&self) -> bool {
         match self {
-            Unfit::NodeUnschedulable
-            | Unfit::TaintToleration(_)
-            | Unfit::NodeAffinity
-            | Unfit::VolumeBinding(_)
-            | Unfit::VolumeZone(..) => false,
+            Unfit::NodeUnschedulable | Unfit::TaintToleration(_) | Unfit::NodeAffinity => false,
             Unfit::InterPodAffinity(why) => why.contains("anti-affinity"),
-            Unfit::NodeResourcesFit(_)
-            | Unfit::NodePorts(_)
-            | Unfit::PodTopologySpread(_)
-            | Unfit::VolumeRestrictions(_)
-            | Unfit::NodeVolumeLimits(..) => true,
+            Unfit::NodeResourcesFit(_) | Unfit::NodePorts(_) | Unfit::PodTopologySpread(_) => true,
+            Unfit::Volume(v) => v.preemption_might_help(),
         }
     }
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{NodeSelector, PersistentVolume, TopologySelectorTerm};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
-use super::placement::{Unfit, node_selector_admits};
+use super::node_selector::node_selector_admits;
 use super::projection::{NodeInfo, PvcInfo};
 
 /// The provisioner of a StorageClass whose volumes are only ever created by hand (local PVs): a
@@ -149,16 +149,16 @@ impl Storage {
         let mut needs = VolumeNeeds::default();
         for name in claims {
             let Some(claim) = pvc(name) else {
-                needs.refuse(Unfit::VolumeBinding(format!("persistentvolumeclaim \"{name}\" not found").into()));
+                needs.refuse(VolumeUnfit::VolumeBinding(format!("persistentvolumeclaim \"{name}\" not found").into()));
                 continue;
             };
             // VolumeRestrictions' PreFilter: a ReadWriteOncePod claim another pod mounts.
             if claim.access_modes.iter().any(|m| m == "ReadWriteOncePod") && used_by_another(name) {
-                needs.refuse(Unfit::VolumeRestrictions(name.to_string()));
+                needs.refuse(VolumeUnfit::VolumeRestrictions(name.to_string()));
             }
             if !claim.volume_name.is_empty() {
                 let Some(pv) = self.volumes.get(&claim.volume_name) else {
-                    needs.refuse(Unfit::VolumeBinding(
+                    needs.refuse(VolumeUnfit::VolumeBinding(
                         format!("persistentvolume \"{}\" (bound to claim {name}) not found", claim.volume_name).into(),
                     ));
                     continue;
@@ -193,7 +193,7 @@ impl Storage {
                         needs.attaches.push(Attached { driver: class.provisioner.as_str().into(), handle });
                     }
                 }
-                _ => needs.refuse(Unfit::VolumeBinding(
+                _ => needs.refuse(VolumeUnfit::VolumeBinding(
                     format!(
                         "pod has unbound immediate PersistentVolumeClaims ({name}: not bound, and its StorageClass {} \
                          does not wait for a pod)",
@@ -204,6 +204,42 @@ impl Storage {
             }
         }
         needs
+    }
+}
+
+/// Why a volume filter refuses a node, named after its plugin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VolumeUnfit {
+    /// A ReadWriteOncePod claim another pod mounts.
+    VolumeRestrictions(String),
+    /// A CSI driver's volume limit on the node, reached.
+    NodeVolumeLimits(String, i64),
+    /// A claim's volume cannot be used from the node, or cannot be bound at all: why.
+    VolumeBinding(Arc<str>),
+    /// A volume's zone label (the PV, the label) that the node's does not match.
+    VolumeZone(Arc<str>, Arc<str>),
+}
+
+impl VolumeUnfit {
+    /// Whether taking pods off the node might lift it (DefaultPreemption): the claim's other user,
+    /// the attached volumes; not where the volume is.
+    pub fn preemption_might_help(&self) -> bool {
+        matches!(self, VolumeUnfit::VolumeRestrictions(_) | VolumeUnfit::NodeVolumeLimits(..))
+    }
+}
+
+impl std::fmt::Display for VolumeUnfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VolumeUnfit::VolumeRestrictions(claim) => {
+                write!(f, "PersistentVolumeClaim {claim} is ReadWriteOncePod and another pod mounts it")
+            }
+            VolumeUnfit::NodeVolumeLimits(driver, limit) => {
+                write!(f, "{limit} volumes of CSI driver {driver} already attached (its CSINode's allocatable.count)")
+            }
+            VolumeUnfit::VolumeBinding(why) => f.write_str(why),
+            VolumeUnfit::VolumeZone(pv, key) => write!(f, "PersistentVolume {pv} is in another {key}"),
+        }
     }
 }
 
@@ -222,7 +258,7 @@ pub enum Unbound {
 pub struct VolumeNeeds {
     /// Why no node takes it, whatever the node (a claim or PV missing, a claim that will not wait
     /// for the pod, a ReadWriteOncePod claim in use): the first found.
-    pub unresolvable: Option<Unfit>,
+    pub unresolvable: Option<VolumeUnfit>,
     /// The bound PVs' node affinities (VolumeBinding), each with what a node it refuses is told.
     pub bound: Vec<(Arc<str>, NodeSelector)>,
     /// The bound PVs' zone labels: the PV, the label, the values (VolumeZone).
@@ -233,7 +269,7 @@ pub struct VolumeNeeds {
 }
 
 impl VolumeNeeds {
-    fn refuse(&mut self, why: Unfit) {
+    fn refuse(&mut self, why: VolumeUnfit) {
         self.unresolvable.get_or_insert(why);
     }
 
@@ -249,7 +285,12 @@ impl VolumeNeeds {
     /// The first volume filter that refuses `node`, in the scheduler's order (VolumeRestrictions,
     /// NodeVolumeLimits, VolumeBinding, VolumeZone); `limits` are the node's CSINode counts and
     /// `on_node` the volumes its pods attach, each once.
-    pub fn refuses(&self, node: &NodeInfo, limits: &BTreeMap<String, i64>, on_node: &[Attached]) -> Option<Unfit> {
+    pub fn refuses(
+        &self,
+        node: &NodeInfo,
+        limits: &BTreeMap<String, i64>,
+        on_node: &[Attached],
+    ) -> Option<VolumeUnfit> {
         if let Some(why) = &self.unresolvable {
             return Some(why.clone());
         }
@@ -268,12 +309,12 @@ impl VolumeNeeds {
                     .count() as i64;
                 let there = on_node.iter().filter(|o| o.driver == a.driver).count() as i64;
                 if adding > 0 && there + adding > *limit {
-                    return Some(Unfit::NodeVolumeLimits(a.driver.to_string(), *limit));
+                    return Some(VolumeUnfit::NodeVolumeLimits(a.driver.to_string(), *limit));
                 }
             }
         }
         if let Some((why, _)) = self.bound.iter().find(|(_, affinity)| !node_selector_admits(affinity, node)) {
-            return Some(Unfit::VolumeBinding(why.clone()));
+            return Some(VolumeUnfit::VolumeBinding(why.clone()));
         }
         for unbound in &self.unbound {
             let (claim, fits) = match unbound {
@@ -283,7 +324,7 @@ impl VolumeNeeds {
                 }
             };
             if !fits {
-                return Some(Unfit::VolumeBinding(
+                return Some(VolumeUnfit::VolumeBinding(
                     format!("no persistent volume to bind or provision for claim {claim} here").into(),
                 ));
             }
@@ -302,7 +343,7 @@ impl VolumeNeeds {
             }
         });
         if let Some((pv, key, _)) = refused {
-            return Some(Unfit::VolumeZone(pv.clone(), key.clone()));
+            return Some(VolumeUnfit::VolumeZone(pv.clone(), key.clone()));
         }
         None
     }
