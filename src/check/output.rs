@@ -343,7 +343,13 @@ fn drains_text(drains: &[crate::core::view::replay::DrainRun]) -> String {
                 .map(|e| format!("{}/{}: {}", e.namespace, e.pod, e.reason))
                 .unwrap_or_default(),
             Outcome::LeavesPending => {
-                d.pending.iter().map(|p| format!("{} runs short ({})", p.workload, p.reason)).next().unwrap_or_default()
+                let pending = d.pending.iter().map(|p| format!("{} runs short ({})", p.workload, p.reason)).next();
+                // Narrowed to a namespace, the Pending pod may be another's: a pod a replacement preempted.
+                let preempted = || {
+                    let p = d.preempts.iter().find(|p| p.replacement.is_none())?;
+                    Some(format!("{}/{} preempted by the replacement of {}, and Pending", p.namespace, p.pod, p.by))
+                };
+                pending.or_else(preempted).unwrap_or_default()
             }
             Outcome::Completes => String::new(),
         };
