@@ -88,6 +88,10 @@ enum Volume {
     /// A CSI volume, on nodes whose CSINodes attach at most this many of the driver's volumes, the
     /// two nodes the replica is not on holding one each already (NodeVolumeLimits).
     CsiLimit(i32),
+    /// A generic ephemeral volume of a `WaitForFirstConsumer` class without provisioner, and free
+    /// local PVs of it on this many nodes (n1, n2...): each pod's claim is made with it and bound
+    /// where a free PV is, so the replacement goes where one is left (VolumeBinding).
+    Ephemeral(usize),
 }
 
 fn scenarios() -> Vec<Scenario> {
@@ -208,7 +212,16 @@ fn scenarios() -> Vec<Scenario> {
         });
     }
     // Volumes: where the one replica's volume can be used decides where its replacement goes.
-    for volume in [Volume::Local, Volume::Zone(1), Volume::Zone(2), Volume::CsiLimit(1), Volume::CsiLimit(2)] {
+    let volumes = [
+        Volume::Local,
+        Volume::Zone(1),
+        Volume::Zone(2),
+        Volume::CsiLimit(1),
+        Volume::CsiLimit(2),
+        Volume::Ephemeral(1),
+        Volume::Ephemeral(2),
+    ];
+    for volume in volumes {
         let budget = Some(json!({"maxUnavailable": 1}));
         let (bare, second_pdb, not_ready, guard, crowd) = (false, false, false, false, false);
         let name = format!("d{}", out.len());
@@ -323,6 +336,20 @@ fn volume_objects(s: &Scenario) -> Vec<Value> {
             host_path,
             json!({"metadata.labels": {"topology.kubernetes.io/zone": format!("{ns}-a")}}),
         ),
+        Volume::Ephemeral(free) => {
+            let class = format!("{ns}-local");
+            let mut out = vec![json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                "metadata": {"name": class}, "provisioner": "kubernetes.io/no-provisioner",
+                "volumeBindingMode": "WaitForFirstConsumer"})];
+            out.extend((1..=free).map(|i| {
+                json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": format!("{ns}-local-n{i}")},
+                    "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                        "persistentVolumeReclaimPolicy": "Retain", "local": {"path": format!("/tmp/{ns}")},
+                        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                            {"key": "kubernetes.io/hostname", "operator": "In", "values": [format!("{ns}-n{i}")]}]}]}}}})
+            }));
+            out
+        }
         Volume::CsiLimit(count) => {
             let mut out = bound_claim(ns, "data", csi_source(ns, "data"), json!({}));
             out.extend((1..=3).map(|i| {
@@ -397,8 +424,14 @@ fn objects(s: &Scenario) -> Vec<Value> {
         Constraint::LimitsOnly => spec["containers"][0]["resources"] = json!({"limits": {"cpu": "600"}}),
         Constraint::LimitRangeDefault => {}
     }
-    if s.volume != Volume::None {
-        spec["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]);
+    match s.volume {
+        Volume::None => {}
+        Volume::Ephemeral(_) => {
+            spec["volumes"] = json!([{"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": {
+                "accessModes": ["ReadWriteOnce"], "storageClassName": format!("{ns}-local"),
+                "resources": {"requests": {"storage": "1Gi"}}}}}}]);
+        }
+        _ => spec["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]),
     }
     let mut classes = Vec::new();
     if let Some(policy) = s.preempt {
@@ -583,6 +616,7 @@ fn describe(s: &Scenario) -> String {
         Volume::Local => d.push_str(" +local PV of n1"),
         Volume::Zone(n) => d.push_str(&format!(" +zonal PV, {n} node(s) in its zone")),
         Volume::CsiLimit(n) => d.push_str(&format!(" +CSI volume, limit {n}, other nodes holding 1")),
+        Volume::Ephemeral(n) => d.push_str(&format!(" +ephemeral claim, WaitForFirstConsumer, {n} free local PV(s)")),
     }
     if let Some(policy) = s.preempt {
         d.push_str(&format!(" priority 1000 ({policy}), other nodes full of priority 0"));

@@ -19,6 +19,7 @@ use super::storage::VolumeNeeds;
 use crate::core::model::ObjectRef;
 use crate::core::model::arith;
 use crate::core::model::pod::CORDON_TAINT;
+use k8s_openapi::api::core::v1::PodSpec;
 
 /// How a drain ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -395,20 +396,36 @@ fn placed(view: &dyn View, namespace: Arc<str>, pod: &PodInfo) -> Placed {
 
 /// What the replacement of `pod` brings besides its template: `pod`'s requests as stored, and what
 /// the claims it mounts again need of a node.
-fn replacing(view: &dyn View, namespace: &str, pod: &PodInfo, states: &Nodes) -> Replacing {
-    Replacing { requests: pod.requests.clone(), volumes: volume_needs(view, namespace, pod, states) }
+fn replacing(view: &dyn View, namespace: &str, pod: &PodInfo, template: &PodSpec, states: &Nodes) -> Replacing {
+    Replacing { requests: pod.requests.clone(), volumes: volume_needs(view, namespace, pod, template, states) }
 }
 
 /// What the replacement of `pod` needs of a node for the claims it mounts again (none without
 /// the view's storage): `states` holds the other pods, for a ReadWriteOncePod claim's other users.
-fn volume_needs(view: &dyn View, namespace: &str, pod: &PodInfo, states: &Nodes) -> VolumeNeeds {
-    let Some(storage) = view.storage().filter(|_| !pod.claims.is_empty()) else { return VolumeNeeds::default() };
+/// The claims of its template's generic ephemeral volumes are made anew for the replacement.
+fn volume_needs(view: &dyn View, namespace: &str, pod: &PodInfo, template: &PodSpec, states: &Nodes) -> VolumeNeeds {
+    let ephemeral: Vec<(&str, Option<&str>)> = template
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| {
+            let claim = v.ephemeral.as_ref()?.volume_claim_template.as_ref()?;
+            Some((v.name.as_str(), claim.spec.storage_class_name.as_deref()))
+        })
+        .collect();
+    let Some(storage) = view.storage().filter(|_| !pod.claims.is_empty() || !ephemeral.is_empty()) else {
+        return VolumeNeeds::default();
+    };
     let used_by_another = |claim: &str| {
         states
             .holding(namespace)
             .any(|at| states[at].in_namespace(namespace).iter().any(|p| p.claims.iter().any(|c| &**c == claim)))
     };
-    storage.needs(namespace, &pod.claims, |c| view.pvc(namespace, c), used_by_another)
+    let mut needs = storage.needs(namespace, &pod.claims, |c| view.pvc(namespace, c), used_by_another);
+    for (volume, class) in ephemeral {
+        storage.new_claim(&mut needs, namespace, &format!("{}-{volume}", pod.name), class);
+    }
+    needs
 }
 
 /// Replays a drain of `drained` on the view.
@@ -449,7 +466,7 @@ pub fn replay_each(view: &dyn View, nodes: &[String]) -> Vec<DrainRun> {
         // Uncordoned: what was Pending is placed again, now that the node takes pods.
         for (namespace, pod, template) in pending {
             let incoming = Incoming { namespace: &namespace, labels: &template.labels, spec: &template.spec };
-            let replacing = replacing(view, &namespace, &pod, &world.states);
+            let replacing = replacing(view, &namespace, &pod, &template.spec, &world.states);
             let Ok(candidates) = feasible_with(incoming, &world.states, &replacing) else { continue };
             let to = choose(&candidates, &world.states, &namespace, &template.labels);
             let replacement = replacement_of(&pod, &template, i, &world.states[to].node.name);
@@ -706,7 +723,7 @@ fn evicted(
         return (None, format!("{workload} replaces it (its pod template is not in the view)"));
     };
     let incoming = Incoming { namespace, labels: &template.labels, spec: &template.spec };
-    let replacing = replacing(view, namespace, pod, states);
+    let replacing = replacing(view, namespace, pod, &template.spec, states);
     match feasible_with(incoming, states, &replacing) {
         Ok(candidates) => {
             let at = choose(&candidates, states, namespace, &template.labels);
@@ -902,7 +919,7 @@ fn victim_replaced(
     let workload = ObjectRef::new(kind, namespace, name);
     let template = view.template(&workload)?;
     let incoming = Incoming { namespace, labels: &template.labels, spec: &template.spec };
-    let replacing = replacing(view, namespace, pod, states);
+    let replacing = replacing(view, namespace, pod, &template.spec, states);
     match feasible_with(incoming, states, &replacing) {
         Ok(candidates) => {
             let at = choose(&candidates, states, namespace, &template.labels);

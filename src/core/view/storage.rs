@@ -76,6 +76,8 @@ impl VolumeInfo {
 /// A StorageClass, as the volume filters read it.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClassInfo {
+    /// Annotated as the default class: a claim naming none gets it.
+    pub default: bool,
     pub provisioner: String,
     /// `volumeBindingMode: WaitForFirstConsumer`: a claim is bound (or provisioned) where its first
     /// pod is placed; otherwise at once, whatever the pod.
@@ -85,7 +87,13 @@ pub struct ClassInfo {
 
 impl ClassInfo {
     pub fn of(class: &StorageClass) -> Self {
+        let annotations = class.metadata.annotations.as_ref();
+        let default =
+            ["storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class"]
+                .iter()
+                .any(|a| annotations.and_then(|m| m.get(*a)).is_some_and(|v| v == "true"));
         ClassInfo {
+            default,
             provisioner: class.provisioner.clone(),
             wait_for_first_consumer: class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"),
             allowed_topologies: class.allowed_topologies.clone().unwrap_or_default(),
@@ -135,6 +143,39 @@ impl Storage {
             let claim = pvc(c)?;
             self.volumes.get(&claim.volume_name)?.csi.clone()
         })
+    }
+
+    /// Adds to `needs` what a claim made with the pod needs (a generic ephemeral volume's, made
+    /// anew for each pod from its `volumeClaimTemplate`): of `class`, or the default class where it
+    /// names none. A class that waits for the pod binds or provisions it where the pod can go
+    /// ([`Unbound`]); one that binds at once binds it before the pod is placed, to a volume the
+    /// replay cannot foresee, and the pod follows that volume: not judged.
+    pub fn new_claim(&self, needs: &mut VolumeNeeds, namespace: &str, claim: &str, class: Option<&str>) {
+        let named = class.map(|c| (c, self.classes.get(c)));
+        let default = || {
+            let mut defaults: Vec<(&String, &ClassInfo)> = self.classes.iter().filter(|(_, c)| c.default).collect();
+            defaults.sort_by_key(|(name, _)| *name);
+            defaults.first().map(|(name, c)| (name.as_str(), Some(*c)))
+        };
+        let Some((name, Some(class))) = named.or_else(default) else { return };
+        if !class.wait_for_first_consumer {
+            return;
+        }
+        if class.provisioner == NO_PROVISIONER {
+            let candidates = self
+                .volumes
+                .values()
+                .filter(|pv| !pv.claimed && pv.storage_class == name)
+                .map(|pv| pv.node_affinity.clone())
+                .collect();
+            needs.unbound.push(Unbound::Existing { claim: claim.to_string(), candidates });
+        } else {
+            needs
+                .unbound
+                .push(Unbound::Provisioned { claim: claim.to_string(), allowed: class.allowed_topologies.clone() });
+            let handle = format!("{namespace}/{claim}").into();
+            needs.attaches.push(Attached { driver: class.provisioner.as_str().into(), handle });
+        }
     }
 
     /// What a pod of `namespace` mounting `claims` needs of a node. `pvc` finds a claim of the
@@ -535,6 +576,35 @@ mod tests {
             .map(|i| Attached { driver: "pd.csi.storage.gke.io".into(), handle: format!("x{i}").into() })
             .collect();
         assert_eq!(n.refuses(&n1, &limits, &other_driver), None, "another driver's volumes");
+    }
+
+    /// A generic ephemeral volume's claim is made with the pod: where its class waits for the pod
+    /// (a free PV of it, or its allowedTopologies), the default class where it names none; a class
+    /// that binds at once is not judged.
+    #[test]
+    fn a_claim_made_with_the_pod_goes_where_its_class_can_bind_it() {
+        let mut s = storage();
+        let new = |s: &Storage, class: Option<&str>| {
+            let mut needs = VolumeNeeds::default();
+            s.new_claim(&mut needs, "db", "web-1-data", class);
+            needs
+        };
+        let local = new(&s, Some("local"));
+        assert_eq!(refused(&local, &node("n2", "")), None, "free-n2");
+        let why = refused(&local, &node("n1", "")).expect("no free PV of n1");
+        assert_eq!(why, "no persistent volume to bind or provision for claim web-1-data here");
+        let zonal = new(&s, Some("zonal"));
+        assert!(refused(&zonal, &node("n1", "a")).is_some() && refused(&zonal, &node("n1", "b")).is_none());
+        assert_eq!(zonal.attaches.len(), 1, "a new volume of ebs.csi.aws.com for NodeVolumeLimits");
+        assert!(new(&s, Some("immediate")).is_empty(), "bound before the pod: not judged");
+        assert!(new(&s, None).is_empty(), "no default class");
+        let default = serde_json::from_value::<StorageClass>(json!({"metadata": {"name": "zonal",
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}}, "provisioner": "ebs.csi.aws.com",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowedTopologies": [{"matchLabelExpressions": [{"key": "topology.kubernetes.io/zone", "values": ["b"]}]}]}))
+        .unwrap();
+        s.insert_class(&default);
+        assert_eq!(new(&s, None), zonal, "the default class");
     }
 
     #[test]
