@@ -85,6 +85,9 @@ enum Volume {
     Local,
     /// A disk labelled with zone `NAME-a`, which this many of the three nodes are in (VolumeZone).
     Zone(usize),
+    /// The same with two nodes in the zone, and the whole zone drained (`--drain-zone NAME-a`,
+    /// `kubectl drain` of both nodes): the disk cannot follow the replica to the other zone.
+    ZoneDrained,
     /// A CSI volume, on nodes whose CSINodes attach at most this many of the driver's volumes, the
     /// two nodes the replica is not on holding one each already (NodeVolumeLimits).
     CsiLimit(i32),
@@ -220,6 +223,7 @@ fn scenarios() -> Vec<Scenario> {
         Volume::CsiLimit(2),
         Volume::Ephemeral(1),
         Volume::Ephemeral(2),
+        Volume::ZoneDrained,
     ];
     for volume in volumes {
         let budget = Some(json!({"maxUnavailable": 1}));
@@ -285,7 +289,12 @@ fn scenarios() -> Vec<Scenario> {
 /// The labels of node `i` (1 to 3) of a scenario: its name, and with a zonal volume its zone.
 fn node_labels(s: &Scenario, i: usize) -> Vec<(String, String)> {
     let mut labels = vec![("scenario".to_string(), s.name.clone())];
-    if let Volume::Zone(in_zone) = s.volume {
+    let in_zone = match s.volume {
+        Volume::Zone(n) => Some(n),
+        Volume::ZoneDrained => Some(2),
+        _ => None,
+    };
+    if let Some(in_zone) = in_zone {
         let zone = if i <= in_zone { "a" } else { "b" };
         labels.push(("topology.kubernetes.io/zone".to_string(), format!("{}-{zone}", s.name)));
     }
@@ -330,7 +339,7 @@ fn volume_objects(s: &Scenario) -> Vec<Value> {
             json!({"spec.nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "kubernetes.io/hostname", "operator": "In", "values": [format!("{ns}-n1")]}]}]}}}),
         ),
-        Volume::Zone(_) => bound_claim(
+        Volume::Zone(_) | Volume::ZoneDrained => bound_claim(
             ns,
             "data",
             host_path,
@@ -506,9 +515,14 @@ fn workload_of(pod: &str) -> String {
     pod.split('-').next().unwrap_or_default().to_string()
 }
 
-fn predict(cp: &ControlPlane, ns: &str, node: &str) -> (Result, Value) {
+fn predict(cp: &ControlPlane, ns: &str, drained: &Drained) -> (Result, Value) {
+    let mut args = vec!["audit", "--namespace", ns, "--format", "json"];
+    match &drained.zone {
+        Some(zone) => args.extend(["--drain-zone", zone.as_str()]),
+        None => args.extend(["--drain", drained.nodes[0].as_str()]),
+    }
     let out = std::process::Command::new(BIN)
-        .args(["audit", "--namespace", ns, "--drain", node, "--format", "json"])
+        .args(&args)
         .env("KUBECONFIG", cp.kubeconfig())
         .output()
         .expect("run ha-guard audit");
@@ -545,8 +559,18 @@ fn predict(cp: &ControlPlane, ns: &str, node: &str) -> (Result, Value) {
 }
 
 /// The real drain of `node`: kubectl drain with a short timeout, then the pods as they settle.
-fn drain(cp: &ControlPlane, s: &Scenario, node: &str, before: &[(String, String, String)]) -> (Result, String) {
-    let out = cp.kubectl(&["drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=12s"]);
+/// What a scenario drains: its replica's node, or (`--drain-zone`) the nodes of a zone.
+struct Drained {
+    nodes: Vec<String>,
+    zone: Option<String>,
+}
+
+fn drain(cp: &ControlPlane, s: &Scenario, drained: &Drained, before: &[(String, String, String)]) -> (Result, String) {
+    let mut args: Vec<&str> = vec!["drain"];
+    args.extend(drained.nodes.iter().map(String::as_str));
+    args.extend(["--ignore-daemonsets", "--delete-emptydir-data", "--timeout=12s"]);
+    let out = cp.kubectl(&args);
+    let node = drained.nodes.join(", ");
     let text = out.output();
     let outcome = if out.ok() {
         None
@@ -572,7 +596,7 @@ fn drain(cp: &ControlPlane, s: &Scenario, node: &str, before: &[(String, String,
     let names: BTreeSet<&str> = after.iter().map(|(n, _, _)| n.as_str()).collect();
     let evicted: BTreeSet<String> = before
         .iter()
-        .filter(|(n, on, _)| on == node && !names.contains(n.as_str()))
+        .filter(|(n, on, _)| drained.nodes.contains(on) && !names.contains(n.as_str()))
         .map(|(n, _, _)| n.clone())
         .collect();
     let pending_before = before.iter().filter(|(_, _, phase)| phase == "Pending").count();
@@ -615,6 +639,7 @@ fn describe(s: &Scenario) -> String {
         Volume::None => {}
         Volume::Local => d.push_str(" +local PV of n1"),
         Volume::Zone(n) => d.push_str(&format!(" +zonal PV, {n} node(s) in its zone")),
+        Volume::ZoneDrained => d.push_str(" +zonal PV, its zone (2 nodes) drained"),
         Volume::CsiLimit(n) => d.push_str(&format!(" +CSI volume, limit {n}, other nodes holding 1")),
         Volume::Ephemeral(n) => d.push_str(&format!(" +ephemeral claim, WaitForFirstConsumer, {n} free local PV(s)")),
     }
@@ -700,8 +725,14 @@ fn run(cp: &ControlPlane, s: &Scenario) -> (String, Option<String>) {
     .unwrap_or_else(|e| panic!("{e}"));
     std::thread::sleep(Duration::from_millis(1500));
     let before = scenario_pods(cp, s);
-    let (predicted, replay) = predict(cp, ns, &node);
-    let (real, text) = drain(cp, s, &node, &before);
+    let drained = match s.volume {
+        Volume::ZoneDrained => {
+            Drained { nodes: vec![format!("{ns}-n1"), format!("{ns}-n2")], zone: Some(format!("{ns}-a")) }
+        }
+        _ => Drained { nodes: vec![node.clone()], zone: None },
+    };
+    let (predicted, replay) = predict(cp, ns, &drained);
+    let (real, text) = drain(cp, s, &drained, &before);
     let row = format!(
         "{:<60} {:<8} | predicted {:<15} evicted {} pending {} | real {:<15} evicted {} pending {}{}",
         describe(s),
