@@ -158,28 +158,30 @@ impl Storage {
             defaults.first().map(|(name, c)| (name.as_str(), Some(*c)))
         };
         let Some((name, Some(class))) = named.or_else(default) else { return };
-        if !class.wait_for_first_consumer {
-            return;
+        if class.wait_for_first_consumer {
+            self.bound_where_placed(needs, namespace, claim, name, class);
         }
+    }
+
+    /// Adds to `needs` an unbound `claim` of the `WaitForFirstConsumer` class `name`: bound to a
+    /// free PV of the class that the node can use (a class without provisioner), or provisioned
+    /// where its `allowedTopologies` admit, a new volume of its driver for NodeVolumeLimits.
+    fn bound_where_placed(&self, needs: &mut VolumeNeeds, namespace: &str, claim: &str, name: &str, class: &ClassInfo) {
         if class.provisioner == NO_PROVISIONER {
-            let candidates = self
-                .volumes
-                .values()
-                .filter(|pv| !pv.claimed && pv.storage_class == name)
-                .map(|pv| pv.node_affinity.clone())
-                .collect();
+            let free = self.volumes.values().filter(|pv| !pv.claimed && pv.storage_class == name);
+            let candidates = free.map(|pv| pv.node_affinity.clone()).collect();
             needs.unbound.push(Unbound::Existing { claim: claim.to_string(), candidates });
         } else {
-            needs
-                .unbound
-                .push(Unbound::Provisioned { claim: claim.to_string(), allowed: class.allowed_topologies.clone() });
+            let allowed = class.allowed_topologies.clone();
+            needs.unbound.push(Unbound::Provisioned { claim: claim.to_string(), allowed });
             let handle = format!("{namespace}/{claim}").into();
             needs.attaches.push(Attached { driver: class.provisioner.as_str().into(), handle });
         }
     }
 
     /// What a pod of `namespace` mounting `claims` needs of a node. `pvc` finds a claim of the
-    /// namespace; `used_by_another` says whether another pod (not being deleted) mounts it.
+    /// namespace; `used_by_another` says whether another pod on a node mounts it (one being
+    /// deleted too: the scheduler counts it until it is gone).
     pub fn needs(
         &self,
         namespace: &str,
@@ -216,23 +218,7 @@ impl Storage {
             let class = self.classes.get(&claim.storage_class).filter(|_| !claim.storage_class.is_empty());
             match class {
                 Some(class) if class.wait_for_first_consumer => {
-                    if class.provisioner == NO_PROVISIONER {
-                        let candidates = self
-                            .volumes
-                            .values()
-                            .filter(|pv| !pv.claimed && pv.storage_class == claim.storage_class)
-                            .map(|pv| pv.node_affinity.clone())
-                            .collect();
-                        needs.unbound.push(Unbound::Existing { claim: name.to_string(), candidates });
-                    } else {
-                        needs.unbound.push(Unbound::Provisioned {
-                            claim: name.to_string(),
-                            allowed: class.allowed_topologies.clone(),
-                        });
-                        // Counted by NodeVolumeLimits as a new volume of the class's driver.
-                        let handle = format!("{namespace}/{name}").into();
-                        needs.attaches.push(Attached { driver: class.provisioner.as_str().into(), handle });
-                    }
+                    self.bound_where_placed(&mut needs, namespace, name, &claim.storage_class, class);
                 }
                 _ => needs.refuse(VolumeUnfit::VolumeBinding(
                     format!(
