@@ -727,26 +727,7 @@ fn evicted(
     match feasible_with(incoming, states, &replacing) {
         Ok(candidates) => {
             let at = choose(&candidates, states, namespace, &template.labels);
-            states.push(
-                at,
-                Placed {
-                    namespace: namespace.into(),
-                    name: pod.name.clone(),
-                    priority: pod.priority,
-                    labels: Arc::new(template.labels.clone()),
-                    requests: replacing.requests_of(&template.spec),
-                    ports: crate::core::model::resources::host_ports(&template.spec),
-                    terminating: false,
-                    anti_affinity: super::placement::required_anti_affinity(&template.spec),
-                    claims: pod.claims.clone(),
-                    volumes: replacing.volumes.attaches.into(),
-                },
-            );
-            for pdb in view.pdbs_covering(namespace, &template.labels) {
-                if let Some(l) = ledgers.get_mut(&pdb.id) {
-                    l.replaced();
-                }
-            }
+            put_replacement(view, states, at, pod, incoming, &replacing, ledgers);
             let node = states[at].node.name.clone();
             (Some(node.clone()), format!("replaced on {node}"))
         }
@@ -763,6 +744,37 @@ fn evicted(
                 reason: reason.clone(),
             });
             (None, format!("its replacement stays Pending: {reason}"))
+        }
+    }
+}
+
+/// The replacement of `pod` (made from `incoming`, see [`Replacing`]) placed on `states[at]` and
+/// Ready: its budgets count it healthy again.
+fn put_replacement(
+    view: &dyn View,
+    states: &mut Nodes,
+    at: usize,
+    pod: &PodInfo,
+    incoming: Incoming,
+    replacing: &Replacing,
+    ledgers: &mut BTreeMap<ObjectRef, Ledger>,
+) {
+    let replacement = Placed {
+        namespace: incoming.namespace.into(),
+        name: pod.name.clone(),
+        priority: pod.priority,
+        labels: Arc::new(incoming.labels.clone()),
+        requests: replacing.requests_of(incoming.spec),
+        ports: crate::core::model::resources::host_ports(incoming.spec),
+        terminating: false,
+        anti_affinity: super::placement::required_anti_affinity(incoming.spec),
+        claims: pod.claims.clone(),
+        volumes: replacing.volumes.attaches.clone().into(),
+    };
+    states.push(at, replacement);
+    for pdb in view.pdbs_covering(incoming.namespace, incoming.labels) {
+        if let Some(l) = ledgers.get_mut(&pdb.id) {
+            l.replaced();
         }
     }
 }
@@ -862,26 +874,7 @@ fn preempt(
             ledgers.entry(pdb.id.clone()).or_insert_with(|| Ledger::open(view, pdb.clone())).lost();
         }
     }
-    states.push(
-        best.at,
-        Placed {
-            namespace: namespace.into(),
-            name: pod.name.clone(),
-            priority: pod.priority,
-            labels: Arc::new(incoming.labels.clone()),
-            requests: replacing.requests_of(incoming.spec),
-            ports: crate::core::model::resources::host_ports(incoming.spec),
-            terminating: false,
-            anti_affinity: super::placement::required_anti_affinity(incoming.spec),
-            claims: pod.claims.clone(),
-            volumes: replacing.volumes.attaches.clone().into(),
-        },
-    );
-    for pdb in view.pdbs_covering(namespace, incoming.labels) {
-        if let Some(l) = ledgers.get_mut(&pdb.id) {
-            l.replaced();
-        }
-    }
+    put_replacement(view, states, best.at, pod, incoming, replacing, ledgers);
     let by = format!("{namespace}/{}", pod.name);
     let mut named = Vec::new();
     for v in best.victims {
@@ -923,12 +916,7 @@ fn victim_replaced(
     match feasible_with(incoming, states, &replacing) {
         Ok(candidates) => {
             let at = choose(&candidates, states, namespace, &template.labels);
-            states.push(at, placed(view, namespace.as_str().into(), pod));
-            for pdb in view.pdbs_covering(namespace, &template.labels) {
-                if let Some(l) = ledgers.get_mut(&pdb.id) {
-                    l.replaced();
-                }
-            }
+            put_replacement(view, states, at, pod, incoming, &replacing, ledgers);
             Some(states[at].node.name.clone())
         }
         Err(why) => {
