@@ -97,6 +97,23 @@ enum Volume {
     Ephemeral(usize),
 }
 
+/// A scenario of `replicas` under `budget` and `constraint`, nothing else added (named when pushed).
+fn plain(replicas: i64, budget: Option<Value>, constraint: Constraint) -> Scenario {
+    Scenario {
+        name: String::new(),
+        replicas,
+        budget,
+        constraint,
+        bare: false,
+        second_pdb: false,
+        not_ready: false,
+        guard: false,
+        crowd: false,
+        volume: Volume::None,
+        preempt: None,
+    }
+}
+
 fn scenarios() -> Vec<Scenario> {
     let budgets = [
         Some(json!({"maxUnavailable": 1})),
@@ -113,7 +130,11 @@ fn scenarios() -> Vec<Scenario> {
         Constraint::Cpu,
         Constraint::HostPort,
     ];
-    let mut out = Vec::new();
+    let mut out: Vec<Scenario> = Vec::new();
+    let mut push = |s: Scenario| {
+        let name = format!("d{}", out.len());
+        out.push(Scenario { name, ..s });
+    };
     for (c, constraint) in constraints.iter().enumerate() {
         for (b, budget) in budgets.iter().enumerate() {
             for replicas in [2, 3] {
@@ -121,98 +142,26 @@ fn scenarios() -> Vec<Scenario> {
                 if (b + c + replicas as usize) % 2 == 1 && *constraint != Constraint::Spread {
                     continue;
                 }
-                out.push(Scenario {
-                    name: format!("d{}", out.len()),
-                    replicas,
-                    budget: budget.clone(),
-                    constraint: *constraint,
-                    bare: false,
-                    second_pdb: false,
-                    not_ready: false,
-                    guard: false,
-                    crowd: false,
-                    volume: Volume::None,
-                    preempt: None,
-                });
+                push(plain(replicas, budget.clone(), *constraint));
             }
         }
     }
-    let special = |replicas, budget: Value, constraint, bare, second_pdb, not_ready| Scenario {
-        name: String::new(),
-        replicas,
-        budget: Some(budget),
-        constraint,
-        bare,
-        second_pdb,
-        not_ready,
-        guard: false,
-        crowd: false,
-        volume: Volume::None,
-        preempt: None,
-    };
-    for s in [
-        special(3, json!({"maxUnavailable": 1}), Constraint::Spread, true, false, false),
-        special(3, json!({"maxUnavailable": 1}), Constraint::None, false, true, false),
-        special(
-            2,
-            json!({"minAvailable": 1, "unhealthyPodEvictionPolicy": "IfHealthyBudget"}),
-            Constraint::None,
-            false,
-            false,
-            true,
-        ),
-        special(
-            2,
-            json!({"minAvailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow"}),
-            Constraint::None,
-            false,
-            false,
-            true,
-        ),
-        special(3, json!({"maxUnavailable": 1}), Constraint::AntiAffinity, false, true, false),
-        special(3, json!({"minAvailable": 2}), Constraint::Cpu, true, false, false),
-    ] {
-        out.push(Scenario { name: format!("d{}", out.len()), ..s });
-    }
+    let one = || Some(json!({"maxUnavailable": 1}));
+    let unhealthy = |policy: &str| Some(json!({"minAvailable": 1, "unhealthyPodEvictionPolicy": policy}));
+    push(Scenario { bare: true, ..plain(3, one(), Constraint::Spread) });
+    push(Scenario { second_pdb: true, ..plain(3, one(), Constraint::None) });
+    push(Scenario { not_ready: true, ..plain(2, unhealthy("IfHealthyBudget"), Constraint::None) });
+    push(Scenario { not_ready: true, ..plain(2, unhealthy("AlwaysAllow"), Constraint::None) });
+    push(Scenario { second_pdb: true, ..plain(3, one(), Constraint::AntiAffinity) });
+    push(Scenario { bare: true, ..plain(3, Some(json!({"minAvailable": 2})), Constraint::Cpu) });
     // An existing pod's anti-affinity: the replacement has nowhere else to go (its own
     // anti-affinity or spread keeps it off the other replica's node), and the guard's node refuses it.
     for constraint in [Constraint::AntiAffinity, Constraint::Spread, Constraint::None] {
-        let budget = Some(json!({"maxUnavailable": 1}));
-        let (bare, second_pdb, not_ready) = (false, false, false);
-        let name = format!("d{}", out.len());
-        out.push(Scenario {
-            name,
-            replicas: 2,
-            budget,
-            constraint,
-            bare,
-            second_pdb,
-            not_ready,
-            guard: true,
-            crowd: false,
-            volume: Volume::None,
-            preempt: None,
-        });
+        push(Scenario { guard: true, ..plain(2, one(), constraint) });
     }
     // Another namespace's pod fills the node the replacement would take.
     for constraint in [Constraint::Cpu, Constraint::None] {
-        let budget = Some(json!({"maxUnavailable": 1}));
-        let (bare, second_pdb, not_ready, guard) = (false, false, false, false);
-        let name = format!("d{}", out.len());
-        let volume = Volume::None;
-        out.push(Scenario {
-            name,
-            replicas: 2,
-            budget,
-            constraint,
-            bare,
-            second_pdb,
-            not_ready,
-            guard,
-            crowd: true,
-            volume,
-            preempt: None,
-        });
+        push(Scenario { crowd: true, ..plain(2, one(), constraint) });
     }
     // Volumes: where the one replica's volume can be used decides where its replacement goes.
     let volumes = [
@@ -226,62 +175,17 @@ fn scenarios() -> Vec<Scenario> {
         Volume::ZoneDrained,
     ];
     for volume in volumes {
-        let budget = Some(json!({"maxUnavailable": 1}));
-        let (bare, second_pdb, not_ready, guard, crowd) = (false, false, false, false, false);
-        let name = format!("d{}", out.len());
-        out.push(Scenario {
-            name,
-            replicas: 1,
-            budget,
-            constraint: Constraint::None,
-            bare,
-            second_pdb,
-            not_ready,
-            guard,
-            crowd,
-            volume,
-            preempt: None,
-        });
+        push(Scenario { volume, ..plain(1, one(), Constraint::None) });
     }
     // What the apiserver stores: 600 CPUs from a limit alone, or from the namespace's LimitRange,
     // three replicas on three nodes: the replacement fits nowhere.
     for constraint in [Constraint::LimitsOnly, Constraint::LimitRangeDefault] {
-        let budget = Some(json!({"maxUnavailable": 1}));
-        let name = format!("d{}", out.len());
-        let (bare, second_pdb, not_ready, guard, crowd) = (false, false, false, false, false);
-        out.push(Scenario {
-            name,
-            replicas: 3,
-            budget,
-            constraint,
-            bare,
-            second_pdb,
-            not_ready,
-            guard,
-            crowd,
-            volume: Volume::None,
-            preempt: None,
-        });
+        push(plain(3, one(), constraint));
     }
     // Priority: the replacement of a 600-CPU replica preempts another namespace's pod of lower
     // priority; with preemptionPolicy Never it stays Pending itself.
     for policy in ["PreemptLowerPriority", "Never"] {
-        let budget = Some(json!({"maxUnavailable": 1}));
-        let name = format!("d{}", out.len());
-        let (bare, second_pdb, not_ready, guard, crowd) = (false, false, false, false, false);
-        out.push(Scenario {
-            name,
-            replicas: 1,
-            budget,
-            constraint: Constraint::Cpu,
-            bare,
-            second_pdb,
-            not_ready,
-            guard,
-            crowd,
-            volume: Volume::None,
-            preempt: Some(policy),
-        });
+        push(Scenario { preempt: Some(policy), ..plain(1, one(), Constraint::Cpu) });
     }
     out
 }
