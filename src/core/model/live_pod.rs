@@ -183,7 +183,12 @@ impl LivePod {
     /// StatefulSet's are its pod's by name). A generic ephemeral volume's claim is not among them:
     /// it goes with its pod, and the replacement's is provisioned anew where it is placed.
     pub fn claims(&self) -> std::sync::Arc<[std::sync::Arc<str>]> {
-        let claims = self.spec.volumes.iter().filter_map(|v| v.persistent_volume_claim.as_ref());
+        let mut claims = self.spec.volumes.iter().filter_map(|v| v.persistent_volume_claim.as_ref()).peekable();
+        // Most pods mount no claim: the empty default shares one allocation-free value, where
+        // collecting nothing would allocate one per pod of the view.
+        if claims.peek().is_none() {
+            return Default::default();
+        }
         claims.map(|c| c.claim_name.as_str().into()).collect()
     }
 
@@ -201,6 +206,24 @@ impl LivePod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only `persistentVolumeClaim` volumes are claims a replacement mounts again.
+    #[test]
+    fn the_claims_are_the_persistent_volume_claims_it_mounts() {
+        let pod = |volumes: serde_json::Value| -> LivePod {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "db-0"}, "spec": {"volumes": volumes}}))
+                .expect("a pod")
+        };
+        let mounted = pod(serde_json::json!([
+            {"name": "config", "configMap": {"name": "db"}},
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}},
+            {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
+        ]));
+        let claims = mounted.claims();
+        let names: Vec<&str> = claims.iter().map(|c| &**c).collect();
+        assert_eq!(names, ["data-db-0"]);
+        assert!(pod(serde_json::json!([{"name": "config", "configMap": {"name": "db"}}])).claims().is_empty());
+    }
 
     #[test]
     fn reads_only_what_is_needed_and_ignores_the_rest() {
