@@ -150,26 +150,38 @@ struct Query<'a> {
 }
 
 /// Lists every page of `q.path`, handing each page's items to `each`; the total is counted in
-/// `progress` under `q.what`.
+/// `progress` under `q.what`. A continue token that expired mid-list (410: the apiserver keeps a
+/// paged list's snapshot for a few minutes) starts the list over as one unpaged list, as
+/// client-go's pager does (`FullListIfExpired`): `each` is then told (`true`) that the items it
+/// is handed start over, and what it kept of the earlier pages is to be dropped.
 async fn list<T: DeserializeOwned>(
     client: &Client,
     q: Query<'_>,
     options: &ReadOptions,
     progress: &Progress,
-    mut each: impl FnMut(Vec<T>),
+    mut each: impl FnMut(Vec<T>, bool),
 ) -> Result<(), kube::Error> {
     let Query { path, selector, metadata_only, what } = q;
     let mut lp = ListParams::default().limit(options.page.max(1));
     if let Some(s) = selector {
         lp = lp.labels(s);
     }
+    let mut again = false;
     loop {
         let request = kube::core::Request::new(path);
         let request = if metadata_only { request.list_metadata(&lp) } else { request.list(&lp) };
-        let page: Page<T> = client.request(request.map_err(kube::Error::BuildRequest)?).await?;
+        let page: Page<T> = match client.request(request.map_err(kube::Error::BuildRequest)?).await {
+            Err(kube::Error::Api(s)) if s.code == 410 && lp.continue_token.is_some() && !again => {
+                tracing::info!(path, "a paged list's continue token expired: listing it again whole");
+                lp = ListParams { limit: None, continue_token: None, ..lp };
+                again = true;
+                continue;
+            }
+            page => page?,
+        };
         let items = page.items.unwrap_or_default();
         progress.add(what, items.len(), page.metadata.remaining_item_count);
-        each(items);
+        each(items, std::mem::take(&mut again));
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => lp = lp.continue_token(&token),
             _ => return Ok(()),
@@ -185,10 +197,14 @@ pub fn is_forbidden(message: &str) -> bool {
     message.contains(FORBIDDEN)
 }
 
+/// What [`failed`] adds to a list the apiserver does not serve (404).
+const NOT_FOUND: &str = " (the cluster does not serve it)";
+
 /// Why a list failed, for the user: which collection, and what the apiserver said.
 fn failed(path: &str, e: kube::Error) -> String {
     let hint = match &e {
         kube::Error::Api(s) if s.code == 403 => FORBIDDEN,
+        kube::Error::Api(s) if s.code == 404 => NOT_FOUND,
         kube::Error::Api(s) if s.code == 410 => {
             " (the list took longer than the apiserver keeps a paged list consistent: run the audit again, or with a \
              larger --chunk-size)"
@@ -271,7 +287,11 @@ async fn read_listings(
             Query { path: &path, selector: None, metadata_only: false, what: "objects" },
             options,
             progress,
-            |items| {
+            |items, again| {
+                if again {
+                    objects.clear();
+                    unreadable.clear();
+                }
                 for item in items {
                     match decode(listing, item) {
                         Ok(o) => objects.push(o),
@@ -323,7 +343,8 @@ async fn read_replica_sets(
         Query { path: &path, selector: None, metadata_only: true, what: "replicasets" },
         options,
         progress,
-        |items| {
+        // Keyed by name: a list started over writes the same entries again.
+        |items, _| {
             for rs in items {
                 let m = rs.metadata;
                 if let Some(owner) = controller_of(&m.owner_references).filter(|o| o.kind == "Deployment") {
@@ -352,7 +373,10 @@ async fn read_pods(client: &Client, options: &ReadOptions, progress: &Progress) 
         Query { path: &path, selector: None, metadata_only: false, what: "pods" },
         options,
         progress,
-        |items| {
+        |items, again| {
+            if again {
+                pods.clear();
+            }
             for p in items {
                 let controller = controller_of(&p.metadata.owner_references);
                 let replica_set = controller.filter(|c| c.kind == "ReplicaSet").map(|c| c.name.clone());
@@ -382,23 +406,24 @@ async fn read_storage(client: &Client, options: &ReadOptions, progress: &Progres
     let (volumes, classes, csi_nodes) =
         ("/api/v1/persistentvolumes", "/apis/storage.k8s.io/v1/storageclasses", "/apis/storage.k8s.io/v1/csinodes");
     let q = |path, what| Query { path, selector: None, metadata_only: false, what };
+    // Each keyed by name: a list started over writes the same entries again.
     futures::future::try_join3(
         async {
-            list::<PersistentVolume>(client, q(volumes, "persistentvolumes"), options, progress, |items| {
+            list::<PersistentVolume>(client, q(volumes, "persistentvolumes"), options, progress, |items, _| {
                 items.iter().for_each(|pv| keep().insert_volume(pv))
             })
             .await
             .map_err(|e| failed(volumes, e))
         },
         async {
-            list::<StorageClass>(client, q(classes, "storageclasses"), options, progress, |items| {
+            list::<StorageClass>(client, q(classes, "storageclasses"), options, progress, |items, _| {
                 items.iter().for_each(|c| keep().insert_class(c))
             })
             .await
             .map_err(|e| failed(classes, e))
         },
         async {
-            list::<CSINode>(client, q(csi_nodes, "csinodes"), options, progress, |items| {
+            list::<CSINode>(client, q(csi_nodes, "csinodes"), options, progress, |items, _| {
                 items.iter().for_each(|n| keep().insert_csi_node(n))
             })
             .await
@@ -429,7 +454,10 @@ async fn read_selected(
             Query { path: &path, selector: Some(selector), metadata_only: true, what: "selected" },
             options,
             progress,
-            |items| {
+            |items, again| {
+                if again {
+                    found.clear();
+                }
                 found.extend(
                     items.into_iter().map(|o| ObjectRef::new(listing.kind, o.metadata.namespace, o.metadata.name)),
                 )
@@ -445,33 +473,56 @@ async fn read_selected(
     Ok(futures::future::try_join_all(lists).await?.into_iter().flatten().collect())
 }
 
+/// What [`read_scope`] read of one scope.
+#[derive(Default)]
+pub struct ScopeRead {
+    /// The objects to judge, by kind and name.
+    pub subjects: Vec<Listed>,
+    /// The objects that do not decode: their path and why.
+    pub unreadable: Vec<(String, String)>,
+    /// The kinds the apiserver refused to list (403: RBAC; 404: a kind no longer served), and why:
+    /// the scope is judged without them, and its report says so.
+    pub refused: Vec<(Kind, String)>,
+}
+
 /// The objects to judge of one scope: a namespace's (`Some`), or the cluster-scoped ones (`None`),
-/// each kind listed in pages as `read` lists; those that do not decode are returned apart (their
-/// path and why). The background audit judges them against its live view.
+/// each kind listed in pages as `read` lists. A kind the apiserver refuses (403, 404) is left out
+/// and named; any other failure fails the scope. The background audit judges them against its live
+/// view.
 pub async fn read_scope(
     client: &Client,
     namespace: Option<&str>,
     page: u32,
     unserved: &[Kind],
-) -> Result<(Vec<Listed>, Vec<(String, String)>), String> {
+) -> Result<ScopeRead, String> {
     let options = ReadOptions { namespace: namespace.map(str::to_string), page, ..Default::default() };
     let in_scope = move |l: &&Listing| {
         judged(l.kind) && l.kind.is_cluster_scoped() == namespace.is_none() && !unserved.contains(&l.kind)
     };
-    let listings: Vec<&'static Listing> = LISTINGS.iter().filter(in_scope).collect();
-    let (objects, unreadable) = read_listings(client, listings.into_iter(), &options, &Progress::new(false)).await?;
-    let mut subjects: Vec<Listed> = objects
-        .into_iter()
-        .filter_map(|(object, path)| match object {
-            Object::Subject(subject) => Some(Listed { subject, path }),
-            _ => None,
-        })
-        .collect();
-    subjects.sort_by(|a, b| {
+    let progress = Progress::new(false);
+    let reads = LISTINGS.iter().filter(in_scope).map(|listing| {
+        let (options, progress) = (&options, &progress);
+        async move { (listing, read_listings(client, std::iter::once(listing), options, progress).await) }
+    });
+    let mut read = ScopeRead::default();
+    for (listing, result) in futures::future::join_all(reads).await {
+        match result {
+            Ok((objects, mut unreadable)) => {
+                read.unreadable.append(&mut unreadable);
+                read.subjects.extend(objects.into_iter().filter_map(|(object, path)| match object {
+                    Object::Subject(subject) => Some(Listed { subject, path }),
+                    _ => None,
+                }));
+            }
+            Err(e) if is_forbidden(&e) || e.contains(NOT_FOUND) => read.refused.push((listing.kind, e)),
+            Err(e) => return Err(e),
+        }
+    }
+    read.subjects.sort_by(|a, b| {
         let (x, y) = (a.subject.id(), b.subject.id());
         (x.kind, &x.name).cmp(&(y.kind, &y.name))
     });
-    Ok((subjects, unreadable))
+    Ok(read)
 }
 
 /// Kinds whose objects are judged (the others only inform the view).
@@ -553,6 +604,86 @@ pub async fn read(client: &Client, options: &ReadOptions, progress: &Progress) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    /// A kube client answered by `answer` (request path and query → status and JSON body), every
+    /// request's path and query kept in order.
+    fn answered_by(
+        answer: impl Fn(&str) -> (u16, Value) + Send + Sync + 'static,
+    ) -> (Client, Arc<std::sync::Mutex<Vec<String>>>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let answer = Arc::new(answer);
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let uri = request.uri().to_string();
+            log.lock().unwrap().push(uri.clone());
+            let (status, body) = answer(&uri);
+            async move {
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(status)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(body.to_string().into_bytes()))
+                        .unwrap(),
+                )
+            }
+        });
+        (Client::new(service, "default"), seen)
+    }
+
+    fn page(names: &[&str], continue_: &str) -> Value {
+        let items: Vec<Value> = names.iter().map(|n| json!({"metadata": {"name": n, "namespace": "shop"}})).collect();
+        json!({"apiVersion": "v1", "kind": "List", "metadata": {"continue": continue_}, "items": items})
+    }
+
+    #[tokio::test]
+    async fn a_paged_list_whose_token_expired_is_listed_again_whole() {
+        let (client, seen) = answered_by(|uri| {
+            if uri.contains("continue=one") {
+                let gone = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired",
+                    "message": "The provided continue parameter is too old", "code": 410});
+                (410, gone)
+            } else if uri.contains("limit=") {
+                (200, page(&["a", "b"], "one"))
+            } else {
+                (200, page(&["a", "b", "c"], ""))
+            }
+        });
+        let options = ReadOptions { page: 2, ..Default::default() };
+        let q = Query { path: "/api/v1/namespaces/shop/pods", selector: None, metadata_only: true, what: "pods" };
+        let mut names = Vec::new();
+        let mut started_over = 0;
+        list::<ReplicaSetMeta>(&client, q, &options, &Progress::new(false), |items, again| {
+            if again {
+                started_over += 1;
+                names.clear();
+            }
+            names.extend(items.into_iter().map(|i| i.metadata.name));
+        })
+        .await
+        .expect("the list completes");
+        assert_eq!(names, ["a", "b", "c"], "every object once");
+        assert_eq!(started_over, 1);
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 3, "{seen:?}");
+        assert!(seen[1].contains("continue=one"), "{seen:?}");
+        assert!(!seen[2].contains("limit=") && !seen[2].contains("continue="), "listed whole: {seen:?}");
+    }
+
+    #[tokio::test]
+    async fn a_first_page_gone_is_an_error_not_a_loop() {
+        let (client, seen) = answered_by(|_| {
+            (
+                410,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Gone", "message": "gone", "code": 410}),
+            )
+        });
+        let options = ReadOptions { page: 2, ..Default::default() };
+        let q = Query { path: "/api/v1/namespaces/shop/pods", selector: None, metadata_only: true, what: "pods" };
+        let listed = list::<ReplicaSetMeta>(&client, q, &options, &Progress::new(false), |_, _| {}).await;
+        assert!(matches!(listed, Err(kube::Error::Api(s)) if s.code == 410));
+        assert_eq!(seen.lock().unwrap().len(), 1);
+    }
 
     #[test]
     fn the_audit_reads_every_kind_the_live_view_watches() {

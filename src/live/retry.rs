@@ -137,7 +137,7 @@ pub async fn follow<K, E: Display, S: Stream<Item = Result<Event<K>, E>>>(
     recheck: Duration,
     mut apply: impl FnMut(Event<K>),
     mut not_served: impl FnMut(&E) -> bool,
-    mut failed: impl FnMut(),
+    mut failed: impl FnMut(&E),
 ) {
     let mut health = WatchHealth::new(policy);
     loop {
@@ -162,7 +162,7 @@ pub async fn follow<K, E: Display, S: Stream<Item = Result<Event<K>, E>>>(
                     break;
                 }
                 Err(e) => {
-                    failed();
+                    failed(&e);
                     let (retry_in, change) = health.failed();
                     let retry_in_ms = retry_in.as_millis() as u64;
                     match change {
