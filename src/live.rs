@@ -37,7 +37,7 @@ use crate::core::view::{
 };
 
 pub mod changes;
-mod retry;
+pub(crate) mod retry;
 pub use changes::ChangeLog;
 pub use retry::RetryPolicy;
 
@@ -311,6 +311,9 @@ pub struct LiveSource {
     log: Option<Arc<ChangeLog>>,
     /// The background audit's view also follows pods ([`LiveSource::start_pods`]).
     pods: PodsFollowed,
+    /// Since when each failing watch fails (ms since the epoch), and why it last failed, by
+    /// change log slot.
+    watch_errors: std::sync::Mutex<std::collections::BTreeMap<usize, (i64, String)>>,
 }
 
 /// How stale a snapshot may be before a reader waits for the watcher holding the index.
@@ -372,6 +375,10 @@ struct PodsFollowed {
     unreadable_events: std::sync::atomic::AtomicU64,
 }
 
+/// How long a watch fails before its kind counts as not followed ([`LiveSource::unfollowed`]): a
+/// watch that expired relists in well under this.
+pub const UNFOLLOWED_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// The change log's slot of pods (after the kinds of [`KINDS`]).
 pub const POD_SLOT: usize = KINDS.len();
 
@@ -411,6 +418,7 @@ impl LiveSource {
             changes: Default::default(),
             log: None,
             pods: PodsFollowed::default(),
+            watch_errors: Default::default(),
         }
     }
 
@@ -501,6 +509,7 @@ impl LiveSource {
         if !matches!(event, Event::Init) {
             self.failing_since_ms[Self::slot(K::KIND)].store(0, Ordering::SeqCst);
             self.unserved[Self::slot(K::KIND)].store(false, Ordering::SeqCst);
+            self.watch_follows(Self::slot(K::KIND));
         }
         let slot = Self::slot(K::KIND);
         match event {
@@ -597,6 +606,49 @@ impl LiveSource {
         let _ = self.failing_since_ms[Self::slot(kind)].compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
     }
 
+    /// Why the watch of a change log slot (a kind of [`KINDS`], or [`POD_SLOT`]) last failed, kept
+    /// until it follows again ([`LiveSource::unfollowed`]).
+    fn watch_failed_because(&self, slot: usize, e: &watcher::Error) {
+        let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let mut errors = self.watch_errors.lock().unwrap_or_else(|p| p.into_inner());
+        let since = errors.get(&slot).map_or(now, |(since, _)| *since);
+        errors.insert(slot, (since, e.to_string()));
+    }
+
+    fn watch_follows(&self, slot: usize) {
+        let mut errors = self.watch_errors.lock().unwrap_or_else(|p| p.into_inner());
+        if !errors.is_empty() {
+            errors.remove(&slot);
+        }
+    }
+
+    /// The kinds this view does not follow now, each with why: its watch fails (the apiserver's
+    /// last answer: a 403 after an RBAC change, a 5xx), or its first list has not completed. Empty
+    /// for a view that is whole and current.
+    pub fn unfollowed(&self) -> Vec<(&'static str, String)> {
+        let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let grace = UNFOLLOWED_AFTER.as_millis() as i64;
+        let errors: std::collections::BTreeMap<usize, String> = self
+            .watch_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, (since, _))| now - since >= grace)
+            .map(|(slot, (_, why))| (*slot, why.clone()))
+            .collect();
+        let why =
+            |slot: usize| errors.get(&slot).cloned().unwrap_or_else(|| "its first list has not completed".to_string());
+        let mut out: Vec<(&'static str, String)> = KINDS
+            .iter()
+            .filter(|k| !self.is_synced(**k) || errors.contains_key(&Self::slot(**k)))
+            .map(|k| (k.as_str(), why(Self::slot(*k))))
+            .collect();
+        if self.pods.watched.load(Ordering::SeqCst) && (!self.synced_pods() || errors.contains_key(&POD_SLOT)) {
+            out.push(("Pod", why(POD_SLOT)));
+        }
+        out
+    }
+
     /// The cluster does not serve `kind` (a custom resource whose CRD is not installed): none of
     /// it, and nothing to wait for.
     pub fn not_served(&self, kind: Kind) {
@@ -640,13 +692,17 @@ impl LiveSource {
             let mut buffer = None;
             let apply = |event: Event<WatchedPod>| this.apply_pod(event, &mut buffer);
             // Pods are served by every cluster: every failure is one.
-            retry::follow(watch, "Pod", this.retry, this.retry.max, apply, |_: &watcher::Error| false, || {}).await;
+            let failed = |e: &watcher::Error| this.watch_failed_because(POD_SLOT, e);
+            retry::follow(watch, "Pod", this.retry, this.retry.max, apply, |_: &watcher::Error| false, failed).await;
         })
     }
 
     /// Applies one event of the pods' watch.
     pub fn apply_pod(&self, event: Event<WatchedPod>, listed: &mut Option<PodsListed>) {
         let _applying = Applying::start(&self.applying_since_ms);
+        if !matches!(event, Event::Init) {
+            self.watch_follows(POD_SLOT);
+        }
         let log = self.log.as_deref();
         match event {
             Event::Apply(pod) => {
@@ -779,7 +835,11 @@ impl LiveSource {
                 true
             };
             let recheck = this.unserved_recheck.unwrap_or(this.retry.max);
-            retry::follow(watch, K::KIND, this.retry, recheck, apply, not_served, || this.watch_failed(K::KIND)).await;
+            let failed = |e: &watcher::Error| {
+                this.watch_failed(K::KIND);
+                this.watch_failed_because(Self::slot(K::KIND), e);
+            };
+            retry::follow(watch, K::KIND, this.retry, recheck, apply, not_served, failed).await;
         })
     }
 }
@@ -826,7 +886,7 @@ pub fn pod_owner(p: &LivePod) -> PodOwner {
 }
 
 /// A list or watch the apiserver answered 404: the resource is not served.
-fn is_not_found(e: &watcher::Error) -> bool {
+pub fn is_not_found(e: &watcher::Error) -> bool {
     match e {
         watcher::Error::InitialListFailed(kube::Error::Api(s))
         | watcher::Error::WatchStartFailed(kube::Error::Api(s)) => s.code == 404,

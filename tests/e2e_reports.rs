@@ -30,98 +30,12 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::reports::*;
 use support::*;
-
-const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
-/// ha-guard's namespace: the Lease, and the chart's ServiceAccounts.
-const NS: &str = "ha-guard";
-
-/// One `ha-guard reports` process and its probe port.
-struct Reports {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Reports {
-    fn start(cp: &ControlPlane, name: &str, kubeconfig: &std::path::Path, extra: &[&str]) -> Reports {
-        let port = free_port();
-        let log = cp.dir().join(format!("reports-{name}.log"));
-        let out = std::fs::File::create(&log).expect("log file");
-        let mut args = vec![
-            "reports".to_string(),
-            "--interval=5m".into(),
-            "--debounce=1s".into(),
-            format!("--probe-listen=127.0.0.1:{port}"),
-            format!("--lease-namespace={NS}"),
-        ];
-        args.extend(extra.iter().map(|a| a.to_string()));
-        let child = Command::new(BIN)
-            .args(&args)
-            .env("KUBECONFIG", kubeconfig)
-            .env("POD_NAME", name)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().expect("log"))
-            .stderr(out)
-            .spawn()
-            .expect("start ha-guard reports");
-        let r = Reports { child, port, log };
-        poll(&format!("reports {name} answers /healthz"), WAIT, Duration::from_millis(100), || {
-            http_get(r.port, "/healthz").map(|_| ())
-        })
-        .unwrap_or_else(|e| panic!("{e}\n{}", r.log_tail()));
-        r
-    }
-
-    fn metrics(&self) -> Metrics {
-        let (_, text) = http_get(self.port, "/metrics").unwrap_or_else(|e| panic!("metrics: {e}\n{}", self.log_tail()));
-        Metrics::parse(&text)
-    }
-
-    fn log_tail(&self) -> String {
-        tail(&self.log, 40)
-    }
-
-    fn counter(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
-        self.metrics().sum(name, labels)
-    }
-
-    /// SIGTERM, and wait for the exit (the Lease is released on the way out).
-    fn stop(mut self) {
-        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Reports {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn report(cp: &ControlPlane, namespace: &str) -> Option<Value> {
-    let k = if namespace.is_empty() {
-        cp.kubectl(&["get", "clusterpolicyreports.wgpolicyk8s.io", "ha-guard", "-o", "json"])
-    } else {
-        cp.kubectl(&["-n", namespace, "get", "policyreports.wgpolicyk8s.io", "ha-guard", "-o", "json"])
-    };
-    k.ok().then(|| k.json())
-}
 
 fn resource_version(report: &Value) -> String {
     report["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string()
@@ -161,33 +75,6 @@ fn install_scaled_object_crd(cp: &ControlPlane) {
                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
     .success();
     cp.kubectl(&["wait", "--for", "condition=established", "--timeout=30s", "crd/scaledobjects.keda.sh"]).success();
-}
-
-/// The chart's ServiceAccounts and RBAC (rendered by the pinned helm), applied as the chart would.
-fn install_chart_rbac(cp: &ControlPlane) {
-    let helm = helm().unwrap_or_else(|e| panic!("helm: {e}"));
-    let chart = repo().join("charts/ha-guard");
-    let out = Command::new(helm)
-        .args(["template", "ha-guard", chart.to_str().expect("path"), "--namespace", NS])
-        .output()
-        .expect("helm template");
-    assert!(out.status.success(), "helm template: {}", String::from_utf8_lossy(&out.stderr));
-    let rbac: Vec<Value> = yaml_docs(&String::from_utf8_lossy(&out.stdout))
-        .into_iter()
-        .filter(|d| {
-            matches!(
-                d["kind"].as_str(),
-                Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding")
-            )
-        })
-        .collect();
-    assert!(rbac.len() >= 6, "the chart's RBAC: {rbac:?}");
-    cp.kubectl_in(&["apply", "-f", "-"], &yaml_file(&rbac)).success();
-}
-
-fn token_kubeconfig(cp: &ControlPlane, service_account: &str) -> PathBuf {
-    let token = cp.kubectl(&["-n", NS, "create", "token", service_account, "--duration=1h"]).success().stdout;
-    cp.token_kubeconfig(token.trim(), &cp.dir().join(format!("{service_account}.kubeconfig")))
 }
 
 /// `kubectl auth can-i` as `service_account` (a SelfSubjectAccessReview under impersonation).

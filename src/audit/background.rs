@@ -17,8 +17,13 @@
 //!   exemption and its reason in the message. No `pass` results: one per object and rule would
 //!   dwarf the findings; the summary counts pass as 0. A namespace with judged objects and no
 //!   finding gets a report with no results (clean is said, not guessed); the reports of other
-//!   namespaces are deleted. A report is written only when its results changed, so a fixed object's
-//!   result is gone at the next run, and an unchanged cluster costs no writes.
+//!   namespaces are deleted. A report is written only when its results changed or the cluster's copy
+//!   differs from what was written (each full read lists the reports; a watch of its own reports
+//!   sees one deleted or edited by hand at once), so a fixed object's result is gone at the next
+//!   run, a tampered report is restored, and an unchanged cluster costs no writes.
+//! - **Stalls show**: a kind the holder's view cannot follow (a 403 after an RBAC change) or that a
+//!   namespace's list is refused is an `error` result in the reports and a failed run; the holder
+//!   is leading, for the metrics, only once its view has synced.
 //! - **Metrics**: `ha_guard_audit_findings{namespace,rule,action}` from the last run.
 
 use std::collections::{BTreeMap, HashMap};
@@ -59,8 +64,18 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
 /// kube-lease-manager's election task, which releases the Lease when its receiver is dropped.
 type LeaseTask =
     tokio::task::JoinHandle<Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>>;
+/// How long the holder waits for its view to sync before it audits anyway (and says what it
+/// cannot read).
+const SYNC_WAIT: Duration = Duration::from_secs(30);
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
 /// Items per list request, as `ha-guard audit`'s default.
 const PAGE: u32 = 500;
+/// Page size of the listing of ha-guard's own reports (each may be up to [`REPORT_BYTES_MAX`]).
+const REPORT_PAGE: u32 = 20;
 
 /// How the background audit runs.
 pub struct Background {
@@ -277,6 +292,24 @@ fn unreadable_result(resource: Value, why: &str) -> Value {
     })
 }
 
+/// A result for a kind the audit cannot read (`error`, rule `unreadable-kind`): the report's
+/// results that need it are missing or stale until it can.
+fn unreadable_kind_result(kind: &str, why: &str) -> Value {
+    let api_version = LISTINGS.iter().find(|l| l.kind.as_str() == kind).map_or("v1", |l| l.api_version);
+    json!({
+        "policy": REPORT,
+        "rule": "unreadable-kind",
+        "result": "error",
+        "resources": [{"apiVersion": api_version, "kind": kind}],
+        "message": format!(
+            "ha-guard cannot read the cluster's {kind} objects, so the results that need them are missing or stale: {why}. \
+             Give the audit's ServiceAccount get, list and watch on them (the chart's ClusterRole does)"
+        ),
+        "source": REPORT,
+        "scored": true,
+    })
+}
+
 /// The resource of an unreadable object from its API path (`apis/apps/v1/namespaces/ns/deployments/x`).
 /// The result of an object its namespace's exemption or mode `off` keeps from being judged: a
 /// `skip` (rule `namespace-skipped`), so the report says the namespace was left alone rather than
@@ -311,12 +344,20 @@ fn resource_of_path(path: &str) -> Value {
     }
 }
 
+/// A report this holder wrote: a hash of the results it computed (unchanged ones are not written
+/// again) and the fingerprint of what the apiserver stored ([`stored_fingerprint`]), to tell the
+/// cluster's copy from a copy someone else changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct WrittenReport {
+    results: u64,
+    stored: u64,
+}
+
 /// What the holder remembers between runs.
 #[derive(Default)]
 struct Written {
-    /// A hash of the results last written, by namespace (`""`: the cluster's report): unchanged
-    /// ones are not written again.
-    reports: HashMap<String, u64>,
+    /// The reports last written, by namespace (`""`: the cluster's report).
+    reports: HashMap<String, WrittenReport>,
     /// Label sets of the gauge now set, by namespace.
     gauge: HashMap<String, Vec<AuditLabels>>,
     /// The report CRDs were found missing (said once, not at every run).
@@ -325,6 +366,57 @@ struct Written {
     changes_counted: HashMap<usize, (u64, u64)>,
     /// Unreadable pod events already counted.
     unreadable_pods_counted: u64,
+}
+
+/// The reports named `ha-guard` the cluster holds, by namespace (`""`: the cluster's report): the
+/// fingerprint of each ([`stored_fingerprint`]).
+type StoredReports = HashMap<String, u64>;
+
+/// A watched report: its namespace (`""`: the cluster's) and the fingerprint of what the cluster
+/// now holds (`None`: deleted).
+type ReportEvent = (String, Option<u64>);
+
+/// What a report holds that the audit decides: its results without their timestamps, and its
+/// summary; the same for the copy the apiserver answered a write with, one listed or one watched.
+/// Keys are hashed in order, whatever order the JSON has them in.
+pub fn stored_fingerprint(report: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    fn feed(v: &Value, h: &mut impl Hasher, skip_timestamp: bool) {
+        match v {
+            Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().filter(|k| !(skip_timestamp && *k == "timestamp")).collect();
+                keys.sort();
+                h.write_u8(b'{');
+                for k in keys {
+                    k.hash(h);
+                    feed(&m[k], h, false);
+                }
+                h.write_u8(b'}');
+            }
+            Value::Array(items) => {
+                h.write_u8(b'[');
+                for i in items {
+                    feed(i, h, skip_timestamp);
+                }
+                h.write_u8(b']');
+            }
+            other => other.to_string().hash(h),
+        }
+    }
+    let mut h = std::hash::DefaultHasher::new();
+    // Each result's own timestamp is the time of the write, not what it says.
+    feed(&report["results"], &mut h, true);
+    feed(&report["summary"], &mut h, false);
+    h.finish()
+}
+
+/// What a run knows before it judges its scopes.
+#[derive(Clone, Copy)]
+struct RunFacts<'a> {
+    /// The kinds the view cannot follow now, and why ([`LiveSource::unfollowed`]).
+    unfollowed: &'a [(&'static str, String)],
+    /// The reports the cluster holds (a full read), or `None` (a run of changes).
+    stored: Option<&'a StoredReports>,
 }
 
 /// What one run did.
@@ -437,7 +529,11 @@ impl Background {
                     return;
                 }
             }
-            state.metrics.audit_leader.set(1);
+            // Leading, for the metrics, once the view has synced (`follow`); stalled from now on
+            // unless a full read succeeds.
+            if state.metrics.audit_last_full_read.get() == 0 {
+                state.metrics.audit_last_full_read.set(unix_now());
+            }
             tracing::info!(identity = %self.identity, lease = LEASE, "background audit: this replica holds the Lease");
             tokio::select! {
                 _ = self.follow(&state, &mut written) => {}
@@ -458,24 +554,27 @@ impl Background {
         let live = Arc::new(LiveSource::for_audit(log.clone()).recheck_unserved_every(self.interval));
         let mut tasks = live.start(self.client.clone());
         tasks.push(live.start_pods(self.client.clone()));
+        let (report_events, mut reports_changed) = tokio::sync::mpsc::unbounded_channel();
+        tasks.extend(self.watch_reports(report_events));
         let _watches = Watches(tasks);
         let waiting = Instant::now();
-        let mut said = false;
-        while !live.synced() {
-            if !said && waiting.elapsed() > Duration::from_secs(30) {
-                tracing::warn!(
-                    "background audit: waiting for its view of the cluster to sync (see the watch errors above)"
-                );
-                said = true;
-            }
+        while !live.synced() && waiting.elapsed() < SYNC_WAIT {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        tracing::info!(elapsed_ms = waiting.elapsed().as_millis() as u64, "background audit: view synced");
+        if live.synced() {
+            tracing::info!(elapsed_ms = waiting.elapsed().as_millis() as u64, "background audit: view synced");
+        } else {
+            // Auditing anyway: the reports name the kinds it cannot read, the runs fail, and the
+            // alerts fire; waiting in silence would look healthy.
+            let kinds: Vec<&str> = live.unfollowed().into_iter().map(|(k, _)| k).collect();
+            tracing::warn!(kinds = ?kinds, "background audit: its view has not synced (see the watch errors above); auditing without those kinds");
+        }
         loop {
             let started = Instant::now();
             // The full read covers what changed up to now.
             log.take();
             self.run_once(state, &live, None, written).await;
+            state.metrics.audit_leader.set(i64::from(live.synced()));
             // The change counts reach the metrics every second, whether or not they start work.
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
@@ -484,9 +583,22 @@ impl Background {
                     _ = log.changed() => {
                         // A rollout or an apply is many events: gather them.
                         tokio::time::sleep(self.debounce).await;
-                        let dirty = log.take();
+                        let mut dirty = log.take();
+                        self.take_changed_reports(&mut reports_changed, &mut dirty, written);
                         if !dirty.is_empty() {
                             self.run_once(state, &live, Some(dirty), written).await;
+                        }
+                    }
+                    Some(change) = reports_changed.recv() => {
+                        let mut dirty = Dirty::default();
+                        Self::report_changed(change, &mut dirty, written);
+                        if !dirty.is_empty() {
+                            tokio::time::sleep(self.debounce).await;
+                            let mut more = log.take();
+                            more.namespaces.extend(dirty.namespaces);
+                            more.cluster |= dirty.cluster;
+                            self.take_changed_reports(&mut reports_changed, &mut more, written);
+                            self.run_once(state, &live, Some(more), written).await;
                         }
                     }
                     _ = tick.tick() => {}
@@ -505,14 +617,30 @@ impl Background {
             Some(d) => (d.namespaces.into_iter().collect(), d.cluster),
         };
         let mut tally = Tally::default();
+        // A full read compares with what the cluster holds, not only with what this replica last
+        // wrote: a report deleted, edited or emptied by hand is written again.
+        let stored = if full { self.list_stored(written).await } else { None };
+        // Kinds the view cannot follow (a watch refused or failing for a while): every report of
+        // the run says so, and the run fails (`HaGuardAuditStalled` once no full read succeeds).
+        let unfollowed = live.unfollowed();
+        if !unfollowed.is_empty() {
+            cause(state, "kind-unreadable", unfollowed.len() as u64);
+            tally.failed = true;
+            for (kind, why) in &unfollowed {
+                tracing::warn!(kind, error = %why, "background audit: its view cannot follow a kind; the reports say so");
+            }
+        }
+        let run = RunFacts { unfollowed: &unfollowed, stored: stored.as_ref() };
         for ns in &namespaces {
-            self.judge_scope(state, live, ns, written, &mut tally).await;
+            self.judge_scope(state, live, ns, &run, written, &mut tally).await;
         }
         if cluster {
-            self.judge_scope(state, live, "", written, &mut tally).await;
+            self.judge_scope(state, live, "", &run, written, &mut tally).await;
         }
         if full {
-            self.delete_stale(written, &mut tally).await;
+            if let Some(stored) = &stored {
+                self.delete_stale(stored, written, &mut tally).await;
+            }
             state.metrics.audit_reads.get_or_create(&ScopeLabels { scope: "cluster" }).inc();
         } else {
             state
@@ -524,8 +652,10 @@ impl Background {
         let result = if tally.failed { "failure" } else { "success" };
         state.metrics.audit_runs.get_or_create(&ResultLabels { result }).inc();
         if !tally.failed {
-            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-            state.metrics.audit_last_success.set(now as i64);
+            state.metrics.audit_last_success.set(unix_now());
+            if full {
+                state.metrics.audit_last_full_read.set(unix_now());
+            }
         }
         tracing::info!(
             run = if full { "full" } else { "changes" },
@@ -549,15 +679,17 @@ impl Background {
         state: &AppState,
         live: &Arc<LiveSource>,
         namespace: &str,
+        run: &RunFacts<'_>,
         written: &mut Written,
         tally: &mut Tally,
     ) {
+        let RunFacts { unfollowed, stored } = *run;
         tally.scopes += 1;
         let scope = (!namespace.is_empty()).then_some(namespace);
         let reading = std::time::Instant::now();
         let read = super::read::read_scope(&self.client, scope, PAGE, &live.unserved()).await;
         tally.reading += reading.elapsed();
-        let (subjects, unreadable) = match read {
+        let super::read::ScopeRead { subjects, unreadable, refused } = match read {
             Ok(read) => read,
             Err(e) => {
                 cause(state, "read", 1);
@@ -572,7 +704,15 @@ impl Background {
             }
         };
         cause(state, "decode", unreadable.len() as u64);
-        let has_subjects = !subjects.is_empty();
+        if !refused.is_empty() {
+            cause(state, "kind-unreadable", refused.len() as u64);
+            tally.failed = true;
+            for (kind, why) in &refused {
+                tracing::warn!(namespace, kind = kind.as_str(), error = %why, "background audit: cannot list a kind; judged without it, its report says so");
+            }
+        }
+        // A kind this scope may not list may hold objects: the report says it could not look.
+        let has_subjects = !subjects.is_empty() || !refused.is_empty();
         let config = state.config();
         let view = live.clone();
         let unreadable_paths = unreadable.clone();
@@ -603,6 +743,11 @@ impl Background {
         for (id, why) in report.skipped.iter().filter(|(id, _)| id.namespace == namespace) {
             results.push(skipped_result(id, why));
         }
+        let unfollowed = unfollowed.iter().filter(|_| has_subjects || !unreadable.is_empty());
+        for (kind, why) in refused.iter().map(|(k, why)| (k.as_str(), why)).chain(unfollowed.map(|(k, why)| (*k, why)))
+        {
+            results.push(unreadable_kind_result(kind, why));
+        }
         if !namespace.is_empty() {
             for (pod, why) in live.unreadable_pods_in(namespace) {
                 let resource = json!({"apiVersion": "v1", "kind": "Pod", "name": pod, "namespace": namespace});
@@ -622,7 +767,7 @@ impl Background {
         }
         written.gauge.insert(namespace.to_string(), counts.into_keys().collect());
         let writing = std::time::Instant::now();
-        self.settle_report(state, namespace, has_subjects, &unreadable, results, written, tally).await;
+        self.settle_report(state, namespace, has_subjects, &unreadable, results, stored, written, tally).await;
         tally.writing += writing.elapsed();
     }
 
@@ -635,6 +780,7 @@ impl Background {
         has_subjects: bool,
         unreadable: &[(String, String)],
         results: Vec<Value>,
+        stored: Option<&StoredReports>,
         written: &mut Written,
         tally: &mut Tally,
     ) {
@@ -649,7 +795,7 @@ impl Background {
             }
             return;
         }
-        match self.write_report(state, namespace, results, written).await {
+        match self.write_report(state, namespace, results, stored, written).await {
             Wrote::Written => tally.writes += 1,
             Wrote::Unchanged | Wrote::CrdMissing => {}
             Wrote::NamespaceGone => {
@@ -662,16 +808,23 @@ impl Background {
         }
     }
 
-    /// Writes the report of `namespace` unless its results are the ones last written.
+    /// Writes the report of `namespace` unless its results are the ones last written and the
+    /// cluster still holds what was written: `stored` (a full read's listing of the reports, by
+    /// namespace) says what it holds; without it (a run of changes), the reports' watch has said
+    /// so ([`Background::report_changed`]).
     async fn write_report(
         &self,
         state: &AppState,
         namespace: &str,
         results: Vec<Value>,
+        stored: Option<&StoredReports>,
         written: &mut Written,
     ) -> Wrote {
         let hash = crate::live::changes::fingerprint(&Value::Array(results.clone()).to_string());
-        if written.reports.get(namespace) == Some(&hash) {
+        if let Some(last) = written.reports.get(namespace)
+            && last.results == hash
+            && stored.is_none_or(|s| s.get(namespace) == Some(&last.stored))
+        {
             return Wrote::Unchanged;
         }
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
@@ -703,9 +856,10 @@ impl Background {
             Api::namespaced_with(self.client.clone(), namespace, &self.report_api.resource(false))
         };
         match api.patch(REPORT, &apply, &Patch::Apply(&object)).await {
-            Ok(_) => {
+            Ok(stored) => {
                 state.metrics.audit_report_writes.inc();
-                written.reports.insert(namespace.to_string(), hash);
+                let stored = stored_fingerprint(&serde_json::to_value(&stored).unwrap_or_default());
+                written.reports.insert(namespace.to_string(), WrittenReport { results: hash, stored });
                 written.missing_crd = false;
                 Wrote::Written
             }
@@ -753,28 +907,126 @@ impl Background {
         }
     }
 
+    /// Watches the reports named `ha-guard` that carry ha-guard's label, both scopes: each event
+    /// is sent as (namespace, `""` for the cluster's report; the fingerprint of what is stored,
+    /// `None` when it was deleted). The tasks retry as the live view's watches do.
+    fn watch_reports(
+        &self,
+        events: tokio::sync::mpsc::UnboundedSender<ReportEvent>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        use kube::runtime::watcher::{self, Event};
+        let owned = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
+        [false, true]
+            .into_iter()
+            .map(|cluster| {
+                let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &self.report_api.resource(cluster));
+                let config = watcher::Config::default().labels(&owned);
+                let events = events.clone();
+                let kind = self.report_api.resource(cluster).kind;
+                tokio::spawn(async move {
+                    let watch = || watcher::watcher(api.clone(), config.clone());
+                    let send = |event: Event<DynamicObject>| {
+                        let (r, gone) = match event {
+                            Event::Apply(r) | Event::InitApply(r) => (r, false),
+                            Event::Delete(r) => (r, true),
+                            Event::Init | Event::InitDone => return,
+                        };
+                        if r.metadata.name.as_deref() != Some(REPORT) {
+                            return;
+                        }
+                        let ns = if cluster { String::new() } else { r.metadata.namespace.clone().unwrap_or_default() };
+                        let fingerprint =
+                            (!gone).then(|| stored_fingerprint(&serde_json::to_value(&r).unwrap_or_default()));
+                        let _ = events.send((ns, fingerprint));
+                    };
+                    // The report CRDs may be missing: the writes say so; the watch looks again.
+                    let retry = crate::live::retry::RetryPolicy::default();
+                    let missing = |e: &watcher::Error| crate::live::is_not_found(e);
+                    crate::live::retry::follow(watch, kind.as_str(), retry, retry.max, send, missing, |_| {}).await;
+                })
+            })
+            .collect()
+    }
+
+    /// A watched report that differs from what this holder last wrote there (deleted, edited,
+    /// emptied) is forgotten and its scope made dirty, so that the next run writes it again. Its
+    /// own writes come back equal.
+    fn report_changed((namespace, stored): ReportEvent, dirty: &mut Dirty, written: &mut Written) {
+        let Some(last) = written.reports.get(&namespace) else { return };
+        if stored == Some(last.stored) {
+            return;
+        }
+        tracing::info!(
+            namespace,
+            change = if stored.is_none() { "deleted" } else { "changed" },
+            "background audit: its report was changed by someone else; writing it again"
+        );
+        written.reports.remove(&namespace);
+        if namespace.is_empty() {
+            dirty.cluster = true;
+        } else {
+            dirty.namespaces.insert(namespace);
+        }
+    }
+
+    /// Adds the reports changed since the last look to `dirty`.
+    fn take_changed_reports(
+        &self,
+        changes: &mut tokio::sync::mpsc::UnboundedReceiver<ReportEvent>,
+        dirty: &mut Dirty,
+        written: &mut Written,
+    ) {
+        while let Ok(change) = changes.try_recv() {
+            Self::report_changed(change, dirty, written);
+        }
+    }
+
+    /// Lists the reports named `ha-guard` that carry ha-guard's label, both scopes, in pages; `None`
+    /// when that fails (the run then compares with what it last wrote, and deletes nothing).
+    async fn list_stored(&self, written: &Written) -> Option<StoredReports> {
+        if written.missing_crd {
+            return None;
+        }
+        let owned = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
+        let mut stored = StoredReports::new();
+        for cluster in [false, true] {
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &self.report_api.resource(cluster));
+            let mut lp = ListParams::default().labels(&owned).limit(REPORT_PAGE);
+            loop {
+                let page = match api.list(&lp).await {
+                    Ok(page) => page,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "background audit: cannot list its reports; each is compared with what was last written");
+                        return None;
+                    }
+                };
+                for r in page.items {
+                    if r.metadata.name.as_deref() != Some(REPORT) {
+                        continue;
+                    }
+                    let ns = if cluster { String::new() } else { r.metadata.namespace.clone().unwrap_or_default() };
+                    stored.insert(ns, stored_fingerprint(&serde_json::to_value(&r).unwrap_or_default()));
+                }
+                match page.metadata.continue_ {
+                    Some(token) if !token.is_empty() => lp = lp.continue_token(&token),
+                    _ => break,
+                }
+            }
+        }
+        Some(stored)
+    }
+
     /// After a full read: deletes ha-guard's reports of namespaces with nothing to judge now.
-    async fn delete_stale(&self, written: &mut Written, tally: &mut Tally) {
+    async fn delete_stale(&self, stored: &StoredReports, written: &mut Written, tally: &mut Tally) {
         if written.missing_crd {
             return;
         }
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &self.report_api.resource(false));
-        let owned = ListParams::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
-        match api.list_metadata(&owned).await {
-            Ok(list) => {
-                for r in list.items {
-                    let ns = r.metadata.namespace.clone().unwrap_or_default();
-                    if r.metadata.name.as_deref() != Some(REPORT) || written.reports.contains_key(&ns) {
-                        continue;
-                    }
-                    if self.delete_report(&ns).await {
-                        tally.deletes += 1;
-                    } else {
-                        tally.failed = true;
-                    }
-                }
+        for ns in stored.keys().filter(|ns| !ns.is_empty() && !written.reports.contains_key(*ns)) {
+            if self.delete_report(ns).await {
+                tally.deletes += 1;
+            } else {
+                tally.failed = true;
             }
-            Err(e) => tracing::warn!(error = %e, "background audit: cannot list its reports to delete stale ones"),
         }
     }
 
@@ -816,6 +1068,62 @@ fn count_changes(state: &AppState, log: &ChangeLog, live: &LiveSource, written: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_report_is_fingerprinted_by_its_results_and_summary_not_their_timestamps() {
+        let result = json!({"policy": "ha-guard", "rule": "pdb-missing", "result": "warn", "message": "m"});
+        let written = report_object(ReportApi::WgPolicy, "shop", std::slice::from_ref(&result), 100);
+        let later = report_object(ReportApi::WgPolicy, "shop", std::slice::from_ref(&result), 200);
+        assert_eq!(stored_fingerprint(&written), stored_fingerprint(&later), "a later write of the same results");
+        // The apiserver answers with its own key order and metadata.
+        let mut reordered =
+            json!({"results": later["results"], "summary": later["summary"], "metadata": {"resourceVersion": "9"}});
+        reordered["results"][0] = json!({"message": "m", "result": "warn", "rule": "pdb-missing", "policy": "ha-guard",
+            "timestamp": {"nanos": 0, "seconds": 7}});
+        assert_eq!(stored_fingerprint(&written), stored_fingerprint(&reordered));
+        let mut edited = written.clone();
+        edited["results"][0]["result"] = json!("skip");
+        assert_ne!(stored_fingerprint(&written), stored_fingerprint(&edited), "an edited result");
+        let mut emptied = written.clone();
+        emptied["results"] = json!([]);
+        assert_ne!(stored_fingerprint(&written), stored_fingerprint(&emptied), "emptied results");
+        let mut summary = written.clone();
+        summary["summary"]["warn"] = json!(0);
+        assert_ne!(stored_fingerprint(&written), stored_fingerprint(&summary), "an edited summary");
+    }
+
+    #[test]
+    fn a_report_changed_by_someone_else_is_forgotten_and_its_scope_made_dirty() {
+        let mut written = Written::default();
+        written.reports.insert("shop".into(), WrittenReport { results: 1, stored: 10 });
+        written.reports.insert(String::new(), WrittenReport { results: 2, stored: 20 });
+        let mut dirty = Dirty::default();
+        // Its own write coming back, and a report it never wrote: nothing.
+        Background::report_changed(("shop".into(), Some(10)), &mut dirty, &mut written);
+        Background::report_changed(("calm".into(), None), &mut dirty, &mut written);
+        assert!(dirty.is_empty());
+        assert_eq!(written.reports.len(), 2);
+        // Edited, then the cluster's report deleted.
+        Background::report_changed(("shop".into(), Some(11)), &mut dirty, &mut written);
+        Background::report_changed((String::new(), None), &mut dirty, &mut written);
+        assert_eq!(dirty.namespaces.iter().collect::<Vec<_>>(), ["shop"]);
+        assert!(dirty.cluster);
+        assert!(written.reports.is_empty(), "both are written again, whatever their results");
+    }
+
+    #[test]
+    fn a_kind_that_cannot_be_read_is_an_error_result_naming_it_and_its_api() {
+        let r = unreadable_kind_result("Pod", "pods is forbidden: User \"x\" cannot list resource \"pods\"");
+        assert_eq!(r["result"], "error");
+        assert_eq!(r["rule"], "unreadable-kind");
+        assert_eq!(r["resources"], json!([{"apiVersion": "v1", "kind": "Pod"}]));
+        let message = r["message"].as_str().unwrap();
+        assert!(message.contains("cannot read the cluster's Pod objects"), "{message}");
+        assert!(message.contains("cannot list resource \"pods\""), "the apiserver's answer: {message}");
+        assert!(message.contains("get, list and watch"), "the fix: {message}");
+        let d = unreadable_kind_result("Deployment", "forbidden");
+        assert_eq!(d["resources"][0]["apiVersion"], "apps/v1");
+    }
 
     #[test]
     fn results_map_deny_warn_allowed_to_fail_warn_skip() {

@@ -85,9 +85,10 @@ pub struct CauseLabels {
 /// Why the background audit could not do all it should: `read` (a list failed), `write` (a report
 /// write failed), `decode` (an object it could not read, reported as unreadable), `report-truncated`
 /// (a report over the safe size, cut to it), `namespace-gone` (deleted between read and write),
-/// `crd-missing` (the report CRDs are not installed).
-pub const AUDIT_ERROR_CAUSES: [&str; 6] =
-    ["read", "write", "decode", "report-truncated", "namespace-gone", "crd-missing"];
+/// `crd-missing` (the report CRDs are not installed), `kind-unreadable` (a kind the audit may not
+/// list or watch, or whose watch keeps failing: once per run and kind, and said in the reports).
+pub const AUDIT_ERROR_CAUSES: [&str; 7] =
+    ["read", "write", "decode", "report-truncated", "namespace-gone", "crd-missing", "kind-unreadable"];
 
 /// `ha_guard_audit_changes_total{kind, effect}`: watch events the background audit saw, by whether
 /// they changed what the rules read (`rejudge`) or not (`ignored`: status-only noise).
@@ -200,6 +201,9 @@ pub struct Metrics {
     pub audit_changes: Family<ChangeLabels, Counter>,
     /// When a run last succeeded (every read and write done), as a Unix time.
     pub audit_last_success: Gauge,
+    /// When a full read (every namespace) last succeeded, as a Unix time; from the moment this
+    /// replica took the Lease until its first one (`HaGuardAuditStalled`).
+    pub audit_last_full_read: Gauge,
     /// Findings each exception of the configuration allowed, by rule.
     pub exception_matches: Family<ExceptionRuleLabels, Counter>,
     /// When each exception with an expiry stops applying (the start of its `expires` day, UTC).
@@ -317,6 +321,13 @@ impl Metrics {
             Unit::Seconds,
             audit_last_success.clone(),
         );
+        let audit_last_full_read = Gauge::default();
+        registry.register_with_unit(
+            "ha_guard_audit_last_full_read_timestamp",
+            "When the background audit last read and reported every namespace without failure, as a Unix time (from taking the Lease until the first)",
+            Unit::Seconds,
+            audit_last_full_read.clone(),
+        );
 
         let exception_matches = Family::<ExceptionRuleLabels, Counter>::default();
         registry.register(
@@ -397,6 +408,7 @@ impl Metrics {
             audit_errors,
             audit_changes,
             audit_last_success,
+            audit_last_full_read,
             exception_matches,
             exception_expiry,
             rule_deadline_exceeded,

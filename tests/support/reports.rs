@@ -5,9 +5,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use std::time::{Duration, Instant};
+
 use serde_json::Value;
 
-use super::{ControlPlane, free_port, repo};
+use super::*;
 
 /// `ha-guard audit --format json` over the whole cluster.
 pub fn audit_json(cp: &ControlPlane) -> Value {
@@ -109,4 +111,118 @@ impl Drop for ReportsProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// ha-guard's namespace in the reports tests: the Lease, and the chart's ServiceAccounts.
+pub const NS: &str = "ha-guard";
+
+/// One `ha-guard reports` process and its probe port.
+pub struct Reports {
+    pub child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Reports {
+    pub fn start(cp: &ControlPlane, name: &str, kubeconfig: &std::path::Path, extra: &[&str]) -> Reports {
+        let port = free_port();
+        let log = cp.dir().join(format!("reports-{name}.log"));
+        let out = std::fs::File::create(&log).expect("log file");
+        let interval = extra.iter().find(|a| a.starts_with("--interval=")).copied().unwrap_or("--interval=5m");
+        let mut args = vec![
+            "reports".to_string(),
+            interval.to_string(),
+            "--debounce=1s".into(),
+            format!("--probe-listen=127.0.0.1:{port}"),
+            format!("--lease-namespace={NS}"),
+        ];
+        args.extend(extra.iter().filter(|a| !a.starts_with("--interval=")).map(|a| a.to_string()));
+        let child = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+            .args(&args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("POD_NAME", name)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .spawn()
+            .expect("start ha-guard reports");
+        let r = Reports { child, port, log };
+        poll(&format!("reports {name} answers /healthz"), WAIT, Duration::from_millis(100), || {
+            http_get(r.port, "/healthz").map(|_| ())
+        })
+        .unwrap_or_else(|e| panic!("{e}\n{}", r.log_tail()));
+        r
+    }
+
+    pub fn metrics(&self) -> Metrics {
+        let (_, text) = http_get(self.port, "/metrics").unwrap_or_else(|e| panic!("metrics: {e}\n{}", self.log_tail()));
+        Metrics::parse(&text)
+    }
+
+    pub fn log_tail(&self) -> String {
+        tail(&self.log, 40)
+    }
+
+    pub fn counter(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.metrics().sum(name, labels)
+    }
+
+    /// SIGTERM, and wait for the exit (the Lease is released on the way out).
+    pub fn stop(mut self) {
+        let _ = Command::new("kill").arg(self.child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Reports {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The chart's ServiceAccounts and RBAC (rendered by the pinned helm), applied as the chart would.
+pub fn install_chart_rbac(cp: &ControlPlane) {
+    let helm = helm().unwrap_or_else(|e| panic!("helm: {e}"));
+    let chart = repo().join("charts/ha-guard");
+    let out = Command::new(helm)
+        .args(["template", "ha-guard", chart.to_str().expect("path"), "--namespace", NS])
+        .output()
+        .expect("helm template");
+    assert!(out.status.success(), "helm template: {}", String::from_utf8_lossy(&out.stderr));
+    let rbac: Vec<Value> = yaml_docs(&String::from_utf8_lossy(&out.stdout))
+        .into_iter()
+        .filter(|d| {
+            matches!(
+                d["kind"].as_str(),
+                Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding")
+            )
+        })
+        .collect();
+    assert!(rbac.len() >= 6, "the chart's RBAC: {rbac:?}");
+    cp.kubectl_in(&["apply", "-f", "-"], &yaml_file(&rbac)).success();
+}
+
+pub fn token_kubeconfig(cp: &ControlPlane, service_account: &str) -> PathBuf {
+    let token = cp.kubectl(&["-n", NS, "create", "token", service_account, "--duration=1h"]).success().stdout;
+    cp.token_kubeconfig(token.trim(), &cp.dir().join(format!("{service_account}.kubeconfig")))
+}
+
+/// ha-guard's report of `namespace` (`""`: the ClusterPolicyReport), if there is one.
+pub fn report(cp: &ControlPlane, namespace: &str) -> Option<Value> {
+    let k = if namespace.is_empty() {
+        cp.kubectl(&["get", "clusterpolicyreports.wgpolicyk8s.io", "ha-guard", "-o", "json"])
+    } else {
+        cp.kubectl(&["-n", namespace, "get", "policyreports.wgpolicyk8s.io", "ha-guard", "-o", "json"])
+    };
+    k.ok().then(|| k.json())
 }
