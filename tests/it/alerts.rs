@@ -112,11 +112,12 @@ fn case(name: &str, input: Vec<Value>, checks: Vec<Value>) -> Value {
     json!({"name": name, "interval": "1m", "input_series": input, "alert_rule_test": checks})
 }
 
-const COUNTER_ALERTS: [&str; 4] = [
+const COUNTER_ALERTS: [&str; 5] = [
     "HaGuardAuditRunsFailing",
     "HaGuardAuditReportWritesFailing",
     "HaGuardAuditReportTruncated",
     "HaGuardAuditUnreadableObjects",
+    "HaGuardAuditKindUnreadable",
 ];
 
 /// The unit tests of the audit's alerts, for rules rendered with `audit.interval` 5m (NoLeader
@@ -151,6 +152,7 @@ fn unit_tests(rules: &Value) -> Vec<Value> {
         ("write", "HaGuardAuditReportWritesFailing"),
         ("report-truncated", "HaGuardAuditReportTruncated"),
         ("decode", "HaGuardAuditUnreadableObjects"),
+        ("kind-unreadable", "HaGuardAuditKindUnreadable"),
     ] {
         let mut checks = vec![at("5m", alert, vec![fired(rules, alert, json!({"cause": cause}))])];
         checks.extend(COUNTER_ALERTS.iter().filter(|a| **a != alert).map(|a| at("5m", a, vec![])));
@@ -166,7 +168,7 @@ fn unit_tests(rules: &Value) -> Vec<Value> {
     for cause in ["read", "namespace-gone", "crd-missing"] {
         quiet.push(series("ha_guard_audit_errors_total", &format!(r#"cause="{cause}""#), "0+1x40"));
     }
-    for cause in ["write", "report-truncated", "decode"] {
+    for cause in ["write", "report-truncated", "decode", "kind-unreadable"] {
         quiet.push(series("ha_guard_audit_errors_total", &format!(r#"cause="{cause}""#), "2x40"));
     }
     tests.push(case("errors of other causes", quiet, none("20m").into_iter().chain(none("40m")).collect()));
@@ -219,6 +221,38 @@ fn unit_tests(rules: &Value) -> Vec<Value> {
             at("20m", "HaGuardAuditNoLeader", vec![]),
         ],
     ));
+
+    // Full reads: none succeeded for two intervals (10m) since the last (or since the Lease was
+    // taken, at 1m) -> fires, without a pod label; one every interval -> nothing.
+    let stalled = {
+        let r = rule(rules, "HaGuardAuditStalled");
+        json!({"exp_labels": r["labels"], "exp_annotations": r["annotations"]})
+    };
+    let full_read = |values: &str| series("ha_guard_audit_last_full_read_timestamp_seconds", "", values);
+    tests.push(case(
+        "no full read since the Lease was taken",
+        vec![full_read("0 60x40")],
+        vec![
+            at("5m", "HaGuardAuditStalled", vec![]),
+            at("11m", "HaGuardAuditStalled", vec![]),
+            at("12m", "HaGuardAuditStalled", vec![stalled.clone()]),
+            at("40m", "HaGuardAuditStalled", vec![stalled.clone()]),
+        ],
+    ));
+    tests.push(case(
+        "a full read every interval",
+        vec![full_read("60x4 300x4 600x4 900x4 1200x4 1500x4 1800x4 2100x4")],
+        vec![at("12m", "HaGuardAuditStalled", vec![]), at("39m", "HaGuardAuditStalled", vec![])],
+    ));
+    tests.push(case(
+        "full reads stop, then start again",
+        vec![full_read("60x4 300x14 1200x20")],
+        vec![
+            at("15m", "HaGuardAuditStalled", vec![]),
+            at("16m", "HaGuardAuditStalled", vec![stalled.clone()]),
+            at("20m", "HaGuardAuditStalled", vec![]),
+        ],
+    ));
     tests
 }
 
@@ -243,7 +277,7 @@ fn the_rules_pass_promtool_check() {
         let out = run(&["check", "rules", "rules.yaml"], dir.path());
         let said = text(&out);
         assert!(out.status.success(), "{name}: promtool check rules:\n{said}");
-        let count = if name == "audit off" { 9 } else { 14 };
+        let count = if name == "audit off" { 9 } else { 16 };
         assert!(said.contains(&format!("SUCCESS: {count} rules found")), "{name}: {said}");
     }
     // promtool does refuse a broken rule: the check above can fail.

@@ -1728,6 +1728,8 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
             "HaGuardAuditRunsFailing",
             "HaGuardAuditReportWritesFailing",
             "HaGuardAuditNoLeader",
+            "HaGuardAuditStalled",
+            "HaGuardAuditKindUnreadable",
             "HaGuardAuditReportTruncated",
             "HaGuardAuditUnreadableObjects"
         ]
@@ -1772,12 +1774,13 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
         audit_used,
         BTreeSet::from([
             "ha_guard_audit_errors_total".to_string(),
+            "ha_guard_audit_last_full_read_timestamp_seconds".into(),
             "ha_guard_audit_leader".into(),
             "ha_guard_audit_runs_total".into()
         ])
     );
     assert!(audit_used.is_subset(&documented), "{audit_used:?} vs {documented:?}");
-    assert_eq!(audit_exprs.matches(r#"{job="ha-guard-audit", namespace="ha-guard""#).count(), 6, "{audit_exprs}");
+    assert_eq!(audit_exprs.matches(r#"{job="ha-guard-audit", namespace="ha-guard""#).count(), 8, "{audit_exprs}");
     assert!(!audit_exprs.contains(r#"job="ha-guard","#), "{audit_exprs}");
 
     // Two ServiceMonitors: the webhook's Service (job "ha-guard") and the audit's headless one (job
