@@ -51,6 +51,7 @@ fn exceptions(expires: &str) -> String {
     match:
       names: [\"cert-manager-*\"]
     reason: \"fail-closed by design; cert-manager runs 2 replicas in production\"
+    clusterWide: true
 "
     )
 }

@@ -75,9 +75,13 @@ fn recreate(v: &Verdict) -> (Decision, Option<String>) {
 
 const DENY: &str = "rules:\n  recreate-multi-replica: deny\n";
 
+/// A configuration denying `recreate-multi-replica` with one exception for it. A match that names
+/// no namespaces says `clusterWide: true`, as the configuration asks.
 fn with_exception(matching: &str, extra: &str) -> Config {
+    let scoped = matching.contains("namespaces:") || matching.contains("namespaceSelector:");
+    let wide = if scoped { "" } else { "    clusterWide: true\n" };
     config(&format!(
-        "{DENY}exceptions:\n  - name: web-recreate\n    rules: [recreate-multi-replica]\n    match:\n{matching}    reason: \"one writer at a time: the database migration needs it\"\n{extra}"
+        "{DENY}exceptions:\n  - name: web-recreate\n    rules: [recreate-multi-replica]\n    match:\n{matching}    reason: \"one writer at a time: the database migration needs it\"\n{wide}{extra}"
     ))
 }
 
@@ -120,7 +124,7 @@ fn every_match_field_must_match() {
     for (matching, subject, why) in [
         ("      kinds: [Deployment]\n", web("shop", ""), "the kind"),
         ("      namespaces: [other, \"shop*\"]\n", web("shop", ""), "one glob of the list"),
-        ("      names: [\"*\"]\n", web("shop", ""), "any name"),
+        ("      namespaces: [shop]\n      names: [\"*\"]\n", web("shop", ""), "any name"),
         (
             "      selector: {matchExpressions: [{key: tier, operator: In, values: [db]}]}\n",
             web("shop", ", tier: db"),
@@ -214,7 +218,7 @@ fn exempt_namespaces_take_globs() {
 #[test]
 fn every_bad_key_is_an_error_naming_the_exception_and_the_key() {
     let exception = |body: &str| format!("exceptions:\n  - name: vendor\n{body}");
-    let base = "    rules: [toleration-wildcard]\n    match: {kinds: [Deployment]}\n";
+    let base = "    rules: [toleration-wildcard]\n    match: {kinds: [Deployment], namespaces: [vendor]}\n";
     for (text, expected) in [
         (
             exception("    rules: [toleration-wildcard]\n    match: {kinds: [Deployment]}\n"),
