@@ -15,6 +15,7 @@ pub use report::{FailOn, Fixable, Located, Report};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::core::config::Config;
+use crate::core::decide::UnknownNamespace;
 use crate::core::judge::{Asks, Review, Verdict, judge};
 use crate::core::model::{self, Object, ObjectRef, Subject};
 use crate::core::view::index::Projection;
@@ -228,6 +229,7 @@ fn check_prepared(
                 absences: Absences::Judged,
                 today,
                 progress: None,
+                unknown_namespace: UnknownNamespace::NoOverride,
             });
             let v = &verdict;
             let reported = !v.unchecked.is_empty()

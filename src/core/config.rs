@@ -132,6 +132,22 @@ impl Config {
         action
     }
 
+    /// The action for `rule` in a namespace whose labels are not known, when the decision must be
+    /// no weaker than the configuration could make it there: the strictest (deny, then warn, then
+    /// off) of the cluster-wide action and every override's for the rule (any of them may be the
+    /// one that applies).
+    pub fn strictest_action(&self, rule: &Rule, natural: Action) -> Action {
+        let rank = |a: Action| match a {
+            Action::Off => 0,
+            Action::Warn => 1,
+            Action::Deny => 2,
+        };
+        self.overrides
+            .iter()
+            .filter_map(|o| o.rules.get(rule.id).copied())
+            .fold(self.action(rule, natural), |a, b| if rank(b) > rank(a) { b } else { a })
+    }
+
     /// Whether `rule` is off everywhere: cluster-wide, and in no override turned on again.
     pub fn is_off(&self, rule: &Rule) -> bool {
         self.rules.get(rule.id) == Some(&Action::Off)

@@ -64,6 +64,7 @@ fn judged(subject_yaml: &str, view_yaml: &str, config: &Config, today: Option<Da
         absences: Absences::Judged,
         today,
         progress: None,
+        unknown_namespace: Default::default(),
     })
 }
 
@@ -203,6 +204,55 @@ fn overrides_apply_in_file_order_after_the_cluster_wide_actions() {
             .is_some()
     );
     assert!(!c.is_off(registry::rule("pdb-missing").unwrap()), "an override turns it on somewhere");
+}
+
+#[test]
+fn where_the_namespace_is_not_known_the_overrides_apply_at_their_strictest_when_asked() {
+    use crate::core::decide::UnknownNamespace;
+    let c = config(concat!(
+        "rules:\n  recreate-multi-replica: warn\noverrides:\n",
+        "  - namespaceSelector: {matchLabels: {tier: prod}}\n    rules: {recreate-multi-replica: deny}\n",
+        "  - namespaceSelector: {matchLabels: {team: legacy}}\n    rules: {recreate-multi-replica: \"off\"}\n",
+    ));
+    let s = subject(&web("fresh", ""));
+    let v = view("", true);
+    let judged_with = |unknown_namespace| {
+        judge(&Review {
+            subject: &s,
+            old: None,
+            view: &v,
+            config: &c,
+            asks: Asks::Findings,
+            absences: Absences::Judged,
+            today: None,
+            progress: None,
+            unknown_namespace,
+        })
+    };
+    let lenient = judged_with(UnknownNamespace::NoOverride);
+    assert_eq!(recreate(&lenient).0, Decision::Warn, "check of some files: the cluster-wide action");
+    assert!(lenient.decided.warnings.is_empty(), "{:?}", lenient.decided.warnings);
+    let strict = judged_with(UnknownNamespace::Strictest);
+    assert_eq!(recreate(&strict).0, Decision::Deny, "deny before warn before off");
+    assert_eq!(
+        strict.decided.warnings,
+        ["[recreate-multi-replica] the labels of namespace fresh are not known, so an override that selects \
+          namespaces by label may apply: judged at the strictest action one gives, deny, not the cluster-wide warn"]
+    );
+    // Known labels: the overrides that match, whatever is asked.
+    let known = view(&namespace("fresh", "team: legacy"), true);
+    let v = judge(&Review {
+        subject: &s,
+        old: None,
+        view: &known,
+        config: &c,
+        asks: Asks::Findings,
+        absences: Absences::Judged,
+        today: None,
+        progress: None,
+        unknown_namespace: UnknownNamespace::Strictest,
+    });
+    assert!(v.decided.findings.iter().all(|f| f.rule != "recreate-multi-replica"), "off in legacy namespaces");
 }
 
 #[test]
