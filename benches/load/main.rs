@@ -1476,6 +1476,7 @@ fn viewsize_role(args: &[String]) {
             subject_exemptions: subject.new.exemptions(),
             subject_labels: None,
             today: None,
+            unknown_namespace: Default::default(),
         };
         std::hint::black_box(ha_guard::core::decide::decide(eval, &ns, view, &config, &ctx));
     };

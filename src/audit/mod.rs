@@ -21,6 +21,7 @@ use std::collections::HashSet;
 
 use crate::check::{Located, Report};
 use crate::core::config::Config;
+use crate::core::decide::UnknownNamespace;
 use crate::core::finding::Finding;
 use crate::core::judge::{self, Asks, Review};
 use crate::core::model::ObjectRef;
@@ -64,6 +65,8 @@ pub fn audit_subjects(
             absences: Absences::Judged,
             today,
             progress: None,
+            // The audit reads every namespace it judges: one it does not know is never weaker.
+            unknown_namespace: UnknownNamespace::Strictest,
         })
     });
     let checked: HashSet<ObjectRef> = judged.iter().map(|l| l.subject.id()).collect();

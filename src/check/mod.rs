@@ -15,10 +15,11 @@ pub use report::{FailOn, Fixable, Located, Report};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::core::config::Config;
+use crate::core::decide::UnknownNamespace;
 use crate::core::judge::{Asks, Review, Verdict, judge};
 use crate::core::model::{self, Object, ObjectRef, Subject};
 use crate::core::view::index::Projection;
-use crate::core::view::{Absences, Index};
+use crate::core::view::{Absences, Index, View};
 use crate::manifest::cores::map_on_cores;
 use crate::manifest::locate::{resolve_in, skeleton_of};
 use crate::manifest::objects::decode_error;
@@ -189,6 +190,7 @@ fn check_prepared(
     let mut report = Report { objects, files: sources.len(), ..Default::default() };
     report.unchecked.append(&mut unchecked);
     report.notices.append(&mut duplicates);
+    report.notices.extend(unknown_namespaces(&index, &judged, options));
 
     // Second pass, document by document on every core: each is read again, its subjects judged
     // (rules, decisions and mutation plans are pure and independent) and what is reported on them
@@ -228,6 +230,13 @@ fn check_prepared(
                 absences: Absences::Judged,
                 today,
                 progress: None,
+                // `--complete` says the files are the whole cluster: a namespace whose Namespace
+                // is not among them gets the strictest action an override could give it.
+                unknown_namespace: if options.complete {
+                    UnknownNamespace::Strictest
+                } else {
+                    UnknownNamespace::NoOverride
+                },
             });
             let v = &verdict;
             let reported = !v.unchecked.is_empty()
@@ -290,6 +299,52 @@ fn check_prepared(
     }
     report.errors = errors;
     report
+}
+
+/// The namespaces of judged objects whose labels the files do not give (no Namespace among them)
+/// while an override selects namespaces by label: each named once, where its first object is, with
+/// what its objects were judged by (the cluster-wide actions; with `--complete`, the strictest an
+/// override gives) and the fix.
+fn unknown_namespaces(
+    index: &Index,
+    judged: &[(usize, Origin, ObjectRef)],
+    options: &Options,
+) -> Vec<(Origin, String)> {
+    let config = &options.config;
+    if config.overrides.is_empty() {
+        return Vec::new();
+    }
+    let mut named: BTreeMap<&str, &Origin> = BTreeMap::new();
+    for (_, origin, id) in judged {
+        let namespace = id.namespace.as_str();
+        if !namespace.is_empty()
+            && !config.namespace_exempt(namespace)
+            && !named.contains_key(namespace)
+            && index.namespace_labels(namespace).is_none()
+        {
+            named.insert(namespace, origin);
+        }
+    }
+    let judged_by = if options.complete {
+        "--complete says the files are the whole cluster, so its objects are judged at the strictest action an \
+         override gives"
+    } else {
+        "its objects are judged by the cluster-wide actions, as if no override applied (with --complete, at the \
+         strictest action an override gives)"
+    };
+    named
+        .into_iter()
+        .map(|(namespace, origin)| {
+            (
+                origin.clone(),
+                format!(
+                    "namespace {namespace}: its labels are not known (no Namespace {namespace} among the files), and \
+                     the overrides select namespaces by label: {judged_by}; add the Namespace to the files to judge \
+                     them by its labels"
+                ),
+            )
+        })
+        .collect()
 }
 
 /// What a run of `check` did: the files read (their documents' objects are dropped once

@@ -238,6 +238,9 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
             },
         };
         let state = server::AppState::with_settings(source, config, args.view.absence_grace, admission);
+        if let Some(client) = &live_client {
+            let _ = state.namespaces.set(Arc::new(server::namespaces::ApiNamespaces::new(client.clone())));
+        }
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let audit = start_background_audit(&args.audit, live_client, stopping, &state);
         // On SIGTERM the background audit releases its Lease at once (another replica takes over

@@ -132,6 +132,22 @@ impl Config {
         action
     }
 
+    /// The action for `rule` in a namespace whose labels are not known, when the decision must be
+    /// no weaker than the configuration could make it there: the strictest (deny, then warn, then
+    /// off) of the cluster-wide action and every override's for the rule (any of them may be the
+    /// one that applies).
+    pub fn strictest_action(&self, rule: &Rule, natural: Action) -> Action {
+        let rank = |a: Action| match a {
+            Action::Off => 0,
+            Action::Warn => 1,
+            Action::Deny => 2,
+        };
+        self.overrides
+            .iter()
+            .filter_map(|o| o.rules.get(rule.id).copied())
+            .fold(self.action(rule, natural), |a, b| if rank(b) > rank(a) { b } else { a })
+    }
+
     /// Whether `rule` is off everywhere: cluster-wide, and in no override turned on again.
     pub fn is_off(&self, rule: &Rule) -> bool {
         self.rules.get(rule.id) == Some(&Action::Off)
@@ -327,6 +343,146 @@ mod tests {
                     && e.contains("enforce or observe"),
                 "{e}"
             );
+        }
+    }
+
+    /// An exception allowing `recreate-multi-replica` with `fields` (its match, and anything else).
+    fn exception(fields: &str) -> Result<Config, ConfigError> {
+        parse(&format!(
+            "exceptions:\n  - name: vendor\n    rules: [recreate-multi-replica]\n    reason: by design\n{fields}"
+        ))
+    }
+
+    fn refused(fields: &str) -> String {
+        message(exception(fields).expect_err(fields))
+    }
+
+    #[test]
+    fn an_exception_matched_by_an_object_selector_alone_is_refused() {
+        let e = refused("    match: {selector: {matchLabels: {app: vendor}}}\n");
+        assert!(e.contains("ha-guard.yaml: exceptions[0] (vendor).match: it would apply in every namespace"), "{e}");
+        assert!(
+            e.contains("match.namespaces") && e.contains("match.namespaceSelector") && e.contains("clusterWide: true"),
+            "the fix: {e}"
+        );
+        // Kinds and names do not scope it to namespaces either.
+        let e = refused("    match: {kinds: [Deployment], names: [vendor-operator]}\n");
+        assert!(e.contains("(vendor).match: it would apply in every namespace"), "{e}");
+    }
+
+    #[test]
+    fn cluster_wide_true_accepts_an_exception_in_every_namespace() {
+        let c = exception("    clusterWide: true\n    match: {selector: {matchLabels: {app: vendor}}}\n").unwrap();
+        assert!(c.exceptions[0].cluster_wide);
+        let c =
+            exception("    clusterWide: true\n    match: {kinds: [Deployment], names: [vendor-operator]}\n").unwrap();
+        assert!(c.exceptions[0].cluster_wide);
+        let e = refused("    clusterWide: false\n    match: {selector: {matchLabels: {app: vendor}}}\n");
+        assert!(e.contains("(vendor).match: it would apply in every namespace"), "false says nothing: {e}");
+        let scoped = exception("    match: {namespaces: [vendor], selector: {matchLabels: {app: vendor}}}\n").unwrap();
+        assert!(!scoped.exceptions[0].cluster_wide, "absent: false");
+        let e = refused("    clusterWide: true\n    match: {namespaces: [vendor]}\n");
+        assert!(
+            e.contains("(vendor).clusterWide: true says it applies in every namespace, but its match names some"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn namespaces_that_match_every_namespace_are_no_scope() {
+        for spelled in ["[\"*\"]", "[\"**\"]", "[team-a, \"*\"]", "[\"***\"]"] {
+            let e = refused(&format!("    match: {{kinds: [Deployment], namespaces: {spelled}}}\n"));
+            assert!(
+                e.contains("(vendor).match.namespaces: it would apply in every namespace")
+                    && e.contains("matches every namespace"),
+                "{spelled}: {e}"
+            );
+        }
+        // Every first character, one glob each.
+        let every: Vec<String> = ('a'..='z').chain('0'..='9').map(|c| format!("\"{c}*\"")).collect();
+        let e = refused(&format!("    match: {{kinds: [Deployment], namespaces: [{}]}}\n", every.join(", ")));
+        assert!(e.contains("(vendor).match.namespaces: it would apply in every namespace"), "{e}");
+        let most: Vec<&String> = every.iter().filter(|g| *g != "\"q*\"").collect();
+        let most: Vec<&str> = most.iter().map(|g| g.as_str()).collect();
+        assert!(
+            exception(&format!("    match: {{kinds: [Deployment], namespaces: [{}]}}\n", most.join(", "))).is_ok(),
+            "q is left out"
+        );
+        assert!(exception("    match: {namespaces: [\"tigera-*\"]}\n").is_ok(), "a glob with a name in it scopes");
+    }
+
+    #[test]
+    fn an_empty_namespace_selector_is_no_scope() {
+        for spelled in [
+            "{}",
+            "{matchLabels: {}}",
+            "{matchExpressions: []}",
+            "{matchExpressions: [{key: kubernetes.io/metadata.name, operator: Exists}]}",
+        ] {
+            let e = refused(&format!("    match: {{kinds: [Deployment], namespaceSelector: {spelled}}}\n"));
+            assert!(
+                e.contains("(vendor).match.namespaceSelector: it would apply in every namespace"),
+                "{spelled}: {e}"
+            );
+        }
+        let c = exception("    match: {kinds: [Deployment], namespaceSelector: {matchLabels: {vendor: tigera}}}\n")
+            .unwrap();
+        assert!(c.exceptions[0].namespace_selector.is_some());
+    }
+
+    #[test]
+    fn a_match_of_every_object_is_refused_however_spelled_even_cluster_wide() {
+        for spelled in [
+            "{names: [\"*\"]}",
+            "{namespaces: [\"*\"], names: [\"**\"]}",
+            "{selector: {}}",
+            "{namespaceSelector: {}, selector: {matchLabels: {}}}",
+            "{kinds: [Deployment, StatefulSet, PodDisruptionBudget, HorizontalPodAutoscaler, ScaledObject, PersistentVolumeClaim, Service, ValidatingWebhookConfiguration, MutatingWebhookConfiguration]}",
+        ] {
+            let e = refused(&format!("    clusterWide: true\n    match: {spelled}\n"));
+            assert!(e.contains("(vendor).match: it matches every object"), "{spelled}: {e}");
+        }
+    }
+
+    #[test]
+    fn cluster_scoped_kinds_need_cluster_wide_and_no_namespace_match() {
+        let e = refused("    match: {kinds: [ValidatingWebhookConfiguration], names: [vendor]}\n");
+        assert!(e.contains("(vendor).clusterWide: the kinds it names are cluster-scoped"), "{e}");
+        let e = refused("    match: {kinds: [ValidatingWebhookConfiguration], namespaces: [vendor]}\n");
+        assert!(
+            e.contains(
+                "(vendor).match.namespaces: the kinds it names are cluster-scoped, so no namespace ever matches"
+            ),
+            "{e}"
+        );
+        assert!(
+            exception("    clusterWide: true\n    match: {kinds: [ValidatingWebhookConfiguration], names: [vendor]}\n")
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_tenant_who_adds_the_labels_in_another_namespace_is_not_exempted() {
+        use crate::core::model::{Kind, ObjectRef};
+        let c = exception("    match: {namespaces: [vendor], selector: {matchLabels: {app: vendor}}}\n").unwrap();
+        let labels: Labels = [("app".to_string(), "vendor".to_string())].into();
+        let in_ns = |namespace: &str| {
+            let object = ObjectRef::new(Kind::Deployment, namespace, "operator");
+            let m = Matched { object: &object, labels: Some(&labels), namespace_labels: None };
+            c.exception_for("recreate-multi-replica", &m, None).is_some()
+        };
+        assert!(in_ns("vendor"), "the vendor's own Deployment");
+        assert!(!in_ns("tenant"), "the same labels in a tenant's namespace");
+        let tier: Labels = [("tier".to_string(), "vendor".to_string())].into();
+        let c = exception(
+            "    match: {namespaceSelector: {matchLabels: {tier: vendor}}, selector: {matchLabels: {app: vendor}}}\n",
+        )
+        .unwrap();
+        let object = ObjectRef::new(Kind::Deployment, "tenant", "operator");
+        let other: Labels = [("tier".to_string(), "tenant".to_string())].into();
+        for (namespace_labels, allowed) in [(Some(&tier), true), (Some(&other), false), (None, false)] {
+            let m = Matched { object: &object, labels: Some(&labels), namespace_labels };
+            assert_eq!(c.exception_for("recreate-multi-replica", &m, None).is_some(), allowed, "{namespace_labels:?}");
         }
     }
 

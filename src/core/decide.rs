@@ -26,6 +26,22 @@ pub struct Context<'a> {
     /// Today (UTC), for the exceptions' expiry: the shells read the clock, the core does not.
     /// `None`: no exception with an expiry applies.
     pub today: Option<Date>,
+    /// What the overrides do where the namespace's labels are not known.
+    pub unknown_namespace: UnknownNamespace,
+}
+
+/// What the overrides (`overrides:`, by namespace labels) do for an object whose namespace's
+/// labels are not known: a namespace created in the same apply as its workloads and not yet in
+/// the view, or one whose Namespace is not among the files `check` reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UnknownNamespace {
+    /// None applies: the cluster-wide actions do (`check` of some files, which says so).
+    #[default]
+    NoOverride,
+    /// The strictest action any override could give it ([`Config::strictest_action`]), said in a
+    /// warning: the webhook, once the shell has tried to read the namespace, and `check
+    /// --complete`. An override is then never weaker than configured.
+    Strictest,
 }
 
 /// The namespace mode from its `ha-guard.io/mode` label.
@@ -92,7 +108,7 @@ pub fn decide(eval: Evaluation, namespace: &str, view: &dyn View, config: &Confi
     let namespace_labels = config.reads_namespace_labels().then(|| view.namespace_labels(namespace)).flatten();
     let mut decided = Decided { findings: Vec::with_capacity(eval.findings.len()), ..Default::default() };
     for mut f in eval.findings {
-        f.action = match config.action_in(f.rule, f.action.action(), namespace_labels.as_ref()) {
+        f.action = match configured(&f, namespace, namespace_labels.as_ref(), config, ctx, &mut decided.warnings) {
             Action::Deny => Decision::Deny,
             Action::Warn => Decision::Warn,
             Action::Off => continue,
@@ -148,7 +164,7 @@ pub fn decide_facts(eval: Evaluation, namespace: &str, view: &dyn View, config: 
     let mode = mode_of(namespace, view);
     let namespace_labels = config.reads_namespace_labels().then(|| view.namespace_labels(namespace)).flatten();
     for mut f in eval.findings {
-        f.action = match config.action_in(f.rule, f.action.action(), namespace_labels.as_ref()) {
+        f.action = match configured(&f, namespace, namespace_labels.as_ref(), config, ctx, &mut decided.warnings) {
             Action::Deny => Decision::Deny,
             Action::Warn => Decision::Warn,
             Action::Off => continue,
@@ -169,6 +185,37 @@ pub fn decide_facts(eval: Evaluation, namespace: &str, view: &dyn View, config: 
     decided.warnings.sort();
     decided.warnings.dedup();
     decided
+}
+
+/// The configured action of `f` in `namespace` (labelled `namespace_labels`, when known): the
+/// cluster-wide one and the overrides' ([`Config::action_in`]); where the labels are not known and
+/// `ctx` asks for it, the strictest an override could give, with a warning when that is not the
+/// cluster-wide action.
+fn configured(
+    f: &Finding,
+    namespace: &str,
+    namespace_labels: Option<&BTreeMap<String, String>>,
+    config: &Config,
+    ctx: &Context,
+    warnings: &mut Vec<String>,
+) -> Action {
+    let natural = f.action.action();
+    let unknown = namespace_labels.is_none() && !namespace.is_empty() && !config.overrides.is_empty();
+    if !unknown || ctx.unknown_namespace == UnknownNamespace::NoOverride {
+        return config.action_in(f.rule, natural, namespace_labels);
+    }
+    let strictest = config.strictest_action(f.rule, natural);
+    let default = config.action(f.rule, natural);
+    if strictest != default {
+        warnings.push(format!(
+            "[{}] the labels of namespace {namespace} are not known, so an override that selects namespaces by \
+             label may apply: judged at the strictest action one gives, {}, not the cluster-wide {}",
+            f.rule,
+            strictest.as_str(),
+            default.as_str()
+        ));
+    }
+    strictest
 }
 
 /// Whether the decision would read the old object's findings: only a finding that denies after

@@ -4,7 +4,7 @@
 
 use crate::core::config::Config;
 use crate::core::config::policy::Date;
-use crate::core::decide::{self, Context, Decided};
+use crate::core::decide::{self, Context, Decided, UnknownNamespace};
 use crate::core::model::Subject;
 use crate::core::mutations::{self, Plan};
 use crate::core::rules::{self, Progress, Stage, progress::may_enter};
@@ -47,6 +47,8 @@ pub struct Review<'a> {
     pub today: Option<Date>,
     /// Where the review has got, for a shell that runs it under a deadline (it stops when asked).
     pub progress: Option<&'a Progress>,
+    /// What the overrides do where the namespace's labels are not known.
+    pub unknown_namespace: UnknownNamespace,
 }
 
 /// What the review comes to.
@@ -147,6 +149,7 @@ fn judge_with(review: &Review, evaluate: Evaluate) -> Verdict {
         subject_exemptions: subject.exemptions(),
         subject_labels,
         today: review.today,
+        unknown_namespace: review.unknown_namespace,
     };
     may_enter(progress, Stage::Deciding);
     let decided = decide::decide(eval, namespace, view, config, &ctx);

@@ -6,6 +6,7 @@ pub mod lanes;
 pub mod log_format;
 pub mod managed_tls;
 pub mod metrics;
+pub mod namespaces;
 pub mod review;
 pub mod state;
 pub mod tls;
@@ -399,7 +400,15 @@ fn answer(
         let clock = state.admission_clock();
         // A snapshot: the review holds no lock the watchers need, however long it takes.
         let view = state.view.snapshot();
-        review::review_with_progress(req, webhook, &*view, &config, &clock, Some(progress))
+        // A namespace the view does not know yet is read first, outside the snapshot and any lock.
+        let reader = state.namespaces.get().map(|r| &**r);
+        let read = namespaces::read_for(reader, state.admission.deadline, &config, &*view, req);
+        let labelled = namespaces::with_read(&*view, read);
+        let view: &dyn crate::core::view::View = match &labelled {
+            Some(v) => v,
+            None => &*view,
+        };
+        review::review_with_progress(req, webhook, view, &config, &clock, Some(progress))
     });
     if progress.stopped() {
         // Answered at the deadline already (`past_deadline`).

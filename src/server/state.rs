@@ -31,6 +31,9 @@ pub struct AppState {
     pub judging: Judging,
     /// Where large requests are judged ([`super::lanes`]).
     pub large: super::lanes::LargeLane,
+    /// Reads a namespace the view does not know yet (a live cluster's client; none for a static
+    /// view), set once at start ([`super::namespaces`]).
+    pub namespaces: std::sync::OnceLock<Arc<dyn super::namespaces::ReadNamespace>>,
 }
 
 /// How long an admission may take, and what answers when it takes longer (`--deadline`,
@@ -145,6 +148,7 @@ impl AppState {
             admission,
             judging: Judging::default(),
             large: super::lanes::LargeLane::start(),
+            namespaces: std::sync::OnceLock::new(),
         })
     }
 

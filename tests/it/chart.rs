@@ -1526,7 +1526,7 @@ fn the_schema_knows_the_kinds_an_exception_may_match() {
         .map(|k| k.as_str())
         .filter(|k| {
             let text =
-                format!("exceptions:\n- {{name: x, rules: [pdb-missing], match: {{kinds: [{k}]}}, reason: r}}\n");
+                format!("exceptions:\n- {{name: x, rules: [pdb-missing], match: {{kinds: [{k}]}}, reason: r, clusterWide: true}}\n");
             ha_guard::core::registry::parse_config(&text, "config.yaml").is_ok()
         })
         .collect();

@@ -2,7 +2,8 @@
 //! configuration's exceptions in `check`'s outputs (allowed, naming the exception and its reason),
 //! an expired exception judged again and warned about, an exception that allows nothing warned
 //! about, and the preview of a configuration change (`--config NEW --baseline CURRENT`) checked
-//! against `check --complete` of the same objects under each file.
+//! against `check --complete` of the same objects under each file; an override by namespace labels
+//! where the files hold no Namespace (issue 50): named, and never weaker under `--complete`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -51,6 +52,7 @@ fn exceptions(expires: &str) -> String {
     match:
       names: [\"cert-manager-*\"]
     reason: \"fail-closed by design; cert-manager runs 2 replicas in production\"
+    clusterWide: true
 "
     )
 }
@@ -278,4 +280,110 @@ fn a_preview_lists_exactly_the_verdicts_a_configuration_change_changes() {
     let sarif = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(sarif.code, 2);
     assert!(sarif.stderr.contains("--baseline prints a comparison: use --format text or json"), "{}", sarif.stderr);
+}
+
+/// The override of issue 50: production namespaces deny a Recreate strategy and a missing PDB.
+const PROD_OVERRIDE: &str = "overrides:\n  - namespaceSelector: {matchLabels: {tier: prod}}\n    rules: {recreate-multi-replica: deny, pdb-missing: deny}\n";
+
+/// Deployment `web` in `shop`: 3 replicas, strategy Recreate, no PDB.
+const SHOP_WEB: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 3
+  strategy: {type: Recreate}
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: nginx:1.27}]
+";
+
+/// The actions of `rule`'s findings in a check's JSON.
+fn actions_of(json: &Value, rule: &str) -> Vec<String> {
+    json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["rule"] == rule)
+        .map(|f| f["action"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The messages of the warnings among a check's JSON diagnostics.
+fn warnings_of(json: &Value) -> Vec<String> {
+    json["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["severity"] == "warning" || d["level"] == "warning")
+        .map(|d| d["message"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn an_override_where_check_does_not_know_the_namespace_is_named_and_never_weaker_under_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write(dir.path(), "policy.yaml", PROD_OVERRIDE).display().to_string();
+    let deploy = write(dir.path(), "web.yaml", SHOP_WEB).display().to_string();
+    let namespace = |labels: &str| {
+        write(
+            dir.path(),
+            "ns.yaml",
+            &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: shop\n  labels: {{{labels}}}\n"),
+        )
+        .display()
+        .to_string()
+    };
+    let check = |extra: &[&str], files: &[&str]| {
+        let mut args = vec!["check", "--format", "json", "--config", &config];
+        args.extend(extra);
+        args.extend(files);
+        let r = run(&args);
+        let json = r.json();
+        (r.code, json)
+    };
+    let unknown = "namespace shop: its labels are not known (no Namespace shop among the files), and the overrides select namespaces by label";
+
+    // Some files, no Namespace: the cluster-wide action (warn), and the namespace named.
+    let (code, json) = check(&[], &[&deploy]);
+    assert_eq!(actions_of(&json, "recreate-multi-replica"), ["warn"], "{json}");
+    assert_eq!(code, 0, "{json}");
+    let warnings = warnings_of(&json);
+    assert!(
+        warnings.iter().any(|w| w.contains(unknown) && w.contains("judged by the cluster-wide actions")),
+        "{warnings:?}\n{json}"
+    );
+
+    // --complete, no Namespace: the files are the whole cluster, so the strictest override (deny),
+    // said on the namespace and on each finding it raised.
+    let (code, json) = check(&["--complete"], &[&deploy]);
+    assert_eq!(actions_of(&json, "recreate-multi-replica"), ["deny"], "{json}");
+    assert_eq!(actions_of(&json, "pdb-missing"), ["deny"], "{json}");
+    assert_eq!(code, 1, "{json}");
+    let warnings = warnings_of(&json);
+    assert!(warnings.iter().any(|w| w.contains(unknown) && w.contains("--complete")), "{warnings:?}");
+    assert!(
+        warnings.iter().any(|w| w.starts_with("[pdb-missing] the labels of namespace shop are not known")
+            && w.contains("judged at the strictest action one gives, deny, not the cluster-wide warn")),
+        "{warnings:?}"
+    );
+
+    // The Namespace among the files: judged by its labels, nothing said about it.
+    for (labels, complete, action) in [
+        ("tier: prod", false, "deny"),
+        ("tier: prod", true, "deny"),
+        ("tier: dev", true, "warn"),
+        ("tier: dev", false, "warn"),
+    ] {
+        let ns = namespace(labels);
+        let extra: &[&str] = if complete { &["--complete"] } else { &[] };
+        let (_, json) = check(extra, &[&deploy, &ns]);
+        assert_eq!(actions_of(&json, "recreate-multi-replica"), [action], "{labels} complete {complete}: {json}");
+        assert!(!warnings_of(&json).iter().any(|w| w.contains("namespace shop")), "{labels}: {json}");
+    }
+
+    // The text output names it too.
+    let text = run(&["check", "--config", &config, &deploy]);
+    assert!(text.stdout.contains(unknown) || text.stderr.contains(unknown), "{}\n{}", text.stdout, text.stderr);
 }

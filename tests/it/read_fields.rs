@@ -26,6 +26,7 @@ fn verdict(subject: &Subject, view: &dyn View) -> Verdict {
         absences: Default::default(),
         today: None,
         progress: None,
+        unknown_namespace: Default::default(),
     })
 }
 

@@ -571,3 +571,76 @@ async fn config_reload() {
     assert_eq!(server.get_probe("/readyz").await.0, 200);
     server.stop().await;
 }
+
+/// What the server's namespace reader answers in [`an_override_on_a_namespace_the_view_does_not_know`],
+/// and how many times it was asked.
+struct Reader {
+    answer: Result<Option<std::collections::BTreeMap<String, String>>, String>,
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl ha_guard::server::namespaces::ReadNamespace for Reader {
+    fn labels(
+        &self,
+        _name: &str,
+        _within: std::time::Duration,
+    ) -> Result<Option<std::collections::BTreeMap<String, String>>, String> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        self.answer.clone()
+    }
+}
+
+/// Issue 50: an override (`tier: prod` denies `recreate-multi-replica`, which warns by default) on
+/// a Deployment in `fresh`, a namespace the view does not know yet (created in the same apply):
+/// the server reads it before judging, and where it cannot, judges at the strictest override.
+#[tokio::test]
+async fn an_override_on_a_namespace_the_view_does_not_know() {
+    let policy =
+        "overrides:\n  - namespaceSelector: {matchLabels: {tier: prod}}\n    rules: {recreate-multi-replica: deny}\n";
+    let mut review = fixture("deployment-recreate.json");
+    review["request"]["namespace"] = json!("fresh");
+    review["request"]["object"]["metadata"]["namespace"] = json!("fresh");
+    let labelled = |tier: &str| Ok(Some([("tier".to_string(), tier.to_string())].into()));
+    let strictest = "[recreate-multi-replica] the labels of namespace fresh are not known, so an override that selects \
+                     namespaces by label may apply: judged at the strictest action one gives, deny, not the cluster-wide warn";
+    for (answer, denied, says_strictest) in [
+        (labelled("prod"), true, false),
+        (labelled("dev"), false, false),
+        (Err("connection refused".to_string()), true, true),
+        (Ok(None), true, true),
+    ] {
+        let config = ha_guard::core::registry::parse_config(policy, "policy.yaml").unwrap();
+        let server = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |_| {}).await;
+        let reader = Arc::new(Reader { answer: answer.clone(), asked: Default::default() });
+        assert!(server.state.namespaces.set(reader.clone()).is_ok());
+        let r = server.review("/validate", &review).await["response"].clone();
+        if denied {
+            assert_eq!(r["allowed"], false, "{answer:?}: {r:#}");
+            let message = r["status"]["message"].as_str().unwrap_or_default();
+            assert_eq!(rule_ids(message.lines()), ["recreate-multi-replica"], "{answer:?}: {r:#}");
+        } else {
+            assert_decision(&r, &[], &["recreate-multi-replica"]);
+        }
+        let w = warnings(&r);
+        assert_eq!(w.iter().any(|w| w == strictest), says_strictest, "{answer:?}: {w:?}");
+        assert_eq!(reader.asked.load(Ordering::SeqCst), 1, "{answer:?}: read once, before judging");
+        // A namespace the view knows (shop) is not read again.
+        server.respond("/validate", "deployment-recreate.json").await;
+        assert_eq!(reader.asked.load(Ordering::SeqCst), 1, "{answer:?}");
+        server.stop().await;
+    }
+    // No cluster to read it from (a static view): the strictest too.
+    let config = ha_guard::core::registry::parse_config(policy, "policy.yaml").unwrap();
+    let server = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |_| {}).await;
+    let r = server.review("/validate", &review).await["response"].clone();
+    assert_eq!(r["allowed"], false, "{r:#}");
+    assert!(warnings(&r).iter().any(|w| w == strictest), "{r:#}");
+    server.stop().await;
+    // Without overrides nothing is read, and the default applies.
+    let server = Server::start_with(Arc::new(StaticSource(index(VIEW, false))), Config::default(), |_| {}).await;
+    let reader = Arc::new(Reader { answer: labelled("prod"), asked: Default::default() });
+    assert!(server.state.namespaces.set(reader.clone()).is_ok());
+    assert_decision(&server.review("/validate", &review).await["response"], &[], &["recreate-multi-replica"]);
+    assert_eq!(reader.asked.load(Ordering::SeqCst), 0);
+    server.stop().await;
+}

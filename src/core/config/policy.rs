@@ -57,6 +57,11 @@ impl Glob {
         !self.0.contains('*')
     }
 
+    /// Whether it matches every name: `*` alone, however many (`**`).
+    pub fn matches_everything(&self) -> bool {
+        self.0.chars().all(|c| c == '*')
+    }
+
     pub fn matches(&self, text: &str) -> bool {
         glob_matches(&self.0, text)
     }
@@ -80,6 +85,40 @@ pub fn glob_matches(pattern: &str, text: &str) -> bool {
     true
 }
 
+/// Whether `globs` together match every name (a Kubernetes name starts and ends with a letter or
+/// a digit): one of them is `*` alone, or their `c*` prefixes (or `*c` suffixes) cover every
+/// first (or last) character.
+pub fn every_name(globs: &[Glob]) -> bool {
+    if globs.iter().any(Glob::matches_everything) {
+        return true;
+    }
+    /// A pattern's first (or last) character and the rest.
+    type End = fn(&str) -> Option<(char, &str)>;
+    let ends: [End; 2] = [
+        |p| p.chars().next().map(|c| (c, &p[c.len_utf8()..])),
+        |p| p.chars().next_back().map(|c| (c, &p[..p.len() - c.len_utf8()])),
+    ];
+    ends.iter().any(|end| {
+        let covered: std::collections::BTreeSet<char> = globs
+            .iter()
+            .filter_map(|g| end(g.as_str()))
+            .filter(|(c, rest)| *c != '*' && !rest.is_empty() && rest.chars().all(|r| r == '*'))
+            .map(|(c, _)| c)
+            .collect();
+        ('a'..='z').chain('0'..='9').all(|c| covered.contains(&c))
+    })
+}
+
+/// The label every namespace carries, set by the apiserver to its name.
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// Whether a namespaceSelector matches every namespace: empty (`{}`), or asking only that
+/// `kubernetes.io/metadata.name` exists (every namespace has it).
+pub fn every_namespace(s: &LabelSelector) -> bool {
+    s.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+        && s.match_expressions.iter().flatten().all(|e| e.key == NAMESPACE_NAME_LABEL && e.operator == "Exists")
+}
+
 /// An exception: findings of `rules` about objects its match covers are allowed, naming it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Exception {
@@ -95,6 +134,9 @@ pub struct Exception {
     pub selector: Option<LabelSelector>,
     /// On the labels of the object's namespace.
     pub namespace_selector: Option<LabelSelector>,
+    /// Said in the file (`clusterWide: true`): it applies in every namespace. Without it, an
+    /// exception must be scoped by `namespaces` or `namespaceSelector` (checked when parsed).
+    pub cluster_wide: bool,
     pub reason: String,
     pub owner: Option<String>,
     /// From this day on (UTC) it no longer applies.
@@ -165,6 +207,7 @@ struct RawException {
     reason: Option<String>,
     owner: Option<String>,
     expires: Option<serde_json::Value>,
+    cluster_wide: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -322,16 +365,7 @@ pub fn parse_exceptions(values: &[serde_json::Value], catalogue: &Catalogue) -> 
             .map(|s| selector_of(s, "match.namespaceSelector"))
             .transpose()
             .map_err(|e| format!("{at}.{e}"))?;
-        if kinds.is_empty()
-            && namespaces.is_empty()
-            && names.is_empty()
-            && selector.is_none()
-            && namespace_selector.is_none()
-        {
-            return Err(format!(
-                "{at}.match: it matches every object: name kinds, namespaces, names or a selector (turn the rule off in `rules:` to allow it everywhere)"
-            ));
-        }
+        scope(&at, raw.cluster_wide == Some(true), &kinds, &namespaces, &names, &selector, &namespace_selector)?;
         let expires = match raw.expires {
             None | Some(serde_json::Value::Null) => None,
             Some(serde_json::Value::String(text)) => Some(text.parse::<Date>().map_err(|_| {
@@ -351,12 +385,77 @@ pub fn parse_exceptions(values: &[serde_json::Value], catalogue: &Catalogue) -> 
             names,
             selector,
             namespace_selector,
+            cluster_wide: raw.cluster_wide == Some(true),
             reason,
             owner: raw.owner.filter(|o| !o.trim().is_empty()),
             expires,
         });
     }
     Ok(out)
+}
+
+/// Checks what an exception's match covers (`at` names it): never every object, however it is
+/// spelled (`*` globs, every kind, empty selectors), and only some namespaces unless it says
+/// `clusterWide: true`. An object `selector` alone is no scope: whoever writes a Deployment can
+/// give it the labels, in any namespace.
+fn scope(
+    at: &str,
+    cluster_wide: bool,
+    kinds: &[Kind],
+    namespaces: &[Glob],
+    names: &[Glob],
+    selector: &Option<LabelSelector>,
+    namespace_selector: &Option<LabelSelector>,
+) -> Result<(), String> {
+    let every_kind = kinds.is_empty() || EXCEPTION_KINDS.iter().all(|k| kinds.contains(k));
+    let every_ns_name = namespaces.is_empty() || every_name(namespaces);
+    let every_ns_label = namespace_selector.as_ref().is_none_or(every_namespace);
+    let every_object_name = names.is_empty() || every_name(names);
+    let every_label = selector.as_ref().is_none_or(selector::is_empty);
+    if every_kind && every_ns_name && every_ns_label && every_object_name && every_label {
+        return Err(format!(
+            "{at}.match: it matches every object (`*` globs, every kind and empty selectors match everything): name \
+             kinds, namespaces, names or a selector (turn the rule off in `rules:` to allow it everywhere)"
+        ));
+    }
+    let scoped = !every_ns_name || !every_ns_label;
+    let cluster_scoped = !kinds.is_empty() && kinds.iter().all(|k| k.is_cluster_scoped());
+    let given = |k: &str| format!("{at}.match.{k}");
+    let (key, why) = if !namespaces.is_empty() && every_ns_name {
+        let list: Vec<&str> = namespaces.iter().map(Glob::as_str).collect();
+        (given("namespaces"), format!("{list:?} matches every namespace"))
+    } else if namespace_selector.is_some() && every_ns_label {
+        (
+            given("namespaceSelector"),
+            "an empty selector (or one on kubernetes.io/metadata.name alone) matches every namespace".to_string(),
+        )
+    } else {
+        (format!("{at}.match"), "neither namespaces nor a namespaceSelector narrows it".to_string())
+    };
+    if cluster_scoped && (!namespaces.is_empty() || namespace_selector.is_some()) {
+        return Err(format!(
+            "{}: the kinds it names are cluster-scoped, so no namespace ever matches them: remove the \
+             namespace match and say clusterWide: true",
+            if namespaces.is_empty() { given("namespaceSelector") } else { given("namespaces") }
+        ));
+    }
+    match (cluster_wide, scoped) {
+        (false, false) if cluster_scoped => Err(format!(
+            "{at}.clusterWide: the kinds it names are cluster-scoped, so it applies cluster-wide: say \
+             clusterWide: true"
+        )),
+        (false, false) => Err(format!(
+            "{key}: it would apply in every namespace ({why}), so anyone who can write a matching object in \
+             any namespace (give a Deployment the labels its selector asks for) is exempted: scope it with \
+             match.namespaces (names or globs other than *) or a non-empty match.namespaceSelector, or say \
+             clusterWide: true if it is meant for the whole cluster"
+        )),
+        (true, true) => Err(format!(
+            "{at}.clusterWide: true says it applies in every namespace, but its match names some: remove \
+             clusterWide, or the namespace match"
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The overrides of the file (`overrides:`), checked: errors name the override by its place.
@@ -369,9 +468,9 @@ pub fn parse_overrides(values: &[serde_json::Value], catalogue: &Catalogue) -> R
             .namespace_selector
             .ok_or_else(|| format!("{at}.namespaceSelector: say which namespaces (by their labels) it applies to"))?;
         let namespace_selector = selector_of(selector, "namespaceSelector").map_err(|e| format!("{at}.{e}"))?;
-        if selector::is_empty(&namespace_selector) {
+        if every_namespace(&namespace_selector) {
             return Err(format!(
-                "{at}.namespaceSelector: an empty selector matches every namespace: set the action in `rules:` instead"
+                "{at}.namespaceSelector: an empty selector matches every namespace (as does one on kubernetes.io/metadata.name alone): set the action in `rules:` instead"
             ));
         }
         let mut rules = BTreeMap::new();

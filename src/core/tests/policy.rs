@@ -64,6 +64,7 @@ fn judged(subject_yaml: &str, view_yaml: &str, config: &Config, today: Option<Da
         absences: Absences::Judged,
         today,
         progress: None,
+        unknown_namespace: Default::default(),
     })
 }
 
@@ -75,9 +76,13 @@ fn recreate(v: &Verdict) -> (Decision, Option<String>) {
 
 const DENY: &str = "rules:\n  recreate-multi-replica: deny\n";
 
+/// A configuration denying `recreate-multi-replica` with one exception for it. A match that names
+/// no namespaces says `clusterWide: true`, as the configuration asks.
 fn with_exception(matching: &str, extra: &str) -> Config {
+    let scoped = matching.contains("namespaces:") || matching.contains("namespaceSelector:");
+    let wide = if scoped { "" } else { "    clusterWide: true\n" };
     config(&format!(
-        "{DENY}exceptions:\n  - name: web-recreate\n    rules: [recreate-multi-replica]\n    match:\n{matching}    reason: \"one writer at a time: the database migration needs it\"\n{extra}"
+        "{DENY}exceptions:\n  - name: web-recreate\n    rules: [recreate-multi-replica]\n    match:\n{matching}    reason: \"one writer at a time: the database migration needs it\"\n{wide}{extra}"
     ))
 }
 
@@ -120,7 +125,7 @@ fn every_match_field_must_match() {
     for (matching, subject, why) in [
         ("      kinds: [Deployment]\n", web("shop", ""), "the kind"),
         ("      namespaces: [other, \"shop*\"]\n", web("shop", ""), "one glob of the list"),
-        ("      names: [\"*\"]\n", web("shop", ""), "any name"),
+        ("      namespaces: [shop]\n      names: [\"*\"]\n", web("shop", ""), "any name"),
         (
             "      selector: {matchExpressions: [{key: tier, operator: In, values: [db]}]}\n",
             web("shop", ", tier: db"),
@@ -202,6 +207,55 @@ fn overrides_apply_in_file_order_after_the_cluster_wide_actions() {
 }
 
 #[test]
+fn where_the_namespace_is_not_known_the_overrides_apply_at_their_strictest_when_asked() {
+    use crate::core::decide::UnknownNamespace;
+    let c = config(concat!(
+        "rules:\n  recreate-multi-replica: warn\noverrides:\n",
+        "  - namespaceSelector: {matchLabels: {tier: prod}}\n    rules: {recreate-multi-replica: deny}\n",
+        "  - namespaceSelector: {matchLabels: {team: legacy}}\n    rules: {recreate-multi-replica: \"off\"}\n",
+    ));
+    let s = subject(&web("fresh", ""));
+    let v = view("", true);
+    let judged_with = |unknown_namespace| {
+        judge(&Review {
+            subject: &s,
+            old: None,
+            view: &v,
+            config: &c,
+            asks: Asks::Findings,
+            absences: Absences::Judged,
+            today: None,
+            progress: None,
+            unknown_namespace,
+        })
+    };
+    let lenient = judged_with(UnknownNamespace::NoOverride);
+    assert_eq!(recreate(&lenient).0, Decision::Warn, "check of some files: the cluster-wide action");
+    assert!(lenient.decided.warnings.is_empty(), "{:?}", lenient.decided.warnings);
+    let strict = judged_with(UnknownNamespace::Strictest);
+    assert_eq!(recreate(&strict).0, Decision::Deny, "deny before warn before off");
+    assert_eq!(
+        strict.decided.warnings,
+        ["[recreate-multi-replica] the labels of namespace fresh are not known, so an override that selects \
+          namespaces by label may apply: judged at the strictest action one gives, deny, not the cluster-wide warn"]
+    );
+    // Known labels: the overrides that match, whatever is asked.
+    let known = view(&namespace("fresh", "team: legacy"), true);
+    let v = judge(&Review {
+        subject: &s,
+        old: None,
+        view: &known,
+        config: &c,
+        asks: Asks::Findings,
+        absences: Absences::Judged,
+        today: None,
+        progress: None,
+        unknown_namespace: UnknownNamespace::Strictest,
+    });
+    assert!(v.decided.findings.iter().all(|f| f.rule != "recreate-multi-replica"), "off in legacy namespaces");
+}
+
+#[test]
 fn exempt_namespaces_take_globs() {
     let c = config("exemptNamespaces: [kube-system, \"team-sandbox-*\"]\n");
     let today = day("2026-12-05");
@@ -214,7 +268,7 @@ fn exempt_namespaces_take_globs() {
 #[test]
 fn every_bad_key_is_an_error_naming_the_exception_and_the_key() {
     let exception = |body: &str| format!("exceptions:\n  - name: vendor\n{body}");
-    let base = "    rules: [toleration-wildcard]\n    match: {kinds: [Deployment]}\n";
+    let base = "    rules: [toleration-wildcard]\n    match: {kinds: [Deployment], namespaces: [vendor]}\n";
     for (text, expected) in [
         (
             exception("    rules: [toleration-wildcard]\n    match: {kinds: [Deployment]}\n"),

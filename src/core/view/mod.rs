@@ -12,6 +12,7 @@ pub mod budget;
 pub mod capacity;
 pub mod index;
 pub mod lookup;
+pub mod namespace_read;
 pub mod node_selector;
 pub mod nodes;
 pub mod overlay;
@@ -26,6 +27,7 @@ pub use absence::{Absences, AdmissionClock};
 pub use bounds::{Bounds, bounds};
 pub use index::Index;
 pub use lookup::View;
+pub use namespace_read::WithNamespace;
 pub use overlay::Overlay;
 pub use projection::{
     Backend, FailClosedWebhook, HpaInfo, NodeInfo, PdbInfo, PdbStatus, PodInfo, PodOwner, PodPhase, PvcInfo,

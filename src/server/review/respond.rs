@@ -11,7 +11,7 @@ use super::unchanged::changes_nothing_read_given;
 use super::wire::{BadRequest, Request};
 use crate::core::catalogue::{Mutation, Rule};
 use crate::core::config::Config;
-use crate::core::decide::Decided;
+use crate::core::decide::{Decided, UnknownNamespace};
 use crate::core::finding::{Decision, Finding};
 use crate::core::judge::{Asks, Review, judge};
 use crate::core::model::Subject;
@@ -183,7 +183,20 @@ pub fn review_with_progress<'a>(
         _ => Absences::Withheld,
     };
     let today = Some(clock.now.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).date());
-    let verdict = judge(&Review { subject: &subject, old: Some(&old), view, config, asks, absences, today, progress });
+    // The server has read a namespace the view did not know yet, where it could: one still not
+    // known gets the strictest action an override could give it, never the weaker default.
+    let unknown_namespace = UnknownNamespace::Strictest;
+    let verdict = judge(&Review {
+        subject: &subject,
+        old: Some(&old),
+        view,
+        config,
+        asks,
+        absences,
+        today,
+        progress,
+        unknown_namespace,
+    });
     if let Some(reason) = verdict.skipped {
         response.audit_annotations.insert("skipped".into(), reason);
         return Ok((response, outcome));
