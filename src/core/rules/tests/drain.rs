@@ -390,6 +390,30 @@ fn a_replacement_with_nowhere_to_go_hangs_the_drain() {
     assert_eq!(results, [("web-1", "evicted"), ("web-2", "refused")]);
 }
 
+/// On a cluster of thousands of nodes the message stays short: each refusing filter names a few
+/// nodes and counts the rest, exactly (a PolicyReport holds at most 1.5 MiB).
+#[test]
+fn a_pending_replacement_on_thousands_of_nodes_names_a_few_and_counts_the_rest() {
+    let pinned = deployment("web", "replicas: 2", "nodeSelector: {kubernetes.io/hostname: n1}\n");
+    let names: Vec<String> = (1..=3000).map(|i| format!("n{i}")).collect();
+    let list: Vec<(&str, &str, bool)> = names.iter().map(|n| (n.as_str(), "za", false)).collect();
+    let n = nodes(&list);
+    let budget = pdb("maxUnavailable: 1", "");
+    let view = view_with_templates(&docs(&[&n, &pinned, &budget]), placed(&["n1", "n1"]));
+    let (run, f) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::Hangs, "{run:#?}");
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    // 2999 nodes refuse by node affinity: five named, 2994 counted.
+    assert!(
+        b[0].what
+            .contains("nodeSelector or required node affinity not met on n10, n100, n1000, n1001, n1002 and 2994 more"),
+        "{}",
+        b[0].what
+    );
+    assert!(b[0].what.len() < 1500, "{} bytes: {}", b[0].what.len(), b[0].what);
+}
+
 /// Two of three replicas (one a node of four) drained at once: the first replacement takes the
 /// free node, the budget lets the second go, its replacement fits nowhere under the hostname spread.
 #[test]
