@@ -132,6 +132,35 @@ fn daemonset_mirror_finished_and_pending_pods_are_not_asked_of_a_budget() {
     );
 }
 
+/// OpenKruise's workloads are not the built-in ones of the same kind name: a pod of a Kruise
+/// Advanced DaemonSet is evicted (kubectl drain skips apps/v1 DaemonSets' pods only), and a
+/// Kruise StatefulSet's pod is no pod of the built-in StatefulSet of its name.
+#[test]
+fn kruise_owners_are_other_controllers_to_the_drain() {
+    use crate::core::model::live_pod::OwnerReference;
+    let kruise = |kind: &str, name: &str| OwnerReference {
+        api_version: "apps.kruise.io/v1beta1".into(),
+        kind: kind.into(),
+        name: name.into(),
+        controller: Some(true),
+    };
+    let mut agent = pod("agent-x", "agent", "n1");
+    agent.owner = PodOwner::resolve(Some(&kruise("DaemonSet", "agent")), false, |_| None);
+    let mut db = pod("db-0", "db", "n1");
+    db.owner = PodOwner::resolve(Some(&kruise("StatefulSet", "db")), false, |_| None);
+    assert_eq!((&agent.owner, &db.owner), (&PodOwner::Other, &PodOwner::Other));
+    // A built-in StatefulSet db of one replica (none running), and a budget over the agent that
+    // allows nothing.
+    let sts = workload("StatefulSet", "db", "replicas: 1\nserviceName: db", "");
+    let agents = pdb("minAvailable: 1", "").replace("name: web\n", "name: agent\n").replace("app: web", "app: agent");
+    let view = cluster(&[&sts, &agents], vec![agent, db]);
+    let f = drain(&view, &["n1"]);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "the Kruise DaemonSet's pod is evicted, so its budget is asked: {f:#?}");
+    assert!(b[0].what.contains("refuses the eviction of agent-x"), "{}", b[0].what);
+    assert!(of_rule(&f, TAKES_ALL).is_empty(), "db-0 is no pod of StatefulSet db: {f:#?}");
+}
+
 #[test]
 fn a_pod_under_two_pdbs_is_refused() {
     let other = pdb("minAvailable: 0", "").replace("name: web\n", "name: web-extra\n");
