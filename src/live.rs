@@ -878,7 +878,7 @@ resource!(WatchedPod, NamespaceResourceScope, "Pod", "", "v1", "pods", metadata)
 /// controller's ReplicaSets).
 pub fn pod_owner(p: &LivePod) -> PodOwner {
     let controller = controller_of(&p.metadata.owner_references);
-    PodOwner::resolve(controller.map(|c| (c.kind.as_str(), c.name.as_str())), p.mirror(), |rs| {
+    PodOwner::resolve(controller, p.mirror(), |rs| {
         let hash = p.metadata.labels.get("pod-template-hash")?;
         let deployment = rs.strip_suffix(hash.as_str())?.strip_suffix('-')?;
         (!deployment.is_empty()).then(|| Arc::from(deployment))
@@ -1238,6 +1238,24 @@ mod tests {
         assert_eq!(owner("my-web-app-7d9f8", "7d9f8"), PodOwner::Workload(Kind::Deployment, "my-web-app".into()));
         assert_eq!(owner("standalone", "7d9f8"), PodOwner::Other, "a ReplicaSet not named by a Deployment");
         assert_eq!(owner("-7d9f8", "7d9f8"), PodOwner::Other);
+    }
+
+    /// An owner is its API group's kind: a pod of OpenKruise's StatefulSet (`apps.kruise.io`) is
+    /// no pod of the built-in StatefulSet of its name.
+    #[test]
+    fn a_kruise_statefulsets_pod_is_another_controllers() {
+        let owned = |api_version: &str, kind: &str| {
+            let p: LivePod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "db-0", "namespace": "shop", "ownerReferences": [
+                    {"apiVersion": api_version, "kind": kind, "name": "db", "uid": "u", "controller": true}]},
+            }))
+            .unwrap();
+            pod_owner(&p)
+        };
+        assert_eq!(owned("apps/v1", "StatefulSet"), PodOwner::Workload(Kind::StatefulSet, "db".into()));
+        assert_eq!(owned("apps.kruise.io/v1beta1", "StatefulSet"), PodOwner::Other);
+        assert_eq!(owned("apps/v1", "DaemonSet"), PodOwner::DaemonSet);
+        assert_eq!(owned("apps.kruise.io/v1alpha1", "DaemonSet"), PodOwner::Other);
     }
 
     /// A ScaledObject whose spec the engine cannot read (its CRD's schema allows anything) is kept

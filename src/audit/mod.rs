@@ -24,7 +24,7 @@ use crate::core::config::Config;
 use crate::core::decide::UnknownNamespace;
 use crate::core::finding::Finding;
 use crate::core::judge::{self, Asks, Review};
-use crate::core::model::ObjectRef;
+use crate::core::model::{ObjectRef, words};
 use crate::core::rules::drain::nodes_in_zone;
 use crate::core::view::{Absences, View};
 use crate::manifest::Origin;
@@ -147,7 +147,8 @@ fn drain_whole(cluster: &Cluster, config: &Config, drain: &Drain) -> Result<Repo
                 ));
             }
             let plural = if nodes.len() == 1 { "node" } else { "nodes" };
-            (nodes.clone(), format!("{plural} {}", nodes.join(", ")))
+            // Named in every finding's message: the first few, and how many more.
+            (nodes.clone(), format!("{plural} {}", words::names(nodes)))
         }
         Drain::Zone(zone) => {
             let nodes = nodes_in_zone(view, zone);
@@ -157,7 +158,8 @@ fn drain_whole(cluster: &Cluster, config: &Config, drain: &Drain) -> Result<Repo
                      topology.kubernetes.io/zone lists the zones)"
                 ));
             }
-            (nodes, format!("zone {zone} (nodes {})", nodes_in_zone(view, zone).join(", ")))
+            let named = words::names(&nodes);
+            (nodes, format!("zone {zone} (nodes {named})"))
         }
     };
     let (run, decided) = judge::drain(view, config, &nodes, &drained);

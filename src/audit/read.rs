@@ -347,7 +347,7 @@ async fn read_replica_sets(
         |items, _| {
             for rs in items {
                 let m = rs.metadata;
-                if let Some(owner) = controller_of(&m.owner_references).filter(|o| o.kind == "Deployment") {
+                if let Some(owner) = controller_of(&m.owner_references).filter(|o| o.is("apps", "Deployment")) {
                     owners.insert((m.namespace, m.name), Arc::from(owner.name.as_str()));
                 }
             }
@@ -362,7 +362,8 @@ async fn read_replica_sets(
 struct ReadPod {
     namespace: String,
     pod: PodInfo,
-    replica_set: Option<String>,
+    /// Its controller where that is a ReplicaSet (of `apps`).
+    replica_set: Option<OwnerReference>,
 }
 
 async fn read_pods(client: &Client, options: &ReadOptions, progress: &Progress) -> Result<Vec<ReadPod>, String> {
@@ -379,10 +380,9 @@ async fn read_pods(client: &Client, options: &ReadOptions, progress: &Progress) 
             }
             for p in items {
                 let controller = controller_of(&p.metadata.owner_references);
-                let replica_set = controller.filter(|c| c.kind == "ReplicaSet").map(|c| c.name.clone());
+                let replica_set = controller.filter(|c| c.is("apps", "ReplicaSet")).cloned();
                 // A ReplicaSet's pods are resolved below; meanwhile they count as "another controller".
-                let owner =
-                    PodOwner::resolve(controller.map(|c| (c.kind.as_str(), c.name.as_str())), p.mirror(), |_| None);
+                let owner = PodOwner::resolve(controller, p.mirror(), |_| None);
                 pods.push(ReadPod {
                     namespace: p.metadata.namespace.clone(),
                     pod: PodInfo::of(&p, owner),
@@ -585,7 +585,7 @@ pub async fn read(client: &Client, options: &ReadOptions, progress: &Progress) -
     let pod_count = pods.len();
     for ReadPod { namespace, mut pod, replica_set } in pods {
         if let Some(rs) = replica_set {
-            pod.owner = PodOwner::resolve(Some(("ReplicaSet", &rs)), false, |rs| {
+            pod.owner = PodOwner::resolve(Some(&rs), false, |rs| {
                 replica_sets.get(&(namespace.clone(), rs.to_string())).cloned()
             });
         }

@@ -88,11 +88,23 @@ pub struct ManagedTlsArgs {
 /// Shortest validity accepted: below it renewal would be most of what the process does.
 pub const MIN_VALIDITY: Duration = Duration::from_secs(10);
 
+/// Longest validity accepted: 100 years (humantime's, of 365.25 days). A certificate's notAfter
+/// must stay within year 9999 (X.509's GeneralizedTime, and the `time` crate's range: past it the
+/// addition panicked), and no CA needs to outlive the cluster by more.
+pub const MAX_VALIDITY: Duration = Duration::from_secs(100 * 31_557_600);
+
+/// A `--validity`-like flag: a humantime duration from [`MIN_VALIDITY`] to [`MAX_VALIDITY`].
 pub(crate) fn parse_validity(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s)
         .map_err(|e| format!("{e}: expected a duration such as 90s, 15m, 2160h, 90d, 5y"))?;
     if d < MIN_VALIDITY {
         return Err(format!("{s} is shorter than the minimum of {}", humantime::format_duration(MIN_VALIDITY)));
+    }
+    if d > MAX_VALIDITY {
+        return Err(format!(
+            "{s} is longer than the maximum of {} (100y: a certificate must end before year 9999)",
+            humantime::format_duration(MAX_VALIDITY)
+        ));
     }
     Ok(d)
 }

@@ -121,6 +121,26 @@ fn certs_validity_is_settable_and_said() {
     assert_eq!(not_after_day(&read(&pki.join("tls.crt"))), ca_day);
 }
 
+/// A validity past what a certificate can hold is a usage error (exit 2) naming the maximum, for
+/// `certs` and for `serve`'s managed-TLS flags alike; it panicked when added to the clock.
+#[test]
+fn a_validity_past_100_years_is_refused_not_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    for flag in ["--validity", "--ca-validity"] {
+        let r = certs(tmp.path(), &[flag, "100000y"]);
+        assert_eq!(r.code, 2, "{flag}: {}", r.stderr);
+        assert!(r.stderr.contains("longer than the maximum of 100years"), "{flag}: {}", r.stderr);
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    }
+    assert!(!tmp.path().join("pki").exists(), "nothing written");
+    let r = run(tmp.path(), &["serve", "--tls-cert-validity", "100000y"], &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("longer than the maximum of 100years"), "{}", r.stderr);
+    // The maximum itself is issued.
+    let ok = certs(tmp.path(), &["--validity", "100y", "--ca-validity", "100y"]);
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+}
+
 #[test]
 fn certs_keeps_the_ca_key_and_reissues_from_that_ca() {
     let tmp = tempfile::tempdir().unwrap();

@@ -37,11 +37,25 @@ pub struct LivePodMeta {
 
 /// An `ownerReferences` item.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(default)]
+#[serde(default, rename_all = "camelCase")]
 pub struct OwnerReference {
+    pub api_version: String,
     pub kind: String,
     pub name: String,
     pub controller: Option<bool>,
+}
+
+impl OwnerReference {
+    /// The API group of its `apiVersion`: `apps` of `apps/v1`, `` (the core group) of `v1`.
+    pub fn group(&self) -> &str {
+        self.api_version.split_once('/').map_or("", |(group, _)| group)
+    }
+
+    /// Whether it names a `kind` of API group `group`, of any version: a kind's name alone is not
+    /// enough (OpenKruise's `apps.kruise.io` StatefulSet and DaemonSet are not `apps`' own).
+    pub fn is(&self, group: &str, kind: &str) -> bool {
+        self.kind == kind && self.group() == group
+    }
 }
 
 /// The controller among `owners` (the one `controller: true` marks), if any.

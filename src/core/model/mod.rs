@@ -4,7 +4,7 @@
 //! decodes), what is kept of `managedFields` ([`managed`]: who owns `spec.replicas` by
 //! server-side apply), what a pod template says about placement and shutdown ([`pod`]), label
 //! selectors ([`selector`]), the disruption arithmetic ([`arith`]) and what a pod asks of a node
-//! ([`resources`]); the kinds k8s-openapi has no
+//! ([`resources`]), lists in messages kept short ([`words`]); the kinds k8s-openapi has no
 //! type for, or a type that decodes more than is read ([`keda`], [`webhook`], [`live_pod`]). Nothing here knows of views,
 //! rules or I/O.
 
@@ -21,6 +21,7 @@ pub mod read;
 pub mod resources;
 pub mod selector;
 pub mod webhook;
+pub mod words;
 
 pub use decode::{DecodeError, decode, type_of};
 pub use object::{

@@ -56,7 +56,7 @@ impl Resources {
     }
 
     /// From a resource list (`requests`, `allocatable`, `overhead`): values that are no quantity
-    /// count as 0.
+    /// count as 0; values past `i64` as `i64::MAX`, which no node has room for.
     pub fn of(list: Option<&BTreeMap<String, Quantity>>) -> Resources {
         let mut r = Resources::default();
         for (name, q) in list.into_iter().flatten() {
@@ -150,52 +150,184 @@ fn pod_level_requests(spec: &PodSpec, containers: &Resources) -> Option<(Vec<Str
     (!effective.is_empty()).then(|| (effective.keys().cloned().collect(), Resources::of(Some(&effective))))
 }
 
-/// A Kubernetes quantity (`500m`, `2`, `1Gi`, `128M`, `1e3`) in whole units, rounded up. Written
-/// here because no crate of our stack parses them (k8s-openapi keeps them as strings).
+/// A Kubernetes quantity (`500m`, `2`, `1Gi`, `128M`, `1e3`) in whole units, rounded away from
+/// zero as `resource.Quantity`'s `Value()` is; `None` for a string the apiserver refuses
+/// ([`parse_quantity`]). Surrounding spaces are dropped, as the apiserver's JSON decoding does. A
+/// value past `i64` saturates at `i64::MAX`: more than any node has, never 0.
 pub fn quantity(s: &str) -> Option<i64> {
-    quantity_scaled(s, 1)
+    parse_quantity(s.trim()).ok().map(|a| a.scaled(0))
 }
 
-/// [`quantity`] in thousandths (CPU in millicores).
+/// [`quantity`] in thousandths (CPU in millicores), as `MilliValue()`.
 pub fn quantity_milli(s: &str) -> Option<i64> {
-    quantity_scaled(s, 1000)
+    parse_quantity(s.trim()).ok().map(|a| a.scaled(3))
 }
 
-fn quantity_scaled(s: &str, scale: i128) -> Option<i64> {
-    let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-')).unwrap_or(s.len());
-    let (number, suffix) = s.split_at(split);
-    let (num, den): (i128, i128) = match number.split_once('.') {
-        Some((int, frac)) => {
-            let digits = frac.len() as u32;
-            let whole: i128 = if int.is_empty() || int == "+" { 0 } else { int.parse().ok()? };
-            let f: i128 = if frac.is_empty() { 0 } else { frac.parse().ok()? };
-            let den = 10i128.checked_pow(digits)?;
-            (whole.checked_mul(den)?.checked_add(if whole < 0 { -f } else { f })?, den)
+/// Why the apiserver refuses a quantity: `resource.ParseQuantity`'s errors, in its words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantityError {
+    /// `ErrFormatWrong`: not a number followed by a suffix.
+    Format,
+    /// `ErrNumeric`: a suffix without a number where the value cannot be 0.
+    Numeric,
+    /// `ErrSuffix`: a suffix that is none of `n u m k M G T P E`, `Ki Mi Gi Ti Pi Ei`, or an
+    /// exponent `e`/`E` with a signed integer (one past `i64` included).
+    Suffix,
+}
+
+impl std::fmt::Display for QuantityError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            QuantityError::Format => {
+                "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+            }
+            QuantityError::Numeric => "unable to parse numeric part of quantity",
+            QuantityError::Suffix => "unable to parse quantity's suffix",
+        })
+    }
+}
+
+/// A quantity exactly as written: `digits × 10^exp10 × 2^exp2`, any size (`1e30`, `9Ei`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Amount {
+    pub negative: bool,
+    /// The decimal digits, without leading zeros (empty for 0).
+    pub digits: String,
+    pub exp10: i64,
+    pub exp2: u32,
+}
+
+/// Written here: `kube_quantity` (arithmetic on k8s-openapi's `Quantity`) reads the number as an
+/// `f64` into a 96-bit decimal, so it refuses `1e30`, `1E` and `1Ei`, rounds
+/// `9223372036854775807` and truncates `100m` or `100.035Ki` to whole units.
+///
+/// Parses a quantity as `resource.ParseQuantity` (k8s.io/apimachinery) does: an optional sign,
+/// digits with an optional fraction (`1.`, `.5` included), then one suffix: decimal SI (`n u m k
+/// M G T P E`), binary SI (`Ki Mi Gi Ti Pi Ei`) or a decimal exponent (`e3`, `E-2`, `e+6`). No
+/// space is allowed. Where upstream keeps its exponent in 32 bits (wrapping one past it), the
+/// exponent written is kept.
+pub fn parse_quantity(s: &str) -> Result<Amount, QuantityError> {
+    let b = s.as_bytes();
+    if b.is_empty() {
+        return Err(QuantityError::Format);
+    }
+    let digit = |i: usize| b.get(i).is_some_and(u8::is_ascii_digit);
+    let mut pos = 0;
+    let negative = b[0] == b'-';
+    if matches!(b[0], b'-' | b'+') {
+        pos += 1;
+    }
+    let number_start = pos;
+    while digit(pos) {
+        pos += 1;
+    }
+    let int = &s[number_start..pos];
+    let mut frac = "";
+    if b.get(pos) == Some(&b'.') {
+        pos += 1;
+        let start = pos;
+        while digit(pos) {
+            pos += 1;
         }
-        None => (number.parse().ok()?, 1),
+        frac = &s[start..pos];
+    }
+    let had_digit = !int.is_empty() || !frac.is_empty();
+    // The suffix: letters of a suffix, then an exponent's sign and digits; nothing after.
+    let suffix_start = pos;
+    while b.get(pos).is_some_and(|c| b"eEinumkKMGTP".contains(c)) {
+        pos += 1;
+    }
+    if matches!(b.get(pos), Some(b'-' | b'+')) {
+        pos += 1;
+    }
+    while digit(pos) {
+        pos += 1;
+    }
+    if pos < b.len() {
+        return Err(QuantityError::Format);
+    }
+    let suffix = &s[suffix_start..];
+    let (exp10, exp2): (i64, u32) = match suffix {
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "" => (0, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        e if e.len() > 1 && e.starts_with(['e', 'E']) => (e[1..].parse().map_err(|_| QuantityError::Suffix)?, 0),
+        _ => return Err(QuantityError::Suffix),
     };
-    let (mul, div): (i128, i128) = match suffix {
-        "" => (1, 1),
-        "m" => (1, 1000),
-        "k" => (1_000, 1),
-        "M" => (1_000_000, 1),
-        "G" => (1_000_000_000, 1),
-        "T" => (1_000_000_000_000, 1),
-        "P" => (1_000_000_000_000_000, 1),
-        "Ki" => (1 << 10, 1),
-        "Mi" => (1 << 20, 1),
-        "Gi" => (1 << 30, 1),
-        "Ti" => (1 << 40, 1),
-        "Pi" => (1 << 50, 1),
-        e if e.starts_with(['e', 'E']) => (10i128.checked_pow(e[1..].parse().ok()?)?, 1),
-        _ => return None,
-    };
-    let top = num.checked_mul(mul)?.checked_mul(scale)?;
-    let bottom = den.checked_mul(div)?;
-    // Rounded up, as the scheduler's value of a fractional quantity is.
-    let value = (top + bottom - 1).div_euclid(bottom);
-    i64::try_from(value).ok()
+    // Upstream reads a number without digits as 0 where its int64 fast path takes the value, and
+    // refuses it where it falls back to its decimal type (below nano, or 2^50 and up).
+    if !had_digit && (exp10 < -9 || exp2 >= 50) {
+        return Err(QuantityError::Numeric);
+    }
+    let digits = format!("{int}{frac}").trim_start_matches('0').to_string();
+    let exp10 = exp10.saturating_sub(frac.len() as i64);
+    Ok(Amount { negative: negative && !digits.is_empty(), digits, exp10, exp2 })
+}
+
+impl Amount {
+    /// The value in units of `10^-decimals`, rounded away from zero (as `ScaledValue` rounds, and
+    /// as the apiserver already rounds to `1n`), saturating at `±i64::MAX`.
+    pub fn scaled(&self, decimals: i64) -> i64 {
+        if self.digits.is_empty() {
+            return 0;
+        }
+        // The digits times 2^exp2, exactly: one pass with the carry (2^60 × 9 fits in u128).
+        let mut digits: Vec<u8> = self.digits.bytes().map(|c| c - b'0').collect();
+        if self.exp2 > 0 {
+            let mut carry: u128 = 0;
+            for d in digits.iter_mut().rev() {
+                let v = u128::from(*d) * (1u128 << self.exp2) + carry;
+                *d = (v % 10) as u8;
+                carry = v / 10;
+            }
+            let mut high = Vec::new();
+            while carry > 0 {
+                high.push((carry % 10) as u8);
+                carry /= 10;
+            }
+            high.reverse();
+            high.extend(digits);
+            digits = high;
+        }
+        let exp = i128::from(self.exp10) + i128::from(decimals);
+        let len = digits.len() as i128;
+        // The integer part's digits (the leading one is not 0) and whether a fraction is left.
+        let (int, fraction) = if exp >= 0 {
+            if len + exp > 19 {
+                return self.signed(i64::MAX);
+            }
+            let mut all = digits.clone();
+            all.extend(std::iter::repeat_n(0, exp as usize));
+            (all, false)
+        } else if len + exp <= 0 {
+            (Vec::new(), true)
+        } else {
+            let cut = (len + exp) as usize;
+            (digits[..cut].to_vec(), digits[cut..].iter().any(|d| *d != 0))
+        };
+        if int.len() > 19 {
+            return self.signed(i64::MAX);
+        }
+        let whole = int.iter().fold(0u128, |v, d| v * 10 + u128::from(*d)) + u128::from(fraction);
+        self.signed(i64::try_from(whole).unwrap_or(i64::MAX))
+    }
+
+    fn signed(&self, v: i64) -> i64 {
+        if self.negative { -v } else { v }
+    }
 }
 
 /// A host port a pod asks for (`NodePorts`): protocol (TCP when unset), IP (0.0.0.0 when unset).
@@ -251,6 +383,180 @@ mod tests {
         assert_eq!(quantity("1.5Ki"), Some(1536));
         assert_eq!(quantity("100m"), Some(1), "a fraction of a byte rounds up");
         assert_eq!(quantity("lots"), None);
+    }
+
+    /// `TestQuantityParse`'s table (k8s.io/apimachinery/pkg/api/resource/quantity_test.go, valid
+    /// and invalid inputs) and edge cases past it, each with `Value()` and `MilliValue()` as
+    /// apimachinery v0.37.2 computes them exactly (its `inf.Dec`, rounded up); where that is past
+    /// `i64` (upstream's `Value()` then wraps or gives 0), `i64::MAX`. Errors in upstream's kind.
+    #[test]
+    fn quantities_parse_as_resource_quantity_does() {
+        use QuantityError::*;
+        const MAX: i64 = i64::MAX;
+        let table: &[(&str, Result<(i64, i64), QuantityError>)] = &[
+            ("0", Ok((0, 0))),
+            ("0n", Ok((0, 0))),
+            ("0u", Ok((0, 0))),
+            ("0m", Ok((0, 0))),
+            ("0Ki", Ok((0, 0))),
+            ("0k", Ok((0, 0))),
+            ("0Mi", Ok((0, 0))),
+            ("0M", Ok((0, 0))),
+            ("0Gi", Ok((0, 0))),
+            ("0G", Ok((0, 0))),
+            ("0Ti", Ok((0, 0))),
+            ("0T", Ok((0, 0))),
+            ("1", Ok((1, 1000))),
+            ("1Ki", Ok((1024, 1024000))),
+            ("8Ki", Ok((8192, 8192000))),
+            ("7Mi", Ok((7340032, 7340032000))),
+            ("6Gi", Ok((6442450944, 6442450944000))),
+            ("5Ti", Ok((5497558138880, 5497558138880000))),
+            ("4Pi", Ok((4503599627370496, 4503599627370496000))),
+            ("3Ei", Ok((3458764513820540928, MAX))),
+            ("10Ti", Ok((10995116277760, 10995116277760000))),
+            ("100Ti", Ok((109951162777600, 109951162777600000))),
+            ("5n", Ok((1, 1))),
+            ("4u", Ok((1, 1))),
+            ("3m", Ok((1, 3))),
+            ("9", Ok((9, 9000))),
+            ("8k", Ok((8000, 8000000))),
+            ("50k", Ok((50000, 50000000))),
+            ("7M", Ok((7000000, 7000000000))),
+            ("6G", Ok((6000000000, 6000000000000))),
+            ("5T", Ok((5000000000000, 5000000000000000))),
+            ("40T", Ok((40000000000000, 40000000000000000))),
+            ("300T", Ok((300000000000000, 300000000000000000))),
+            ("2P", Ok((2000000000000000, 2000000000000000000))),
+            ("1E", Ok((1000000000000000000, MAX))),
+            ("1E-3", Ok((1, 1))),
+            ("1e3", Ok((1000, 1000000))),
+            ("1E6", Ok((1000000, 1000000000))),
+            ("1e9", Ok((1000000000, 1000000000000))),
+            ("1E12", Ok((1000000000000, 1000000000000000))),
+            ("1e15", Ok((1000000000000000, 1000000000000000000))),
+            ("1E18", Ok((1000000000000000000, MAX))),
+            ("1e14", Ok((100000000000000, 100000000000000000))),
+            ("1e13", Ok((10000000000000, 10000000000000000))),
+            ("100.035k", Ok((100035, 100035000))),
+            ("0.001", Ok((1, 1))),
+            ("0.0005k", Ok((1, 500))),
+            ("0.005", Ok((1, 5))),
+            ("0.05", Ok((1, 50))),
+            ("0.5", Ok((1, 500))),
+            ("0.00050k", Ok((1, 500))),
+            ("0.00500", Ok((1, 5))),
+            ("0.05000", Ok((1, 50))),
+            ("0.50000", Ok((1, 500))),
+            ("0.5e0", Ok((1, 500))),
+            ("0.5e-1", Ok((1, 50))),
+            ("0.5e-2", Ok((1, 5))),
+            ("10.035M", Ok((10035000, 10035000000))),
+            ("1.2e3", Ok((1200, 1200000))),
+            ("1.3E+6", Ok((1300000, 1300000000))),
+            ("1.40e9", Ok((1400000000, 1400000000000))),
+            ("1.53E12", Ok((1530000000000, 1530000000000000))),
+            ("1.6e15", Ok((1600000000000000, 1600000000000000000))),
+            ("1.7E18", Ok((1700000000000000000, MAX))),
+            ("9.01", Ok((10, 9010))),
+            ("8.1k", Ok((8100, 8100000))),
+            ("7.123456M", Ok((7123456, 7123456000))),
+            ("6.987654321G", Ok((6987654321, 6987654321000))),
+            ("5.444T", Ok((5444000000000, 5444000000000000))),
+            ("40.1T", Ok((40100000000000, 40100000000000000))),
+            ("300.2T", Ok((300200000000000, 300200000000000000))),
+            ("2.5P", Ok((2500000000000000, 2500000000000000000))),
+            ("1.01E", Ok((1010000000000000000, MAX))),
+            ("3.001n", Ok((1, 1))),
+            ("1.1E-9", Ok((1, 1))),
+            ("0.0000000001", Ok((1, 1))),
+            ("0.0000000005", Ok((1, 1))),
+            ("0.00000000050", Ok((1, 1))),
+            ("0.5e-9", Ok((1, 1))),
+            ("0.9n", Ok((1, 1))),
+            ("0.00000012345", Ok((1, 1))),
+            ("0.00000012354", Ok((1, 1))),
+            ("9Ei", Ok((9223372036854775807, MAX))),
+            ("9223372036854775807Ki", Ok((9223372036854775807, MAX))),
+            ("12E", Ok((MAX, MAX))),
+            ("100.035Ki", Ok((102436, 102435840))),
+            ("0.5Mi", Ok((524288, 524288000))),
+            ("0.05Gi", Ok((53687092, 53687091200))),
+            ("0.025Ti", Ok((27487790695, 27487790694400))),
+            ("0.000000000001Ki", Ok((1, 1))),
+            (".001", Ok((1, 1))),
+            (".0001k", Ok((1, 100))),
+            ("1.", Ok((1, 1000))),
+            ("1.G", Ok((1000000000, 1000000000000))),
+            ("1.1.M", Err(Format)),
+            ("1+1.0M", Err(Format)),
+            ("0.1mi", Err(Suffix)),
+            ("0.1am", Err(Format)),
+            ("aoeu", Err(Format)),
+            (".5i", Err(Suffix)),
+            ("1i", Err(Suffix)),
+            ("-3.01i", Err(Suffix)),
+            ("-3.01e-", Err(Suffix)),
+            (" 1", Err(Format)),
+            ("1 ", Err(Format)),
+            ("", Err(Format)),
+            ("1e30", Ok((MAX, MAX))),
+            ("1e19", Ok((MAX, MAX))),
+            ("9223372036854775807", Ok((9223372036854775807, MAX))),
+            ("9223372036854775808", Ok((MAX, MAX))),
+            ("9223372036854775807m", Ok((9223372036854776, 9223372036854775807))),
+            ("9223372036854775808m", Ok((9223372036854776, MAX))),
+            ("8Ei", Ok((9223372036854775807, MAX))),
+            ("7Ei", Ok((8070450532247928832, MAX))),
+            ("-1", Ok((-1, -1000))),
+            ("-1.5", Ok((-2, -1500))),
+            ("-1e30", Ok((-MAX, -MAX))),
+            ("1e-30", Ok((1, 1))),
+            ("1e", Err(Suffix)),
+            ("1e+", Err(Suffix)),
+            ("Pi", Err(Numeric)),
+            ("Ti", Ok((0, 0))),
+            (".e-10", Err(Numeric)),
+            ("+.Ei", Err(Numeric)),
+            ("1ki", Err(Suffix)),
+            ("1K", Err(Suffix)),
+            ("1e99999999999999999999", Err(Suffix)),
+            ("5.5e2Ki", Err(Format)),
+            ("1E+2", Ok((100, 100000))),
+            ("0e999", Ok((0, 0))),
+        ];
+        for (input, want) in table {
+            let got = parse_quantity(input).map(|a| (a.scaled(0), a.scaled(3)));
+            assert_eq!(&got, want, "{input:?}");
+        }
+    }
+
+    #[test]
+    fn errors_say_what_the_apiserver_says() {
+        assert_eq!(parse_quantity("1K").unwrap_err().to_string(), "unable to parse quantity's suffix");
+        assert_eq!(parse_quantity("Pi").unwrap_err().to_string(), "unable to parse numeric part of quantity");
+        assert!(parse_quantity("1 Gi").unwrap_err().to_string().starts_with("quantities must match the regular"));
+    }
+
+    /// Beyond `i64` a quantity is more than any node has: never 0, never ignored. Surrounding
+    /// spaces are dropped as the apiserver's JSON decoding drops them.
+    #[test]
+    fn a_quantity_past_i64_saturates_and_spaces_around_are_dropped() {
+        assert_eq!(quantity("1e30"), Some(i64::MAX));
+        assert_eq!(quantity_milli("1E"), Some(i64::MAX));
+        assert_eq!(quantity("1e2147483648"), Some(i64::MAX), "an exponent past 32 bits is kept, not wrapped");
+        assert_eq!(quantity("1e-2147483649"), Some(1));
+        assert_eq!(quantity(&format!("0.{}1", "0".repeat(5000))), Some(1));
+        assert_eq!(quantity(&format!("1{}", "0".repeat(5000))), Some(i64::MAX));
+        assert_eq!(quantity(" 2Gi "), Some(2 << 30));
+        let r = Resources::of(Some(&BTreeMap::from([
+            ("memory".to_string(), Quantity("1e30".into())),
+            ("cpu".to_string(), Quantity("1E".into())),
+            ("nvidia.com/gpu".to_string(), Quantity("8Ei".into())),
+            ("ephemeral-storage".to_string(), Quantity("lots".into())),
+        ])));
+        assert_eq!((r.memory, r.cpu_milli, r.scalar["nvidia.com/gpu"]), (i64::MAX, i64::MAX, i64::MAX));
+        assert_eq!(r.ephemeral_storage, 0, "a malformed quantity counts as 0, as before");
     }
 
     /// `SetDefaults_Pod`: a request missing where the limit is set is the limit, per resource,

@@ -9,7 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::RuleWithOperations;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::Deserialize;
 
-use super::selector;
+use super::{selector, words};
 
 /// A ValidatingWebhookConfiguration or a MutatingWebhookConfiguration.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -54,8 +54,12 @@ impl Webhook {
     /// operations and scope, then where: `pods CREATE in namespaces matching
     /// kubernetes.io/metadata.name notin (kube-system)`; `jobs (batch) CREATE,UPDATE in every namespace`.
     pub fn intercepts(&self) -> String {
-        let rules: Vec<String> = self.rules.iter().flatten().map(describe_rule).collect();
-        let what = if rules.is_empty() { "nothing (no rules)".to_string() } else { rules.join("; ") };
+        let rules = self.rules.iter().flatten();
+        let what = if rules.clone().next().is_none() {
+            "nothing (no rules)".to_string()
+        } else {
+            words::list(rules.map(describe_rule), words::NAMED, "; ")
+        };
         let namespaces = match &self.namespace_selector {
             Some(s) if !selector::is_empty(s) => format!("in namespaces matching {}", selector::render(s)),
             _ => "in every namespace".to_string(),
@@ -85,10 +89,7 @@ fn describe_rule(rule: &RuleWithOperations) -> String {
         [] => String::new(),
         [only] if only.is_empty() => String::new(),
         [only] if only == "*" => " (any API group)".to_string(),
-        _ => format!(
-            " ({})",
-            groups.iter().map(|g| if g.is_empty() { "core" } else { g.as_str() }).collect::<Vec<_>>().join(", ")
-        ),
+        _ => format!(" ({})", words::names(groups.iter().map(|g| if g.is_empty() { "core" } else { g.as_str() }))),
     };
     let operations = list(&rule.operations);
     let operations =
@@ -98,7 +99,7 @@ fn describe_rule(rule: &RuleWithOperations) -> String {
         Some("Namespaced") => " (namespaced)",
         _ => "",
     };
-    format!("{}{groups}{scope} {operations}", resources.join(","))
+    format!("{}{groups}{scope} {operations}", words::list(&resources, words::NAMED, ","))
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -8,6 +8,7 @@ use crate::core::model::limits;
 use crate::core::model::object::Workload;
 use crate::core::model::pod::{HOSTNAME, NotApart, declared_host_ports, not_apart, spread_constraints};
 use crate::core::model::selector;
+use crate::core::model::words::{NAMED, and_more, list, names};
 use crate::core::view::View;
 use crate::core::view::capacity::{Binding, Capacity, SpreadLimit};
 use crate::core::view::nodes::NodeTable;
@@ -182,27 +183,24 @@ fn unsatisfiable_because(full: &Workload, spec: &PodSpec, capacity: &Capacity) -
             capacity.refusals.iter().any(|r| matches!(r.unfit, crate::core::view::placement::Unfit::NodePorts(_)))
         }) {
             Some(field) => {
-                let ports: Vec<String> = declared_host_ports(full).iter().map(ToString::to_string).collect();
+                let ports = declared_host_ports(full);
                 (
                     pod_path(&field),
                     format!(
                         "its declared host port{} {} place{} at most one replica per node (the scheduler's NodePorts \
                          filter), and a drained node's replica stays Pending until a node with the port free takes it",
                         if ports.len() == 1 { "" } else { "s" },
-                        ports.join(", "),
+                        names(&ports),
                         if ports.len() == 1 { "s" } else { "" },
                     ),
                     fix(),
                 )
             }
-            None => {
-                let reasons: Vec<String> = capacity.refusals.iter().map(ToString::to_string).collect();
-                (
-                    pod_path("containers"),
-                    format!("the scheduler's filters then refuse every node ({})", reasons.join("; ")),
-                    fix(),
-                )
-            }
+            None => (
+                pod_path("containers"),
+                format!("the scheduler's filters then refuse every node ({})", list(&capacity.refusals, NAMED, "; ")),
+                fix(),
+            ),
         },
         Binding::Spread { index: i, limit } => {
             let c = &spread_constraints(full)[*i];
@@ -223,8 +221,7 @@ fn unsatisfiable_because(full: &Workload, spec: &PodSpec, capacity: &Capacity) -
                     fix(),
                 ),
                 SpreadLimit::IdleDomains { described, domains, usable } => {
-                    let more = domains.saturating_sub(described.len());
-                    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+                    let more = and_more(domains.saturating_sub(described.len()));
                     (
                         at("nodeTaintsPolicy"),
                         format!(

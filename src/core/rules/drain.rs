@@ -12,11 +12,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::context::Emitter;
-use super::posture::pod_names;
 use super::zones::ZONE;
 use crate::core::catalogue::Rule;
 use crate::core::finding::Finding;
 use crate::core::model::ObjectRef;
+use crate::core::model::words::{NAMED, list, names};
 use crate::core::view::replay::EvictionResult;
 use crate::core::view::{PdbInfo, PodOwner, View};
 use crate::declare_rule;
@@ -65,7 +65,7 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
         let evicted = if b.evicted.is_empty() {
             "evicts none of them".to_string()
         } else {
-            format!("evicts {}", pod_names(b.evicted.iter().map(|n| &**n)))
+            format!("evicts {}", names(b.evicted.iter().map(|n| &**n)))
         };
         let refused: Vec<&str> = b.refused.iter().map(|(pod, _)| &**pod).collect();
         let stale = b
@@ -78,16 +78,18 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
             })
             .unwrap_or_default();
         let ending = if replay.replaces {
-            let pending: Vec<String> = replay
-                .pending
-                .iter()
-                .filter(|p| p.namespace == pdb.id.namespace && pdb.covers(&pod_labels(view, &p.workload)))
-                .map(|p| format!("the replacement of {} stays Pending ({})", p.pod, p.reason))
-                .collect();
-            let why = if pending.is_empty() {
+            let joined = list(
+                replay
+                    .pending
+                    .iter()
+                    .filter(|p| p.namespace == pdb.id.namespace && pdb.covers(&pod_labels(view, &p.workload)))
+                    .map(|p| format!("the replacement of {} stays Pending ({})", p.pod, p.reason)),
+                NAMED,
+                "; ",
+            );
+            let why = if joined.is_empty() {
                 String::new()
             } else {
-                let joined = pending.join("; ");
                 format!(" {}{}.", joined[..1].to_uppercase(), &joined[1..])
             };
             format!(
@@ -110,7 +112,7 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
                 pdb.budget().describe(),
                 b.healthy_before,
                 b.desired,
-                pod_names(refused.iter().copied()),
+                names(refused.iter().copied()),
                 b.refused[0].1,
             ),
             "before the drain, make room for the replacements off these nodes (capacity, and spreads and \
@@ -138,7 +140,6 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
             continue;
         }
         let mut out = Emitter::new(&pdbs[0], &mut findings);
-        let names: Vec<String> = pdbs.iter().map(|p| p.name.clone()).collect();
         out.emit(
             &DRAIN_REFUSED,
             "spec.selector",
@@ -146,7 +147,7 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
                 "a drain of {drained} cannot evict pod {namespace}/{pod}: {} PodDisruptionBudgets ({}) select it, \
                  and the eviction API answers 500 for a pod with more than one; kubectl drain gives up on it.",
                 pdbs.len(),
-                names.join(", ")
+                names(pdbs.iter().map(|p| &p.name))
             ),
             "make exactly one PDB cover each pod (see pdb-overlap): narrow or merge the selectors.",
         )
@@ -175,7 +176,7 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
                     "a drain of {drained} completes, but the {} of {} cannot be placed on the nodes that remain ({}): \
                      {w} runs {} short until the nodes are uncordoned{}.",
                     if pods.len() == 1 { "replacement" } else { "replacements" },
-                    pod_names(pods.iter().copied()),
+                    names(pods.iter().copied()),
                     pending[0].reason,
                     pods.len(),
                     until_added.as_deref().unwrap_or("")
@@ -213,7 +214,7 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
         if loss.ready_drained.len() < ready_total {
             continue;
         }
-        let pdbs: Vec<String> = loss.pdbs.iter().map(|p| p.name.clone()).collect();
+        let pdbs = names(loss.pdbs.iter().map(|p| &p.name));
         let how = if pdbs.is_empty() {
             "No PDB covers it, so the drain evicts them all at once: an outage until replacements are scheduled \
              elsewhere and Ready."
@@ -223,10 +224,10 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
                 "Its PDB ({}) makes the drain wait for replacements (see drain-blocked), which holds only while \
                  they can start elsewhere; losing these nodes outright (a zone outage, a forced drain) takes every \
                  replica at once.",
-                pdbs.join(", ")
+                pdbs
             )
         } else {
-            format!("Its PDB ({}) lets the drain evict them all.", pdbs.join(", "))
+            format!("Its PDB ({pdbs}) lets the drain evict them all.")
         };
         let scale = view.workload(id.kind, &id.namespace, &id.name).map(|w| format!(" (replicas {})", w.replicas));
         let mut out = Emitter::new(&id, &mut findings);
@@ -236,7 +237,7 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
             format!(
                 "{id}{}: every ready replica ({}) runs on {drained}: the drain takes them all. {how}",
                 scale.unwrap_or_default(),
-                pod_names(loss.ready_drained.iter().map(|n| &**n)),
+                names(loss.ready_drained.iter().map(|n| &**n)),
             ),
             "run the replicas on different nodes and zones (a topologySpreadConstraint on kubernetes.io/hostname \
              and topology.kubernetes.io/zone), with a PDB that allows one disruption, before draining.",

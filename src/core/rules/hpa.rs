@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::context::{Ctx, Emitter, scaled_workload};
 use crate::core::catalogue::Rule;
+use crate::core::model::words::{NAMED, list};
 use crate::core::model::{Kind, ReplicasSource, Subject};
 use crate::core::view::{HpaInfo, View, WorkloadInfo};
 use crate::declare_rule;
@@ -46,9 +47,11 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
 /// How messages name the autoscalers of a workload: "HPA web (min 2, max 10)", "ScaledObject web
 /// (min 0, max 100)".
 fn describe_hpas(hpas: &[Arc<HpaInfo>]) -> String {
-    let each: Vec<String> =
-        hpas.iter().map(|h| format!("{} (min {}, max {})", h.short_name(), h.min_replicas, h.max_replicas)).collect();
-    each.join(" and ")
+    list(
+        hpas.iter().map(|h| format!("{} (min {}, max {})", h.short_name(), h.min_replicas, h.max_replicas)),
+        NAMED,
+        " and ",
+    )
 }
 
 /// What owns the count: "HPA" while only HPAs scale the workload, else "autoscaler" (a KEDA

@@ -9,6 +9,7 @@ use super::context::{Ctx, Emitter, scaled_workload};
 use crate::core::catalogue::Rule;
 use crate::core::model::arith::{self, Budget, Disruption};
 use crate::core::model::selector::{self, render};
+use crate::core::model::words::names;
 use crate::core::model::{ObjectRef, Subject};
 use crate::core::view::budget::selected_pods;
 use crate::core::view::{Bounds, PdbInfo, View, WorkloadInfo, bounds};
@@ -66,12 +67,9 @@ fn coverage(view: &dyn View, pdb: &PdbInfo) -> Option<Coverage> {
 fn blocks_message(pdb: &PdbInfo, cov: &Coverage) -> (String, String) {
     let budget = pdb.budget();
     let d = cov.disruption;
-    let covered: Vec<_> = cov
-        .workloads
-        .iter()
-        .filter(|(_, b)| b.floor > 0)
-        .map(|(w, b)| format!("{} floor {}", b.describe(w), b.floor))
-        .collect();
+    let covered = names(
+        cov.workloads.iter().filter(|(_, b)| b.floor > 0).map(|(w, b)| format!("{} floor {}", b.describe(w), b.floor)),
+    );
     let plural = |n: i32| if n == 1 { "" } else { "s" };
     let consequence = "so every voluntary eviction is refused: kubectl drain hangs, node upgrades stall and \
                        autoscaler consolidation is blocked, while a node that dies is not prevented.";
@@ -80,7 +78,7 @@ fn blocks_message(pdb: &PdbInfo, cov: &Coverage) -> (String, String) {
             "{} sets neither minAvailable nor maxUnavailable and covers {}: for such a budget the disruption \
              controller expects no pods and allows 0 disruptions however many of the {} pod{} are healthy, {consequence}",
             pdb.id,
-            covered.join(", "),
+            covered,
             d.pods,
             plural(d.pods),
         );
@@ -91,7 +89,7 @@ fn blocks_message(pdb: &PdbInfo, cov: &Coverage) -> (String, String) {
         "{} ({}) covers {}: at their floor of {} pod{} it requires {} healthy and allows {} disruption{}, {consequence}",
         pdb.id,
         budget.describe(),
-        covered.join(", "),
+        covered,
         d.pods,
         plural(d.pods),
         d.desired_healthy,
@@ -198,7 +196,6 @@ fn pdb_side(ctx: &Ctx, pdb: &PdbInfo, policy: Option<&str>, out: &mut Emitter) {
             .filter(|o| o.id != pdb.id)
             .collect();
         if !others.is_empty() {
-            let names: Vec<_> = others.iter().map(|o| o.id.name.clone()).collect();
             out.emit(
                 &PDB_OVERLAP,
                 "spec.selector",
@@ -208,7 +205,7 @@ fn pdb_side(ctx: &Ctx, pdb: &PdbInfo, policy: Option<&str>, out: &mut Emitter) {
                     pdb.id,
                     render(sel),
                     w.id,
-                    names.iter().map(|n| format!("PodDisruptionBudget {n}")).collect::<Vec<_>>().join(", "),
+                    names(others.iter().map(|o| format!("PodDisruptionBudget {}", o.id.name))),
                     if others.len() == 1 { "s" } else { "" }
                 ),
                 "keep one PDB per workload: narrow this selector or merge the budgets.".to_string(),
@@ -226,7 +223,6 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
     let covering = ctx.view.pdbs_covering(&w.id.namespace, &w.template_labels);
 
     if covering.len() > 1 && matches!(ctx.subject, Subject::Workload(_)) {
-        let names: Vec<_> = covering.iter().map(|p| p.id.name.clone()).collect();
         out.emit(
             &PDB_OVERLAP,
             "spec.template.metadata.labels",
@@ -235,7 +231,7 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
                  eviction of pods under more than one PDB, so they can never be drained.",
                 w.id,
                 covering.len(),
-                names.join(", ")
+                names(covering.iter().map(|p| &p.id.name))
             ),
             "keep one PDB per workload: narrow the other PDBs' selectors or merge the budgets.".to_string(),
         )

@@ -12,6 +12,7 @@ use super::context::{Ctx, Emitter, pod_path};
 use super::zones::ZONE;
 use crate::core::catalogue::Rule;
 use crate::core::model::pod::{HOSTNAME, kept_apart, spread_constraints};
+use crate::core::model::words::{NAMED, list, names};
 use crate::core::model::{Subject, Workload, selector};
 use crate::core::view::budget::{Source, budget_now, refuses};
 use crate::core::view::placement::takes;
@@ -24,19 +25,6 @@ declare_rule!(pub SPREAD_PENDING, "spread-pending", Warn, judged: Audit, "pods s
 declare_rule!(pub POD_ON_CORDONED_NODE, "pod-on-cordoned-node", Warn, judged: Audit, "pods tolerate the cordon taint and run on a cordoned node (audit)");
 
 pub static RULES: &[&Rule] = &[&REPLICAS_SHARE_NODE, &PDB_DISRUPTIONS_BLOCKED, &SPREAD_PENDING, &POD_ON_CORDONED_NODE];
-
-/// Pods named in a message before "and N more".
-const NAMED: usize = 5;
-
-/// `web-1, web-2 and 3 more`.
-pub fn pod_names<'a>(pods: impl IntoIterator<Item = &'a str>) -> String {
-    let all: Vec<&str> = pods.into_iter().collect();
-    let shown = all.iter().take(NAMED).copied().collect::<Vec<_>>().join(", ");
-    match all.len().saturating_sub(NAMED) {
-        0 => shown,
-        more => format!("{shown} and {more} more"),
-    }
-}
 
 pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     match ctx.subject {
@@ -127,7 +115,7 @@ fn replicas_share_node(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
             "{} of its {n} running pods are on node {} ({}) although {} nodes could hold them apart{}",
             c.pods.len(),
             c.place,
-            pod_names(c.pods.iter().map(|p| &*p.name)),
+            names(c.pods.iter().map(|p| &*p.name)),
             c.places,
             if apart { " and its spread/anti-affinity asks to keep replicas apart" } else { "" }
         ));
@@ -137,7 +125,7 @@ fn replicas_share_node(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
             "{} of its {n} running pods are in zone {} ({}) of the {} zones it may use",
             c.pods.len(),
             c.place,
-            pod_names(c.pods.iter().map(|p| &*p.name)),
+            names(c.pods.iter().map(|p| &*p.name)),
             c.places
         ));
     }
@@ -217,7 +205,7 @@ fn spread_pending(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
              The workload runs short of its replicas until a node in the missing domain appears.",
             pending.len(),
             if pending.len() == 1 { "is" } else { "are" },
-            pod_names(pending.iter().map(|p| &*p.name)),
+            names(pending.iter().map(|p| &*p.name)),
             first.unschedulable.as_deref().unwrap_or_default().trim_end_matches('.'),
         ),
         "add schedulable nodes in the topology domain the spread is short of (a zone, a node), check that the \
@@ -246,8 +234,8 @@ fn pod_on_cordoned_node(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
         return;
     }
     let count: usize = by_node.values().map(Vec::len).sum();
-    let places: Vec<String> =
-        by_node.iter().map(|(node, pods)| format!("{} on {node}", pod_names(pods.iter().copied()))).collect();
+    let places =
+        list(by_node.iter().map(|(node, pods)| format!("{} on {node}", names(pods.iter().copied()))), NAMED, "; ");
     out.emit(
         &POD_ON_CORDONED_NODE,
         pod_path("tolerations"),
@@ -257,7 +245,7 @@ fn pod_on_cordoned_node(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
              replacements straight back on the node being drained, so the drain never empties it and the pods die \
              with the node.",
             if count == 1 { "pod" } else { "pods" },
-            places.join("; ")
+            places
         ),
         "remove the toleration of node.kubernetes.io/unschedulable (and any operator: Exists wildcard) from the \
          pod template (see toleration-wildcard), then delete these pods so they are rescheduled on schedulable \
@@ -276,8 +264,11 @@ fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
         return;
     }
     let covered = pdb.selector.as_ref().map(|s| view.workloads_selected_by(&pdb.id.namespace, s)).unwrap_or_default();
-    let workloads: Vec<String> = covered.iter().map(|w| format!("{} {}", w.id.kind, w.id.name)).collect();
-    let covering = if workloads.is_empty() { String::new() } else { format!(" (covering {})", workloads.join(", ")) };
+    let covering = if covered.is_empty() {
+        String::new()
+    } else {
+        format!(" (covering {})", names(covered.iter().map(|w| format!("{} {}", w.id.kind, w.id.name))))
+    };
     let related = covered.iter().map(|w| w.id.clone()).collect::<Vec<_>>();
     let Some(now) = budget_now(view, pdb) else { return };
     if let Source::Stale { observed, generation } = now.source {
@@ -336,7 +327,7 @@ fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
         let named = if unhealthy.is_empty() {
             String::new()
         } else {
-            format!(" (not Ready: {})", pod_names(unhealthy.iter().map(|p| &*p.name)))
+            format!(" (not Ready: {})", names(unhealthy.iter().map(|p| &*p.name)))
         };
         let policy = if pdb.always_allow_unhealthy {
             ""

@@ -8,6 +8,7 @@ use crate::core::catalogue::{Action, Rule};
 use crate::core::model::Subject;
 use crate::core::model::pod::{counting_selector, spread_constraints};
 use crate::core::model::selector::{self, render, render_labels};
+use crate::core::model::words::names;
 use crate::core::view::View;
 use crate::declare_rule;
 
@@ -100,7 +101,6 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
             ctx.view.workloads_selected_by(&id.namespace, &counting).into_iter().filter(|o| o.id != id).collect();
         if !others.is_empty() {
             reported.extend(others.iter().map(|o| o.id.clone()));
-            let names: Vec<_> = others.iter().map(|o| o.id.to_string()).collect();
             out.emit(
                 &SPREAD_SELECTOR_OVERLAP,
                 path,
@@ -109,7 +109,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
                      too, so this workload's replicas can end up on the same {}.",
                     describe(i, c),
                     render(sel),
-                    names.join(", "),
+                    names(others.iter().map(|o| &o.id)),
                     c.topology_key
                 ),
                 "narrow the labelSelector with a label only this workload's pods carry (for example \

@@ -16,6 +16,7 @@ use crate::core::catalogue::Rule;
 use crate::core::model::arith;
 use crate::core::model::pod::HOSTNAME;
 use crate::core::model::selector::{self, render};
+use crate::core::model::words::{NAMED, list, names};
 use crate::core::model::{ObjectRef, Subject};
 use crate::core::view::{
     Absences, Backend, Bounds, FailClosedWebhook, ServiceInfo, View, WebhookConfigInfo, WorkloadInfo, bounds,
@@ -220,7 +221,7 @@ fn unbudgeted(view: &dyn View, w: &WorkloadInfo, absences: Absences) -> Option<S
             )
         });
     }
-    Some(why.join("; "))
+    Some(list(&why, NAMED, "; "))
 }
 
 /// Where the finding points on a workload-side write: the field that makes the backend fragile.
@@ -265,8 +266,8 @@ fn describe_hooks(hooks: &[&FailClosedWebhook]) -> (String, String) {
         ordered.iter().take(DETAILED).map(|h| format!("{}: {}", h.name, h.intercepts)).collect();
     let mut details = format!("they intercept: {}", detailed.join("; "));
     if hooks.len() > DETAILED {
-        let rest: Vec<&str> = ordered[DETAILED..].iter().map(|h| h.name.as_str()).collect();
-        details.push_str(&format!("; and {} more: {}", rest.len(), rest.join(", ")));
+        let rest = &ordered[DETAILED..];
+        details.push_str(&format!("; and {} more: {}", rest.len(), names(rest.iter().map(|h| &h.name))));
     }
     (format!("{} webhooks with failurePolicy Fail", hooks.len()), details)
 }
@@ -313,7 +314,7 @@ fn service_message(
         service.id.namespace,
         service.id.name,
         service.selector.as_ref().map(render).unwrap_or_default(),
-        backends.join("; ")
+        list(&backends, NAMED, "; ")
     );
     let mut fixes = Vec::new();
     for (w, _, weak) in &risk.workloads {
@@ -340,7 +341,7 @@ fn service_message(
     let fix = format!(
         "{}; or, where letting these requests through unchecked is safer than refusing them, set failurePolicy: \
          Ignore.",
-        fixes.join("; ")
+        list(&fixes, NAMED, "; ")
     );
     (what, fix)
 }

@@ -6,6 +6,7 @@ use crate::core::catalogue::Rule;
 use crate::core::model::limits;
 use crate::core::model::pod::{HOSTNAME, spread_constraints};
 use crate::core::model::selector;
+use crate::core::model::words::names;
 use crate::core::model::{Subject, Workload};
 use crate::core::view::{View, bounds};
 use crate::declare_rule;
@@ -17,9 +18,6 @@ pub static RULES: &[&Rule] = &[&SPREAD_ZONE_MISSING];
 pub use crate::core::model::pod::ZONE;
 /// The label it replaced; a spread on it spreads over zones too (nodes carried both for years).
 const ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
-
-/// Zones named in a message before "and N more".
-const NAMED_ZONES: usize = 5;
 
 pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     // The pod template decides both where the pods may go and whether they are spread: the
@@ -45,22 +43,19 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     if zones.len() < 2 {
         return;
     }
-    let named: Vec<&str> = zones.iter().map(String::as_str).take(NAMED_ZONES).collect();
-    let more = zones.len().saturating_sub(NAMED_ZONES);
-    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
     let sel =
         w.selector.as_deref().map(selector::render).unwrap_or_else(|| selector::render_labels(&w.template_labels));
     out.emit(
         &SPREAD_ZONE_MISSING,
         pod_path("topologySpreadConstraints"),
         format!(
-            "{} runs at least {} replicas and its pods can be scheduled in {} zones ({}{more}), but nothing spreads \
+            "{} runs at least {} replicas and its pods can be scheduled in {} zones ({}), but nothing spreads \
              them over zones (no topologySpreadConstraint and no pod anti-affinity on {ZONE}): the scheduler may \
              put every replica in one zone, and that zone's outage takes them all.",
             b.describe(w),
             b.floor,
             zones.len(),
-            named.join(", ")
+            names(zones)
         ),
         format!(
             "add a topologySpreadConstraint {{maxSkew: 1, topologyKey: {ZONE}, whenUnsatisfiable: ScheduleAnyway, \

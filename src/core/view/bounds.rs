@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::lookup::View;
 use super::projection::{HpaInfo, WorkloadInfo};
 use crate::core::model::Kind;
+use crate::core::model::words::{NAMED, list};
 
 /// The replica range a workload runs in: `floor` is `spec.replicas` or the autoscaler's minimum
 /// (an HPA's `minReplicas`, a KEDA ScaledObject's `minReplicaCount`), `ceiling` the larger of
@@ -24,8 +25,13 @@ impl Bounds {
     /// messages describe a workload's scale.
     pub fn describe(&self, w: &WorkloadInfo) -> String {
         let mut s = format!("{} {} (replicas {}", w.id.kind, w.id.name, w.replicas);
-        for h in &self.hpas {
-            s.push_str(&format!(", {} min {} max {}", h.short_name(), h.min_replicas, h.max_replicas));
+        if !self.hpas.is_empty() {
+            s.push_str(", ");
+            s.push_str(&list(
+                self.hpas.iter().map(|h| format!("{} min {} max {}", h.short_name(), h.min_replicas, h.max_replicas)),
+                NAMED,
+                ", ",
+            ));
         }
         s.push(')');
         s

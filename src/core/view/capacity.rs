@@ -34,6 +34,7 @@ use super::projection::NodeInfo;
 use crate::core::model::pod::ZONE;
 use crate::core::model::resources::{Resources, host_ports, pod_requests};
 use crate::core::model::selector;
+use crate::core::model::words::and_more;
 
 /// Names a message lists before "and N more".
 pub const NAMED: usize = 3;
@@ -68,11 +69,13 @@ pub struct Refusal {
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} on {}", self.unfit, self.named.join(", "))?;
-        if self.nodes > self.named.len() {
-            write!(f, " and {} more", self.nodes - self.named.len())?;
-        }
-        Ok(())
+        write!(
+            f,
+            "{} on {}{}",
+            self.unfit,
+            self.named.join(", "),
+            and_more(self.nodes.saturating_sub(self.named.len()))
+        )
     }
 }
 

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use crate::core::model::arith::Budget;
 use crate::core::model::defaults::{HPA_MIN_REPLICAS, KEDA_MAX_REPLICAS, KEDA_MIN_REPLICAS};
 use crate::core::model::keda::ScaledObject;
-use crate::core::model::live_pod::LivePod;
+use crate::core::model::live_pod::{LivePod, OwnerReference};
 use crate::core::model::resources::{HostPort, Resources, quantity};
 use crate::core::model::webhook::WebhookConfiguration;
 use crate::core::model::{
@@ -414,26 +414,34 @@ pub enum PodOwner {
 }
 
 impl PodOwner {
-    /// The owner of a pod whose controller is `controller` (`kind`, `name`), `mirror` when it is a
-    /// static pod's mirror; `replica_set_owner` names the Deployment a ReplicaSet belongs to.
+    /// The owner of a pod whose controller is `controller`, `mirror` when it is a static pod's
+    /// mirror; `replica_set_owner` names the Deployment a ReplicaSet belongs to. Matched by API
+    /// group and kind: another group's kind of the same name (OpenKruise's `apps.kruise.io`
+    /// StatefulSet, Advanced DaemonSet) is another controller. A DaemonSet is the one `kubectl
+    /// drain` skips, as its `isControllerRefDaemonSet` (k8s.io/kubectl/pkg/drain/filters.go) knows
+    /// it: kind `DaemonSet` of apiVersion `apps/v1`.
     pub fn resolve(
-        controller: Option<(&str, &str)>,
+        controller: Option<&OwnerReference>,
         mirror: bool,
         replica_set_owner: impl FnOnce(&str) -> Option<Arc<str>>,
     ) -> PodOwner {
         if mirror {
             return PodOwner::Mirror;
         }
-        match controller {
-            None => PodOwner::Unmanaged,
-            Some(("ReplicaSet", rs)) => match replica_set_owner(rs) {
+        let Some(c) = controller else { return PodOwner::Unmanaged };
+        if c.is("apps", "ReplicaSet") {
+            match replica_set_owner(&c.name) {
                 Some(deployment) => PodOwner::Workload(Kind::Deployment, deployment),
                 None => PodOwner::Other,
-            },
-            Some(("StatefulSet", name)) => PodOwner::Workload(Kind::StatefulSet, name.into()),
-            Some(("DaemonSet", _)) => PodOwner::DaemonSet,
-            Some(("Node", _)) => PodOwner::Mirror,
-            Some(_) => PodOwner::Other,
+            }
+        } else if c.is("apps", "StatefulSet") {
+            PodOwner::Workload(Kind::StatefulSet, c.name.as_str().into())
+        } else if c.kind == "DaemonSet" && c.api_version == "apps/v1" {
+            PodOwner::DaemonSet
+        } else if c.is("", "Node") {
+            PodOwner::Mirror
+        } else {
+            PodOwner::Other
         }
     }
 }
@@ -542,4 +550,46 @@ impl PodInfo {
 /// Whether one of `w`'s topology spread selectors matches pods with `labels`.
 pub fn spreads_over(w: &WorkloadInfo, labels: &BTreeMap<String, String>) -> bool {
     w.spread_selectors.iter().any(|s| selector::matches(s, labels))
+}
+
+#[cfg(test)]
+mod owner_tests {
+    use super::*;
+
+    fn owner(api_version: &str, kind: &str, name: &str) -> OwnerReference {
+        OwnerReference { api_version: api_version.into(), kind: kind.into(), name: name.into(), controller: Some(true) }
+    }
+
+    fn resolve(o: &OwnerReference) -> PodOwner {
+        PodOwner::resolve(Some(o), false, |rs| rs.strip_suffix("-5d9").map(Arc::from))
+    }
+
+    /// Owners are matched by API group and kind: OpenKruise's StatefulSet and Advanced DaemonSet
+    /// are other controllers, not the built-in ones of the same name.
+    #[test]
+    fn a_kruise_owner_is_not_the_built_in_kind_of_its_name() {
+        assert_eq!(resolve(&owner("apps/v1", "StatefulSet", "db")), PodOwner::Workload(Kind::StatefulSet, "db".into()));
+        assert_eq!(resolve(&owner("apps.kruise.io/v1beta1", "StatefulSet", "db")), PodOwner::Other);
+        assert_eq!(resolve(&owner("apps/v1", "DaemonSet", "agent")), PodOwner::DaemonSet);
+        // kubectl drain skips only apps/v1 DaemonSets' pods (isControllerRefDaemonSet): it evicts
+        // a Kruise Advanced DaemonSet's.
+        assert_eq!(resolve(&owner("apps.kruise.io/v1alpha1", "DaemonSet", "agent")), PodOwner::Other);
+        assert_eq!(
+            resolve(&owner("apps/v1", "ReplicaSet", "web-5d9")),
+            PodOwner::Workload(Kind::Deployment, "web".into())
+        );
+        assert_eq!(resolve(&owner("example.com/v1", "ReplicaSet", "web-5d9")), PodOwner::Other);
+        assert_eq!(resolve(&owner("apps.kruise.io/v1alpha1", "CloneSet", "web")), PodOwner::Other);
+        assert_eq!(resolve(&owner("v1", "Node", "n1")), PodOwner::Mirror);
+        assert_eq!(resolve(&owner("example.com/v1", "Node", "n1")), PodOwner::Other);
+        assert_eq!(PodOwner::resolve(None, false, |_| None), PodOwner::Unmanaged);
+    }
+
+    #[test]
+    fn the_group_is_the_api_versions_part_before_the_slash() {
+        assert_eq!(owner("apps/v1", "", "").group(), "apps");
+        assert_eq!(owner("apps.kruise.io/v1beta1", "", "").group(), "apps.kruise.io");
+        assert_eq!(owner("v1", "", "").group(), "");
+        assert!(owner("apps/v1beta2", "StatefulSet", "").is("apps", "StatefulSet"));
+    }
 }

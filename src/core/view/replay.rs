@@ -19,6 +19,7 @@ use super::storage::VolumeNeeds;
 use crate::core::model::ObjectRef;
 use crate::core::model::arith;
 use crate::core::model::pod::CORDON_TAINT;
+use crate::core::model::words::{NAMED, list, names};
 use k8s_openapi::api::core::v1::PodSpec;
 
 /// How a drain ends.
@@ -585,7 +586,6 @@ fn drain(view: &dyn View, states: &mut Nodes, on_node: &[Vec<(String, Arc<PodInf
                     .evict(&pod)
                     .map_err(|why| (why, false)),
                 (true, many) => {
-                    let names: Vec<String> = many.iter().map(|p| p.id.name.clone()).collect();
                     run.refused.push((
                         namespace.clone(),
                         pod.name.clone(),
@@ -597,7 +597,7 @@ fn drain(view: &dyn View, states: &mut Nodes, on_node: &[Vec<(String, Arc<PodInf
                             "{} PodDisruptionBudgets ({}) select it: the eviction API answers 500 and kubectl drain \
                              gives up on it",
                             many.len(),
-                            names.join(", ")
+                            names(many.iter().map(|p| &p.id.name))
                         ),
                         true,
                     ))
@@ -889,7 +889,7 @@ fn preempt(
             replacement,
         });
     }
-    let reason = format!("replaced on {node}, preempting {} (priority {} is higher)", named.join(", "), pod.priority);
+    let reason = format!("replaced on {node}, preempting {} (priority {} is higher)", names(&named), pod.priority);
     Some((Some(node), reason))
 }
 
@@ -932,12 +932,16 @@ fn victim_replaced(
     }
 }
 
-/// Why no node takes a pod: the refusing filters, each with the nodes it refused.
+/// Why no node takes a pod: the refusing filters, each with the nodes it refused (the first few of
+/// each, and how many more).
 fn explain(why: &[(String, Unfit)]) -> String {
     let mut by: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for (node, unfit) in why {
         by.entry(unfit.to_string()).or_default().push(node);
     }
-    let parts: Vec<String> = by.into_iter().map(|(u, nodes)| format!("{u} on {}", nodes.join(", "))).collect();
-    if parts.is_empty() { "no node".into() } else { parts.join("; ") }
+    // A cluster of thousands of nodes refuses on thousands: the first few named, the rest counted.
+    if by.is_empty() {
+        return "no node".into();
+    }
+    list(by.iter().map(|(u, nodes)| format!("{u} on {}", names(nodes))), NAMED, "; ")
 }

@@ -484,6 +484,13 @@ fn validity_flags_take_humantime_durations() {
     assert_eq!(parse_validity("5y").unwrap(), Duration::from_secs(5 * 31_557_600));
     assert!(parse_validity("5s").unwrap_err().contains("shorter than the minimum of 10s"));
     assert!(parse_validity("ninety").unwrap_err().contains("expected a duration such as 90s"));
+    // At most 100 years: past year 9999 no certificate can end (and adding it to now panicked).
+    assert_eq!(parse_validity("100y").unwrap(), MAX_VALIDITY);
+    for long in ["100y 1s", "101y", "100000y", "5000000000y"] {
+        let e = parse_validity(long).unwrap_err();
+        assert!(e.contains("longer than the maximum of 100years"), "{long}: {e}");
+    }
+    assert!(parse_validity("99999999999999999999y").is_err(), "past u64: humantime's own error");
 }
 
 #[test]

@@ -132,6 +132,35 @@ fn daemonset_mirror_finished_and_pending_pods_are_not_asked_of_a_budget() {
     );
 }
 
+/// OpenKruise's workloads are not the built-in ones of the same kind name: a pod of a Kruise
+/// Advanced DaemonSet is evicted (kubectl drain skips apps/v1 DaemonSets' pods only), and a
+/// Kruise StatefulSet's pod is no pod of the built-in StatefulSet of its name.
+#[test]
+fn kruise_owners_are_other_controllers_to_the_drain() {
+    use crate::core::model::live_pod::OwnerReference;
+    let kruise = |kind: &str, name: &str| OwnerReference {
+        api_version: "apps.kruise.io/v1beta1".into(),
+        kind: kind.into(),
+        name: name.into(),
+        controller: Some(true),
+    };
+    let mut agent = pod("agent-x", "agent", "n1");
+    agent.owner = PodOwner::resolve(Some(&kruise("DaemonSet", "agent")), false, |_| None);
+    let mut db = pod("db-0", "db", "n1");
+    db.owner = PodOwner::resolve(Some(&kruise("StatefulSet", "db")), false, |_| None);
+    assert_eq!((&agent.owner, &db.owner), (&PodOwner::Other, &PodOwner::Other));
+    // A built-in StatefulSet db of one replica (none running), and a budget over the agent that
+    // allows nothing.
+    let sts = workload("StatefulSet", "db", "replicas: 1\nserviceName: db", "");
+    let agents = pdb("minAvailable: 1", "").replace("name: web\n", "name: agent\n").replace("app: web", "app: agent");
+    let view = cluster(&[&sts, &agents], vec![agent, db]);
+    let f = drain(&view, &["n1"]);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "the Kruise DaemonSet's pod is evicted, so its budget is asked: {f:#?}");
+    assert!(b[0].what.contains("refuses the eviction of agent-x"), "{}", b[0].what);
+    assert!(of_rule(&f, TAKES_ALL).is_empty(), "db-0 is no pod of StatefulSet db: {f:#?}");
+}
+
 #[test]
 fn a_pod_under_two_pdbs_is_refused() {
     let other = pdb("minAvailable: 0", "").replace("name: web\n", "name: web-extra\n");
@@ -388,6 +417,30 @@ fn a_replacement_with_nowhere_to_go_hangs_the_drain() {
     }
     let results: Vec<(&str, &str)> = run.evictions.iter().map(|e| (e.pod.as_str(), e.result.as_str())).collect();
     assert_eq!(results, [("web-1", "evicted"), ("web-2", "refused")]);
+}
+
+/// On a cluster of thousands of nodes the message stays short: each refusing filter names a few
+/// nodes and counts the rest, exactly (a PolicyReport holds at most 1.5 MiB).
+#[test]
+fn a_pending_replacement_on_thousands_of_nodes_names_a_few_and_counts_the_rest() {
+    let pinned = deployment("web", "replicas: 2", "nodeSelector: {kubernetes.io/hostname: n1}\n");
+    let names: Vec<String> = (1..=3000).map(|i| format!("n{i}")).collect();
+    let list: Vec<(&str, &str, bool)> = names.iter().map(|n| (n.as_str(), "za", false)).collect();
+    let n = nodes(&list);
+    let budget = pdb("maxUnavailable: 1", "");
+    let view = view_with_templates(&docs(&[&n, &pinned, &budget]), placed(&["n1", "n1"]));
+    let (run, f) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::Hangs, "{run:#?}");
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    // 2999 nodes refuse by node affinity: five named, 2994 counted.
+    assert!(
+        b[0].what
+            .contains("nodeSelector or required node affinity not met on n10, n100, n1000, n1001, n1002 and 2994 more"),
+        "{}",
+        b[0].what
+    );
+    assert!(b[0].what.len() < 1500, "{} bytes: {}", b[0].what.len(), b[0].what);
 }
 
 /// Two of three replicas (one a node of four) drained at once: the first replacement takes the

@@ -325,13 +325,19 @@ fn the_projection_reads_the_cordon_toleration_and_the_schedulers_reason() {
     assert!(p.tolerates_cordon && p.node.is_none() && !p.ready && p.phase == PodPhase::Pending);
     assert_eq!(p.unschedulable.as_deref(), Some(SPREAD_MESSAGE));
     let rs = |name: &str| (name == "web-5d9").then(|| "web".into());
+    let owner = |api_version: &str, kind: &str, name: &str| crate::core::model::live_pod::OwnerReference {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        name: name.into(),
+        controller: Some(true),
+    };
     assert_eq!(
-        PodOwner::resolve(Some(("ReplicaSet", "web-5d9")), false, rs),
+        PodOwner::resolve(Some(&owner("apps/v1", "ReplicaSet", "web-5d9")), false, rs),
         PodOwner::Workload(crate::core::model::Kind::Deployment, "web".into())
     );
-    assert_eq!(PodOwner::resolve(Some(("ReplicaSet", "lone")), false, rs), PodOwner::Other);
-    assert_eq!(PodOwner::resolve(Some(("DaemonSet", "agent")), false, rs), PodOwner::DaemonSet);
-    assert_eq!(PodOwner::resolve(Some(("Node", "n1")), false, rs), PodOwner::Mirror);
+    assert_eq!(PodOwner::resolve(Some(&owner("apps/v1", "ReplicaSet", "lone")), false, rs), PodOwner::Other);
+    assert_eq!(PodOwner::resolve(Some(&owner("apps/v1", "DaemonSet", "agent")), false, rs), PodOwner::DaemonSet);
+    assert_eq!(PodOwner::resolve(Some(&owner("v1", "Node", "n1")), false, rs), PodOwner::Mirror);
     assert_eq!(PodOwner::resolve(None, true, rs), PodOwner::Mirror);
     assert_eq!(PodOwner::resolve(None, false, rs), PodOwner::Unmanaged);
 }

@@ -76,6 +76,31 @@ fn requests_bound_each_node_by_its_allocatable() {
     assert_eq!((c.at_most, c.binding), (None, Binding::Nodes));
 }
 
+/// A request past `i64` (`memory: 1e30`, `cpu: 1E`: 10^18 cores) is more than any node has, also
+/// a node that reports no allocatable: it fits nowhere, and the refusals say which resource.
+#[test]
+fn a_request_past_i64_fits_on_no_node() {
+    let nodes = [
+        node("big", None, Some(i64::MAX / 8), None),
+        node("blank", None, None, None),
+        node("small", None, Some(1000), Some(110)),
+    ];
+    for (yaml, resource) in [
+        ("containers: [{name: app, image: x, resources: {requests: {memory: 1e30}}}]", "memory"),
+        ("containers: [{name: app, image: x, resources: {requests: {cpu: 1E}}}]", "cpu"),
+        ("containers: [{name: app, image: x, resources: {limits: {memory: 9Ei}}}]", "memory"),
+    ] {
+        let c = capacity(&spec(yaml), &nodes);
+        assert_eq!((c.at_most, c.binding.clone()), (Some(0), Binding::Nodes), "{yaml}");
+        assert_eq!(
+            c.refusals.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [format!("not enough {resource} on big, blank, small")],
+            "{yaml}"
+        );
+        assert_eq!(placed(&spec(yaml), &nodes, 3), 0, "{yaml}");
+    }
+}
+
 #[test]
 fn a_host_port_holds_one_replica_a_node() {
     let s = spec("containers: [{name: app, image: x, ports: [{containerPort: 80, hostPort: 8080}]}]");
