@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use ha_guard::audit::{self, Cluster, read::Listed};
 use ha_guard::core::config::Config;
-use ha_guard::core::model::live_pod::LivePod;
+use ha_guard::core::model::live_pod::{LivePod, OwnerReference};
 use ha_guard::core::model::{Object, decode};
 use ha_guard::core::view::Index;
 use ha_guard::core::view::projection::{PodInfo, PodOwner};
@@ -166,9 +166,11 @@ fn build(s: &cluster::Shape) -> Cluster {
             pod["status"] = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"},
                 {"type": "PodScheduled", "status": "True"}]});
             let live: LivePod = serde_json::from_value(pod).expect("a live pod");
-            let controller = if g.sts { ("StatefulSet", g.name.as_str()) } else { ("ReplicaSet", owner.1.as_str()) };
+            let (kind, name) = if g.sts { ("StatefulSet", g.name.clone()) } else { ("ReplicaSet", owner.1.clone()) };
+            let controller =
+                OwnerReference { api_version: "apps/v1".into(), kind: kind.into(), name, controller: Some(true) };
             let deployment = g.name.clone();
-            let resolved = PodOwner::resolve(Some(controller), false, |_| Some(deployment.as_str().into()));
+            let resolved = PodOwner::resolve(Some(&controller), false, |_| Some(deployment.as_str().into()));
             index.upsert_pod(&g.ns, PodInfo::of(&live, resolved));
         }
     }

@@ -393,7 +393,9 @@ mod tests {
     fn quantities_parse_as_resource_quantity_does() {
         use QuantityError::*;
         const MAX: i64 = i64::MAX;
-        let table: &[(&str, Result<(i64, i64), QuantityError>)] = &[
+        /// A quantity as written, and its (value, milli value) or the error.
+        type Case = (&'static str, Result<(i64, i64), QuantityError>);
+        let table: &[Case] = &[
             ("0", Ok((0, 0))),
             ("0n", Ok((0, 0))),
             ("0u", Ok((0, 0))),
