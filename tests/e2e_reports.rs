@@ -37,6 +37,9 @@ use serde_json::{Value, json};
 use support::reports::*;
 use support::*;
 
+/// ha-guard's namespace: the Lease, and the chart's ServiceAccounts.
+const NS: &str = REPORTS_NS;
+
 fn resource_version(report: &Value) -> String {
     report["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string()
 }

@@ -22,6 +22,9 @@ use serde_json::{Value, json};
 use support::reports::*;
 use support::*;
 
+/// ha-guard's namespace: the Lease, and the chart's ServiceAccounts.
+const NS: &str = REPORTS_NS;
+
 fn rows(cp: &ControlPlane, namespace: &str) -> Option<Vec<(String, String)>> {
     let r = report(cp, namespace)?;
     Some(

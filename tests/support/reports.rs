@@ -114,7 +114,7 @@ impl Drop for ReportsProcess {
 }
 
 /// ha-guard's namespace in the reports tests: the Lease, and the chart's ServiceAccounts.
-pub const NS: &str = "ha-guard";
+pub const REPORTS_NS: &str = "ha-guard";
 
 /// One `ha-guard reports` process and its probe port.
 pub struct Reports {
@@ -134,7 +134,7 @@ impl Reports {
             interval.to_string(),
             "--debounce=1s".into(),
             format!("--probe-listen=127.0.0.1:{port}"),
-            format!("--lease-namespace={NS}"),
+            format!("--lease-namespace={REPORTS_NS}"),
         ];
         args.extend(extra.iter().filter(|a| !a.starts_with("--interval=")).map(|a| a.to_string()));
         let child = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
@@ -195,7 +195,7 @@ pub fn install_chart_rbac(cp: &ControlPlane) {
     let helm = helm().unwrap_or_else(|e| panic!("helm: {e}"));
     let chart = repo().join("charts/ha-guard");
     let out = Command::new(helm)
-        .args(["template", "ha-guard", chart.to_str().expect("path"), "--namespace", NS])
+        .args(["template", "ha-guard", chart.to_str().expect("path"), "--namespace", REPORTS_NS])
         .output()
         .expect("helm template");
     assert!(out.status.success(), "helm template: {}", String::from_utf8_lossy(&out.stderr));
@@ -213,7 +213,7 @@ pub fn install_chart_rbac(cp: &ControlPlane) {
 }
 
 pub fn token_kubeconfig(cp: &ControlPlane, service_account: &str) -> PathBuf {
-    let token = cp.kubectl(&["-n", NS, "create", "token", service_account, "--duration=1h"]).success().stdout;
+    let token = cp.kubectl(&["-n", REPORTS_NS, "create", "token", service_account, "--duration=1h"]).success().stdout;
     cp.token_kubeconfig(token.trim(), &cp.dir().join(format!("{service_account}.kubeconfig")))
 }
 
