@@ -632,7 +632,7 @@ fn rbac_writes_only_its_own_secret_and_webhook_configurations_by_name() {
     assert_eq!(
         report_rules,
         vec![
-            json!({"apiGroups": ["openreports.io"], "resources": ["reports"], "verbs": ["list"]}),
+            json!({"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"], "verbs": ["list", "watch"]}),
             json!({"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"],
                 "resourceNames": ["ha-guard"], "verbs": ["get", "create", "patch", "delete"]}),
         ]
@@ -845,8 +845,11 @@ fn the_webhook_and_the_audit_have_service_accounts_and_roles_of_their_own() {
             .flat_map(|(g, r)| READ.iter().map(move |v| (g.to_string(), r.to_string(), v.to_string(), vec![])))
             .collect();
         let named = vec!["ha-guard".to_string()];
-        want.insert(("wgpolicyk8s.io".into(), "policyreports".into(), "list".into(), vec![]));
         for r in ["policyreports", "clusterpolicyreports"] {
+            // Its own reports, listed and watched: restored when deleted or edited by hand.
+            for v in ["list", "watch"] {
+                want.insert(("wgpolicyk8s.io".into(), r.into(), v.into(), vec![]));
+            }
             for v in ["get", "create", "patch", "delete"] {
                 want.insert(("wgpolicyk8s.io".into(), r.into(), v.into(), named.clone()));
             }
