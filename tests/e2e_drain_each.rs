@@ -184,6 +184,26 @@ fn drain_each_predicts_a_rolling_upgrade() {
         })
         .collect();
     assert_eq!(predicted.len(), NODES.len(), "{predicted:?}");
+    // The exit follows the outcomes: hangs and refused by default, the README's gate adds
+    // leaves-pending, `none` never fails.
+    let exit = |outcomes: Option<&str>| {
+        let mut args = vec!["audit", "--drain-each"];
+        if let Some(o) = outcomes {
+            args.extend(["--fail-on-outcome", o]);
+        }
+        let out =
+            std::process::Command::new(BIN).args(&args).env("KUBECONFIG", cp.kubeconfig()).output().expect("audit");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let any = |among: &[&str]| i32::from(predicted.values().any(|o| among.contains(&o.as_str())));
+    let (code, said) = exit(None);
+    assert_eq!(code, Some(any(&["hangs", "refused"])), "default --fail-on-outcome: {said}");
+    // ha-guard audit --drain-each --fail-on-outcome hangs,refused,leaves-pending
+    let (code, said) = exit(Some("hangs,refused,leaves-pending"));
+    assert_eq!(code, Some(any(&["hangs", "refused", "leaves-pending"])), "{said}");
+    assert_eq!(code, Some(1), "this cluster has a node whose drain does not end cleanly: {predicted:?}");
+    assert!(said.contains("--fail-on-outcome hangs,refused,leaves-pending"), "says why: {said}");
+    assert_eq!(exit(Some("none")).0, Some(0));
 
     // The rolling upgrade, for real: each node drained, then uncordoned before the next.
     let mut real: BTreeMap<String, String> = BTreeMap::new();

@@ -433,6 +433,16 @@ fn predict(cp: &ControlPlane, ns: &str, drained: &Drained) -> (Result, Value) {
     let report: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("audit json ({e}): {}", String::from_utf8_lossy(&out.stderr)));
     let run = report["drains"][0].clone();
+    // The exit follows the outcome (`--fail-on-outcome`, default hangs,refused): the drain
+    // findings are warnings, so nothing else fails it.
+    let fails = matches!(run["outcome"].as_str(), Some("hangs" | "refused"));
+    assert_eq!(
+        out.status.code(),
+        Some(i32::from(fails)),
+        "exit of a drain that ends {}: {}",
+        run["outcome"],
+        String::from_utf8_lossy(&out.stderr)
+    );
     let evicted = run["evictions"]
         .as_array()
         .into_iter()

@@ -11,6 +11,7 @@ use super::check::ReportArgs;
 use super::error::Error;
 use crate::audit::progress::Progress;
 use crate::audit::{self, Drain, ReadOptions};
+use crate::core::view::replay::{DrainRun, Outcome};
 
 #[derive(Args)]
 pub struct AuditArgs {
@@ -41,11 +42,70 @@ pub struct AuditArgs {
     /// before the next), and say which nodes cannot be drained today and why.
     #[arg(long)]
     pub drain_each: bool,
+    /// With a drain: exit 1 when a drain ends in one of these outcomes (completes, leaves-pending,
+    /// hangs, refused; `none`: never), whatever the findings' actions [default: hangs,refused].
+    #[arg(long, value_delimiter = ',', value_name = "OUTCOME,...")]
+    pub fail_on_outcome: Option<Vec<OutcomeArg>>,
     #[command(flatten)]
     pub report: ReportArgs,
     /// Objects per list request: large collections are read in pages of this many.
     #[arg(long, default_value = "500", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub chunk_size: u32,
+}
+
+/// A drain's outcome as `--fail-on-outcome` names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutcomeArg {
+    Completes,
+    LeavesPending,
+    Hangs,
+    Refused,
+    /// No outcome fails the exit.
+    None,
+}
+
+/// The outcomes `--fail-on-outcome` fails on when not given: a drain that would not finish.
+const FAIL_ON_OUTCOME: [Outcome; 2] = [Outcome::Hangs, Outcome::Refused];
+
+/// The outcomes that make the exit 1, from `--fail-on-outcome` (its default when absent).
+fn failing_outcomes(given: Option<&[OutcomeArg]>, drain: bool) -> Result<Vec<Outcome>, Error> {
+    let Some(given) = given else { return Ok(FAIL_ON_OUTCOME.to_vec()) };
+    if !drain {
+        return Err(Error(
+            "--fail-on-outcome needs a drain: --drain NODE..., --drain-zone ZONE or --drain-each".into(),
+        ));
+    }
+    if given.contains(&OutcomeArg::None) {
+        return match given {
+            [OutcomeArg::None] => Ok(Vec::new()),
+            _ => Err(Error("--fail-on-outcome: `none` cannot be combined with outcomes".into())),
+        };
+    }
+    Ok(given
+        .iter()
+        .filter_map(|o| match o {
+            OutcomeArg::Completes => Some(Outcome::Completes),
+            OutcomeArg::LeavesPending => Some(Outcome::LeavesPending),
+            OutcomeArg::Hangs => Some(Outcome::Hangs),
+            OutcomeArg::Refused => Some(Outcome::Refused),
+            OutcomeArg::None => None,
+        })
+        .collect())
+}
+
+/// The drains that end in one of `failing`, said as `--fail-on-outcome` is: `None` when none does.
+fn outcome_failure(drains: &[DrainRun], failing: &[Outcome]) -> Option<String> {
+    let failed: Vec<&DrainRun> = drains.iter().filter(|d| failing.contains(&d.outcome)).collect();
+    let first = failed.first()?;
+    let named: Vec<String> = failing.iter().map(|o| o.as_str().to_string()).collect();
+    let which = if drains.len() == 1 {
+        format!("the drain of {} ends {}", first.nodes.join(", "), first.outcome.as_str())
+    } else {
+        let nodes: Vec<String> =
+            failed.iter().map(|d| format!("{} ({})", d.nodes.join(", "), d.outcome.as_str())).collect();
+        format!("{} of {} drains end so: {}", failed.len(), drains.len(), crate::core::model::words::names(&nodes))
+    };
+    Some(format!("exit 1: {which} (--fail-on-outcome {})", named.join(",")))
 }
 
 pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
@@ -56,6 +116,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
         (None, false) => Some(Drain::Nodes(args.drain.clone())),
         (None, true) => None,
     };
+    let failing = failing_outcomes(args.fail_on_outcome.as_deref(), drain.is_some())?;
     // A drain is simulated on the whole cluster: `--namespace` narrows what is reported, never what
     // is read (DESIGN.md §3, "Drains").
     let options = ReadOptions {
@@ -132,10 +193,17 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
     }
     args.report.add_exception_notices(&config, &mut report);
     skipped_notices(&mut report);
-    let code = match before {
+    let mut code = match before {
         Some(before) => args.report.finish_preview(&before?, &report)?,
         None => args.report.finish(&report)?,
     };
+    if drain.is_some()
+        && code == ExitCode::SUCCESS
+        && let Some(why) = outcome_failure(&report.drains, &failing)
+    {
+        eprintln!("{why}");
+        code = ExitCode::from(1);
+    }
     if Progress::on_terminal().shown() {
         eprintln!(
             "audited {} objects and {} pods in {} namespaces in {:.1?}",
@@ -191,5 +259,76 @@ fn skipped_notices(report: &mut crate::check::Report) {
             template: None,
         };
         report.notices.push((origin, n));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        audit: AuditArgs,
+    }
+
+    fn failing(args: &[&str]) -> Result<Vec<Outcome>, String> {
+        let cli =
+            Cli::try_parse_from(std::iter::once("audit").chain(args.iter().copied())).map_err(|e| e.to_string())?;
+        let drain = !cli.audit.drain.is_empty() || cli.audit.drain_zone.is_some() || cli.audit.drain_each;
+        failing_outcomes(cli.audit.fail_on_outcome.as_deref(), drain).map_err(|e| e.0)
+    }
+
+    fn run(nodes: &[&str], outcome: Outcome) -> DrainRun {
+        DrainRun {
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+            outcome,
+            evictions: Vec::new(),
+            pending: Vec::new(),
+            blocked: Vec::new(),
+            refused: Vec::new(),
+            replaces: true,
+            namespaces: Vec::new(),
+            preempts: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_drain_fails_the_exit_on_hangs_and_refused_unless_told_otherwise() {
+        assert_eq!(failing(&["--drain", "n1"]), Ok(vec![Outcome::Hangs, Outcome::Refused]));
+        assert_eq!(
+            failing(&["--drain-each", "--fail-on-outcome", "hangs,refused,leaves-pending"]),
+            Ok(vec![Outcome::Hangs, Outcome::Refused, Outcome::LeavesPending])
+        );
+        assert_eq!(failing(&["--drain-zone", "a", "--fail-on-outcome", "none"]), Ok(vec![]));
+        let mixed = failing(&["--drain", "n1", "--fail-on-outcome", "none,hangs"]).unwrap_err();
+        assert!(mixed.contains("`none` cannot be combined"), "{mixed}");
+        let alone = failing(&["--fail-on-outcome", "hangs"]).unwrap_err();
+        assert!(alone.contains("needs a drain"), "{alone}");
+        let unknown = failing(&["--drain", "n1", "--fail-on-outcome", "hang"]).unwrap_err();
+        assert!(unknown.contains("hang") && unknown.contains("hangs"), "names the values: {unknown}");
+    }
+
+    #[test]
+    fn the_exit_says_which_drain_ended_how() {
+        let failing = FAIL_ON_OUTCOME.to_vec();
+        assert_eq!(outcome_failure(&[run(&["n1"], Outcome::Completes)], &failing), None);
+        assert_eq!(outcome_failure(&[run(&["n1"], Outcome::LeavesPending)], &failing), None);
+        assert_eq!(
+            outcome_failure(&[run(&["n1"], Outcome::Hangs)], &failing).as_deref(),
+            Some("exit 1: the drain of n1 ends hangs (--fail-on-outcome hangs,refused)")
+        );
+        let each: Vec<DrainRun> = (0..9)
+            .map(|i| run(&[&format!("n{i}")], if i % 2 == 0 { Outcome::Refused } else { Outcome::Completes }))
+            .collect();
+        assert_eq!(
+            outcome_failure(&each, &failing).as_deref(),
+            Some(
+                "exit 1: 5 of 9 drains end so: n0 (refused), n2 (refused), n4 (refused), n6 (refused), n8 (refused) \
+                 (--fail-on-outcome hangs,refused)"
+            )
+        );
+        assert_eq!(outcome_failure(&each, &[]), None, "--fail-on-outcome none");
     }
 }

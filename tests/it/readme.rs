@@ -24,6 +24,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
 /// that shows it does).
 const ELSEWHERE: &[(&str, &str, &str)] = &[
     ("cargo test", ".ci/run", "\ncargo test\n"),
+    (
+        "ha-guard audit --drain-each --fail-on-outcome hangs,refused,leaves-pending\n",
+        "tests/e2e_drain_each.rs",
+        "// ha-guard audit --drain-each --fail-on-outcome hangs,refused,leaves-pending",
+    ),
     // serve as the README's first command does: default TLS paths in a folder without certs/, with and
     // without a kubeconfig.
     (
