@@ -182,7 +182,8 @@ fn drain_each(cluster: &Cluster, config: &Config) -> Report {
     let view: &dyn View = &cluster.index;
     let nodes: Vec<String> = view.nodes().iter().filter(|n| !n.unschedulable).map(|n| n.name.clone()).collect();
     let mut report = Report { objects: view.pods_on_nodes(&nodes).len(), files: 0, ..Default::default() };
-    for (node, run) in nodes.iter().zip(crate::core::view::replay::replay_each(view, &nodes)) {
+    for (node, mut run) in nodes.iter().zip(crate::core::view::replay::replay_each(view, &nodes)) {
+        run.single_replica = crate::core::rules::drain::single_replica_lost(view, &run);
         let decided = judge::drain_decided(view, config, &run, &format!("node {node}"));
         for f in decided.findings {
             let path = read::subject_path(&f.object);

@@ -127,6 +127,10 @@ fn finding_text(located: &Located, renderer: &Renderer) -> String {
 pub fn text(report: &Report, style: TextStyle) -> String {
     let renderer = if style.color { Renderer::styled() } else { Renderer::plain() };
     let mut out = String::new();
+    // How the drains end comes first: it is the answer; the findings below say why.
+    if !report.drains.is_empty() && !style.quiet {
+        out.push_str(&drains_text(&report.drains));
+    }
     for located in &report.findings {
         out.push_str(&finding_text(located, &renderer));
         out.push_str("\n\n");
@@ -157,9 +161,6 @@ pub fn text(report: &Report, style: TextStyle) -> String {
                 location(at)
             );
         }
-    }
-    if !report.drains.is_empty() {
-        out.push_str(&drains_text(&report.drains));
     }
     let fixes: usize = report.fixes.iter().map(|f| f.changes.len()).sum();
     let _ = writeln!(
@@ -358,6 +359,47 @@ fn drains_text(drains: &[crate::core::view::replay::DrainRun]) -> String {
     if drains.len() == 1 && troubled.is_empty() {
         let _ = writeln!(out, "drain of {}: completes", drains[0].nodes.join(", "));
     }
+    // Replacements the cordon does not keep off (they tolerate it): the node is not emptied.
+    for d in drains {
+        let back: Vec<String> = d
+            .evictions
+            .iter()
+            .filter(|e| e.replacement.as_ref().is_some_and(|r| d.nodes.contains(r)))
+            .map(|e| format!("{}/{} ({})", e.namespace, e.pod, e.replacement.as_deref().unwrap_or_default()))
+            .collect();
+        if !back.is_empty() {
+            let _ = writeln!(
+                out,
+                "  drain of {}: the replacement of {} lands back on the cordoned node: it tolerates \
+                 node.kubernetes.io/unschedulable, so the node is not emptied",
+                d.nodes.join(", "),
+                crate::core::model::words::names(&back)
+            );
+        }
+    }
+    // Workloads of one replica lose their pod to any drain of its node: counted, not warned one by one.
+    let single: Vec<String> = drains
+        .iter()
+        .flat_map(|d| d.single_replica.iter().map(move |w| (w, d)))
+        .map(|(w, d)| {
+            if drains.len() > 1 {
+                format!("{}/{} ({})", w.namespace, w.name, d.nodes.join(", "))
+            } else {
+                format!("{}/{}", w.namespace, w.name)
+            }
+        })
+        .collect();
+    if !single.is_empty() {
+        let _ = writeln!(
+            out,
+            "  {} workload{} of replicas 1 {} only pod while {} (drain-takes-all-replicas, counted here): {}",
+            single.len(),
+            if single.len() == 1 { "" } else { "s" },
+            if single.len() == 1 { "loses its" } else { "lose their" },
+            if drains.len() > 1 { "their node drains" } else { "it drains" },
+            crate::core::model::words::names(&single)
+        );
+    }
     out.push('\n');
     out
 }
@@ -389,6 +431,7 @@ fn drain_json(run: &crate::core::view::replay::DrainRun) -> Value {
             "replacement": p.replacement,
         })).collect::<Vec<_>>(),
         "namespaces": run.namespaces,
+        "singleReplica": run.single_replica.iter().map(|w| json!({"kind": w.kind.as_str(), "namespace": w.namespace, "name": w.name})).collect::<Vec<_>>(),
     })
 }
 
@@ -690,6 +733,8 @@ fn uri(file: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::model::{Kind, ObjectRef};
+    use crate::core::view::replay::{DrainRun, Eviction, EvictionResult, Outcome};
 
     #[test]
     fn pointers_read_as_paths() {
@@ -702,6 +747,60 @@ mod tests {
             "metadata.labels[app.kubernetes.io/name]"
         );
         assert_eq!(pointer_to_path("/spec/unhealthyPodEvictionPolicy"), "spec.unhealthyPodEvictionPolicy");
+    }
+
+    fn drain_of(node: &str, outcome: Outcome, replacement: Option<&str>, single: &[&str]) -> DrainRun {
+        DrainRun {
+            nodes: vec![node.to_string()],
+            outcome,
+            evictions: vec![Eviction {
+                namespace: "ops".into(),
+                pod: "operator-0".into(),
+                result: EvictionResult::Evicted,
+                replacement: replacement.map(str::to_string),
+                reason: String::new(),
+            }],
+            pending: Vec::new(),
+            blocked: Vec::new(),
+            refused: Vec::new(),
+            replaces: true,
+            namespaces: vec!["ops".into()],
+            preempts: Vec::new(),
+            single_replica: single.iter().map(|n| ObjectRef::new(Kind::Deployment, "shop", *n)).collect(),
+        }
+    }
+
+    #[test]
+    fn a_drain_is_summed_up_before_the_findings_with_what_json_alone_said() {
+        let report = Report {
+            drains: vec![drain_of("n1", Outcome::Completes, Some("n1"), &["cart", "till"])],
+            findings: Vec::new(),
+            ..Default::default()
+        };
+        let text = text(&report, TextStyle { color: false, quiet: false });
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "drain of n1: completes", "{text}");
+        assert!(
+            text.contains("drain of n1: the replacement of ops/operator-0 (n1) lands back on the cordoned node"),
+            "{text}"
+        );
+        assert!(
+            text.contains("2 workloads of replicas 1 lose their only pod while it drains (drain-takes-all-replicas, counted here): shop/cart, shop/till"),
+            "{text}"
+        );
+        // --drain-each: which node each one is on; a replacement elsewhere is no note.
+        let each = Report {
+            drains: vec![
+                drain_of("n1", Outcome::Completes, Some("n2"), &["cart"]),
+                drain_of("n2", Outcome::Completes, Some("n3"), &[]),
+            ],
+            ..Default::default()
+        };
+        let text = super::text(&each, TextStyle { color: false, quiet: false });
+        assert!(text.starts_with("0 of 2 nodes cannot be drained cleanly today."), "{text}");
+        assert!(!text.contains("lands back"), "{text}");
+        assert!(text.contains("1 workload of replicas 1 loses its only pod while their node drains"), "{text}");
+        assert!(text.contains(": shop/cart (n1)"), "{text}");
     }
 
     #[test]

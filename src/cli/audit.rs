@@ -291,6 +291,7 @@ mod tests {
             replaces: true,
             namespaces: Vec::new(),
             preempts: Vec::new(),
+            single_replica: Vec::new(),
         }
     }
 

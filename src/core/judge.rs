@@ -83,7 +83,8 @@ pub fn audit(review: &Review) -> Verdict {
 /// configuration's actions apply, while exemptions (on the PDB or the workload), exempt namespaces
 /// and namespace modes hide nothing and are said in the finding ([`decide::decide_facts`]).
 pub fn drain(view: &dyn View, config: &Config, nodes: &[String], drained: &str) -> (DrainRun, Decided) {
-    let run = rules::drain::replay(view, nodes);
+    let mut run = rules::drain::replay(view, nodes);
+    run.single_replica = rules::drain::single_replica_lost(view, &run);
     let decided = drain_decided(view, config, &run, drained);
     (run, decided)
 }

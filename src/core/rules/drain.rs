@@ -58,7 +58,6 @@ pub fn run(view: &dyn View, nodes: &[String], drained: &str) -> (DrainRun, Vec<F
 
 /// The findings of a replayed drain (`drained`: how the user asked).
 pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Finding> {
-    let nodes = &replay.nodes;
     let mut findings = Vec::new();
     for b in &replay.blocked {
         let pdb = &b.pdb;
@@ -187,31 +186,10 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
             );
         }
     }
-    // drain-takes-all-replicas: a workload whose every ready replica is on the drained nodes.
-    let mut losses: BTreeMap<ObjectRef, Loss> = BTreeMap::new();
-    for (namespace, pod) in view.pods_on_nodes(nodes) {
-        if matches!(pod.owner, PodOwner::DaemonSet | PodOwner::Mirror) || pod.phase.terminal() || pod.terminating {
-            continue;
-        }
-        let Some(w) = pod.workload().map(|(kind, name)| ObjectRef::new(kind, &namespace, name)) else { continue };
-        let covering: Vec<Arc<PdbInfo>> = view.pdbs_covering(&namespace, &pod.labels);
-        let refused = replay
-            .evictions
-            .iter()
-            .any(|e| e.namespace == namespace && *e.pod == *pod.name && e.result == EvictionResult::Refused);
-        let loss = losses.entry(w).or_default();
-        if pod.healthy() {
-            loss.ready_drained.push(pod.name.clone());
-        }
-        loss.pdbs.extend(covering.iter().map(|p| p.id.clone()));
-        loss.refused |= refused;
-    }
-    for (id, loss) in losses {
-        if loss.ready_drained.is_empty() {
-            continue;
-        }
-        let ready_total = view.pods_of(&id).iter().filter(|p| p.healthy()).count();
-        if loss.ready_drained.len() < ready_total {
+    // drain-takes-all-replicas: a workload whose every ready replica is on the drained nodes; one
+    // that declares a single replica is in the drain's summary instead ([`single_replica_lost`]).
+    for (id, loss) in losses(view, replay) {
+        if declares_one_replica(view, &id) {
             continue;
         }
         let pdbs = names(loss.pdbs.iter().map(|p| &p.name));
@@ -245,6 +223,47 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
         .related(loss.pdbs.into_iter().collect());
     }
     findings
+}
+
+/// The workloads whose every ready replica runs on the drained nodes, with what the drain does
+/// to them.
+fn losses(view: &dyn View, replay: &DrainRun) -> BTreeMap<ObjectRef, Loss> {
+    let nodes = &replay.nodes;
+    let mut losses: BTreeMap<ObjectRef, Loss> = BTreeMap::new();
+    for (namespace, pod) in view.pods_on_nodes(nodes) {
+        if matches!(pod.owner, PodOwner::DaemonSet | PodOwner::Mirror) || pod.phase.terminal() || pod.terminating {
+            continue;
+        }
+        let Some(w) = pod.workload().map(|(kind, name)| ObjectRef::new(kind, &namespace, name)) else { continue };
+        let covering: Vec<Arc<PdbInfo>> = view.pdbs_covering(&namespace, &pod.labels);
+        let refused = replay
+            .evictions
+            .iter()
+            .any(|e| e.namespace == namespace && *e.pod == *pod.name && e.result == EvictionResult::Refused);
+        let loss = losses.entry(w).or_default();
+        if pod.healthy() {
+            loss.ready_drained.push(pod.name.clone());
+        }
+        loss.pdbs.extend(covering.iter().map(|p| p.id.clone()));
+        loss.refused |= refused;
+    }
+    losses.retain(|id, loss| {
+        !loss.ready_drained.is_empty()
+            && loss.ready_drained.len() >= view.pods_of(id).iter().filter(|p| p.healthy()).count()
+    });
+    losses
+}
+
+/// Whether the workload declares `replicas: 1`: losing its only pod to a drain restates that, so
+/// it is counted in the drain's summary rather than warned about one by one.
+fn declares_one_replica(view: &dyn View, id: &ObjectRef) -> bool {
+    view.workload(id.kind, &id.namespace, &id.name).is_some_and(|w| w.replicas == 1)
+}
+
+/// The workloads of `replays.nodes` that declare a single replica and whose pod the drain takes
+/// (`DrainRun::single_replica`; the others are `drain-takes-all-replicas` findings).
+pub fn single_replica_lost(view: &dyn View, replay: &DrainRun) -> Vec<ObjectRef> {
+    losses(view, replay).into_keys().filter(|id| declares_one_replica(view, id)).collect()
 }
 
 /// The pod labels of a workload (its template's), for the PDBs that cover it.

@@ -136,6 +136,9 @@ pub struct DrainRun {
     pub namespaces: Vec<String>,
     /// The pods replacements preempted, in the order they were.
     pub preempts: Vec<Preempted>,
+    /// The workloads declaring one replica whose pod the drain takes (filled by the drain rules,
+    /// `rules::drain::single_replica_lost`): said in the drain's summary, not warned one by one.
+    pub single_replica: Vec<ObjectRef>,
 }
 
 impl DrainRun {
@@ -145,6 +148,7 @@ impl DrainRun {
     pub fn narrowed_to(mut self, namespace: &str) -> DrainRun {
         self.evictions.retain(|e| e.namespace == namespace || e.result == EvictionResult::Refused);
         self.pending.retain(|p| p.namespace == namespace);
+        self.single_replica.retain(|w| w.namespace == namespace);
         self
     }
 }
@@ -520,6 +524,7 @@ fn drain(view: &dyn View, states: &mut Nodes, on_node: &[Vec<(String, Arc<PodInf
         replaces: true,
         namespaces: Vec::new(),
         preempts: Vec::new(),
+        single_replica: Vec::new(),
     };
     // The pods of the drained nodes, in the order asked, then namespace and name.
     let mut to_evict: Vec<(String, Arc<PodInfo>)> = Vec::new();

@@ -705,3 +705,29 @@ fn a_replacement_of_equal_priority_or_that_never_preempts_stays_pending() {
         assert_eq!(run.pending[0].pod, "web-1");
     }
 }
+
+#[test]
+fn a_single_replica_workload_is_counted_in_the_drain_not_warned_about() {
+    use crate::core::model::{Kind, ObjectRef};
+    let nodes = |n: &[&str]| n.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    // replicas 1, its pod on the drained node: no warning, one entry in the run.
+    let one = cluster(&[&web(1)], placed(&["n1"]));
+    let f = drain(&one, &["n1"]);
+    assert!(of_rule(&f, TAKES_ALL).is_empty(), "{f:#?}");
+    let (run, _) = judge::drain(&one, &Config::default(), &nodes(&["n1"]), "node n1");
+    assert_eq!(run.single_replica, [ObjectRef::new(Kind::Deployment, "default", "web")]);
+    // Its pod elsewhere: nothing to count.
+    let (run, _) = judge::drain(&one, &Config::default(), &nodes(&["n2"]), "node n2");
+    assert!(run.single_replica.is_empty());
+    // replicas 2, both on the drained node: the warning, and nothing counted.
+    let two = cluster(&[&web(2)], placed(&["n1", "n1"]));
+    assert_eq!(of_rule(&drain(&two, &["n1"]), TAKES_ALL).len(), 1);
+    let (run, _) = judge::drain(&two, &Config::default(), &nodes(&["n1"]), "node n1");
+    assert!(run.single_replica.is_empty());
+    // replicas 2 with one Ready pod (the other not Ready) on the drained node: still warned, it is
+    // not what `replicas: 1` says.
+    let mut pods = placed(&["n1", "n2"]);
+    pods[1].ready = false;
+    let half = cluster(&[&web(2)], pods);
+    assert_eq!(of_rule(&drain(&half, &["n1"]), TAKES_ALL).len(), 1, "the only Ready replica of two");
+}
