@@ -311,19 +311,24 @@ fn unreadable_kind_result(kind: &str, why: &str) -> Value {
 }
 
 /// The resource of an unreadable object from its API path (`apis/apps/v1/namespaces/ns/deployments/x`).
-/// The result of an object its namespace's exemption or mode `off` keeps from being judged: a
-/// `skip` (rule `namespace-skipped`), so the report says the namespace was left alone rather than
-/// looking clean.
-fn skipped_result(id: &ObjectRef, why: &str) -> Value {
+/// The result of a namespace its exemption or mode `off` keeps from being judged: one `skip`
+/// (rule `namespace-skipped`) naming the namespace, how many objects it holds and the key that
+/// skips it, so the report says the namespace was left alone rather than looking clean, and no
+/// row reads as an exempted finding.
+fn skipped_result(namespace: &str, objects: usize, why: &str) -> Value {
     json!({
         "policy": REPORT,
         "rule": "namespace-skipped",
         "result": "skip",
-        "resources": [resource_ref(id)],
-        "message": format!("not judged: {why}"),
+        "resources": [{"apiVersion": "v1", "kind": "Namespace", "name": namespace}],
+        "message": format!(
+            "not judged: {why}; its {objects} object{} {} not judged (`ha-guard audit` says the same)",
+            if objects == 1 { "" } else { "s" },
+            if objects == 1 { "is" } else { "are" }
+        ),
         "source": REPORT,
         "scored": false,
-        "properties": {"action": "skipped"},
+        "properties": {"action": "skipped", "objects": objects.to_string()},
     })
 }
 
@@ -740,8 +745,12 @@ impl Background {
         for (path, why) in &unreadable {
             results.push(unreadable_result(resource_of_path(path), why));
         }
-        for (id, why) in report.skipped.iter().filter(|(id, _)| id.namespace == namespace) {
-            results.push(skipped_result(id, why));
+        // A namespace the configuration leaves alone: one result naming why, not a row per object
+        // that reads as an exempted finding.
+        let skipped: Vec<&(ObjectRef, String)> =
+            report.skipped.iter().filter(|(id, _)| id.namespace == namespace).collect();
+        if let Some((_, why)) = skipped.first() {
+            results.push(skipped_result(namespace, skipped.len(), why));
         }
         let unfollowed = unfollowed.iter().filter(|_| has_subjects || !unreadable.is_empty());
         for (kind, why) in refused.iter().map(|(k, why)| (k.as_str(), why)).chain(unfollowed.map(|(k, why)| (*k, why)))
@@ -1109,6 +1118,21 @@ mod tests {
         assert_eq!(dirty.namespaces.iter().collect::<Vec<_>>(), ["shop"]);
         assert!(dirty.cluster);
         assert!(written.reports.is_empty(), "both are written again, whatever their results");
+    }
+
+    #[test]
+    fn a_skipped_namespace_is_one_result_naming_its_key_not_a_row_per_object() {
+        let why = "namespace kube-system is exempt in the configuration: exemptNamespaces";
+        let r = skipped_result("kube-system", 11, why);
+        assert_eq!((r["rule"].as_str(), r["result"].as_str()), (Some("namespace-skipped"), Some("skip")));
+        assert_eq!(r["resources"], json!([{"apiVersion": "v1", "kind": "Namespace", "name": "kube-system"}]));
+        assert_eq!(
+            r["message"],
+            "not judged: namespace kube-system is exempt in the configuration: exemptNamespaces; its 11 objects are \
+             not judged (`ha-guard audit` says the same)"
+        );
+        assert_eq!(r["scored"], false);
+        assert!(skipped_result("a", 1, "w")["message"].as_str().unwrap().contains("its 1 object is not judged"));
     }
 
     #[test]

@@ -182,7 +182,15 @@ impl Config {
     }
 
     pub fn namespace_exempt(&self, namespace: &str) -> bool {
-        !namespace.is_empty() && self.exempt_namespaces.iter().any(|n| policy::glob_matches(n, namespace))
+        self.exempting(namespace).is_some()
+    }
+
+    /// The `exemptNamespaces` entry (a name or a glob) that exempts `namespace`, if one does.
+    pub fn exempting(&self, namespace: &str) -> Option<&str> {
+        if namespace.is_empty() {
+            return None;
+        }
+        self.exempt_namespaces.iter().find(|n| policy::glob_matches(n, namespace)).map(String::as_str)
     }
 
     /// Parses and checks a configuration against the rules and mutations of `catalogue`; `file`

@@ -91,8 +91,9 @@ impl Decided {
 
 /// Whether the namespace is skipped altogether (config exemption or mode off), and why.
 pub fn skip_reason(namespace: &str, view: &dyn View, config: &Config) -> Option<String> {
-    if config.namespace_exempt(namespace) {
-        return Some(format!("namespace {namespace} is exempt in the configuration"));
+    if let Some(entry) = config.exempting(namespace) {
+        let glob = if entry == namespace { String::new() } else { format!(" (by {entry:?})") };
+        return Some(format!("namespace {namespace} is exempt in the configuration: exemptNamespaces{glob}"));
     }
     if mode_of(namespace, view) == Mode::Off {
         return Some(format!("namespace {namespace} is labelled {MODE_LABEL}=off"));

@@ -260,7 +260,16 @@ fn exempt_namespaces_take_globs() {
     let c = config("exemptNamespaces: [kube-system, \"team-sandbox-*\"]\n");
     let today = day("2026-12-05");
     let v = judged(&web("team-sandbox-7", ""), "", &c, today);
-    assert_eq!(v.skipped.as_deref(), Some("namespace team-sandbox-7 is exempt in the configuration"));
+    assert_eq!(
+        v.skipped.as_deref(),
+        Some("namespace team-sandbox-7 is exempt in the configuration: exemptNamespaces (by \"team-sandbox-*\")"),
+        "names the key and the glob that matched"
+    );
+    let by_name = judged(&web("kube-system", ""), "", &c, today);
+    assert_eq!(
+        by_name.skipped.as_deref(),
+        Some("namespace kube-system is exempt in the configuration: exemptNamespaces")
+    );
     assert!(judged(&web("team-sandbox", ""), "", &c, today).skipped.is_none(), "the dash is part of the glob");
     assert!(c.namespace_exempt("kube-system") && !c.namespace_exempt("kube-public"));
 }
