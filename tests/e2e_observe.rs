@@ -91,6 +91,26 @@ fn observe_only_refuses_nothing_and_patches_nothing_until_enforced() {
         cp.kubectl_in(&["apply", "-f", "-"], &canary_mutate(NS)).success();
         let stored = cp.kubectl(&["get", "pdb", "canary", "-n", NS, "-o", "json"]).success().json();
         assert!(stored["spec"].get("unhealthyPodEvictionPolicy").is_none(), "patched: {}", stored["spec"]);
+        // The chart's NOTES: the probe that shows ha-guard answers (tests/it/chart.rs holds the text).
+        let probe = cp.kubectl(&[
+            "-n",
+            NS,
+            "create",
+            "deployment",
+            "ha-guard-probe",
+            "--image=registry.k8s.io/pause:3.10",
+            "--replicas=2",
+            "--dry-run=server",
+        ]);
+        let probe = probe.success();
+        let line =
+            "[replicas-colocated] spec.template.spec.topologySpreadConstraints: Deployment ha-guard-probe (replicas 2)";
+        assert!(
+            probe.warnings().iter().any(|w| w.starts_with(line)),
+            "expected `Warning: {line}...`: {}",
+            probe.output()
+        );
+        assert!(!cp.kubectl(&["-n", NS, "get", "deployment", "ha-guard-probe"]).ok(), "a dry run stores nothing");
     });
     steps.run("2 the audit's reports list the would-be denials", || reports_list_would_be_denials(cp, &config));
     steps.run("3 enforce: the same writes refused and patched", || {

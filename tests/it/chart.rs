@@ -1959,3 +1959,51 @@ fn the_chart_readme_lists_every_value() {
         .collect();
     assert!(missing.is_empty(), "values missing from charts/ha-guard/README.md's table: {missing:?}");
 }
+
+/// The chart's NOTES as `helm install` prints them, for `ARGS`: rendered by `helm template` from a
+/// copy of the chart whose NOTES.txt is an ordinary template (helm renders NOTES only on install).
+fn notes(args: &[&str]) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let copy = dir.path().join("ha-guard");
+    let cp = Command::new("cp").arg("-r").arg(repo().join("charts/ha-guard")).arg(&copy).status().expect("cp");
+    assert!(cp.success());
+    let text = std::fs::read_to_string(copy.join("templates/NOTES.txt")).expect("NOTES.txt");
+    std::fs::remove_file(copy.join("templates/NOTES.txt")).expect("rm");
+    let define = format!("{{{{- define \"test.notes\" -}}}}\n{text}\n{{{{- end -}}}}\n");
+    std::fs::write(copy.join("templates/_test_notes.tpl"), define).expect("write");
+    std::fs::write(copy.join("templates/notes.yaml"), "notes: {{ include \"test.notes\" . | toJson }}\n")
+        .expect("write");
+    let mut all = vec!["template", "ha-guard", copy.to_str().expect("path"), "--namespace", "ha-guard"];
+    all.extend_from_slice(&["--show-only", "templates/notes.yaml"]);
+    all.extend_from_slice(args);
+    let out = run_helm(&all);
+    assert!(out.status.success(), "helm template {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let doc = docs(&String::from_utf8(out.stdout).expect("UTF-8")).remove(0);
+    doc["notes"].as_str().expect("the notes").to_string()
+}
+
+#[test]
+fn the_notes_follow_the_mode_and_say_how_to_see_that_it_answers() {
+    let probe =
+        "kubectl create deployment ha-guard-probe --image=registry.k8s.io/pause:3.10 --replicas=2 --dry-run=server";
+    let observe = notes(&["--set", "mode=observe"]);
+    assert!(observe.contains(probe), "{observe}");
+    assert!(
+        observe.contains("no warning means no replica answered and the apiserver let the write through unchecked"),
+        "{observe}"
+    );
+    assert!(observe.contains("Mode observe: ha-guard refuses nothing and patches nothing"), "{observe}");
+    assert!(
+        observe.contains("helm upgrade ha-guard CHART --namespace ha-guard --reuse-values --set mode=enforce"),
+        "{observe}"
+    );
+    assert!(!observe.contains("ha-guard.io/mode=warn"), "observe needs no warn labels: {observe}");
+    let enforce = notes(&[]);
+    assert!(enforce.contains(probe), "{enforce}");
+    assert!(enforce.contains("kubectl label namespace NAMESPACE ha-guard.io/mode=warn"), "{enforce}");
+    assert!(!enforce.contains("Mode observe"), "{enforce}");
+    let config_mode = notes(&["--set", "config.mode=observe"]);
+    assert!(config_mode.contains("Mode observe"), "config.mode wins: {config_mode}");
+    let fail = notes(&["--set", "webhook.failurePolicy=Fail"]);
+    assert!(fail.contains("no warning means no replica answered:"), "{fail}");
+}
