@@ -148,16 +148,16 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
     }
     for (namespace, pod, workload, pdbs) in &replay.refused {
         if pdbs.is_empty() {
-            // A bare pod is of no kind the engine judges: the finding is about its namespace.
-            let subject = ObjectRef::new(crate::core::model::Kind::Namespace, "", namespace);
+            // The finding is about the bare pod itself: its ownerReferences name no controller.
+            let subject = ObjectRef::new(crate::core::model::Kind::Pod, namespace, &**pod);
             let mut out = Emitter::new(&subject, &mut findings);
             out.emit(
                 &DRAIN_REFUSED,
                 "metadata.ownerReferences",
                 format!(
-                    "a drain of {drained} is refused before it evicts anything: pod {namespace}/{pod} has no controller, \
-                     and kubectl drain deletes such a pod only with --force (it is then gone for good: nothing \
-                     recreates it)."
+                    "a drain of {drained} is refused before it evicts anything: pod {namespace}/{pod} has no controller \
+                     (no ownerReferences entry with controller: true), and kubectl drain refuses such a pod unless \
+                     --force, which deletes it for good: nothing recreates it."
                 ),
                 "run the pod under a controller (a Deployment or StatefulSet), or delete it yourself before the drain \
                  if losing it is acceptable.",

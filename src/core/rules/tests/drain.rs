@@ -281,11 +281,18 @@ fn a_pod_without_a_controller_refuses_the_drain() {
         assert_eq!(run.outcome, super::Outcome::Refused, "{budget}");
         let r = of_rule(&f, REFUSED);
         assert_eq!(r.len(), 1, "{f:#?}");
+        // Named as the pod, where it is (issue 51): not its namespace.
+        assert_eq!(
+            (r[0].object.to_string().as_str(), r[0].path.as_str()),
+            ("Pod default/solo", "metadata.ownerReferences")
+        );
         assert!(
             r[0].what.contains("refused before it evicts anything: pod default/solo has no controller"),
             "{}",
             r[0].what
         );
+        assert!(r[0].what.contains("unless --force, which deletes it for good"), "{}", r[0].what);
+        assert!(r[0].fix.contains("run the pod under a controller"), "{}", r[0].fix);
         assert!(
             run.evictions.iter().all(|e| e.result != crate::core::view::replay::EvictionResult::Evicted),
             "{run:#?}"
