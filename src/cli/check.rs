@@ -221,8 +221,18 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
     }
     args.report.add_exception_notices(&options.config, &mut run.report);
     let r = &run.report;
-    if !args.allow_empty && r.objects == 0 && r.unchecked.is_empty() && r.errors.is_empty() {
-        return Err(Error(nothing_found(&paths, &args, &run.loaded)));
+    if r.objects == 0 && r.unchecked.is_empty() && r.errors.is_empty() {
+        if !r.other_kinds.is_empty() {
+            // Valid objects, only of kinds no rule reads (a DaemonSet, a ConfigMap): nothing to
+            // judge is the answer, not an input error; said per file.
+            let notes = other_kinds_notes(&r.other_kinds);
+            for (file, note) in notes {
+                let origin = manifest::Origin { file, document: 0, item: None, line: 0, column: None, template: None };
+                run.report.unchecked.push((origin, note));
+            }
+        } else if !args.allow_empty {
+            return Err(Error(nothing_found(&paths, &args, &run.loaded)));
+        }
     }
     for f in &run.fixed {
         eprintln!("fixed: {f}");
@@ -412,6 +422,37 @@ fn helm_template(chart: &str, values: &[PathBuf]) -> Result<Rendered, Error> {
 /// Whether an executable named `program` is in one of PATH's folders.
 fn on_path(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// Per file, what it holds of kinds ha-guard does not judge: `1 object of a kind ha-guard does not
+/// judge (DaemonSet)`, `3 objects of kinds ... (ConfigMap 2, DaemonSet 1)`.
+fn other_kinds_notes(
+    by_file: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, usize>>,
+) -> Vec<(String, String)> {
+    by_file
+        .iter()
+        .map(|(file, kinds)| {
+            let total: usize = kinds.values().sum();
+            let named = if kinds.len() == 1 {
+                kinds.keys().next().cloned().unwrap_or_default()
+            } else {
+                kinds.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
+            };
+            let what = match (total, kinds.len()) {
+                (1, _) => "1 object of a kind".to_string(),
+                (n, 1) => format!("{n} objects of a kind"),
+                (n, _) => format!("{n} objects of kinds"),
+            };
+            (
+                file.clone(),
+                format!(
+                    "{what} ha-guard does not judge ({named}): nothing here to check. Its rules read Deployments, \
+                     StatefulSets, PodDisruptionBudgets, HorizontalPodAutoscalers, KEDA ScaledObjects, \
+                     PersistentVolumeClaims, Services, Namespaces, Nodes and webhook configurations"
+                ),
+            )
+        })
+        .collect()
 }
 
 /// The error of a run that found no object: each path given, and what was found there.
