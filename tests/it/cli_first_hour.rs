@@ -279,6 +279,20 @@ fn explain_with_a_typo_suggests_the_id() {
     );
 }
 
+/// The start of an ID suggests the ID it starts, not the nearest by edit distance (issue 51).
+#[test]
+fn explain_with_the_start_of_an_id_suggests_the_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run(dir.path(), &["explain", "pdb-blocks"], None, None);
+    assert_eq!(
+        (r.code, r.stderr.as_str()),
+        (
+            2,
+            "error: \"pdb-blocks\" is no rule or mutation ID: did you mean pdb-blocks-eviction? (`ha-guard rules` lists them)\n"
+        )
+    );
+}
+
 #[test]
 fn a_configuration_error_names_the_file() {
     let dir = tempfile::tempdir().unwrap();
