@@ -133,7 +133,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
     args.report.add_exception_notices(&config, &mut report);
     skipped_notices(&mut report);
     let code = match before {
-        Some(before) => args.report.finish_preview(&before?, &report)?,
+        Some(before) => args.report.finish_preview(&config, &before?, &report)?,
         None => args.report.finish(&report)?,
     };
     if Progress::on_terminal().shown() {

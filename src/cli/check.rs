@@ -124,16 +124,26 @@ impl ReportArgs {
 
     /// Prints what changes from `before` (the baseline's report) to `after` (the new
     /// configuration's), and returns 1 when something becomes denied.
-    pub fn finish_preview(&self, before: &check::Report, after: &check::Report) -> Result<ExitCode, Error> {
+    /// The configuration's diagnostics of `after` (its exceptions that expired or allowed
+    /// nothing) are kept: a preview is where a new file's dead exceptions should show first.
+    pub fn finish_preview(
+        &self,
+        new: &Config,
+        before: &check::Report,
+        after: &check::Report,
+    ) -> Result<ExitCode, Error> {
         let changes = check::preview::compare(before, after);
         let baseline = self.baseline.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
         let config = self.config.as_deref().map_or("the defaults".to_string(), |p| p.display().to_string());
+        let warnings: Vec<(String, String)> =
+            self.exception_notices(new, after).into_iter().map(|(o, m)| (o.file, m)).collect();
         let text = match self.format {
             Format::Json => {
-                serde_json::to_string_pretty(&check::preview::json(&changes, &baseline, &config)).unwrap_or_default()
+                serde_json::to_string_pretty(&check::preview::json(&changes, &baseline, &config, &warnings))
+                    .unwrap_or_default()
                     + "\n"
             }
-            _ => check::preview::text(&changes, &baseline, &config),
+            _ => check::preview::text(&changes, &baseline, &config, &warnings),
         };
         match self.output.as_deref() {
             Some(p) if p.as_os_str() != "-" => {
@@ -152,12 +162,28 @@ impl ReportArgs {
 
     /// Warns of the configuration's exceptions that expired or allowed nothing in `report`.
     pub fn add_exception_notices(&self, config: &Config, report: &mut check::Report) {
+        let notices = self.exception_notices(config, report);
+        report.notices.extend(notices);
+    }
+
+    /// The configuration's exceptions that expired or allowed nothing in `report`, each at the
+    /// configuration file.
+    fn exception_notices(&self, config: &Config, report: &check::Report) -> Vec<(manifest::Origin, String)> {
         let file = self.config.as_deref().map_or("configuration".to_string(), |p| p.display().to_string());
-        for n in check::report::exception_notices(config, report, crate::config_file::today()) {
-            let origin =
-                manifest::Origin { file: file.clone(), document: 0, item: None, line: 0, column: None, template: None };
-            report.notices.push((origin, n));
-        }
+        check::report::exception_notices(config, report, crate::config_file::today())
+            .into_iter()
+            .map(|n| {
+                let origin = manifest::Origin {
+                    file: file.clone(),
+                    document: 0,
+                    item: None,
+                    line: 0,
+                    column: None,
+                    template: None,
+                };
+                (origin, n)
+            })
+            .collect()
     }
 
     /// Prints `report` as these flags say and returns the exit code they give it.
@@ -211,7 +237,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
             // The preview: the same files judged under the configuration in force.
             let before_options = Options { config: baseline, ..options.clone() };
             let (_, before) = load_and_check(&args, &paths, &load, &before_options, &mut Vec::new())?;
-            return args.report.finish_preview(&before, &report);
+            return args.report.finish_preview(&options.config, &before, &report);
         }
         check::Run { loaded, report, fixed: Vec::new(), stdout: None }
     };
