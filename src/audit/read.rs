@@ -89,6 +89,8 @@ pub fn object_path(listing: &Listing, namespace: &str, name: &str) -> String {
 pub fn subject_path(id: &ObjectRef) -> String {
     match LISTINGS.iter().find(|l| l.kind == id.kind) {
         Some(listing) => object_path(listing, &id.namespace, &id.name),
+        // A pod is read with the pods, not listed as a kind.
+        None if id.kind == Kind::Pod => format!("api/v1/namespaces/{}/pods/{}", id.namespace, id.name),
         None => id.to_string(),
     }
 }

@@ -67,6 +67,10 @@ pub struct Prepared {
     /// A Helm hook (annotation `helm.sh/hook`): created apart from the release's objects, at an
     /// install, upgrade or delete, so it is judged apart from them too.
     hook: bool,
+    /// The kind of a Kubernetes object (a document with an `apiVersion` and a `kind`) of a kind
+    /// ha-guard does not judge (a DaemonSet, a ConfigMap): counted, so that a file holding only
+    /// such objects is not taken for one holding none.
+    other: Option<String>,
 }
 
 impl Prepared {
@@ -82,8 +86,20 @@ impl Prepared {
             })
         });
         let hook = value.pointer("/metadata/annotations/helm.sh~1hook").is_some_and(|h| !h.is_null());
-        Prepared { object, removed: removed_api(value), hook }
+        let other = match &object {
+            Ok(None) => other_kind(value),
+            _ => None,
+        };
+        Prepared { object, removed: removed_api(value), hook, other }
     }
+}
+
+/// The kind of `value` when it reads as a Kubernetes object: a non-empty string `apiVersion` and
+/// `kind`. A values file or a CI file has neither.
+fn other_kind(value: &serde_json::Value) -> Option<String> {
+    let text = |key: &str| value.get(key).and_then(serde_json::Value::as_str).filter(|t| !t.trim().is_empty());
+    text("apiVersion")?;
+    text("kind").map(str::to_string)
 }
 
 /// The subject decoded from `value`, if it is one.
@@ -152,7 +168,12 @@ fn check_prepared(
     let mut checked: HashSet<ObjectRef> = HashSet::new();
     let mut judged: Vec<(usize, Origin, ObjectRef)> = Vec::new();
     let mut objects = 0;
-    for (i, Document { origin, value: Prepared { object, removed, hook } }) in documents.into_iter().enumerate() {
+    let mut other_kinds: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    for (i, Document { origin, value: Prepared { object, removed, hook, other } }) in documents.into_iter().enumerate()
+    {
+        if let Some(kind) = other {
+            *other_kinds.entry(origin.shown_file().to_string()).or_default().entry(kind).or_default() += 1;
+        }
         if let Some(message) = removed {
             unchecked.push((origin.clone(), message));
         }
@@ -187,7 +208,7 @@ fn check_prepared(
         checked.insert(id.clone());
         judged.push((i, origin, id));
     }
-    let mut report = Report { objects, files: sources.len(), ..Default::default() };
+    let mut report = Report { objects, files: sources.len(), other_kinds, ..Default::default() };
     report.unchecked.append(&mut unchecked);
     report.notices.append(&mut duplicates);
     report.notices.extend(unknown_namespaces(&index, &judged, options));

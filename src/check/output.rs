@@ -253,6 +253,8 @@ pub fn json(report: &Report) -> Value {
                 "name": f.object.name,
                 "path": f.path,
                 "message": f.message(),
+                // The fix alone (it ends `message` too, after "Fix: "), for tools that show it apart.
+                "fix": f.fix,
                 "related": f.related.iter().map(|r| json!({"kind": r.kind.as_str(), "namespace": r.namespace, "name": r.name})).collect::<Vec<_>>(),
                 "file": origin.shown_file(),
                 "document": origin.document,

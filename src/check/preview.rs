@@ -112,8 +112,9 @@ fn decision(d: Option<Decision>) -> &'static str {
     d.map_or("not reported", |d| d.as_str())
 }
 
-/// The text: each object whose verdict changes, its rules with before -> after, then the counts.
-pub fn text(changes: &[Change], baseline: &str, config: &str) -> String {
+/// The text: each object whose verdict changes, its rules with before -> after, the
+/// configuration's warnings (`warnings`: file, message), then the counts.
+pub fn text(changes: &[Change], baseline: &str, config: &str, warnings: &[(String, String)]) -> String {
     let mut out = String::new();
     let objects: BTreeSet<&ObjectRef> = changes.iter().map(|c| &c.object).collect();
     out.push_str(&format!(
@@ -135,6 +136,9 @@ pub fn text(changes: &[Change], baseline: &str, config: &str) -> String {
             ));
         }
     }
+    for (file, message) in warnings {
+        out.push_str(&format!("\nwarning: {message}\n  --> {file}\n"));
+    }
     let n = counts(changes);
     out.push_str(&format!(
         "\n{} newly denied, {} no longer denied, {} newly warned, {} newly allowed, {} no longer reported\n",
@@ -144,8 +148,9 @@ pub fn text(changes: &[Change], baseline: &str, config: &str) -> String {
 }
 
 /// The JSON: `{"baseline", "config", "changes": [{kind, namespace, name, rule, before, after,
-/// change, exception?}], "summary": {newly-denied: N, ...}}`.
-pub fn json(changes: &[Change], baseline: &str, config: &str) -> Value {
+/// change, exception?}], "summary": {newly-denied: N, ...}, "diagnostics": [{level, message,
+/// file}]}` (the configuration's warnings, as `check`'s JSON gives them).
+pub fn json(changes: &[Change], baseline: &str, config: &str, warnings: &[(String, String)]) -> Value {
     let list: Vec<Value> = changes
         .iter()
         .map(|c| {
@@ -164,5 +169,7 @@ pub fn json(changes: &[Change], baseline: &str, config: &str) -> Value {
             v
         })
         .collect();
-    json!({"baseline": baseline, "config": config, "changes": list, "summary": counts(changes)})
+    let diagnostics: Vec<Value> =
+        warnings.iter().map(|(file, message)| json!({"level": "warning", "message": message, "file": file})).collect();
+    json!({"baseline": baseline, "config": config, "changes": list, "summary": counts(changes), "diagnostics": diagnostics})
 }

@@ -49,6 +49,9 @@ pub struct Report {
     /// Objects not judged because their namespace is exempt or in mode `off`, with why (the
     /// audit reports them as skipped, not as clean).
     pub skipped: Vec<(ObjectRef, String)>,
+    /// Objects of kinds ha-guard does not judge (a DaemonSet, a ConfigMap), by file, then kind:
+    /// how many. They are no `objects`; `check` says so when they are all a run read.
+    pub other_kinds: std::collections::BTreeMap<String, std::collections::BTreeMap<String, usize>>,
 }
 
 /// Which findings make `check` fail (exit 1): deny ones (the default), warn ones too, or none.

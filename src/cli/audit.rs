@@ -194,7 +194,7 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
     args.report.add_exception_notices(&config, &mut report);
     skipped_notices(&mut report);
     let mut code = match before {
-        Some(before) => args.report.finish_preview(&before?, &report)?,
+        Some(before) => args.report.finish_preview(&config, &before?, &report)?,
         None => args.report.finish(&report)?,
     };
     if drain.is_some()

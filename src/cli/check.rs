@@ -124,16 +124,26 @@ impl ReportArgs {
 
     /// Prints what changes from `before` (the baseline's report) to `after` (the new
     /// configuration's), and returns 1 when something becomes denied.
-    pub fn finish_preview(&self, before: &check::Report, after: &check::Report) -> Result<ExitCode, Error> {
+    /// The configuration's diagnostics of `after` (its exceptions that expired or allowed
+    /// nothing) are kept: a preview is where a new file's dead exceptions should show first.
+    pub fn finish_preview(
+        &self,
+        new: &Config,
+        before: &check::Report,
+        after: &check::Report,
+    ) -> Result<ExitCode, Error> {
         let changes = check::preview::compare(before, after);
         let baseline = self.baseline.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
         let config = self.config.as_deref().map_or("the defaults".to_string(), |p| p.display().to_string());
+        let warnings: Vec<(String, String)> =
+            self.exception_notices(new, after).into_iter().map(|(o, m)| (o.file, m)).collect();
         let text = match self.format {
             Format::Json => {
-                serde_json::to_string_pretty(&check::preview::json(&changes, &baseline, &config)).unwrap_or_default()
+                serde_json::to_string_pretty(&check::preview::json(&changes, &baseline, &config, &warnings))
+                    .unwrap_or_default()
                     + "\n"
             }
-            _ => check::preview::text(&changes, &baseline, &config),
+            _ => check::preview::text(&changes, &baseline, &config, &warnings),
         };
         match self.output.as_deref() {
             Some(p) if p.as_os_str() != "-" => {
@@ -152,12 +162,28 @@ impl ReportArgs {
 
     /// Warns of the configuration's exceptions that expired or allowed nothing in `report`.
     pub fn add_exception_notices(&self, config: &Config, report: &mut check::Report) {
+        let notices = self.exception_notices(config, report);
+        report.notices.extend(notices);
+    }
+
+    /// The configuration's exceptions that expired or allowed nothing in `report`, each at the
+    /// configuration file.
+    fn exception_notices(&self, config: &Config, report: &check::Report) -> Vec<(manifest::Origin, String)> {
         let file = self.config.as_deref().map_or("configuration".to_string(), |p| p.display().to_string());
-        for n in check::report::exception_notices(config, report, crate::config_file::today()) {
-            let origin =
-                manifest::Origin { file: file.clone(), document: 0, item: None, line: 0, column: None, template: None };
-            report.notices.push((origin, n));
-        }
+        check::report::exception_notices(config, report, crate::config_file::today())
+            .into_iter()
+            .map(|n| {
+                let origin = manifest::Origin {
+                    file: file.clone(),
+                    document: 0,
+                    item: None,
+                    line: 0,
+                    column: None,
+                    template: None,
+                };
+                (origin, n)
+            })
+            .collect()
     }
 
     /// Prints `report` as these flags say and returns the exit code they give it.
@@ -211,7 +237,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
             // The preview: the same files judged under the configuration in force.
             let before_options = Options { config: baseline, ..options.clone() };
             let (_, before) = load_and_check(&args, &paths, &load, &before_options, &mut Vec::new())?;
-            return args.report.finish_preview(&before, &report);
+            return args.report.finish_preview(&options.config, &before, &report);
         }
         check::Run { loaded, report, fixed: Vec::new(), stdout: None }
     };
@@ -221,8 +247,18 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, Error> {
     }
     args.report.add_exception_notices(&options.config, &mut run.report);
     let r = &run.report;
-    if !args.allow_empty && r.objects == 0 && r.unchecked.is_empty() && r.errors.is_empty() {
-        return Err(Error(nothing_found(&paths, &args, &run.loaded)));
+    if r.objects == 0 && r.unchecked.is_empty() && r.errors.is_empty() {
+        if !r.other_kinds.is_empty() {
+            // Valid objects, only of kinds no rule reads (a DaemonSet, a ConfigMap): nothing to
+            // judge is the answer, not an input error; said per file.
+            let notes = other_kinds_notes(&r.other_kinds);
+            for (file, note) in notes {
+                let origin = manifest::Origin { file, document: 0, item: None, line: 0, column: None, template: None };
+                run.report.unchecked.push((origin, note));
+            }
+        } else if !args.allow_empty {
+            return Err(Error(nothing_found(&paths, &args, &run.loaded)));
+        }
     }
     for f in &run.fixed {
         eprintln!("fixed: {f}");
@@ -412,6 +448,37 @@ fn helm_template(chart: &str, values: &[PathBuf]) -> Result<Rendered, Error> {
 /// Whether an executable named `program` is in one of PATH's folders.
 fn on_path(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// Per file, what it holds of kinds ha-guard does not judge: `1 object of a kind ha-guard does not
+/// judge (DaemonSet)`, `3 objects of kinds ... (ConfigMap 2, DaemonSet 1)`.
+fn other_kinds_notes(
+    by_file: &std::collections::BTreeMap<String, std::collections::BTreeMap<String, usize>>,
+) -> Vec<(String, String)> {
+    by_file
+        .iter()
+        .map(|(file, kinds)| {
+            let total: usize = kinds.values().sum();
+            let named = if kinds.len() == 1 {
+                kinds.keys().next().cloned().unwrap_or_default()
+            } else {
+                kinds.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
+            };
+            let what = match (total, kinds.len()) {
+                (1, _) => "1 object of a kind".to_string(),
+                (n, 1) => format!("{n} objects of a kind"),
+                (n, _) => format!("{n} objects of kinds"),
+            };
+            (
+                file.clone(),
+                format!(
+                    "{what} ha-guard does not judge ({named}): nothing here to check. Its rules read Deployments, \
+                     StatefulSets, PodDisruptionBudgets, HorizontalPodAutoscalers, KEDA ScaledObjects, \
+                     PersistentVolumeClaims, Services, Namespaces, Nodes and webhook configurations"
+                ),
+            )
+        })
+        .collect()
 }
 
 /// The error of a run that found no object: each path given, and what was found there.

@@ -34,12 +34,17 @@ pub fn doc(id: &str) -> Option<&'static str> {
     rule(id).map(|r| r.doc).or_else(|| mutation(id).map(|m| m.doc))
 }
 
-/// The known ID nearest to `id` (edit distance), for "did you mean": among the rules, the
-/// mutations, or both.
+/// The known ID nearest to `id`, for "did you mean": among the rules, the mutations, or both. An
+/// ID that `id` begins (or that begins `id`) comes first, the nearest of those by edit distance:
+/// `pdb-blocks` is the start of `pdb-blocks-eviction`, which edit distance alone puts behind
+/// `pdb-overlap`. Otherwise the nearest by edit distance.
 pub fn nearest(id: &str, rules_too: bool, mutations_too: bool) -> &'static str {
     let rule_ids = rules().map(|r| r.id).filter(|_| rules_too);
     let mutation_ids = mutations().iter().map(|m| m.id).filter(|_| mutations_too);
-    rule_ids.chain(mutation_ids).min_by_key(|known| strsim::levenshtein(id, known)).unwrap_or_default()
+    let ids: Vec<&'static str> = rule_ids.chain(mutation_ids).collect();
+    let distance = |known: &&&'static str| strsim::levenshtein(id, known);
+    let prefixed = ids.iter().filter(|known| !id.is_empty() && (known.starts_with(id) || id.starts_with(**known)));
+    prefixed.min_by_key(distance).or_else(|| ids.iter().min_by_key(distance)).copied().unwrap_or_default()
 }
 
 /// Parses a configuration file's text against every rule and mutation; `file` names it in errors.

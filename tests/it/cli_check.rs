@@ -859,9 +859,12 @@ fn json_output_is_the_contract() {
             assert_eq!(keys, ["kind", "name", "namespace"]);
             assert!(r.values().all(Value::is_string));
         }
-        // The message says what, why and how to fix.
+        // The message says what, why and how to fix; `fix` is the fix alone, the message's end
+        // (issue 51, item 7).
         let m = f["message"].as_str().unwrap();
         assert!(m.contains(" Fix: "), "{m}");
+        let fix = f["fix"].as_str().expect("fix is a string");
+        assert!(!fix.is_empty() && m.ends_with(&format!(" Fix: {fix}")), "{fix:?} is not the end of {m:?}");
         // Extras we add: the line of the field.
         assert!(f["line"].is_u64(), "{f}");
     }

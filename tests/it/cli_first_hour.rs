@@ -180,6 +180,76 @@ fn paths_that_find_nothing_fail_and_say_which() {
     );
 }
 
+/// Valid objects of kinds ha-guard does not judge are no input error (issue 51, item 5): the file
+/// is named with its kinds and count, and the run passes; a file with no object still fails.
+#[test]
+fn a_file_of_kinds_ha_guard_does_not_judge_says_so_and_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "agent.yaml",
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: agent, namespace: ops}\nspec:\n  selector: \
+         {matchLabels: {app: agent}}\n  template:\n    metadata: {labels: {app: agent}}\n    spec:\n      \
+         containers: [{name: agent, image: agent:1}]\n",
+    );
+    write(
+        dir.path(),
+        "settings.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {k: v}\n---\napiVersion: v1\nkind: \
+         ConfigMap\nmetadata: {name: b}\n",
+    );
+    let judges = "Its rules read Deployments, StatefulSets, PodDisruptionBudgets, HorizontalPodAutoscalers, KEDA \
+                  ScaledObjects, PersistentVolumeClaims, Services, Namespaces, Nodes and webhook configurations";
+    let r = run(dir.path(), &["check", "agent.yaml"], None, None);
+    assert_eq!(
+        (r.code, r.stdout.as_str(), r.stderr.as_str()),
+        (
+            0,
+            format!(
+                "note: 1 object of a kind ha-guard does not judge (DaemonSet): nothing here to check. {judges}\n  \
+                 --> agent.yaml\n\n0 deny, 0 warn, 0 allowed in 0 objects from 1 file; 1 not checked\n"
+            )
+            .as_str(),
+            ""
+        )
+    );
+    let r = run(dir.path(), &["check", "settings.yaml"], None, None);
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{}", r.stdout);
+    assert!(
+        r.stdout.starts_with("note: 2 objects of a kind ha-guard does not judge (ConfigMap): nothing here to check."),
+        "{}",
+        r.stdout
+    );
+    // Both files, from stdin too: per file, every kind with its count.
+    let r = run(dir.path(), &["check", "agent.yaml", "settings.yaml", "--format", "json"], None, None);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let json = r.json();
+    let unchecked: Vec<(&str, &str)> = json["unchecked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| (u["file"].as_str().unwrap(), u["message"].as_str().unwrap()))
+        .collect();
+    assert_eq!(unchecked.len(), 2, "{unchecked:?}");
+    assert_eq!(unchecked[0].0, "agent.yaml");
+    assert!(unchecked[1].1.starts_with("2 objects of a kind ha-guard does not judge (ConfigMap)"), "{unchecked:?}");
+    let both = std::fs::read_to_string(dir.path().join("agent.yaml")).unwrap()
+        + "---\n"
+        + &std::fs::read_to_string(dir.path().join("settings.yaml")).unwrap();
+    let r = run(dir.path(), &["check", "-f", "-"], Some(&both), None);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.starts_with("note: 3 objects of kinds ha-guard does not judge (ConfigMap 2, DaemonSet 1)"),
+        "{}",
+        r.stdout
+    );
+    // A YAML file with no Kubernetes object keeps its error.
+    write(dir.path(), "values.yaml", "replicas: 3\nkind: of a value\n");
+    let r = run(dir.path(), &["check", "values.yaml"], None, None);
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert!(r.stderr.contains("values.yaml: a file with no object"), "{}", r.stderr);
+}
+
 #[test]
 fn a_mistyped_path_is_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
@@ -205,6 +275,20 @@ fn explain_with_a_typo_suggests_the_id() {
             2,
             "",
             "error: \"pdb-block-eviction\" is no rule or mutation ID: did you mean pdb-blocks-eviction? (`ha-guard rules` lists them)\n"
+        )
+    );
+}
+
+/// The start of an ID suggests the ID it starts, not the nearest by edit distance (issue 51).
+#[test]
+fn explain_with_the_start_of_an_id_suggests_the_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = run(dir.path(), &["explain", "pdb-blocks"], None, None);
+    assert_eq!(
+        (r.code, r.stderr.as_str()),
+        (
+            2,
+            "error: \"pdb-blocks\" is no rule or mutation ID: did you mean pdb-blocks-eviction? (`ha-guard rules` lists them)\n"
         )
     );
 }

@@ -282,6 +282,44 @@ fn a_preview_lists_exactly_the_verdicts_a_configuration_change_changes() {
     assert!(sarif.stderr.contains("--baseline prints a comparison: use --format text or json"), "{}", sarif.stderr);
 }
 
+/// A preview keeps the new file's configuration diagnostics that plain `check --config` gives (issue
+/// 51, item 7): an expired exception and one that allows nothing, in text and JSON.
+#[test]
+fn a_preview_keeps_the_new_files_diagnostics() {
+    let dir = tempfile::tempdir().unwrap();
+    let current = write(dir.path(), "current.yaml", DENY);
+    let unused = "  - name: old-vendor\n    rules: [pdb-overlap]\n    match: {namespaces: [\"legacy-*\"]}\n    reason: \
+                  gone since spring\n";
+    let new = write(dir.path(), "new.yaml", &(exceptions("    expires: 2020-01-01\n") + unused));
+    let expired = "exception tigera-operator-tolerations expired on 2020-01-01: it no longer applies, so what it \
+                   allowed (toleration-wildcard) is judged again";
+    let allows_nothing = "exception old-vendor allowed no finding here: its match (rules pdb-overlap) covers nothing \
+                          these objects break";
+    // Plain check says both.
+    let plain = check(&new).json()["diagnostics"].to_string();
+    assert!(plain.contains(expired) && plain.contains(allows_nothing), "{plain}");
+    let preview = |format: &str| {
+        let mut a = vec!["check".to_string(), "--complete".into(), "--format".into(), format.into()];
+        a.extend(["--config".into(), new.display().to_string(), "--baseline".into(), current.display().to_string()]);
+        a.extend(inputs());
+        run(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let text = preview("text");
+    let file = new.display().to_string();
+    for warning in [expired, allows_nothing] {
+        assert!(text.stdout.contains(&format!("\nwarning: {warning}")), "{warning} not in\n{}", text.stdout);
+    }
+    assert!(text.stdout.contains(&format!("\n  --> {file}\n")), "{}", text.stdout);
+    assert!(text.stdout.ends_with("0 no longer reported\n"), "the counts stay last: {}", text.stdout);
+    let json = preview("json").json();
+    let diagnostics = json["diagnostics"].as_array().expect("diagnostics is a list");
+    assert_eq!(diagnostics.len(), 2, "{diagnostics:?}");
+    for (d, warning) in diagnostics.iter().zip([expired, allows_nothing]) {
+        assert_eq!((d["level"].as_str(), d["file"].as_str()), (Some("warning"), Some(file.as_str())), "{d}");
+        assert!(d["message"].as_str().unwrap().starts_with(warning), "{d}");
+    }
+}
+
 /// The override of issue 50: production namespaces deny a Recreate strategy and a missing PDB.
 const PROD_OVERRIDE: &str = "overrides:\n  - namespaceSelector: {matchLabels: {tier: prod}}\n    rules: {recreate-multi-replica: deny, pdb-missing: deny}\n";
 

@@ -21,6 +21,11 @@ pub struct DecodeError {
     pub reason: String,
 }
 
+/// [`Kind::Pod`] names findings only: [`Kind::from_type`] never gives it, so no decoder meets it.
+fn not_decoded(kind_name: &str) -> DecodeError {
+    DecodeError { kind: kind_name.to_string(), reason: "pods are not decoded".into() }
+}
+
 /// The `apiVersion` and `kind` of a manifest, if it has them.
 pub fn type_of(value: &Value) -> Option<(&str, &str)> {
     Some((value.get("apiVersion")?.as_str()?, value.get("kind")?.as_str()?))
@@ -62,6 +67,7 @@ fn at_path(value: &Value, kind: Kind, reason: &str) -> String {
         Kind::ValidatingWebhookConfiguration | Kind::MutatingWebhookConfiguration => {
             path_of::<WebhookConfiguration>(value)
         }
+        Kind::Pod => None,
     };
     let reason = readable(reason);
     match path {
@@ -109,6 +115,7 @@ fn decode_as_written(
         }
     };
     let object = match kind {
+        Kind::Pod => return Err(not_decoded(kind_name)),
         Kind::Deployment => {
             let mut d = Deployment::deserialize(value).map_err(err)?;
             fill(&mut d.metadata);
@@ -174,6 +181,7 @@ fn decode_rewriting(
         set_default_namespace(&mut value, default_namespace);
     }
     let object = match kind {
+        Kind::Pod => return Err(not_decoded(kind_name)),
         Kind::Deployment | Kind::StatefulSet => {
             let missing = fill_required_workload_fields(&mut value);
             let mut workload = if kind == Kind::Deployment {

@@ -29,10 +29,13 @@ pub enum Kind {
     MutatingWebhookConfiguration,
     /// KEDA's `keda.sh/v1alpha1` ScaledObject: an autoscaler like an HPA (DESIGN.md §2, second round).
     ScaledObject,
+    /// A pod, named by a finding about it alone (a bare pod that refuses a drain): never decoded
+    /// from a file or a request, never watched, so it is not in [`Kind::ALL`].
+    Pod,
 }
 
 impl Kind {
-    /// Every kind, in declaration order.
+    /// Every kind the engine decodes and watches, in declaration order (not [`Kind::Pod`]).
     pub const ALL: [Kind; 11] = [
         Kind::Deployment,
         Kind::StatefulSet,
@@ -60,6 +63,7 @@ impl Kind {
             Kind::ValidatingWebhookConfiguration => "ValidatingWebhookConfiguration",
             Kind::MutatingWebhookConfiguration => "MutatingWebhookConfiguration",
             Kind::ScaledObject => "ScaledObject",
+            Kind::Pod => "Pod",
         }
     }
 

@@ -16,10 +16,12 @@ use super::zones::ZONE;
 use crate::core::catalogue::Rule;
 use crate::core::finding::Finding;
 use crate::core::model::ObjectRef;
+use crate::core::model::arith::{Amount, Budget, amount};
 use crate::core::model::words::{NAMED, list, names};
 use crate::core::view::replay::EvictionResult;
 use crate::core::view::{PdbInfo, PodOwner, View};
 use crate::declare_rule;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 declare_rule!(pub DRAIN_BLOCKED, "drain-blocked", Warn, judged: Drain, "audit --drain: a PDB would refuse an eviction of the drain (the PDB, the pods, why)");
 declare_rule!(pub DRAIN_TAKES_ALL_REPLICAS, "drain-takes-all-replicas", Warn, judged: Drain, "audit --drain: a workload would lose every ready replica");
@@ -76,7 +78,25 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
                 )
             })
             .unwrap_or_default();
-        let ending = if replay.replaces {
+        // A budget that allows nothing even with every pod it expects healthy: no replacement, no
+        // wait makes room; only changing the budget (or the replicas) does.
+        let never = b.desired >= b.expected;
+        let ending = if never {
+            let why = if b.expected <= 0 {
+                "It expects no pods, so it allows no disruption whatever the pods do".to_string()
+            } else {
+                format!(
+                    "Even with all {} pods it expects healthy it allows no disruption ({} needs {} of them)",
+                    b.expected,
+                    pdb.budget().describe(),
+                    b.desired
+                )
+            };
+            format!(
+                "{why}: no replacement can make room, so the drain hangs (kubectl drain retries every 5 s until its \
+                 --timeout) until the budget changes."
+            )
+        } else if replay.replaces {
             let joined = list(
                 replay
                     .pending
@@ -114,24 +134,29 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
                 names(refused.iter().copied()),
                 b.refused[0].1,
             ),
-            "before the drain, make room for the replacements off these nodes (capacity, and spreads and \
-             affinities they can meet), keep the replicas on different nodes so a drain takes one at a time \
-             (see replicas-share-node), or run more replicas than the budget needs.",
+            if never {
+                budget_fix(&pdb.budget(), b.expected, b.desired)
+            } else {
+                "before the drain, make room for the replacements off these nodes (capacity, and spreads and \
+                 affinities they can meet), keep the replicas on different nodes so a drain takes one at a time \
+                 (see replicas-share-node), or run more replicas than the budget needs."
+                    .to_string()
+            },
         )
         .related(b.workloads.iter().cloned().collect());
     }
     for (namespace, pod, workload, pdbs) in &replay.refused {
         if pdbs.is_empty() {
-            // A bare pod is of no kind the engine judges: the finding is about its namespace.
-            let subject = ObjectRef::new(crate::core::model::Kind::Namespace, "", namespace);
+            // The finding is about the bare pod itself: its ownerReferences name no controller.
+            let subject = ObjectRef::new(crate::core::model::Kind::Pod, namespace, &**pod);
             let mut out = Emitter::new(&subject, &mut findings);
             out.emit(
                 &DRAIN_REFUSED,
                 "metadata.ownerReferences",
                 format!(
-                    "a drain of {drained} is refused before it evicts anything: pod {namespace}/{pod} has no controller, \
-                     and kubectl drain deletes such a pod only with --force (it is then gone for good: nothing \
-                     recreates it)."
+                    "a drain of {drained} is refused before it evicts anything: pod {namespace}/{pod} has no controller \
+                     (no ownerReferences entry with controller: true), and kubectl drain refuses such a pod unless \
+                     --force, which deletes it for good: nothing recreates it."
                 ),
                 "run the pod under a controller (a Deployment or StatefulSet), or delete it yourself before the drain \
                  if losing it is acceptable.",
@@ -264,6 +289,59 @@ fn declares_one_replica(view: &dyn View, id: &ObjectRef) -> bool {
 /// (`DrainRun::single_replica`; the others are `drain-takes-all-replicas` findings).
 pub fn single_replica_lost(view: &dyn View, replay: &DrainRun) -> Vec<ObjectRef> {
     losses(view, replay).into_keys().filter(|id| declares_one_replica(view, id)).collect()
+}
+
+/// The fix of a budget that allows no disruption even with every pod it expects healthy
+/// (`expected` pods, `desired` of them needed): the field to change, to what.
+fn budget_fix(budget: &Budget, expected: i32, desired: i32) -> String {
+    match budget {
+        Budget::MaxUnavailable(v) if expected > 0 => format!(
+            "raise maxUnavailable from {} to 1 so that one of the {expected} pods it expects may go at a time: the \
+             drain then evicts them one by one as their replacements become Ready (see pdb-blocks-eviction).",
+            show(v)
+        ),
+        Budget::MinAvailable(v) if expected > 0 => {
+            let grow = match amount(v) {
+                // No number of replicas leaves one out of 100%.
+                Ok(Amount::Percent(p)) if p >= 100 => None,
+                Ok(Amount::Percent(_)) => Some("run more replicas so that it needs fewer than all of them".to_string()),
+                _ => Some(format!(
+                    "run {} replicas or more so that minAvailable {} leaves one disruption",
+                    desired + 1,
+                    show(v)
+                )),
+            };
+            if expected >= 2 {
+                format!(
+                    "lower minAvailable from {} to {} (or set maxUnavailable: 1 instead) so that one of the {expected} pods \
+                     it expects may go at a time{} (see pdb-blocks-eviction).",
+                    show(v),
+                    expected - 1,
+                    grow.map(|g| format!(", or {g}")).unwrap_or_default()
+                )
+            } else {
+                // minAvailable 0 over one pod protects nothing: maxUnavailable says so plainly.
+                format!(
+                    "{}replace minAvailable {} with maxUnavailable: 1 if the one replica may be down during a drain \
+                     (see pdb-blocks-eviction).",
+                    grow.map(|g| format!("{g}, or ")).unwrap_or_default(),
+                    show(v)
+                )
+            }
+        }
+        // Neither field, or a maxUnavailable over pods without a controller: it expects no pods.
+        _ => "give the budget a number it can count: maxUnavailable: 1 over pods of a Deployment or StatefulSet, or \
+              an integer minAvailable (it counts the pods themselves) where the pods have no controller (see \
+              pdb-blocks-eviction)."
+            .to_string(),
+    }
+}
+
+fn show(v: &IntOrString) -> String {
+    match v {
+        IntOrString::Int(i) => i.to_string(),
+        IntOrString::String(s) => s.clone(),
+    }
 }
 
 /// The pod labels of a workload (its template's), for the PDBs that cover it.

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::context::{Ctx, Emitter, pod_path};
-use super::zones::ZONE;
+use super::zones::{ZONE, spread_over_zones};
 use crate::core::catalogue::Rule;
 use crate::core::model::pod::{HOSTNAME, kept_apart, spread_constraints};
 use crate::core::model::words::{NAMED, list, names};
@@ -129,19 +129,38 @@ fn replicas_share_node(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
             c.places
         ));
     }
-    let fix = if apart {
+    let sel =
+        || w.selector.as_deref().map(selector::render).unwrap_or_else(|| selector::render_labels(&w.template_labels));
+    let fix = if let (None, Some(z)) = (&on_node, &in_zone) {
+        // Apart on nodes, together in a zone: a hostname spread does not help; a zone spread does.
+        if spread_over_zones(full) {
+            format!(
+                "delete the pods in zone {} one at a time (kubectl delete pod) so the scheduler places the \
+                 replacements in the other zones, make the spread on {ZONE} whenUnsatisfiable: DoNotSchedule so it \
+                 cannot happen again, and let a descheduler (RemovePodsViolatingTopologySpreadConstraint) keep them \
+                 apart as nodes come and go.",
+                z.place
+            )
+        } else {
+            format!(
+                "add a topologySpreadConstraint {{maxSkew: 1, topologyKey: {ZONE}, whenUnsatisfiable: ScheduleAnyway, \
+                 labelSelector: {}}} to the pod template, then roll the pods (kubectl rollout restart) so they are \
+                 spread over the zones.",
+                sel()
+            )
+        }
+    } else if apart {
         "delete the crowded pods one at a time (kubectl delete pod) so the scheduler places the replacements \
          apart, make the spread whenUnsatisfiable: DoNotSchedule (or the anti-affinity required) so it cannot \
          happen again, and let a descheduler (RemovePodsViolatingTopologySpreadConstraint) keep them apart as \
          nodes come and go."
             .to_string()
     } else {
-        let sel =
-            w.selector.as_deref().map(selector::render).unwrap_or_else(|| selector::render_labels(&w.template_labels));
         format!(
             "add a topologySpreadConstraint {{maxSkew: 1, topologyKey: {HOSTNAME}, whenUnsatisfiable: \
-             DoNotSchedule, labelSelector: {sel}}} (and one on {ZONE}) to the pod template, then roll the pods \
-             (kubectl rollout restart) so they are placed apart."
+             DoNotSchedule, labelSelector: {}}} (and one on {ZONE}) to the pod template, then roll the pods \
+             (kubectl rollout restart) so they are placed apart.",
+            sel()
         )
     };
     out.emit(

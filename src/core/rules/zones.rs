@@ -77,7 +77,7 @@ fn is_zone_key(key: &str) -> bool {
 
 /// A topology spread on the zone key (whatever its selector: the spread-selector rules judge
 /// that), or a pod anti-affinity on it against the workload's own pods (required or preferred).
-fn spread_over_zones(w: &Workload) -> bool {
+pub(super) fn spread_over_zones(w: &Workload) -> bool {
     if spread_constraints(w).iter().any(|c| is_zone_key(&c.topology_key)) {
         return true;
     }

@@ -214,3 +214,21 @@ fn every_mutation_names_what_it_writes_for_argo_cd() {
         }
     }
 }
+
+/// "Did you mean": an ID the typed one begins comes first, then edit distance (issue 51, item 7):
+/// `pdb-blocks` is nearer `pdb-overlap` by edit distance alone.
+#[test]
+fn nearest_prefers_a_prefix_then_edit_distance() {
+    assert_eq!(nearest("pdb-blocks", true, true), "pdb-blocks-eviction");
+    assert_eq!(nearest("drain-block", true, true), "drain-blocked");
+    // The typed ID goes on past a known one: that one.
+    assert_eq!(nearest("drain-refused-pods", true, true), "drain-refused");
+    // Of several that it begins, the nearest (the shortest).
+    assert_eq!(nearest("spread-zone", true, true), "spread-zone-missing");
+    assert_eq!(nearest("spread-selector-m", true, true), "spread-selector-missing");
+    // No prefix: edit distance, as before.
+    assert_eq!(nearest("pdb-block-eviction", true, true), "pdb-blocks-eviction");
+    assert_eq!(nearest("replica-colocated", true, true), "replicas-colocated");
+    // Only among what is asked for: a mutation ID is no rule's.
+    assert_eq!(nearest("inject-default", false, true), "inject-default-spread");
+}

@@ -608,6 +608,8 @@ impl Index {
                 self.node_table = Arc::default();
             }
             Kind::Namespace => self.namespace_labels = Arc::default(),
+            // Pods are relisted through their own table (retain_listed_pods), never as a kind.
+            Kind::Pod => {}
         }
     }
 

@@ -107,6 +107,8 @@ pub struct Preempted {
 pub struct Blocked {
     pub pdb: Arc<PdbInfo>,
     pub healthy_before: i32,
+    /// The pods it expects (the status's `expectedPods`, or as the controller counts them).
+    pub expected: i32,
     pub desired: i32,
     pub evicted: Vec<Arc<str>>,
     pub refused: Vec<(Arc<str>, String)>,
@@ -669,6 +671,7 @@ fn drain(view: &dyn View, states: &mut Nodes, on_node: &[Vec<(String, Arc<PodInf
         run.blocked.push(Blocked {
             pdb: ledger.pdb,
             healthy_before: ledger.healthy_before,
+            expected: ledger.expected,
             desired: ledger.desired,
             evicted: ledger.evicted,
             refused,

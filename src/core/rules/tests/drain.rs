@@ -281,11 +281,18 @@ fn a_pod_without_a_controller_refuses_the_drain() {
         assert_eq!(run.outcome, super::Outcome::Refused, "{budget}");
         let r = of_rule(&f, REFUSED);
         assert_eq!(r.len(), 1, "{f:#?}");
+        // Named as the pod, where it is (issue 51): not its namespace.
+        assert_eq!(
+            (r[0].object.to_string().as_str(), r[0].path.as_str()),
+            ("Pod default/solo", "metadata.ownerReferences")
+        );
         assert!(
             r[0].what.contains("refused before it evicts anything: pod default/solo has no controller"),
             "{}",
             r[0].what
         );
+        assert!(r[0].what.contains("unless --force, which deletes it for good"), "{}", r[0].what);
+        assert!(r[0].fix.contains("run the pod under a controller"), "{}", r[0].fix);
         assert!(
             run.evictions.iter().all(|e| e.result != crate::core::view::replay::EvictionResult::Evicted),
             "{run:#?}"
@@ -730,4 +737,81 @@ fn a_single_replica_workload_is_counted_in_the_drain_not_warned_about() {
     pods[1].ready = false;
     let half = cluster(&[&web(2)], pods);
     assert_eq!(of_rule(&drain(&half, &["n1"]), TAKES_ALL).len(), 1, "the only Ready replica of two");
+}
+
+// ---- the fix follows why the budget refuses (issue 51, item 5) ----
+
+/// A budget that needs every pod it expects never allows a disruption: no replacement makes room,
+/// so the fix is the budget's, with its numbers, not room for replacements.
+#[test]
+fn a_budget_that_never_allows_a_disruption_is_told_to_change_the_budget() {
+    for (budget, path, fix) in [
+        (
+            "minAvailable: 2",
+            "spec.minAvailable",
+            "lower minAvailable from 2 to 1 (or set maxUnavailable: 1 instead) so that one of the 2 pods it expects may go \
+             at a time, or run 3 replicas or more so that minAvailable 2 leaves one disruption",
+        ),
+        (
+            "maxUnavailable: 0",
+            "spec.maxUnavailable",
+            "raise maxUnavailable from 0 to 1 so that one of the 2 pods it expects may go at a time",
+        ),
+        (
+            "minAvailable: 100%",
+            "spec.minAvailable",
+            "lower minAvailable from 100% to 1 (or set maxUnavailable: 1 instead)",
+        ),
+    ] {
+        for view in [
+            cluster(&[&web(2), &pdb(budget, "")], placed(&["n1", "n2"])),
+            cluster_with_templates(&[&web(2), &pdb(budget, "")], placed(&["n1", "n2"])),
+        ] {
+            let f = drain(&view, &["n1"]);
+            let b = of_rule(&f, BLOCKED);
+            assert_eq!(b.len(), 1, "{budget}: {f:#?}");
+            assert_eq!(b[0].path, path);
+            for part in [
+                "it evicts none of them, then refuses the eviction of web-1 (2 healthy, 2 needed: 0 disruptions allowed)",
+                "Even with all 2 pods it expects healthy it allows no disruption",
+                "no replacement can make room, so the drain hangs",
+            ] {
+                assert!(b[0].what.contains(part), "{budget}: {part:?} not in: {}", b[0].what);
+            }
+            assert!(b[0].fix.contains(fix), "{budget}: {fix:?} not in: {}", b[0].fix);
+            assert!(!b[0].fix.contains("make room for the replacements"), "{budget}: {}", b[0].fix);
+        }
+    }
+    // One replica under minAvailable 1: more replicas, or let it go.
+    let view = cluster(&[&web(1), &pdb("minAvailable: 1", "")], placed(&["n1"]));
+    let f = drain(&view, &["n1"]);
+    let fix = &of_rule(&f, BLOCKED)[0].fix;
+    assert!(
+        fix.starts_with(
+            "run 2 replicas or more so that minAvailable 1 leaves one disruption, or replace minAvailable 1 with \
+             maxUnavailable: 1 if the one replica may be down during a drain"
+        ),
+        "{fix}"
+    );
+}
+
+/// A budget that would allow one with every pod healthy, blocked by a pod not Ready or by a
+/// replacement that cannot start: the advice stays room for the replacements.
+#[test]
+fn a_budget_blocked_by_unhealthy_or_pending_pods_keeps_the_advice_on_replacements() {
+    // web-2 not Ready: minAvailable 1 of 2 has exactly what it needs, and refuses web-1.
+    let mut pods = placed(&["n1", "n2"]);
+    pods[1].ready = false;
+    let view = cluster(&[&web(2), &pdb("minAvailable: 1", "")], pods);
+    let f = drain(&view, &["n1"]);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    assert!(!b[0].what.contains("Even with all"), "{}", b[0].what);
+    assert!(b[0].fix.starts_with("before the drain, make room for the replacements"), "{}", b[0].fix);
+    // Both replicas pinned to the drained node: the first replacement stays Pending.
+    let pinned = deployment("web", "replicas: 2", "nodeSelector: {kubernetes.io/hostname: n1}\n");
+    let view = cluster_with_templates(&[&pinned, &pdb("maxUnavailable: 1", "")], placed(&["n1", "n1"]));
+    let b = drain(&view, &["n1"]);
+    let b = of_rule(&b, BLOCKED);
+    assert!(b[0].fix.starts_with("before the drain, make room for the replacements"), "{}", b[0].fix);
 }

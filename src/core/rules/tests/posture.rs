@@ -146,9 +146,31 @@ fn two_replicas_on_two_nodes_of_one_zone_are_a_zones_risk() {
     let f = audit_findings(&web(2, &hostname_spread("web")), &view);
     let s = of_rule(&f, SHARE);
     assert_eq!(s.len(), 1, "{f:#?}");
-    assert!(s[0].what.contains("2 of its 2 running pods are in zone za"), "{}", s[0].what);
+    assert_eq!(s[0].path, "spec.template.spec.topologySpreadConstraints");
+    assert!(
+        s[0].what.contains("Deployment web (replicas 2): 2 of its 2 running pods are in zone za (web-1, web-2) of the 2 zones it may use"),
+        "{}",
+        s[0].what
+    );
     assert!(s[0].what.contains("one zone's outage takes those replicas at once"), "{}", s[0].what);
     assert!(!s[0].what.contains("on one node"), "{}", s[0].what);
+    // The fix is a zone's: the hostname spread it has already keeps them on different nodes.
+    assert!(
+        s[0].fix.starts_with(
+            "add a topologySpreadConstraint {maxSkew: 1, topologyKey: topology.kubernetes.io/zone, whenUnsatisfiable: \
+             ScheduleAnyway, labelSelector: app=web} to the pod template, then roll the pods"
+        ),
+        "{}",
+        s[0].fix
+    );
+    assert!(!s[0].fix.contains("kubernetes.io/hostname"), "{}", s[0].fix);
+    // With a zone spread that is only a preference: make it hard, and move the pods of that zone.
+    let zone_spread = "topologySpreadConstraints:\n- maxSkew: 1\n  topologyKey: topology.kubernetes.io/zone\n  \
+                       whenUnsatisfiable: ScheduleAnyway\n  labelSelector:\n    matchLabels:\n      app: web\n";
+    let f = audit_findings(&web(2, zone_spread), &view);
+    let fix = &of_rule(&f, SHARE)[0].fix;
+    assert!(fix.starts_with("delete the pods in zone za one at a time"), "{fix}");
+    assert!(fix.contains("make the spread on topology.kubernetes.io/zone whenUnsatisfiable: DoNotSchedule"), "{fix}");
     // Both on one node: the node's failure is said.
     let view = view_with_pods(&zoned, placed(&["a1", "a1"]));
     let f = audit_findings(&web(2, &hostname_spread("web")), &view);
