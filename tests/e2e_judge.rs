@@ -516,7 +516,8 @@ fn controllers(cp: &ControlPlane, hg: &HaGuard) {
 // --- 5. posture and 6. drain predictions, on real placements -------------------------------------
 
 const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
-const POSTURE: [&str; 4] = ["replicas-share-node", "pdb-disruptions-blocked", "spread-pending", "pod-on-cordoned-node"];
+const POSTURE: [&str; 5] =
+    ["replicas-share-node", "pdb-disruptions-blocked", "spread-pending", "pod-on-cordoned-node", "pods-pending"];
 const ZONE: &str = "topology.kubernetes.io/zone";
 
 /// `ha-guard audit ARGS --format json` (exit 0 or 1 as the findings say): the report.
@@ -688,6 +689,31 @@ fn posture_on_real_placements(cp: &ControlPlane) {
     cp.kwok_nodes(&[("z-c1", &[(ZONE, "zone-c")])]);
     rolled_out(cp, ns, "zonal");
     only(&posture(cp, ns), &[], &[]);
+
+    // Pods no node has room for (a kwok node has 1k CPUs): one pods-pending finding with the
+    // scheduler's own words.
+    let greedy = pod(
+        deployment(ns, "greedy", 2),
+        json!({"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {"cpu": "5000"}}}]}),
+    );
+    cp.apply(&greedy).success();
+    poll("greedy's pods Pending, the scheduler's reason read", WAIT, Duration::from_millis(250), || {
+        let found = posture(cp, ns);
+        if found.iter().any(|(r, _, m)| r == "pods-pending" && m.contains("2 of its 2 pods are Pending")) {
+            Ok(())
+        } else {
+            Err(format!("{found:#?}"))
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    only(&posture(cp, ns), &[("pods-pending", "greedy")], &["the scheduler says: 0/", "Insufficient cpu"]);
+    cp.kubectl(&["-n", ns, "delete", "deployment", "greedy", "--wait=true"]).success();
+    poll("greedy gone", WAIT, Duration::from_millis(250), || {
+        let found = posture(cp, ns);
+        if found.is_empty() { Ok(()) } else { Err(format!("{found:#?}")) }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
 
     // Pods that tolerate the cordon taint, and their node cordoned.
     let sticky = pod(

@@ -716,6 +716,7 @@ fn rules_lists_every_rule_and_mutation_with_its_default() {
         ("pdb-disruptions-blocked", "warn"),
         ("spread-pending", "warn"),
         ("pod-on-cordoned-node", "warn"),
+        ("pods-pending", "warn"),
         ("drain-blocked", "warn"),
         ("drain-takes-all-replicas", "warn"),
         ("drain-leaves-pending", "warn"),

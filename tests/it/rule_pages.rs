@@ -22,6 +22,7 @@ const NOT_CHECK_EXAMPLES: &[(&str, &str)] = &[
     ("pod-on-cordoned-node", "live pods and nodes, audit on a cluster: tests/e2e_audit.rs"),
     ("replicas-share-node", "live pods and nodes, audit on a cluster: tests/e2e_audit.rs"),
     ("spread-pending", "live pods and nodes, audit on a cluster: tests/e2e_audit.rs"),
+    ("pods-pending", "live pods, audit on a cluster: tests/e2e_judge.rs"),
     ("spread-unsatisfiable", "the live nodes, an admission warning: tests/e2e_webhook.rs"),
     ("spread-zone-missing", "the live nodes' zones, an admission warning: tests/e2e_webhook.rs"),
     ("inject-default-spread", "a mutation: its patch is in tests/it/cli_check.rs and the e2e mutation tests"),

@@ -23,14 +23,17 @@ declare_rule!(pub REPLICAS_SHARE_NODE, "replicas-share-node", Warn, judged: Audi
 declare_rule!(pub PDB_DISRUPTIONS_BLOCKED, "pdb-disruptions-blocked", Warn, judged: Audit, "a PDB allows no disruption now (status.disruptionsAllowed 0): a drain would hang (audit)");
 declare_rule!(pub SPREAD_PENDING, "spread-pending", Warn, judged: Audit, "pods stay Pending because a DoNotSchedule topology spread cannot be met (audit)");
 declare_rule!(pub POD_ON_CORDONED_NODE, "pod-on-cordoned-node", Warn, judged: Audit, "pods tolerate the cordon taint and run on a cordoned node (audit)");
+declare_rule!(pub PODS_PENDING, "pods-pending", Warn, judged: Audit, "pods stay Pending: the scheduler cannot place them, with its reason (audit)");
 
-pub static RULES: &[&Rule] = &[&REPLICAS_SHARE_NODE, &PDB_DISRUPTIONS_BLOCKED, &SPREAD_PENDING, &POD_ON_CORDONED_NODE];
+pub static RULES: &[&Rule] =
+    &[&REPLICAS_SHARE_NODE, &PDB_DISRUPTIONS_BLOCKED, &SPREAD_PENDING, &POD_ON_CORDONED_NODE, &PODS_PENDING];
 
 pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     match ctx.subject {
         Subject::Workload(w) => {
             replicas_share_node(ctx, w, out);
             spread_pending(ctx, w, out);
+            pods_pending(ctx, w, out);
             pod_on_cordoned_node(ctx, w, out);
         }
         Subject::Pdb(_) => {
@@ -200,7 +203,7 @@ fn spread_pending(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
         .iter()
         .map(Arc::as_ref)
         .filter(|p| p.phase == PodPhase::Pending && !p.terminating)
-        .filter(|p| p.unschedulable.as_deref().is_some_and(|m| m.contains("topology spread constraints")))
+        .filter(|p| p.unschedulable.as_deref().is_some_and(blames_spread))
         .collect();
     let Some(first) = pending.first() else { return };
     let hard: Vec<(usize, &str)> = spread_constraints(full)
@@ -230,6 +233,50 @@ fn spread_pending(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
         "add schedulable nodes in the topology domain the spread is short of (a zone, a node), check that the \
          nodes carry the topology label, lower the replicas or raise maxSkew, or make the spread \
          whenUnsatisfiable: ScheduleAnyway (a preference, placed even when uneven).",
+    );
+}
+
+/// Whether the scheduler's message blames a topology spread: `spread-pending` says that case, with
+/// the constraint.
+fn blames_spread(message: &str) -> bool {
+    message.contains("topology spread constraints")
+}
+
+/// `pods-pending`: pods of the workload the scheduler could not place (`PodScheduled` False,
+/// `Unschedulable`), one finding per workload with the scheduler's own reason. A pod Pending for a
+/// spread is `spread-pending`'s.
+fn pods_pending(ctx: &Ctx, full: &Workload, out: &mut Emitter) {
+    let id = full.id();
+    let pods = ctx.view.pods_of(&id);
+    let pending: Vec<&PodInfo> = pods
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|p| p.phase == PodPhase::Pending && !p.terminating && p.node.is_none())
+        .filter(|p| p.unschedulable.as_deref().is_some_and(|m| !blames_spread(m)))
+        .collect();
+    let Some(first) = pending.first() else { return };
+    let reason = first.unschedulable.as_deref().unwrap_or_default().trim_end_matches('.');
+    let others = pending.iter().filter(|p| p.unschedulable.as_deref() != first.unschedulable.as_deref()).count();
+    let also = match others {
+        0 => String::new(),
+        n => format!(
+            " ({n} of them for another reason: `ha-guard audit --format json` or kubectl describe pod lists each)"
+        ),
+    };
+    out.emit(
+        &PODS_PENDING,
+        "spec.replicas",
+        format!(
+            "{id}: {} of its {} pods {} Pending ({}): the scheduler says: {reason}{also}. The workload runs that many \
+             replicas short until they are placed.",
+            pending.len(),
+            full.replicas,
+            if pending.len() == 1 { "is" } else { "are" },
+            names(pending.iter().map(|p| &*p.name)),
+        ),
+        "give the scheduler what its message asks for: room (capacity, or fewer or smaller requests), nodes that \
+         match the pods' nodeSelector, affinity and tolerations, volumes the nodes can reach (a PersistentVolume's \
+         node affinity or zone), free host ports; or lower the replicas.",
     );
 }
 

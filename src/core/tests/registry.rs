@@ -6,8 +6,9 @@ use std::collections::HashSet;
 use crate::core::catalogue::Action;
 use crate::core::registry::*;
 
-/// Rule IDs and their order are contract (DESIGN.md §2).
-const CONTRACT_RULES: [&str; 33] = [
+/// Rule IDs and their order are contract (DESIGN.md §2), plus `pods-pending` (issue 51), added
+/// after DESIGN's table was written.
+const CONTRACT_RULES: [&str; 34] = [
     "spread-selector-missing",
     "spread-selector-mismatch",
     "spread-selector-overlap",
@@ -37,6 +38,7 @@ const CONTRACT_RULES: [&str; 33] = [
     "pdb-disruptions-blocked",
     "spread-pending",
     "pod-on-cordoned-node",
+    "pods-pending",
     "drain-blocked",
     "drain-takes-all-replicas",
     "drain-leaves-pending",
@@ -84,6 +86,7 @@ fn the_defaults_are_the_contract() {
         "pdb-disruptions-blocked",
         "spread-pending",
         "pod-on-cordoned-node",
+        "pods-pending",
         "drain-blocked",
         "drain-takes-all-replicas",
         "drain-leaves-pending",

@@ -13,6 +13,7 @@ const SHARE: &str = "replicas-share-node";
 const BLOCKED: &str = "pdb-disruptions-blocked";
 const PENDING: &str = "spread-pending";
 const CORDONED: &str = "pod-on-cordoned-node";
+const PODS_PENDING: &str = "pods-pending";
 
 /// A hostname spread (DoNotSchedule) against `app: <app>`.
 fn hostname_spread(app: &str) -> String {
@@ -307,6 +308,61 @@ fn pods_pending_for_another_reason_are_not_a_spread_finding() {
     scheduled.phase = PodPhase::Running;
     let view = view_with_pods(&three_nodes(), vec![scheduled]);
     assert!(of_rule(&audit_findings(&web(1, &hostname_spread("web")), &view), PENDING).is_empty());
+}
+
+const VOLUME_MESSAGE: &str =
+    "0/9 nodes are available: 6 node(s) didn't match PersistentVolume's node affinity, 3 node(s) were unschedulable.";
+
+#[test]
+fn pods_the_scheduler_cannot_place_are_one_finding_with_its_reason() {
+    let mut pods = placed(&["n1"]);
+    pods.push(pending("web-2", VOLUME_MESSAGE));
+    pods.push(pending("web-3", VOLUME_MESSAGE));
+    let view = view_with_pods(&three_nodes(), pods);
+    let f = audit_findings(&web(3, ""), &view);
+    let p = of_rule(&f, PODS_PENDING);
+    assert_eq!(p.len(), 1, "one per workload: {f:#?}");
+    assert_eq!(p[0].path, "spec.replicas");
+    for part in [
+        "Deployment default/web: 2 of its 3 pods are Pending (web-2, web-3)",
+        "the scheduler says: 0/9 nodes are available: 6 node(s) didn't match PersistentVolume's node affinity, 3 \
+         node(s) were unschedulable. The workload",
+    ] {
+        assert!(p[0].what.contains(part), "{part:?} not in: {}", p[0].what);
+    }
+    assert!(p[0].fix.contains("volumes the nodes can reach"), "{}", p[0].fix);
+    assert!(of_rule(&f, PENDING).is_empty(), "not a spread's: {f:#?}");
+}
+
+#[test]
+fn pods_pending_for_other_reasons_say_how_many() {
+    let view = view_with_pods(
+        &three_nodes(),
+        vec![pending("web-1", VOLUME_MESSAGE), pending("web-2", "0/3 nodes are available: 3 Insufficient cpu.")],
+    );
+    let f = audit_findings(&web(2, ""), &view);
+    let p = of_rule(&f, PODS_PENDING);
+    assert_eq!(p.len(), 1);
+    assert!(p[0].what.contains("2 of its 2 pods are Pending (web-1, web-2)"), "{}", p[0].what);
+    assert!(p[0].what.contains("(1 of them for another reason"), "{}", p[0].what);
+}
+
+#[rstest]
+#[case::a_spread_is_spread_pendings(SPREAD_MESSAGE, PodPhase::Pending, "", false)]
+#[case::not_yet_seen_by_the_scheduler("", PodPhase::Pending, "", false)]
+#[case::placed_and_starting(VOLUME_MESSAGE, PodPhase::Pending, "n1", false)]
+#[case::running(VOLUME_MESSAGE, PodPhase::Running, "", false)]
+#[case::unschedulable(VOLUME_MESSAGE, PodPhase::Pending, "", true)]
+fn pods_pending_boundary(#[case] message: &str, #[case] phase: PodPhase, #[case] node: &str, #[case] fires: bool) {
+    let mut p = pending("web-1", message);
+    if message.is_empty() {
+        p.unschedulable = None;
+    }
+    p.phase = phase;
+    p.node = (!node.is_empty()).then(|| node.into());
+    let view = view_with_pods(&three_nodes(), vec![p]);
+    let f = audit_findings(&web(1, &hostname_spread("web")), &view);
+    assert_eq!(of_rule(&f, PODS_PENDING).len(), usize::from(fires), "{f:#?}");
 }
 
 #[rstest]
