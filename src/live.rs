@@ -615,6 +615,14 @@ impl LiveSource {
         errors.insert(slot, (since, e.to_string()));
     }
 
+    /// The apiserver answered that it does not serve `kind`: nothing to follow is followed,
+    /// whatever failed before (a 403 or a restart while its CRD was absent would otherwise stay
+    /// said in every report).
+    fn answered_none(&self, kind: Kind) {
+        self.failing_since_ms[Self::slot(kind)].store(0, Ordering::SeqCst);
+        self.watch_follows(Self::slot(kind));
+    }
+
     fn watch_follows(&self, slot: usize) {
         let mut errors = self.watch_errors.lock().unwrap_or_else(|p| p.into_inner());
         if !errors.is_empty() {
@@ -828,6 +836,7 @@ impl LiveSource {
                 if !(K::OPTIONAL && is_not_found(e)) {
                     return false;
                 }
+                this.answered_none(K::KIND);
                 if !absent.swap(true, Ordering::Relaxed) {
                     tracing::info!(kind = %K::KIND, "not served by the cluster (its CRD is not installed): none; checking again");
                     this.not_served(K::KIND);
@@ -1301,5 +1310,31 @@ mod tests {
         live.apply::<ScaledObject>(Event::Init, &mut buffer);
         live.apply::<ScaledObject>(Event::InitDone, &mut buffer);
         assert!(live.unserved().is_empty(), "served again once listed");
+    }
+
+    #[test]
+    fn a_kind_is_unfollowed_while_its_watch_fails_and_followed_once_the_apiserver_answers() {
+        let live = LiveSource::new();
+        let slot = LiveSource::slot(Kind::ScaledObject);
+        live.not_served(Kind::ScaledObject);
+        let old = k8s_openapi::jiff::Timestamp::now().as_millisecond() - UNFOLLOWED_AFTER.as_millis() as i64 - 1;
+        let fresh = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        // Failing for a moment: not said yet.
+        live.watch_errors.lock().unwrap().insert(slot, (fresh, "503".into()));
+        assert!(!live.unfollowed().iter().any(|(k, _)| *k == "ScaledObject"));
+        // Failing for longer than UNFOLLOWED_AFTER: said, with why.
+        live.watch_errors.lock().unwrap().insert(slot, (old, "scaledobjects.keda.sh is forbidden".into()));
+        assert!(live.unfollowed().contains(&("ScaledObject", "scaledobjects.keda.sh is forbidden".to_string())));
+        // Its CRD still absent, the apiserver now answers 404: followed (as none) again.
+        live.answered_none(Kind::ScaledObject);
+        assert!(!live.unfollowed().iter().any(|(k, _)| *k == "ScaledObject"), "{:?}", live.unfollowed());
+        // A served kind's error goes with its next event.
+        let deployments = LiveSource::slot(Kind::Deployment);
+        live.watch_errors.lock().unwrap().insert(deployments, (old, "forbidden".into()));
+        let mut buffer = None;
+        live.apply::<Deployment>(Event::Init, &mut buffer);
+        assert!(live.watch_errors.lock().unwrap().contains_key(&deployments), "Init is no progress");
+        live.apply::<Deployment>(Event::InitDone, &mut buffer);
+        assert!(!live.watch_errors.lock().unwrap().contains_key(&deployments));
     }
 }
