@@ -7,14 +7,21 @@
 //! (`--profile dev` builds it and ha-guard without optimisation, reusing `cargo test`'s build:
 //! what CI's 3-minute smoke does). benches/SOAK.md records a 30-minute run.
 //!
+//! The control plane is a whole one without kubelets (`ControlPlane::start_with_controllers`):
+//! etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, which plays the kubelets
+//! of `--nodes` (51) Nodes over three zones. The writers' Deployments and StatefulSets get real
+//! ReplicaSets and Pods, scheduled and Running; the HPA controller writes scales through the
+//! webhook; deleted namespaces are emptied by the namespace controller. `--no-controllers` runs
+//! etcd + kube-apiserver only, with three bare Nodes, as the harness first did.
+//!
 //! The setup is the chart's shape: replicas `a` and `b` serve the same certificate (a CA of the
 //! harness, laid out as the kubelet mounts a TLS Secret), the same config file, and the apiserver
 //! reaches them through one round-robin TCP balancer on loopback (kube-proxy's part). Each
 //! replica watches the apiserver through a relay of its own, which the harness can cut.
 //!
 //! Writers (tokio tasks, one kube client) each create a namespace, run scenarios in it, then
-//! delete it (emptied and finalized, as the namespace controller would: none runs here), and
-//! start over in a new one. Scenarios create, update, scale and delete Deployments,
+//! delete it (left to the namespace controller; without the controllers, emptied and finalized
+//! as it would), and start over in a new one. Scenarios create, update, scale and delete Deployments,
 //! StatefulSets, PDBs and HPAs with known answers: admitted ones, refused single objects
 //! (`prestop-exceeds-grace`), refused second objects of pairs (`pdb-blocks-eviction` from either
 //! side, `pdb-overlap`, a scale below a PDB's floor), `recreate-multi-replica` as the config
@@ -68,6 +75,11 @@ struct Options {
     cut_for: Duration,
     checkpoint_every: Duration,
     out: PathBuf,
+    /// kube-controller-manager, kube-scheduler and kwok with `nodes` Nodes over three zones
+    /// (`ControlPlane::start_with_controllers`); off: etcd + kube-apiserver and three bare Nodes,
+    /// the namespaces emptied and finalized by the writers.
+    controllers: bool,
+    nodes: usize,
 }
 
 impl Options {
@@ -80,6 +92,8 @@ impl Options {
             cut_for: Duration::ZERO,
             checkpoint_every: Duration::ZERO,
             out: repo().join("target/soak"),
+            controllers: true,
+            nodes: 51,
         };
         let args: Vec<String> = std::env::args().skip(1).collect();
         let mut i = 0;
@@ -94,6 +108,12 @@ impl Options {
                 "--cut-for" => o.cut_for = dur(&value()),
                 "--checkpoint-every" => o.checkpoint_every = dur(&value()),
                 "--out" => o.out = PathBuf::from(value()),
+                "--nodes" => o.nodes = value().parse().unwrap_or_else(|e| usage(&format!("--nodes: {e}"))),
+                "--no-controllers" => {
+                    o.controllers = false;
+                    i += 1;
+                    continue;
+                }
                 // What `cargo bench` passes to every bench target.
                 "--bench" => {
                     i += 1;
@@ -121,7 +141,7 @@ impl Options {
 fn usage(problem: &str) -> ! {
     eprintln!(
         "soak: {problem}\nusage: cargo bench --bench soak -- [--duration 30m] [--writers 4] [--pace 250ms] \
-         [--fault-every D] [--cut-for D] [--checkpoint-every D] [--out DIR]"
+         [--fault-every D] [--cut-for D] [--checkpoint-every D] [--out DIR] [--nodes 51] [--no-controllers]"
     );
     std::process::exit(2)
 }
@@ -298,6 +318,8 @@ struct Run {
     pace: Duration,
     /// Namespaces a writer could not finalize (apiserver down): retried at the end.
     unfinished: Mutex<Vec<String>>,
+    /// The namespace controller runs: a deleted namespace is emptied and finalized by it.
+    controllers: bool,
 }
 
 fn ar(kind: &str) -> ApiResource {
@@ -749,12 +771,20 @@ async fn concurrent_pair(run: &Run, ns: &str, app: &str) {
     }
 }
 
-/// What the namespace controller would do: the namespace deleted, what is left in it deleted,
-/// the `kubernetes` finalizer dropped through the finalize subresource.
+/// The namespace deleted. With the controllers, the namespace controller empties and finalizes
+/// it (a real namespace deletion: its Pods, ReplicaSets, ServiceAccount and ConfigMap too);
+/// without, what it would do is done here: what is left in it deleted, the `kubernetes` finalizer
+/// dropped through the finalize subresource.
 async fn delete_namespace(run: &Run, ns: &str) {
     let _between_pauses = run.pause.read().await;
     let namespaces = Api::<Namespace>::all(run.client.clone());
     let mut done = namespaces.delete(ns, &DeleteParams::default()).await.is_ok();
+    if run.controllers {
+        if !done && namespaces.get(ns).await.is_ok_and(|n| n.metadata.deletion_timestamp.is_none()) {
+            run.unfinished.lock().unwrap_or_else(|p| p.into_inner()).push(ns.to_string());
+        }
+        return;
+    }
     for kind in ["HorizontalPodAutoscaler", "PodDisruptionBudget", "StatefulSet", "Deployment"] {
         let api = run.api(kind, ns);
         match api.list(&ListParams::default()).await {
@@ -993,9 +1023,23 @@ fn main() {
     std::process::exit(code);
 }
 
+/// `n` kwok Nodes over three zones (`topology.kubernetes.io/zone` zone-a, zone-b, zone-c).
+fn kwok_nodes(n: usize) -> Vec<(String, String)> {
+    (0..n).map(|i| (format!("kwok-{i:03}"), format!("zone-{}", ["a", "b", "c"][i % 3]))).collect()
+}
+
 fn soak(o: &Options) -> Result<bool, String> {
-    let cp = ControlPlane::start()?;
-    cp.nodes(&["node-a", "node-b", "node-c"]);
+    let cp = if o.controllers { ControlPlane::start_with_controllers()? } else { ControlPlane::start()? };
+    if o.controllers {
+        let nodes = kwok_nodes(o.nodes);
+        let labels: Vec<[(&str, &str); 1]> =
+            nodes.iter().map(|(_, zone)| [("topology.kubernetes.io/zone", zone.as_str())]).collect();
+        let refs: Vec<(&str, &[(&str, &str)])> =
+            nodes.iter().zip(&labels).map(|((n, _), l)| (n.as_str(), l.as_slice())).collect();
+        cp.kwok_nodes(&refs);
+    } else {
+        cp.nodes(&["node-a", "node-b", "node-c"]);
+    }
     let apiserver: SocketAddr = cp.server().trim_start_matches("https://").parse().map_err(|e| format!("{e}"))?;
     let ca = ha_guard::server::certs::Ca::generate(
         "ha-guard soak CA",
@@ -1058,6 +1102,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         stop: AtomicBool::new(false),
         pace: o.pace,
         unfinished: Mutex::default(),
+        controllers: o.controllers,
     });
     let writers: Vec<_> = (0..o.writers).map(|w| rt.spawn(writer(run.clone(), w, 8))).collect();
 
@@ -1261,6 +1306,19 @@ fn soak(o: &Options) -> Result<bool, String> {
             for ns in &unfinished {
                 rt.block_on(delete_namespace(&run, ns));
             }
+        }
+        if o.controllers {
+            // The namespace controller empties what was deleted: counts move until it is done.
+            let gone = poll("no namespace is terminating", Duration::from_secs(300), Duration::from_secs(1), || {
+                let list = cp.kubectl(&["get", "namespaces", "-o", "json"]);
+                let terminating = list.ok().then(|| list.json()).map_or(usize::MAX, |l| {
+                    l["items"]
+                        .as_array()
+                        .map_or(0, |i| i.iter().filter(|n| n["metadata"]["deletionTimestamp"].is_string()).count())
+                });
+                if terminating == 0 { Ok(()) } else { Err(format!("{terminating} terminating")) }
+            });
+            say(&format!("namespaces {when}: {gone:?}"));
         }
         expected = apiserver_counts(&cp).ok_or("kubectl get at the end failed")?;
         for (name, g) in names.iter().zip(&guards) {
