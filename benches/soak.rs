@@ -17,7 +17,10 @@
 //! The setup is the chart's shape: replicas `a` and `b` serve the same certificate (a CA of the
 //! harness, laid out as the kubelet mounts a TLS Secret), the same config file, and the apiserver
 //! reaches them through one round-robin TCP balancer on loopback (kube-proxy's part). Each
-//! replica watches the apiserver through a relay of its own, which the harness can cut.
+//! replica watches the apiserver through a relay of its own, which the harness can cut. Beside
+//! them the background audit runs as the chart runs it: `ha-guard reports --interval 30s
+//! --debounce 1s` with the same config, as the chart's audit ServiceAccount (the chart's RBAC,
+//! rendered by helm; the report CRDs), through a relay of its own too.
 //!
 //! Writers (tokio tasks, one kube client) each create a namespace, run scenarios in it, then
 //! delete it (left to the namespace controller; without the controllers, emptied and finalized
@@ -41,7 +44,10 @@
 //! (replica `b` down, apiserver restarting, replica `a`'s view stale while its watch is cut) or it
 //! was a concurrent pair, counted apart by window. At checkpoints and at the end, the stored
 //! objects of each namespace (kubectl) go through `ha-guard check --complete`: every deny finding
-//! must be explained by such a write, else it is a wrong verdict too. The rotation and the reload
+//! must be explained by such a write, else it is a wrong verdict too. Then, the writers paused,
+//! every ha-guard report (each namespace not being deleted, and the cluster's) must equal what
+//! `ha-guard audit --format json` says with the same config (rows: rule, result, kind, name)
+//! within one audit interval (and 15 s for the audit's own read); the same at the end. The rotation and the reload
 //! are done between writes (the writers pause), so they get no window: any failure there counts.
 //! At the end, each replica's `ha_guard_cache_objects` must equal what the apiserver holds (no
 //! leak from deleted namespaces), and replica `a`'s RSS must be flat over the last 2/3.
@@ -63,6 +69,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use support::reports::{REPORTS_NS, Reports, install_chart_rbac, install_report_crds, rows_of_audit, rows_of_report};
 use support::*;
 
 // --- options -------------------------------------------------------------------------------------
@@ -893,6 +900,114 @@ fn checkpoint(cp: &ControlPlane, run: &Run, dir: &Path, label: &str) -> Checked 
     out
 }
 
+// --- the background audit: reports against `ha-guard audit` ----------------------------------------
+
+/// `ha-guard reports --interval`, as the chart's default is 5m: short enough that a soak sees many
+/// full reads, and what "within one interval" is measured against.
+const AUDIT_INTERVAL: Duration = Duration::from_secs(30);
+
+/// A namespace outside the writers' churn whose report always has a finding (a 1-replica
+/// Deployment under a PDB of minAvailable 1, stored before the webhook is registered): the report
+/// the faults delete, and where the RBAC fault's error result is looked for.
+const STEADY_NS: &str = "soak-steady";
+
+/// A kubeconfig of the chart's audit ServiceAccount (`ha-guard-audit`), its token valid for
+/// `valid` (the soak's length and more: a token of `token_kubeconfig` lasts an hour).
+fn audit_kubeconfig(cp: &ControlPlane, valid: Duration) -> Result<PathBuf, String> {
+    let duration = format!("--duration={}s", valid.as_secs());
+    let token = cp.kubectl(&["-n", REPORTS_NS, "create", "token", "ha-guard-audit", &duration]);
+    if !token.ok() {
+        return Err(format!("create token: {}", token.output()));
+    }
+    Ok(cp.token_kubeconfig(token.stdout.trim(), &cp.dir().join("ha-guard-audit.kubeconfig")))
+}
+
+/// The reports process as the chart runs it: `--interval 30s --debounce 1s`, the config file the
+/// replicas read, as the chart's audit ServiceAccount, through `relay` (its watches can be cut).
+fn start_reports(cp: &ControlPlane, n: usize, kubeconfig: &Path, config: &Path) -> Reports {
+    let interval = format!("--interval={}s", AUDIT_INTERVAL.as_secs());
+    let config = format!("--config={}", config.display());
+    Reports::start(cp, &format!("audit-{n}"), kubeconfig, &[&interval, &config])
+}
+
+/// ha-guard's reports (rows: namespace, rule, result, kind, name) against `ha-guard audit --format
+/// json` with the same config, in every namespace that is not being deleted and at cluster scope:
+/// the namespaces and rows compared, or the differences.
+fn reports_vs_audit(cp: &ControlPlane, config: &Path) -> Result<(usize, usize), String> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+        .args(["audit", "--format", "json", "--config"])
+        .arg(config)
+        .env("KUBECONFIG", cp.kubeconfig())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("ha-guard audit: {e}"))?;
+    let audit: Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("ha-guard audit: not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)))?;
+    if !audit["findings"].is_array() {
+        return Err(format!("ha-guard audit: no findings: {audit}"));
+    }
+    let namespaces = cp.kubectl(&["get", "namespaces", "-o", "json"]);
+    let reports = cp.kubectl(&["get", "policyreports.wgpolicyk8s.io", "-A", "-o", "json"]);
+    let cluster = cp.kubectl(&["get", "clusterpolicyreports.wgpolicyk8s.io", "-o", "json"]);
+    if !namespaces.ok() || !reports.ok() || !cluster.ok() {
+        return Err("kubectl get failed".into());
+    }
+    let ours = |list: &Kubectl| -> BTreeMap<String, Value> {
+        list.json()["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["metadata"]["name"] == "ha-guard")
+            .map(|r| (r["metadata"]["namespace"].as_str().unwrap_or_default().to_string(), r.clone()))
+            .collect()
+    };
+    let mut stored = ours(&reports);
+    stored.extend(ours(&cluster));
+    let mut scopes: Vec<String> = namespaces.json()["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| !n["metadata"]["deletionTimestamp"].is_string())
+        .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    scopes.push(String::new());
+    let (mut rows, mut differ) = (0, Vec::new());
+    for ns in &scopes {
+        let want = rows_of_audit(&audit, ns);
+        let got = stored.get(ns).map(rows_of_report).unwrap_or_default();
+        rows += want.len();
+        if want != got {
+            let missing: Vec<_> = want.difference(&got).take(3).collect();
+            let extra: Vec<_> = got.difference(&want).take(3).collect();
+            differ.push(format!("{ns:?}: missing {missing:?}, not in the audit {extra:?}"));
+        }
+    }
+    if differ.is_empty() { Ok((scopes.len(), rows)) } else { Err(differ.join("; ")) }
+}
+
+/// A checkpoint of the reports: the writers paused, the reports must equal the audit within one
+/// interval (and 15 s for the audit's own read): how long they took, or how they still differ.
+fn reports_checkpoint(cp: &ControlPlane, run: &Run, rt: &tokio::runtime::Runtime, config: &Path) -> ReportsCheck {
+    let _paused = rt.block_on(run.pause.write());
+    let started = Instant::now();
+    let mut last = Err(String::new());
+    while started.elapsed() < AUDIT_INTERVAL + Duration::from_secs(15) {
+        last = reports_vs_audit(cp, config);
+        if last.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    ReportsCheck { at: run.windows.t(), took: started.elapsed(), result: last }
+}
+
+struct ReportsCheck {
+    at: f64,
+    took: Duration,
+    /// Namespaces (and cluster scope) and rows compared, or the differences left.
+    result: Result<(usize, usize), String>,
+}
+
 // --- memory and the view -----------------------------------------------------------------------------
 
 fn rss_kib(pid: u32) -> Option<u64> {
@@ -1074,6 +1189,27 @@ fn soak(o: &Options) -> Result<bool, String> {
         relays.push(relay);
         configs.push(config);
     }
+    // The background audit as the chart runs it: the report CRDs, the chart's RBAC, a process of
+    // its own as the audit's ServiceAccount, through a relay, with a copy of the config (the same
+    // ConfigMap in the chart). The steady namespace's finding is stored before the webhook exists.
+    install_report_crds(&cp);
+    cp.namespace(REPORTS_NS, &[]);
+    install_chart_rbac(&cp);
+    cp.namespace(STEADY_NS, &[]);
+    cp.apply(yaml_file(&[
+        deployment(STEADY_NS, "lone", 1),
+        pdb(STEADY_NS, "lone", "lone", json!({"minAvailable": 1})),
+    ]))
+    .success();
+    let audit_config = cp.root().join("audit-config.yaml");
+    write_atomically(&audit_config, &config_text(false));
+    let mut audit_relay = Relay::new(apiserver);
+    audit_relay.open()?;
+    let audit_kubeconfig = audit_relay.kubeconfig(
+        &audit_kubeconfig(&cp, o.duration + Duration::from_secs(7200))?,
+        &cp.dir().join("audit-relayed.kubeconfig"),
+    );
+    let reports = start_reports(&cp, 1, &audit_kubeconfig, &audit_config);
     let balancer = support::balancer::Balancer::start(guards.iter().map(|g| g.webhook_port).collect());
     register_at(&cp, &guards[0], balancer.port, &[Webhooks::Mutating, Webhooks::Validating])?;
     say(&format!(
@@ -1113,6 +1249,7 @@ fn soak(o: &Options) -> Result<bool, String> {
     let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut fault_log: Vec<String> = Vec::new();
     let mut checks: Vec<(f64, Checked)> = Vec::new();
+    let mut report_checks: Vec<ReportsCheck> = Vec::new();
     let (mut next_fault, mut next_sample, mut next_check) =
         (started + o.fault_every, started, started + o.checkpoint_every);
     let mut turn = 0usize;
@@ -1155,6 +1292,9 @@ fn soak(o: &Options) -> Result<bool, String> {
             let c = checkpoint(&cp, &run, &o.out, &label);
             say(&format!("checkpoint {label}: {c:?}"));
             checks.push((windows.t(), c));
+            let r = reports_checkpoint(&cp, &run, &rt, &audit_config);
+            say(&format!("reports at {label}: {:?} after {:.1?}", r.result, r.took));
+            report_checks.push(r);
             next_check = now + o.checkpoint_every;
         }
         if now >= next_fault && now + o.fault_every / 2 < end {
@@ -1204,7 +1344,9 @@ fn soak(o: &Options) -> Result<bool, String> {
                             g.metrics().get("ha_guard_config_reloads_total", &[("result", "success")]).unwrap_or(0.0)
                         })
                         .collect();
-                    for c in &configs {
+                    let audit_before =
+                        reports.metrics().get("ha_guard_config_reloads_total", &[("result", "success")]).unwrap_or(0.0);
+                    for c in configs.iter().chain([&audit_config]) {
                         write_atomically(c, &config_text(deny));
                     }
                     let reloaded = poll("both replicas reload the config", WAIT, Duration::from_millis(100), || {
@@ -1218,7 +1360,10 @@ fn soak(o: &Options) -> Result<bool, String> {
                                     > Some(**b)
                             })
                             .count();
-                        if n == 2 { Ok(()) } else { Err(format!("{n} of 2")) }
+                        let audit = http_get(reports.port, "/metrics").ok().and_then(|(_, m)| {
+                            Metrics::parse(&m).get("ha_guard_config_reloads_total", &[("result", "success")])
+                        }) > Some(audit_before);
+                        if n == 2 && audit { Ok(()) } else { Err(format!("{n} of 2 replicas, the audit {audit}")) }
                     });
                     run.deny_recreate.store(deny, Ordering::SeqCst);
                     reloaded.map(|()| format!("recreate-multi-replica: {}", if deny { "deny" } else { "warn" }))
@@ -1294,6 +1439,9 @@ fn soak(o: &Options) -> Result<bool, String> {
     let last = checkpoint(&cp, &run, &o.out, "end");
     say(&format!("last checkpoint: {last:?}"));
     checks.push((windows.t(), last));
+    let r = reports_checkpoint(&cp, &run, &rt, &audit_config);
+    say(&format!("reports at the end: {:?} after {:.1?}", r.result, r.took));
+    report_checks.push(r);
 
     // No leak: each replica's view holds what the apiserver holds, with the writers' last
     // namespaces and then once every namespace of the run is deleted.
@@ -1348,6 +1496,12 @@ fn soak(o: &Options) -> Result<bool, String> {
         })
         .collect();
     calls.look(&cp, &windows);
+    for entry in std::fs::read_dir(cp.dir()).map_err(|e| e.to_string())?.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.starts_with("reports-") && name.ends_with(".log") {
+            let _ = std::fs::copy(entry.path(), o.out.join(name));
+        }
+    }
     for g in &guards {
         let _ = std::fs::copy(
             g.log_path(),
@@ -1434,6 +1588,22 @@ fn soak(o: &Options) -> Result<bool, String> {
             }
         ));
     }
+    let settled: Vec<f64> = report_checks.iter().filter(|r| r.result.is_ok()).map(|r| r.took.as_secs_f64()).collect();
+    line(format!(
+        "reports equal to `ha-guard audit` (writers paused, within {:?}): {} of {} checkpoints, settled in max {:.1}s; {}",
+        AUDIT_INTERVAL + Duration::from_secs(15),
+        settled.len(),
+        report_checks.len(),
+        settled.iter().copied().fold(0.0, f64::max),
+        report_checks
+            .iter()
+            .map(|r| match &r.result {
+                Ok((scopes, rows)) => format!("{:.0}s {scopes} scopes/{rows} rows in {:.1?}", r.at, r.took),
+                Err(e) => format!("{:.0}s DIFFER: {e}", r.at),
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    ));
     line(format!("RSS: {}", rss_verdict.as_ref().map_or_else(|e| format!("GROWS: {e}"), |s| s.clone())));
     for e in t.wrong_verdicts.iter().chain(&t.failed_outside).chain(&t.not_converged).take(30) {
         line(format!("  {e}"));
@@ -1445,6 +1615,7 @@ fn soak(o: &Options) -> Result<bool, String> {
     }
     ok &= t.wrong_verdicts.is_empty() && unexplained == 0 && t.failed_outside.is_empty() && t.not_converged.is_empty();
     ok &= views.iter().all(Result::is_ok) && rss_verdict.is_ok();
+    ok &= !report_checks.is_empty() && report_checks.iter().all(|r| r.result.is_ok());
     // No call failed or failed open outside the windows (the answers above would not show a
     // failed call whose write was to be admitted anyway).
     ok &= calls.outside.went_wrong() == 0.0 && calls.outside.calls > 0.0;
@@ -1469,6 +1640,8 @@ fn soak(o: &Options) -> Result<bool, String> {
     drop(balancer);
     drop(guards);
     drop(relays);
+    drop(reports);
+    drop(audit_relay);
     Ok(ok)
 }
 
