@@ -33,15 +33,21 @@
 //! and watching would refuse it (a direct call to each), which is also how a replica whose watch
 //! silently stopped would show.
 //!
-//! Faults, in turn, one every `--fault-every`: rotate the serving certificate (then the balancer
-//! cuts its connections, so that the apiserver handshakes with the new one), reload the config
-//! (`recreate-multi-replica` warn <-> deny), kill -9 replica `b` and start it again, cut replica
-//! `a`'s watch for `--cut-for`, restart the apiserver. Replica `a` is never killed: its RSS over
-//! the whole run is the memory series.
+//! Faults, in turn, one every `--fault-every` after the last one ended ([`FAULTS`]): rotate the
+//! serving certificate (then the balancer cuts its connections, so that the apiserver handshakes
+//! with the new one), reload the config (`recreate-multi-replica` warn <-> deny, in the audit's
+//! copy too), kill -9 replica `b` and start it again, cut replica `a`'s watch for `--cut-for`,
+//! delete the steady namespace's report by hand (restored within 30 s, or the fault failed), kill
+//! -9 the reports process and start another (it must lead again once the Lease runs out), pause
+//! etcd (SIGSTOP for `--etcd-pause`, 30 s, then SIGCONT), restart the apiserver, take `pods` out of
+//! the audit's ClusterRole and cut its watches (the steady report must carry an `error` result
+//! within two intervals) then give it back (the error must go and the audit lead again). Replica
+//! `a` is never killed: its RSS over the whole run is the memory series.
 //!
 //! The oracle: every write and its answer is logged (`writes.jsonl` in `--out`); a write whose
 //! answer differs from the expected one is a wrong verdict unless a fault window was open
-//! (replica `b` down, apiserver restarting, replica `a`'s view stale while its watch is cut) or it
+//! (replica `b` down, apiserver restarting, etcd paused, replica `a`'s view stale while its watch
+//! is cut; the audit's faults open none: admission does not depend on it) or it
 //! was a concurrent pair, counted apart by window. At checkpoints and at the end, the stored
 //! objects of each namespace (kubectl) go through `ha-guard check --complete`: every deny finding
 //! must be explained by such a write, else it is a wrong verdict too. Then, the writers paused,
@@ -87,6 +93,7 @@ struct Options {
     /// the namespaces emptied and finalized by the writers.
     controllers: bool,
     nodes: usize,
+    etcd_pause: Duration,
 }
 
 impl Options {
@@ -101,6 +108,7 @@ impl Options {
             out: repo().join("target/soak"),
             controllers: true,
             nodes: 51,
+            etcd_pause: Duration::ZERO,
         };
         let args: Vec<String> = std::env::args().skip(1).collect();
         let mut i = 0;
@@ -113,6 +121,7 @@ impl Options {
                 "--pace" => o.pace = dur(&value()),
                 "--fault-every" => o.fault_every = dur(&value()),
                 "--cut-for" => o.cut_for = dur(&value()),
+                "--etcd-pause" => o.etcd_pause = dur(&value()),
                 "--checkpoint-every" => o.checkpoint_every = dur(&value()),
                 "--out" => o.out = PathBuf::from(value()),
                 "--nodes" => o.nodes = value().parse().unwrap_or_else(|e| usage(&format!("--nodes: {e}"))),
@@ -130,13 +139,17 @@ impl Options {
             }
             i += 2;
         }
-        // Five rounds of faults in the run, a checkpoint per round; the watch cut a minute, or
-        // less in a short run.
+        // Five rounds of faults in the run if each took no time (the slow ones make it fewer), five
+        // checkpoints; the watch cut a minute, or less in a short run.
         if o.fault_every.is_zero() {
-            o.fault_every = (o.duration / 26).max(Duration::from_secs(6));
+            o.fault_every = (o.duration / (5 * FAULTS.len() as u32 + 1)).max(Duration::from_secs(6));
         }
         if o.cut_for.is_zero() {
             o.cut_for = Duration::from_secs(60).min(o.fault_every * 9 / 10);
+        }
+        // etcd paused 30 s, less in a short run.
+        if o.etcd_pause.is_zero() {
+            o.etcd_pause = Duration::from_secs(30).min(o.fault_every * 3);
         }
         if o.checkpoint_every.is_zero() {
             o.checkpoint_every = (o.duration / 5).max(Duration::from_secs(30));
@@ -148,7 +161,7 @@ impl Options {
 fn usage(problem: &str) -> ! {
     eprintln!(
         "soak: {problem}\nusage: cargo bench --bench soak -- [--duration 30m] [--writers 4] [--pace 250ms] \
-         [--fault-every D] [--cut-for D] [--checkpoint-every D] [--out DIR] [--nodes 51] [--no-controllers]"
+         [--fault-every D] [--cut-for D] [--etcd-pause D] [--checkpoint-every D] [--out DIR] [--nodes 51] [--no-controllers]"
     );
     std::process::exit(2)
 }
@@ -1008,6 +1021,117 @@ struct ReportsCheck {
     result: Result<(usize, usize), String>,
 }
 
+// --- faults -------------------------------------------------------------------------------------
+
+/// The faults, in turn.
+const FAULTS: [&str; 9] = [
+    "rotate the serving certificate, cut the balancer's connections",
+    "reload the config",
+    "kill -9 replica b, start it again",
+    "cut replica a's watch",
+    "delete a report by hand",
+    "kill -9 the reports process, start another",
+    "pause etcd",
+    "restart the apiserver",
+    "revoke the audit's list pods, cut its watches, restore",
+];
+
+/// etcd stopped (SIGSTOP) for `for_`, then continued: the apiserver's storage hangs, then resumes.
+fn pause_etcd(cp: &ControlPlane, for_: Duration) -> Result<(), String> {
+    let pid = std::fs::read_to_string(cp.dir().join("etcd.pid")).map_err(|e| format!("etcd.pid: {e}"))?;
+    let pid = pid.trim();
+    let signal = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, pid])
+            .status()
+            .map_err(|e| e.to_string())
+            .and_then(|s| if s.success() { Ok(()) } else { Err(format!("kill {sig} {pid}: {s}")) })
+    };
+    signal("-STOP")?;
+    std::thread::sleep(for_);
+    signal("-CONT")
+}
+
+/// The steady namespace's report holds a result `result` (and is there).
+fn steady_report_has(cp: &ControlPlane, result: &str) -> Result<(), String> {
+    let r = support::reports::report(cp, STEADY_NS).ok_or("no report")?;
+    let rows = rows_of_report(&r);
+    if rows.iter().any(|row| row.2 == result) { Ok(()) } else { Err(format!("rows {rows:?}")) }
+}
+
+/// The reports process holds the Lease and its view has synced (`ha_guard_audit_leader` 1).
+fn audit_leading(reports: &Reports) -> Result<(), String> {
+    let (_, text) = http_get(reports.port, "/metrics")?;
+    let leader = Metrics::parse(&text).sum("ha_guard_audit_leader", &[]);
+    if leader == 1.0 { Ok(()) } else { Err(format!("ha_guard_audit_leader {leader}")) }
+}
+
+/// `pods` taken out of the ClusterRole `ha-guard-audit` the reports process is bound to, its
+/// watches cut (they list again, refused): the steady report must say so (an `error` result)
+/// within two intervals; the rule given back, the error must go and the audit lead again.
+fn revoke_audit_rbac(cp: &ControlPlane, relay: &mut Relay, reports: &Reports) -> Result<String, String> {
+    let role = cp.kubectl(&["get", "clusterrole", "ha-guard-audit", "-o", "json"]);
+    if !role.ok() {
+        return Err(format!("get clusterrole: {}", role.output()));
+    }
+    let mut original = role.json();
+    for field in ["resourceVersion", "uid", "creationTimestamp", "managedFields"] {
+        original["metadata"].as_object_mut().map(|m| m.remove(field));
+    }
+    let mut revoked = original.clone();
+    let rules: Vec<Value> = revoked["rules"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut r| {
+            if let Some(resources) = r["resources"].as_array() {
+                r["resources"] = json!(resources.iter().filter(|x| *x != "pods").cloned().collect::<Vec<_>>());
+            }
+            r
+        })
+        .filter(|r| r["resources"].as_array().is_none_or(|x| !x.is_empty()))
+        .collect();
+    revoked["rules"] = json!(rules);
+    let replaced = cp.kubectl_in(&["replace", "-f", "-"], &revoked.to_string());
+    if !replaced.ok() {
+        return Err(format!("replace clusterrole: {}", replaced.output()));
+    }
+    let started = Instant::now();
+    relay.close();
+    std::thread::sleep(Duration::from_secs(1));
+    let reopened = relay.open();
+    let seen = reopened.and_then(|()| {
+        poll(
+            "the steady report names the kind it cannot read",
+            AUDIT_INTERVAL * 2 + Duration::from_secs(30),
+            Duration::from_millis(500),
+            || steady_report_has(cp, "error"),
+        )
+    });
+    let error_after = started.elapsed();
+    // Given back whatever happened above.
+    let restored = cp.kubectl_in(&["replace", "-f", "-"], &original.to_string());
+    if !restored.ok() {
+        return Err(format!("restore clusterrole: {}", restored.output()));
+    }
+    let back = Instant::now();
+    let recovered =
+        poll("the error result goes, the audit leads", Duration::from_secs(150), Duration::from_millis(500), || {
+            match steady_report_has(cp, "error") {
+                Ok(()) => Err("the error result is still there".to_string()),
+                Err(_) => steady_report_has(cp, "fail").and_then(|()| audit_leading(reports)),
+            }
+        });
+    seen.map_err(|e| format!("no error result within {error_after:.1?}: {e}"))?;
+    recovered.map(|()| {
+        format!(
+            "an error result {error_after:.1?} after the revocation; gone, leading again {:.1?} after the restore",
+            back.elapsed()
+        )
+    })
+}
+
 // --- memory and the view -----------------------------------------------------------------------------
 
 fn rss_kib(pid: u32) -> Option<u64> {
@@ -1209,7 +1333,8 @@ fn soak(o: &Options) -> Result<bool, String> {
         &audit_kubeconfig(&cp, o.duration + Duration::from_secs(7200))?,
         &cp.dir().join("audit-relayed.kubeconfig"),
     );
-    let reports = start_reports(&cp, 1, &audit_kubeconfig, &audit_config);
+    let mut reports_started = 1;
+    let mut reports = start_reports(&cp, reports_started, &audit_kubeconfig, &audit_config);
     let balancer = support::balancer::Balancer::start(guards.iter().map(|g| g.webhook_port).collect());
     register_at(&cp, &guards[0], balancer.port, &[Webhooks::Mutating, Webhooks::Validating])?;
     say(&format!(
@@ -1298,15 +1423,9 @@ fn soak(o: &Options) -> Result<bool, String> {
             next_check = now + o.checkpoint_every;
         }
         if now >= next_fault && now + o.fault_every / 2 < end {
-            let what = match turn % 5 {
-                0 => "rotate the serving certificate, cut the balancer's connections",
-                1 => "reload the config",
-                2 => "kill -9 replica b, start it again",
-                3 => "cut replica a's watch",
-                _ => "restart the apiserver",
-            };
+            let what = FAULTS[turn % FAULTS.len()];
             let at = windows.t();
-            let result: Result<String, String> = match turn % 5 {
+            let result: Result<String, String> = match turn % FAULTS.len() {
                 0 => {
                     let _paused = rt.block_on(run.pause.write());
                     cert_version += 1;
@@ -1380,6 +1499,64 @@ fn soak(o: &Options) -> Result<bool, String> {
                     windows.close(id);
                     restarted.map(|()| "ready again".to_string())
                 }
+                4 => {
+                    // Admission is not involved: no window. The audit watches its own reports.
+                    let deleted = cp.kubectl(&["delete", "policyreports.wgpolicyk8s.io", "ha-guard", "-n", STEADY_NS]);
+                    let started = Instant::now();
+                    if deleted.ok() {
+                        poll(
+                            "the deleted report is restored",
+                            Duration::from_secs(30),
+                            Duration::from_millis(200),
+                            || steady_report_has(&cp, "fail"),
+                        )
+                        .map(|()| format!("restored in {:.1?}", started.elapsed()))
+                    } else {
+                        Err(format!("kubectl delete: {}", deleted.output()))
+                    }
+                }
+                5 => {
+                    let _ = reports.child.kill();
+                    let _ = reports.child.wait();
+                    reports_started += 1;
+                    let started = Instant::now();
+                    // A new pod's name: it takes the Lease once the killed one's runs out (15 s).
+                    reports = start_reports(&cp, reports_started, &audit_kubeconfig, &audit_config);
+                    poll("the new reports process leads", Duration::from_secs(120), Duration::from_millis(500), || {
+                        audit_leading(&reports)
+                    })
+                    .map(|()| format!("audit-{reports_started} leads {:.1?} after the kill", started.elapsed()))
+                }
+                6 => {
+                    let id = windows.open("etcd paused");
+                    let paused = pause_etcd(&cp, o.etcd_pause);
+                    // Stale views until every watch of both replicas has recovered.
+                    let resumed = Instant::now();
+                    let recovered = paused.and_then(|()| {
+                        poll(
+                            "the apiserver and the watches recover",
+                            Duration::from_secs(120),
+                            Duration::from_millis(500),
+                            || {
+                                let ready = cp.kubectl(&["get", "--raw", "/readyz"]);
+                                if !ready.ok() {
+                                    return Err(format!("readyz: {}", ready.output()));
+                                }
+                                watches_recovered(&guards[0]).and_then(|()| watches_recovered(&guards[1]))
+                            },
+                        )
+                    });
+                    std::thread::sleep(Duration::from_secs(2));
+                    windows.close(id);
+                    recovered.map(|()| {
+                        format!(
+                            "SIGSTOP for {:?}; ready, watches recovered {:.1?} after SIGCONT",
+                            o.etcd_pause,
+                            resumed.elapsed()
+                        )
+                    })
+                }
+                8 => revoke_audit_rbac(&cp, &mut audit_relay, &reports),
                 3 => {
                     let id = windows.open("replica a's watch cut");
                     run.watching[0].store(false, Ordering::SeqCst);
@@ -1388,7 +1565,7 @@ fn soak(o: &Options) -> Result<bool, String> {
                     Ok(format!("for {:?}", o.cut_for))
                 }
                 _ => {
-                    // Its counters start over: count what they hold first.
+                    // 7. Its counters start over: count what they hold first.
                     calls.look(&cp, &windows);
                     let id = windows.open("apiserver restarting");
                     let stopped = cp.stop_apiserver(Duration::from_secs(5));
@@ -1619,7 +1796,7 @@ fn soak(o: &Options) -> Result<bool, String> {
     // No call failed or failed open outside the windows (the answers above would not show a
     // failed call whose write was to be admitted anyway).
     ok &= calls.outside.went_wrong() == 0.0 && calls.outside.calls > 0.0;
-    ok &= t.writes > 0 && faults.len() == 5.min(turn);
+    ok &= t.writes > 0 && faults.len() == FAULTS.len().min(turn);
     line(format!("soak: {}", if ok { "PASSED" } else { "FAILED" }));
 
     // The record: report, faults, RSS table.
