@@ -29,7 +29,11 @@
 //! (`prestop-exceeds-grace`), refused second objects of pairs (`pdb-blocks-eviction` from either
 //! side, `pdb-overlap`, a scale below a PDB's floor), `recreate-multi-replica` as the config
 //! says, and now and then a pair written at the same instant (the documented window: either
-//! outcome). Before the second write of a pair the harness waits until every replica that is up
+//! outcome); the scale subresource of an HPA's target written as the HPA controller does, then
+//! the HPA's floor raised (the controller scales to it through the webhook); a PDB edited to
+//! other budgets (admitted) and to one that leaves no eviction (refused). With the controllers, a
+//! drainer cordons a kwok node every 10 s, evicts its pods through the eviction API (PDBs may
+//! refuse) and uncordons it. Before the second write of a pair the harness waits until every replica that is up
 //! and watching would refuse it (a direct call to each), which is also how a replica whose watch
 //! silently stopped would show.
 //!
@@ -71,9 +75,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, EvictParams, ListParams, Patch, PatchParams, PostParams,
+};
 use serde_json::{Value, json};
 use support::reports::{REPORTS_NS, Reports, install_chart_rbac, install_report_crds, rows_of_audit, rows_of_report};
 use support::*;
@@ -303,6 +309,9 @@ struct Tally {
     concurrent_pairs: u64,
     /// Scale-subresource writes to a PDB's floor: warned, not refused, by design.
     scaled_below_floor: u64,
+    /// Writes through the scale subresource of an HPA's target, and PDB edits.
+    hpa_scales: u64,
+    pdb_edits: u64,
     concurrent_both_admitted: u64,
     /// Answers other than expected inside fault windows, by window.
     in_window_mismatch: BTreeMap<String, u64>,
@@ -316,6 +325,12 @@ struct Tally {
     /// Objects admitted when they should not have been, inside a window (or a concurrent pair):
     /// the deny findings they cause at checkpoints are explained.
     excused: BTreeSet<Id>,
+    /// Drains of kwok nodes done (cordoned, evicted, uncordoned), the pods evicted, evictions a
+    /// PDB still refused after 10 s (429), evictions or cordons that failed otherwise.
+    drains: u64,
+    evicted: u64,
+    eviction_refused: u64,
+    drain_failed: Vec<String>,
 }
 
 struct Run {
@@ -586,7 +601,7 @@ async fn writer(run: Arc<Run>, w: usize, scenarios_per_namespace: u64) {
                 break;
             }
             let app = format!("app-{n}");
-            match rng.below(10) {
+            match rng.below(12) {
                 0 | 1 => good_app(&run, &ns, &app).await,
                 2 => good_statefulset(&run, &ns, &app).await,
                 3 => pair_workload_first(&run, &ns, &app).await,
@@ -595,6 +610,8 @@ async fn writer(run: Arc<Run>, w: usize, scenarios_per_namespace: u64) {
                 6 => overlap(&run, &ns, &app).await,
                 7 => recreate(&run, &ns, &app).await,
                 8 => refused_single(&run, &ns, &app).await,
+                9 => hpa_scales(&run, &ns, &app).await,
+                10 => pdb_edits(&run, &ns, &app).await,
                 _ => concurrent_pair(&run, &ns, &app).await,
             }
         }
@@ -761,6 +778,167 @@ async fn recreate(run: &Run, ns: &str, app: &str) {
 async fn refused_single(run: &Run, ns: &str, app: &str) {
     run.write(ns, Op::Create(slow_prestop(deployment(ns, app, 1))), Expect::Denied("prestop-exceeds-grace")).await;
     pace(run).await;
+}
+
+/// A 2-replica Deployment under a PDB (maxUnavailable 1) and an HPA (2..5); the HPA's target,
+/// read from the HPA, scaled through its scale subresource as the HPA controller writes (4, 5,
+/// 3): admitted; then the HPA's floor raised to 4: admitted, and the HPA controller (when it
+/// runs) scales the target to it through the webhook. Left in place until the namespace goes, so
+/// that the controller's sync (every 15 s) comes by.
+async fn hpa_scales(run: &Run, ns: &str, app: &str) {
+    if !run.write(ns, Op::Create(spread_out(deployment(ns, app, 2))), Expect::Allowed).await {
+        return;
+    }
+    pace(run).await;
+    run.write(ns, Op::Create(pdb(ns, app, app, json!({"maxUnavailable": 1}))), Expect::Allowed).await;
+    pace(run).await;
+    if !run.write(ns, Op::Create(hpa(ns, app, app, 2, 5)), Expect::Allowed).await {
+        return;
+    }
+    pace(run).await;
+    let target = Api::<HorizontalPodAutoscaler>::namespaced(run.client.clone(), ns)
+        .get(app)
+        .await
+        .ok()
+        .and_then(|h| h.spec)
+        .map(|s| s.scale_target_ref);
+    if let Some(target) = target {
+        let kind = if target.kind == "StatefulSet" { "StatefulSet" } else { "Deployment" };
+        for replicas in [4, 5, 3] {
+            run.write(ns, Op::Scale(kind, target.name.clone(), replicas), Expect::Allowed).await;
+            run.tally.lock().unwrap_or_else(|p| p.into_inner()).hpa_scales += 1;
+            pace(run).await;
+        }
+    }
+    let floor = json!({"spec": {"minReplicas": 4}});
+    run.write(ns, Op::Patch("HorizontalPodAutoscaler", app.to_string(), floor), Expect::Allowed).await;
+    pace(run).await;
+}
+
+/// A 3-replica Deployment under a PDB (maxUnavailable 1), the PDB edited as its owners would: to
+/// minAvailable 2, to minAvailable 50 % (admitted), to minAvailable 3, which leaves no eviction
+/// possible (refused); then deleted.
+async fn pdb_edits(run: &Run, ns: &str, app: &str) {
+    if !run.write(ns, Op::Create(spread_out(deployment(ns, app, 3))), Expect::Allowed).await {
+        return;
+    }
+    pace(run).await;
+    if run.write(ns, Op::Create(pdb(ns, app, app, json!({"maxUnavailable": 1}))), Expect::Allowed).await {
+        pace(run).await;
+        for budget in [json!({"maxUnavailable": null, "minAvailable": 2}), json!({"minAvailable": "50%"})] {
+            run.write(ns, Op::Patch("PodDisruptionBudget", app.to_string(), json!({"spec": budget})), Expect::Allowed)
+                .await;
+            run.tally.lock().unwrap_or_else(|p| p.into_inner()).pdb_edits += 1;
+            pace(run).await;
+        }
+        // The Deployment has long reached the views; waited for as the pairs are, all the same.
+        run.converged(&pdb(ns, app, app, json!({"minAvailable": 3})), "pdb-blocks-eviction").await;
+        let all = json!({"spec": {"minAvailable": 3}});
+        run.write(ns, Op::Patch("PodDisruptionBudget", app.to_string(), all), Expect::Denied("pdb-blocks-eviction"))
+            .await;
+        run.tally.lock().unwrap_or_else(|p| p.into_inner()).pdb_edits += 1;
+        pace(run).await;
+        run.write(ns, Op::Delete("PodDisruptionBudget", app.to_string()), Expect::Allowed).await;
+        pace(run).await;
+    }
+    run.write(ns, Op::Delete("Deployment", app.to_string()), Expect::Allowed).await;
+    pace(run).await;
+}
+
+/// Drains kwok nodes in turn, one every 10 s, as `kubectl drain` does: cordoned, each pod on it
+/// evicted through the eviction API (a PDB's refusal, 429, retried for 10 s), uncordoned 3 s
+/// later. Neither Nodes nor evictions go through ha-guard: what it answers is the writes the
+/// evictions cause (the controllers' replacements are Pods, not judged either); what the drains
+/// test is the views and reports under the churn, and that nothing refuses the controllers.
+async fn drainer(run: Arc<Run>, nodes: Vec<String>) {
+    let mut turn = 0usize;
+    while !run.stop.load(Ordering::SeqCst) {
+        for _ in 0..20 {
+            if run.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let node = &nodes[turn % nodes.len()];
+        turn += 1;
+        let from = run.windows.t();
+        let (evicted, refused, mut failed) = drain(&run, node).await;
+        let line = json!({"t": from, "took_ms": ((run.windows.t() - from) * 1000.0) as u64, "drain": node,
+            "evicted": evicted, "refused": refused, "failed": failed});
+        let _ = writeln!(run.log.lock().unwrap_or_else(|p| p.into_inner()), "{line}");
+        let windows = run.windows.during(from, run.windows.t());
+        let mut t = run.tally.lock().unwrap_or_else(|p| p.into_inner());
+        t.drains += 1;
+        t.evicted += evicted;
+        t.eviction_refused += refused;
+        if windows.is_empty() {
+            t.drain_failed.append(&mut failed);
+        }
+    }
+}
+
+/// One drain of `node`: (pods evicted, evictions still refused, failures).
+async fn drain(run: &Run, node: &str) -> (u64, u64, Vec<String>) {
+    let nodes = Api::<Node>::all(run.client.clone());
+    let (mut evicted, mut refused, mut failed) = (0, 0, Vec::new());
+    let cordon = |on: bool| json!({"spec": {"unschedulable": on}});
+    {
+        let _between_pauses = run.pause.read().await;
+        if let Err(e) = nodes.patch(node, &PatchParams::default(), &Patch::Merge(cordon(true))).await {
+            failed.push(format!("cordon {node}: {e}"));
+            return (0, 0, failed);
+        }
+    }
+    let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    let pods = Api::<Pod>::all(run.client.clone()).list(&on_node).await;
+    match pods {
+        Ok(pods) => {
+            for p in pods {
+                let (ns, name) = (p.metadata.namespace.unwrap_or_default(), p.metadata.name.unwrap_or_default());
+                let api = Api::<Pod>::namespaced(run.client.clone(), &ns);
+                let started = Instant::now();
+                loop {
+                    let answer = {
+                        let _between_pauses = run.pause.read().await;
+                        api.evict(&name, &EvictParams::default()).await
+                    };
+                    match answer {
+                        Ok(_) => evicted += 1,
+                        Err(kube::Error::Api(s)) if s.code == 429 && started.elapsed() < Duration::from_secs(10) => {
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            continue;
+                        }
+                        Err(kube::Error::Api(s)) if s.code == 429 => refused += 1,
+                        // Gone already, or its namespace is being deleted.
+                        Err(kube::Error::Api(s))
+                            if s.code == 404 || s.code == 403 && s.message.contains("terminat") => {}
+                        Err(e) => failed.push(format!("evict {ns}/{name} from {node}: {e}")),
+                    }
+                    break;
+                }
+            }
+        }
+        Err(e) => failed.push(format!("list the pods of {node}: {e}")),
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Uncordoned whatever happened (retried through an apiserver restart): a node left cordoned
+    // would shrink the cluster for the rest of the run.
+    let started = Instant::now();
+    loop {
+        let answer = {
+            let _between_pauses = run.pause.read().await;
+            nodes.patch(node, &PatchParams::default(), &Patch::Merge(cordon(false))).await
+        };
+        match answer {
+            Ok(_) => break,
+            Err(e) if started.elapsed() > Duration::from_secs(180) => {
+                failed.push(format!("uncordon {node}: {e}"));
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+    (evicted, refused, failed)
 }
 
 /// A 1-replica Deployment and a PDB with minAvailable 1 over it, written at the same instant:
@@ -1365,7 +1543,10 @@ fn soak(o: &Options) -> Result<bool, String> {
         unfinished: Mutex::default(),
         controllers: o.controllers,
     });
-    let writers: Vec<_> = (0..o.writers).map(|w| rt.spawn(writer(run.clone(), w, 8))).collect();
+    let mut writers: Vec<_> = (0..o.writers).map(|w| rt.spawn(writer(run.clone(), w, 8))).collect();
+    if o.controllers {
+        writers.push(rt.spawn(drainer(run.clone(), kwok_nodes(o.nodes).into_iter().map(|(n, _)| n).collect())));
+    }
 
     // The faults, in turn; RSS and the views sampled every 10 s; checkpoints.
     let started = Instant::now();
@@ -1709,6 +1890,16 @@ fn soak(o: &Options) -> Result<bool, String> {
         t.concurrent_both_admitted,
         t.scaled_below_floor
     ));
+    line(format!(
+        "HPA targets scaled through the scale subresource {}; PDB edits {}; drains of kwok nodes {} (pods evicted {}, \
+         evictions a PDB still refused after 10 s {}, drain calls failed outside windows {})",
+        t.hpa_scales,
+        t.pdb_edits,
+        t.drains,
+        t.evicted,
+        t.eviction_refused,
+        t.drain_failed.len()
+    ));
     line(format!("faults: {faults:?}; replica b killed {kills_b} times"));
     line(format!(
         "inside fault windows ({} writes): other answers than expected {:?}, failed calls {:?}",
@@ -1782,7 +1973,7 @@ fn soak(o: &Options) -> Result<bool, String> {
             .join("; ")
     ));
     line(format!("RSS: {}", rss_verdict.as_ref().map_or_else(|e| format!("GROWS: {e}"), |s| s.clone())));
-    for e in t.wrong_verdicts.iter().chain(&t.failed_outside).chain(&t.not_converged).take(30) {
+    for e in t.wrong_verdicts.iter().chain(&t.failed_outside).chain(&t.not_converged).chain(&t.drain_failed).take(30) {
         line(format!("  {e}"));
     }
     for (_, c) in &checks {
@@ -1791,6 +1982,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         }
     }
     ok &= t.wrong_verdicts.is_empty() && unexplained == 0 && t.failed_outside.is_empty() && t.not_converged.is_empty();
+    ok &= t.drain_failed.is_empty();
     ok &= views.iter().all(Result::is_ok) && rss_verdict.is_ok();
     ok &= !report_checks.is_empty() && report_checks.iter().all(|r| r.result.is_ok());
     // No call failed or failed open outside the windows (the answers above would not show a
