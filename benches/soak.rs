@@ -60,7 +60,11 @@
 //! within one audit interval (and 15 s for the audit's own read); the same at the end. The rotation and the reload
 //! are done between writes (the writers pause), so they get no window: any failure there counts.
 //! At the end, each replica's `ha_guard_cache_objects` must equal what the apiserver holds (no
-//! leak from deleted namespaces), and replica `a`'s RSS must be flat over the last 2/3.
+//! leak from deleted namespaces), and replica `a`'s RSS must be flat over the last 2/3; the RSS
+//! slope of every ha-guard process (both replicas, the reports process) after that warm-up is
+//! printed (least squares, MiB an hour, each incarnation of a restarted one apart); no ha-guard
+//! log may hold a "panicked" line, and kube-controller-manager's log no write an admission
+//! webhook denied.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -1551,7 +1555,7 @@ fn soak(o: &Options) -> Result<bool, String> {
     // The faults, in turn; RSS and the views sampled every 10 s; checkpoints.
     let started = Instant::now();
     let end = started + o.duration;
-    let mut rss: Vec<(f64, [Option<u64>; 2])> = Vec::new();
+    let mut rss: Vec<Sample> = Vec::new();
     let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut fault_log: Vec<String> = Vec::new();
     let mut checks: Vec<(f64, Checked)> = Vec::new();
@@ -1567,7 +1571,8 @@ fn soak(o: &Options) -> Result<bool, String> {
         let now = Instant::now();
         if now >= next_sample {
             let t = windows.t();
-            rss.push((t, [guards[0].pid().and_then(rss_kib), guards[1].pid().and_then(rss_kib)]));
+            let pid = [guards[0].pid(), guards[1].pid(), Some(reports.child.id())];
+            rss.push(Sample { t, kib: pid.map(|p| p.and_then(rss_kib)), pid });
             calls.look(&cp, &windows);
             next_sample = now + Duration::from_secs(10);
         }
@@ -1871,6 +1876,44 @@ fn soak(o: &Options) -> Result<bool, String> {
     let t = run.tally.lock().unwrap_or_else(|p| p.into_inner());
     let unexplained: usize = checks.iter().map(|(_, c)| c.unexplained.len()).sum();
     let rss_verdict = rss_flat(&rss);
+    let warm = rss.last().map_or(0.0, |r| r.t / 3.0);
+    let slopes: Vec<String> = ["replica a", "replica b", "reports"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| match rss_slope(&rss, i, warm) {
+            Some((slope, n, runs)) => format!("{name} {slope:+.2} MiB/h ({n} samples, {runs} process(es))"),
+            None => format!("{name}: too few samples"),
+        })
+        .collect();
+    // Panics in any ha-guard process (both replicas' logs, every reports process's), and the
+    // controllers' writes ha-guard refused (kube-controller-manager logs each refused write).
+    let mut logs: Vec<PathBuf> = guards.iter().map(HaGuard::log_path).collect();
+    logs.extend(
+        std::fs::read_dir(cp.dir())
+            .map_err(|e| e.to_string())?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("reports-"))),
+    );
+    let panics: Vec<String> = logs
+        .iter()
+        .flat_map(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy().to_string();
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("panicked"))
+                .map(|l| format!("{name}: {l}"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let kcm = std::fs::read_to_string(cp.dir().join("controller-manager.log")).unwrap_or_default();
+    let refused_controllers: Vec<&str> =
+        kcm.lines().filter(|l| l.contains("admission webhook") && l.contains("denied")).collect();
+    let failed_webhook_calls = kcm.lines().filter(|l| l.contains("failed calling webhook")).count();
+    if o.controllers {
+        let _ = std::fs::copy(cp.dir().join("controller-manager.log"), o.out.join("controller-manager.log"));
+    }
     let mut ok = true;
     let mut report = String::new();
     let mut line = |s: String| {
@@ -1972,8 +2015,24 @@ fn soak(o: &Options) -> Result<bool, String> {
             .collect::<Vec<_>>()
             .join("; ")
     ));
+    line(format!(
+        "RSS slope after warm-up (t >= {warm:.0}s; least squares, each process apart): {}",
+        slopes.join(", ")
+    ));
+    line(format!("panics in ha-guard logs ({} files): {}", logs.len(), panics.len()));
+    line(if o.controllers {
+        format!(
+            "controller writes refused by ha-guard (kube-controller-manager log): {}; its webhook calls that failed (fault windows): {failed_webhook_calls}",
+            refused_controllers.len()
+        )
+    } else {
+        "controller writes refused: no controllers (--no-controllers)".to_string()
+    });
     line(format!("RSS: {}", rss_verdict.as_ref().map_or_else(|e| format!("GROWS: {e}"), |s| s.clone())));
     for e in t.wrong_verdicts.iter().chain(&t.failed_outside).chain(&t.not_converged).chain(&t.drain_failed).take(30) {
+        line(format!("  {e}"));
+    }
+    for e in panics.iter().map(String::as_str).chain(refused_controllers.iter().copied()).take(10) {
         line(format!("  {e}"));
     }
     for (_, c) in &checks {
@@ -1982,7 +2041,7 @@ fn soak(o: &Options) -> Result<bool, String> {
         }
     }
     ok &= t.wrong_verdicts.is_empty() && unexplained == 0 && t.failed_outside.is_empty() && t.not_converged.is_empty();
-    ok &= t.drain_failed.is_empty();
+    ok &= t.drain_failed.is_empty() && panics.is_empty() && refused_controllers.is_empty();
     ok &= views.iter().all(Result::is_ok) && rss_verdict.is_ok();
     ok &= !report_checks.is_empty() && report_checks.iter().all(|r| r.result.is_ok());
     // No call failed or failed open outside the windows (the answers above would not show a
@@ -1996,16 +2055,25 @@ fn soak(o: &Options) -> Result<bool, String> {
     for f in &fault_log {
         md.push_str(&format!("- {f}\n"));
     }
-    md.push_str("\n## RSS (KiB, VmRSS)\n\n| t (s) | replica a | replica b |\n|---:|---:|---:|\n");
+    md.push_str("\n## RSS (KiB, VmRSS)\n\n| t (s) | replica a | replica b | reports |\n|---:|---:|---:|---:|\n");
     let step = (rss.len() / 30).max(1);
-    for (t, [a, b]) in rss.iter().step_by(step) {
+    for r in rss.iter().step_by(step) {
         let show = |v: &Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
-        md.push_str(&format!("| {t:.0} | {} | {} |\n", show(a), show(b)));
+        md.push_str(&format!("| {:.0} | {} | {} | {} |\n", r.t, show(&r.kib[0]), show(&r.kib[1]), show(&r.kib[2])));
     }
     std::fs::write(o.out.join("report.md"), md).map_err(|e| e.to_string())?;
-    let csv: String = rss.iter().map(|(t, [a, b])| format!("{t:.1},{},{}\n", a.unwrap_or(0), b.unwrap_or(0))).collect();
-    std::fs::write(o.out.join("rss.csv"), format!("t_s,replica_a_kib,replica_b_kib\n{csv}"))
-        .map_err(|e| e.to_string())?;
+    let csv: String = rss
+        .iter()
+        .map(|r| {
+            let v = |i: usize| format!("{},{}", r.kib[i].unwrap_or(0), r.pid[i].unwrap_or(0));
+            format!("{:.1},{},{},{}\n", r.t, v(0), v(1), v(2))
+        })
+        .collect();
+    std::fs::write(
+        o.out.join("rss.csv"),
+        format!("t_s,replica_a_kib,replica_a_pid,replica_b_kib,replica_b_pid,reports_kib,reports_pid\n{csv}"),
+    )
+    .map_err(|e| e.to_string())?;
     drop(balancer);
     drop(guards);
     drop(relays);
@@ -2014,10 +2082,42 @@ fn soak(o: &Options) -> Result<bool, String> {
     Ok(ok)
 }
 
+/// One look at the RSS of replica a, replica b and the reports process, and their pids.
+struct Sample {
+    t: f64,
+    kib: [Option<u64>; 3],
+    pid: [Option<u32>; 3],
+}
+
+/// The RSS slope of process `i` in MiB an hour after `warm` (s), by least squares, each process
+/// (pid: a killed one is started again) apart and after its own first minute: the slope of
+/// Σ(t - t̄ₚ)(y - ȳₚ) / Σ(t - t̄ₚ)², with the samples and the processes counted.
+fn rss_slope(rss: &[Sample], i: usize, warm: f64) -> Option<(f64, usize, usize)> {
+    let mut by_pid: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut first_seen: BTreeMap<u32, f64> = BTreeMap::new();
+    for r in rss {
+        let (Some(pid), Some(kib)) = (r.pid[i], r.kib[i]) else { continue };
+        let first = *first_seen.entry(pid).or_insert(r.t);
+        if r.t >= warm && r.t >= first + 60.0 {
+            by_pid.entry(pid).or_default().push((r.t, kib as f64));
+        }
+    }
+    by_pid.retain(|_, v| v.len() >= 3);
+    let (mut sxy, mut sxx, mut n) = (0.0, 0.0, 0);
+    for v in by_pid.values() {
+        let (mt, my) =
+            (v.iter().map(|x| x.0).sum::<f64>() / v.len() as f64, v.iter().map(|x| x.1).sum::<f64>() / v.len() as f64);
+        sxy += v.iter().map(|(t, y)| (t - mt) * (y - my)).sum::<f64>();
+        sxx += v.iter().map(|(t, _)| (t - mt).powi(2)).sum::<f64>();
+        n += v.len();
+    }
+    (sxx > 0.0).then(|| (sxy / sxx * 3600.0 / 1024.0, n, by_pid.len()))
+}
+
 /// Replica a's RSS (never killed) over the last 2/3 of the run: its growth (median of the last
 /// five samples minus median of the first five of that span) within noise, max(4 MiB, 5%).
-fn rss_flat(rss: &[(f64, [Option<u64>; 2])]) -> Result<String, String> {
-    let a: Vec<(f64, u64)> = rss.iter().filter_map(|(t, [a, _])| a.map(|v| (*t, v))).collect();
+fn rss_flat(rss: &[Sample]) -> Result<String, String> {
+    let a: Vec<(f64, u64)> = rss.iter().filter_map(|r| r.kib[0].map(|v| (r.t, v))).collect();
     if a.len() < 12 {
         return Ok(format!("{} samples of replica a only: too short a run to judge", a.len()));
     }
