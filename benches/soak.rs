@@ -334,6 +334,7 @@ struct Tally {
     drains: u64,
     evicted: u64,
     eviction_refused: u64,
+    eviction_unanswered: u64,
     drain_failed: Vec<String>,
 }
 
@@ -371,6 +372,32 @@ fn ar(kind: &str) -> ApiResource {
     }
 }
 
+/// Takes `pause` (the writers and the drainer wait), saying so every 30 s while a holder keeps it.
+fn pause_writers<'a>(rt: &tokio::runtime::Runtime, run: &'a Run, why: &str) -> tokio::sync::RwLockWriteGuard<'a, ()> {
+    let started = Instant::now();
+    loop {
+        if let Ok(guard) = rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), run.pause.write()).await })
+        {
+            return guard;
+        }
+        say(&format!("{why}: still waiting for the writers to pause after {:.0?}", started.elapsed()));
+    }
+}
+
+/// How long a call made while holding `pause` may take (a webhook call is 10 s at most).
+const CALL_TIMEOUT: Duration = Duration::from_secs(40);
+
+/// `f` within [`CALL_TIMEOUT`], its error or the timeout said.
+async fn bounded<T, E: std::fmt::Display>(
+    what: &str,
+    f: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("{what}: no answer within {CALL_TIMEOUT:?}")),
+    }
+}
+
 /// What a write does.
 enum Op {
     Create(Value),
@@ -384,7 +411,14 @@ impl Run {
         Api::namespaced_with(self.client.clone(), ns, &ar(kind))
     }
 
+    /// [`Run::call_once`], bounded: a call that hangs would hold `pause` for ever.
     async fn call(&self, ns: &str, op: &Op) -> Answer {
+        tokio::time::timeout(CALL_TIMEOUT, self.call_once(ns, op))
+            .await
+            .unwrap_or_else(|_| Answer::Failed(format!("no answer within {CALL_TIMEOUT:?}")))
+    }
+
+    async fn call_once(&self, ns: &str, op: &Op) -> Answer {
         let result: Result<(), kube::Error> = match op {
             Op::Create(o) => {
                 let kind = o["kind"].as_str().unwrap_or_default();
@@ -866,35 +900,40 @@ async fn drainer(run: Arc<Run>, nodes: Vec<String>) {
         let node = &nodes[turn % nodes.len()];
         turn += 1;
         let from = run.windows.t();
-        let (evicted, refused, mut failed) = drain(&run, node).await;
+        let (evicted, refused, unanswered, mut failed) = drain(&run, node).await;
         let line = json!({"t": from, "took_ms": ((run.windows.t() - from) * 1000.0) as u64, "drain": node,
-            "evicted": evicted, "refused": refused, "failed": failed});
+            "evicted": evicted, "refused": refused, "unanswered": unanswered, "failed": failed});
         let _ = writeln!(run.log.lock().unwrap_or_else(|p| p.into_inner()), "{line}");
         let windows = run.windows.during(from, run.windows.t());
         let mut t = run.tally.lock().unwrap_or_else(|p| p.into_inner());
         t.drains += 1;
         t.evicted += evicted;
         t.eviction_refused += refused;
+        t.eviction_unanswered += unanswered;
         if windows.is_empty() {
             t.drain_failed.append(&mut failed);
         }
     }
 }
 
-/// One drain of `node`: (pods evicted, evictions still refused, failures).
-async fn drain(run: &Run, node: &str) -> (u64, u64, Vec<String>) {
+/// How long an eviction may take before the drain gives up on that pod.
+const EVICTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One drain of `node`: (pods evicted, evictions still refused, evictions unanswered, failures).
+async fn drain(run: &Run, node: &str) -> (u64, u64, u64, Vec<String>) {
     let nodes = Api::<Node>::all(run.client.clone());
-    let (mut evicted, mut refused, mut failed) = (0, 0, Vec::new());
+    let (mut evicted, mut refused, mut unanswered, mut failed) = (0, 0, 0, Vec::new());
     let cordon = |on: bool| json!({"spec": {"unschedulable": on}});
     {
         let _between_pauses = run.pause.read().await;
-        if let Err(e) = nodes.patch(node, &PatchParams::default(), &Patch::Merge(cordon(true))).await {
+        if let Err(e) = bounded("cordon", nodes.patch(node, &PatchParams::default(), &Patch::Merge(cordon(true)))).await
+        {
             failed.push(format!("cordon {node}: {e}"));
-            return (0, 0, failed);
+            return (0, 0, 0, failed);
         }
     }
     let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
-    let pods = Api::<Pod>::all(run.client.clone()).list(&on_node).await;
+    let pods = bounded("list", Api::<Pod>::all(run.client.clone()).list(&on_node)).await;
     match pods {
         Ok(pods) => {
             for p in pods {
@@ -904,19 +943,24 @@ async fn drain(run: &Run, node: &str) -> (u64, u64, Vec<String>) {
                 loop {
                     let answer = {
                         let _between_pauses = run.pause.read().await;
-                        api.evict(&name, &EvictParams::default()).await
+                        tokio::time::timeout(EVICTION_TIMEOUT, api.evict(&name, &EvictParams::default())).await
                     };
                     match answer {
-                        Ok(_) => evicted += 1,
-                        Err(kube::Error::Api(s)) if s.code == 429 && started.elapsed() < Duration::from_secs(10) => {
+                        // Seen with the steady namespace's pod (a PDB that lets none go): the
+                        // apiserver holds the eviction instead of answering 429. Counted apart.
+                        Err(_) => unanswered += 1,
+                        Ok(Ok(_)) => evicted += 1,
+                        Ok(Err(kube::Error::Api(s)))
+                            if s.code == 429 && started.elapsed() < Duration::from_secs(10) =>
+                        {
                             tokio::time::sleep(Duration::from_secs(1)).await;
                             continue;
                         }
-                        Err(kube::Error::Api(s)) if s.code == 429 => refused += 1,
+                        Ok(Err(kube::Error::Api(s))) if s.code == 429 => refused += 1,
                         // Gone already, or its namespace is being deleted.
-                        Err(kube::Error::Api(s))
+                        Ok(Err(kube::Error::Api(s)))
                             if s.code == 404 || s.code == 403 && s.message.contains("terminat") => {}
-                        Err(e) => failed.push(format!("evict {ns}/{name} from {node}: {e}")),
+                        Ok(Err(e)) => failed.push(format!("evict {ns}/{name} from {node}: {e}")),
                     }
                     break;
                 }
@@ -931,7 +975,7 @@ async fn drain(run: &Run, node: &str) -> (u64, u64, Vec<String>) {
     loop {
         let answer = {
             let _between_pauses = run.pause.read().await;
-            nodes.patch(node, &PatchParams::default(), &Patch::Merge(cordon(false))).await
+            bounded("uncordon", nodes.patch(node, &PatchParams::default(), &Patch::Merge(cordon(false)))).await
         };
         match answer {
             Ok(_) => break,
@@ -942,7 +986,7 @@ async fn drain(run: &Run, node: &str) -> (u64, u64, Vec<String>) {
             Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
         }
     }
-    (evicted, refused, failed)
+    (evicted, refused, unanswered, failed)
 }
 
 /// A 1-replica Deployment and a PDB with minAvailable 1 over it, written at the same instant:
@@ -980,9 +1024,9 @@ async fn concurrent_pair(run: &Run, ns: &str, app: &str) {
 async fn delete_namespace(run: &Run, ns: &str) {
     let _between_pauses = run.pause.read().await;
     let namespaces = Api::<Namespace>::all(run.client.clone());
-    let mut done = namespaces.delete(ns, &DeleteParams::default()).await.is_ok();
+    let mut done = bounded("delete", namespaces.delete(ns, &DeleteParams::default())).await.is_ok();
     if run.controllers {
-        if !done && namespaces.get(ns).await.is_ok_and(|n| n.metadata.deletion_timestamp.is_none()) {
+        if !done && bounded("get", namespaces.get(ns)).await.is_ok_and(|n| n.metadata.deletion_timestamp.is_none()) {
             run.unfinished.lock().unwrap_or_else(|p| p.into_inner()).push(ns.to_string());
         }
         return;
@@ -1183,7 +1227,7 @@ fn reports_vs_audit(cp: &ControlPlane, config: &Path) -> Result<(usize, usize), 
 /// A checkpoint of the reports: the writers paused, the reports must equal the audit within one
 /// interval (and 15 s for the audit's own read): how long they took, or how they still differ.
 fn reports_checkpoint(cp: &ControlPlane, run: &Run, rt: &tokio::runtime::Runtime, config: &Path) -> ReportsCheck {
-    let _paused = rt.block_on(run.pause.write());
+    let _paused = pause_writers(rt, run, "a reports checkpoint");
     let started = Instant::now();
     let mut last = Err(String::new());
     while started.elapsed() < AUDIT_INTERVAL + Duration::from_secs(15) {
@@ -1613,7 +1657,7 @@ fn soak(o: &Options) -> Result<bool, String> {
             let at = windows.t();
             let result: Result<String, String> = match turn % FAULTS.len() {
                 0 => {
-                    let _paused = rt.block_on(run.pause.write());
+                    let _paused = pause_writers(&rt, &run, "the certificate rotation");
                     cert_version += 1;
                     let next = issue(&ca);
                     for g in &guards {
@@ -1641,7 +1685,7 @@ fn soak(o: &Options) -> Result<bool, String> {
                     reloaded.map(|()| format!("certificate v{cert_version}, {cut} connections cut"))
                 }
                 1 => {
-                    let _paused = rt.block_on(run.pause.write());
+                    let _paused = pause_writers(&rt, &run, "the config reload");
                     let deny = !run.deny_recreate.load(Ordering::SeqCst);
                     let before: Vec<f64> = guards
                         .iter()
@@ -1935,12 +1979,13 @@ fn soak(o: &Options) -> Result<bool, String> {
     ));
     line(format!(
         "HPA targets scaled through the scale subresource {}; PDB edits {}; drains of kwok nodes {} (pods evicted {}, \
-         evictions a PDB still refused after 10 s {}, drain calls failed outside windows {})",
+         evictions a PDB still refused after 10 s {}, unanswered within 10 s {}, drain calls failed outside windows {})",
         t.hpa_scales,
         t.pdb_edits,
         t.drains,
         t.evicted,
         t.eviction_refused,
+        t.eviction_unanswered,
         t.drain_failed.len()
     ));
     line(format!("faults: {faults:?}; replica b killed {kills_b} times"));
