@@ -1026,7 +1026,13 @@ async fn delete_namespace(run: &Run, ns: &str) {
     let namespaces = Api::<Namespace>::all(run.client.clone());
     let mut done = bounded("delete", namespaces.delete(ns, &DeleteParams::default())).await.is_ok();
     if run.controllers {
-        if !done && bounded("get", namespaces.get(ns)).await.is_ok_and(|n| n.metadata.deletion_timestamp.is_none()) {
+        // Deleted unless it is still there and not being deleted (or that cannot be known).
+        let deleting = match bounded("get", namespaces.get_opt(ns)).await {
+            Ok(Some(n)) => n.metadata.deletion_timestamp.is_some(),
+            Ok(None) => true,
+            Err(_) => false,
+        };
+        if !done && !deleting {
             run.unfinished.lock().unwrap_or_else(|p| p.into_inner()).push(ns.to_string());
         }
         return;
@@ -1861,6 +1867,10 @@ fn soak(o: &Options) -> Result<bool, String> {
             for ns in &unfinished {
                 rt.block_on(delete_namespace(&run, ns));
             }
+        }
+        if o.controllers && when.starts_with("after") {
+            // Any left by a writer whose delete failed, and not retried (the apiserver was down).
+            cp.kubectl(&["delete", "namespaces", "-l", "ha-guard-soak=true", "--wait=false"]);
         }
         if o.controllers {
             // The namespace controller empties what was deleted: counts move until it is done.
