@@ -1268,6 +1268,19 @@ const FAULTS: [&str; 9] = [
     "revoke the audit's list pods, cut its watches, restore",
 ];
 
+/// About how long fault `i` of [`FAULTS`] takes, its recovery included (the slow ones as seen in
+/// runs: an apiserver restart's watches ~60 s, the RBAC fault two audit intervals and a watch
+/// retry of a minute).
+fn fault_length(i: usize, o: &Options) -> Duration {
+    match i {
+        5 => Duration::from_secs(30),
+        6 => o.etcd_pause + Duration::from_secs(20),
+        7 => Duration::from_secs(60),
+        8 => AUDIT_INTERVAL * 2 + Duration::from_secs(60),
+        _ => Duration::ZERO,
+    }
+}
+
 /// etcd stopped (SIGSTOP) for `for_`, then continued: the apiserver's storage hangs, then resumes.
 fn pause_etcd(cp: &ControlPlane, for_: Duration) -> Result<(), String> {
     let pid = std::fs::read_to_string(cp.dir().join("etcd.pid")).map_err(|e| format!("etcd.pid: {e}"))?;
@@ -1658,7 +1671,9 @@ fn soak(o: &Options) -> Result<bool, String> {
             report_checks.push(r);
             next_check = now + o.checkpoint_every;
         }
-        if now >= next_fault && now + o.fault_every / 2 < end {
+        // A fault starts only if it can end before the run does (the smoke stays short): the
+        // rotation waits there, and the later kinds come in a longer run.
+        if now >= next_fault && now + o.fault_every / 2 + fault_length(turn % FAULTS.len(), o) < end {
             let what = FAULTS[turn % FAULTS.len()];
             let at = windows.t();
             let result: Result<String, String> = match turn % FAULTS.len() {
