@@ -7,37 +7,64 @@
 //! (`--profile dev` builds it and ha-guard without optimisation, reusing `cargo test`'s build:
 //! what CI's 3-minute smoke does). benches/SOAK.md records a 30-minute run.
 //!
+//! The control plane is a whole one without kubelets (`ControlPlane::start_with_controllers`):
+//! etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, which plays the kubelets
+//! of `--nodes` (51) Nodes over three zones. The writers' Deployments and StatefulSets get real
+//! ReplicaSets and Pods, scheduled and Running; the HPA controller writes scales through the
+//! webhook; deleted namespaces are emptied by the namespace controller. `--no-controllers` runs
+//! etcd + kube-apiserver only, with three bare Nodes, as the harness first did.
+//!
 //! The setup is the chart's shape: replicas `a` and `b` serve the same certificate (a CA of the
 //! harness, laid out as the kubelet mounts a TLS Secret), the same config file, and the apiserver
 //! reaches them through one round-robin TCP balancer on loopback (kube-proxy's part). Each
-//! replica watches the apiserver through a relay of its own, which the harness can cut.
+//! replica watches the apiserver through a relay of its own, which the harness can cut. Beside
+//! them the background audit runs as the chart runs it: `ha-guard reports --interval 30s
+//! --debounce 1s` with the same config, as the chart's audit ServiceAccount (the chart's RBAC,
+//! rendered by helm; the report CRDs), through a relay of its own too.
 //!
 //! Writers (tokio tasks, one kube client) each create a namespace, run scenarios in it, then
-//! delete it (emptied and finalized, as the namespace controller would: none runs here), and
-//! start over in a new one. Scenarios create, update, scale and delete Deployments,
+//! delete it (left to the namespace controller; without the controllers, emptied and finalized
+//! as it would), and start over in a new one. Scenarios create, update, scale and delete Deployments,
 //! StatefulSets, PDBs and HPAs with known answers: admitted ones, refused single objects
 //! (`prestop-exceeds-grace`), refused second objects of pairs (`pdb-blocks-eviction` from either
 //! side, `pdb-overlap`, a scale below a PDB's floor), `recreate-multi-replica` as the config
 //! says, and now and then a pair written at the same instant (the documented window: either
-//! outcome). Before the second write of a pair the harness waits until every replica that is up
+//! outcome); the scale subresource of an HPA's target written as the HPA controller does, then
+//! the HPA's floor raised (the controller scales to it through the webhook); a PDB edited to
+//! other budgets (admitted) and to one that leaves no eviction (refused). With the controllers, a
+//! drainer cordons a kwok node every 10 s, evicts its pods through the eviction API (PDBs may
+//! refuse) and uncordons it. Before the second write of a pair the harness waits until every replica that is up
 //! and watching would refuse it (a direct call to each), which is also how a replica whose watch
 //! silently stopped would show.
 //!
-//! Faults, in turn, one every `--fault-every`: rotate the serving certificate (then the balancer
-//! cuts its connections, so that the apiserver handshakes with the new one), reload the config
-//! (`recreate-multi-replica` warn <-> deny), kill -9 replica `b` and start it again, cut replica
-//! `a`'s watch for `--cut-for`, restart the apiserver. Replica `a` is never killed: its RSS over
-//! the whole run is the memory series.
+//! Faults, in turn, one every `--fault-every` after the last one ended ([`FAULTS`]): rotate the
+//! serving certificate (then the balancer cuts its connections, so that the apiserver handshakes
+//! with the new one), reload the config (`recreate-multi-replica` warn <-> deny, in the audit's
+//! copy too), kill -9 replica `b` and start it again, cut replica `a`'s watch for `--cut-for`,
+//! delete the steady namespace's report by hand (restored within 30 s, or the fault failed), kill
+//! -9 the reports process and start another (it must lead again once the Lease runs out), pause
+//! etcd (SIGSTOP for `--etcd-pause`, 30 s, then SIGCONT), restart the apiserver, take `pods` out of
+//! the audit's ClusterRole and cut its watches (the steady report must carry an `error` result
+//! within two intervals) then give it back (the error must go and the audit lead again). Replica
+//! `a` is never killed: its RSS over the whole run is the memory series.
 //!
 //! The oracle: every write and its answer is logged (`writes.jsonl` in `--out`); a write whose
 //! answer differs from the expected one is a wrong verdict unless a fault window was open
-//! (replica `b` down, apiserver restarting, replica `a`'s view stale while its watch is cut) or it
+//! (replica `b` down, apiserver restarting, etcd paused, replica `a`'s view stale while its watch
+//! is cut; the audit's faults open none: admission does not depend on it) or it
 //! was a concurrent pair, counted apart by window. At checkpoints and at the end, the stored
 //! objects of each namespace (kubectl) go through `ha-guard check --complete`: every deny finding
-//! must be explained by such a write, else it is a wrong verdict too. The rotation and the reload
+//! must be explained by such a write, else it is a wrong verdict too. Then, the writers paused,
+//! every ha-guard report (each namespace not being deleted, and the cluster's) must equal what
+//! `ha-guard audit --format json` says with the same config (rows: rule, result, kind, name)
+//! within one audit interval (and 15 s for the audit's own read); the same at the end. The rotation and the reload
 //! are done between writes (the writers pause), so they get no window: any failure there counts.
 //! At the end, each replica's `ha_guard_cache_objects` must equal what the apiserver holds (no
-//! leak from deleted namespaces), and replica `a`'s RSS must be flat over the last 2/3.
+//! leak from deleted namespaces), and replica `a`'s RSS must be flat over the last 2/3; the RSS
+//! slope of every ha-guard process (both replicas, the reports process) after that warm-up is
+//! printed (least squares, MiB an hour, each incarnation of a restarted one apart); no ha-guard
+//! log may hold a "panicked" line, and kube-controller-manager's log no write an admission
+//! webhook denied.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -52,10 +79,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, EvictParams, ListParams, Patch, PatchParams, PostParams,
+};
 use serde_json::{Value, json};
+use support::reports::{REPORTS_NS, Reports, install_chart_rbac, install_report_crds, rows_of_audit, rows_of_report};
 use support::*;
 
 // --- options -------------------------------------------------------------------------------------
@@ -68,6 +98,12 @@ struct Options {
     cut_for: Duration,
     checkpoint_every: Duration,
     out: PathBuf,
+    /// kube-controller-manager, kube-scheduler and kwok with `nodes` Nodes over three zones
+    /// (`ControlPlane::start_with_controllers`); off: etcd + kube-apiserver and three bare Nodes,
+    /// the namespaces emptied and finalized by the writers.
+    controllers: bool,
+    nodes: usize,
+    etcd_pause: Duration,
 }
 
 impl Options {
@@ -80,6 +116,9 @@ impl Options {
             cut_for: Duration::ZERO,
             checkpoint_every: Duration::ZERO,
             out: repo().join("target/soak"),
+            controllers: true,
+            nodes: 51,
+            etcd_pause: Duration::ZERO,
         };
         let args: Vec<String> = std::env::args().skip(1).collect();
         let mut i = 0;
@@ -92,8 +131,15 @@ impl Options {
                 "--pace" => o.pace = dur(&value()),
                 "--fault-every" => o.fault_every = dur(&value()),
                 "--cut-for" => o.cut_for = dur(&value()),
+                "--etcd-pause" => o.etcd_pause = dur(&value()),
                 "--checkpoint-every" => o.checkpoint_every = dur(&value()),
                 "--out" => o.out = PathBuf::from(value()),
+                "--nodes" => o.nodes = value().parse().unwrap_or_else(|e| usage(&format!("--nodes: {e}"))),
+                "--no-controllers" => {
+                    o.controllers = false;
+                    i += 1;
+                    continue;
+                }
                 // What `cargo bench` passes to every bench target.
                 "--bench" => {
                     i += 1;
@@ -103,13 +149,17 @@ impl Options {
             }
             i += 2;
         }
-        // Five rounds of faults in the run, a checkpoint per round; the watch cut a minute, or
-        // less in a short run.
+        // Five rounds of faults in the run if each took no time (the slow ones make it fewer), five
+        // checkpoints; the watch cut a minute, or less in a short run.
         if o.fault_every.is_zero() {
-            o.fault_every = (o.duration / 26).max(Duration::from_secs(6));
+            o.fault_every = (o.duration / (5 * FAULTS.len() as u32 + 1)).max(Duration::from_secs(6));
         }
         if o.cut_for.is_zero() {
             o.cut_for = Duration::from_secs(60).min(o.fault_every * 9 / 10);
+        }
+        // etcd paused 30 s, less in a short run.
+        if o.etcd_pause.is_zero() {
+            o.etcd_pause = Duration::from_secs(30).min(o.fault_every * 3);
         }
         if o.checkpoint_every.is_zero() {
             o.checkpoint_every = (o.duration / 5).max(Duration::from_secs(30));
@@ -121,7 +171,7 @@ impl Options {
 fn usage(problem: &str) -> ! {
     eprintln!(
         "soak: {problem}\nusage: cargo bench --bench soak -- [--duration 30m] [--writers 4] [--pace 250ms] \
-         [--fault-every D] [--cut-for D] [--checkpoint-every D] [--out DIR]"
+         [--fault-every D] [--cut-for D] [--etcd-pause D] [--checkpoint-every D] [--out DIR] [--nodes 51] [--no-controllers]"
     );
     std::process::exit(2)
 }
@@ -263,6 +313,9 @@ struct Tally {
     concurrent_pairs: u64,
     /// Scale-subresource writes to a PDB's floor: warned, not refused, by design.
     scaled_below_floor: u64,
+    /// Writes through the scale subresource of an HPA's target, and PDB edits.
+    hpa_scales: u64,
+    pdb_edits: u64,
     concurrent_both_admitted: u64,
     /// Answers other than expected inside fault windows, by window.
     in_window_mismatch: BTreeMap<String, u64>,
@@ -276,6 +329,13 @@ struct Tally {
     /// Objects admitted when they should not have been, inside a window (or a concurrent pair):
     /// the deny findings they cause at checkpoints are explained.
     excused: BTreeSet<Id>,
+    /// Drains of kwok nodes done (cordoned, evicted, uncordoned), the pods evicted, evictions a
+    /// PDB still refused after 10 s (429), evictions or cordons that failed otherwise.
+    drains: u64,
+    evicted: u64,
+    eviction_refused: u64,
+    eviction_unanswered: u64,
+    drain_failed: Vec<String>,
 }
 
 struct Run {
@@ -298,6 +358,8 @@ struct Run {
     pace: Duration,
     /// Namespaces a writer could not finalize (apiserver down): retried at the end.
     unfinished: Mutex<Vec<String>>,
+    /// The namespace controller runs: a deleted namespace is emptied and finalized by it.
+    controllers: bool,
 }
 
 fn ar(kind: &str) -> ApiResource {
@@ -307,6 +369,32 @@ fn ar(kind: &str) -> ApiResource {
         "PodDisruptionBudget" => ApiResource::erase::<PodDisruptionBudget>(&()),
         "HorizontalPodAutoscaler" => ApiResource::erase::<HorizontalPodAutoscaler>(&()),
         other => panic!("no API for {other}"),
+    }
+}
+
+/// Takes `pause` (the writers and the drainer wait), saying so every 30 s while a holder keeps it.
+fn pause_writers<'a>(rt: &tokio::runtime::Runtime, run: &'a Run, why: &str) -> tokio::sync::RwLockWriteGuard<'a, ()> {
+    let started = Instant::now();
+    loop {
+        if let Ok(guard) = rt.block_on(async { tokio::time::timeout(Duration::from_secs(30), run.pause.write()).await })
+        {
+            return guard;
+        }
+        say(&format!("{why}: still waiting for the writers to pause after {:.0?}", started.elapsed()));
+    }
+}
+
+/// How long a call made while holding `pause` may take (a webhook call is 10 s at most).
+const CALL_TIMEOUT: Duration = Duration::from_secs(40);
+
+/// `f` within [`CALL_TIMEOUT`], its error or the timeout said.
+async fn bounded<T, E: std::fmt::Display>(
+    what: &str,
+    f: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("{what}: no answer within {CALL_TIMEOUT:?}")),
     }
 }
 
@@ -323,7 +411,14 @@ impl Run {
         Api::namespaced_with(self.client.clone(), ns, &ar(kind))
     }
 
+    /// [`Run::call_once`], bounded: a call that hangs would hold `pause` for ever.
     async fn call(&self, ns: &str, op: &Op) -> Answer {
+        tokio::time::timeout(CALL_TIMEOUT, self.call_once(ns, op))
+            .await
+            .unwrap_or_else(|_| Answer::Failed(format!("no answer within {CALL_TIMEOUT:?}")))
+    }
+
+    async fn call_once(&self, ns: &str, op: &Op) -> Answer {
         let result: Result<(), kube::Error> = match op {
             Op::Create(o) => {
                 let kind = o["kind"].as_str().unwrap_or_default();
@@ -544,7 +639,7 @@ async fn writer(run: Arc<Run>, w: usize, scenarios_per_namespace: u64) {
                 break;
             }
             let app = format!("app-{n}");
-            match rng.below(10) {
+            match rng.below(12) {
                 0 | 1 => good_app(&run, &ns, &app).await,
                 2 => good_statefulset(&run, &ns, &app).await,
                 3 => pair_workload_first(&run, &ns, &app).await,
@@ -553,6 +648,8 @@ async fn writer(run: Arc<Run>, w: usize, scenarios_per_namespace: u64) {
                 6 => overlap(&run, &ns, &app).await,
                 7 => recreate(&run, &ns, &app).await,
                 8 => refused_single(&run, &ns, &app).await,
+                9 => hpa_scales(&run, &ns, &app).await,
+                10 => pdb_edits(&run, &ns, &app).await,
                 _ => concurrent_pair(&run, &ns, &app).await,
             }
         }
@@ -721,6 +818,177 @@ async fn refused_single(run: &Run, ns: &str, app: &str) {
     pace(run).await;
 }
 
+/// A 2-replica Deployment under a PDB (maxUnavailable 1) and an HPA (2..5); the HPA's target,
+/// read from the HPA, scaled through its scale subresource as the HPA controller writes (4, 5,
+/// 3): admitted; then the HPA's floor raised to 4: admitted, and the HPA controller (when it
+/// runs) scales the target to it through the webhook. Left in place until the namespace goes, so
+/// that the controller's sync (every 15 s) comes by.
+async fn hpa_scales(run: &Run, ns: &str, app: &str) {
+    if !run.write(ns, Op::Create(spread_out(deployment(ns, app, 2))), Expect::Allowed).await {
+        return;
+    }
+    pace(run).await;
+    run.write(ns, Op::Create(pdb(ns, app, app, json!({"maxUnavailable": 1}))), Expect::Allowed).await;
+    pace(run).await;
+    if !run.write(ns, Op::Create(hpa(ns, app, app, 2, 5)), Expect::Allowed).await {
+        return;
+    }
+    pace(run).await;
+    let target = Api::<HorizontalPodAutoscaler>::namespaced(run.client.clone(), ns)
+        .get(app)
+        .await
+        .ok()
+        .and_then(|h| h.spec)
+        .map(|s| s.scale_target_ref);
+    if let Some(target) = target {
+        let kind = if target.kind == "StatefulSet" { "StatefulSet" } else { "Deployment" };
+        for replicas in [4, 5, 3] {
+            run.write(ns, Op::Scale(kind, target.name.clone(), replicas), Expect::Allowed).await;
+            run.tally.lock().unwrap_or_else(|p| p.into_inner()).hpa_scales += 1;
+            pace(run).await;
+        }
+    }
+    let floor = json!({"spec": {"minReplicas": 4}});
+    run.write(ns, Op::Patch("HorizontalPodAutoscaler", app.to_string(), floor), Expect::Allowed).await;
+    pace(run).await;
+}
+
+/// A 3-replica Deployment under a PDB (maxUnavailable 1), the PDB edited as its owners would: to
+/// minAvailable 2, to minAvailable 50 % (admitted), to minAvailable 3, which leaves no eviction
+/// possible (refused); then deleted.
+async fn pdb_edits(run: &Run, ns: &str, app: &str) {
+    if !run.write(ns, Op::Create(spread_out(deployment(ns, app, 3))), Expect::Allowed).await {
+        return;
+    }
+    pace(run).await;
+    if run.write(ns, Op::Create(pdb(ns, app, app, json!({"maxUnavailable": 1}))), Expect::Allowed).await {
+        pace(run).await;
+        for budget in [json!({"maxUnavailable": null, "minAvailable": 2}), json!({"minAvailable": "50%"})] {
+            run.write(ns, Op::Patch("PodDisruptionBudget", app.to_string(), json!({"spec": budget})), Expect::Allowed)
+                .await;
+            run.tally.lock().unwrap_or_else(|p| p.into_inner()).pdb_edits += 1;
+            pace(run).await;
+        }
+        // The Deployment has long reached the views; waited for as the pairs are, all the same.
+        run.converged(&pdb(ns, app, app, json!({"minAvailable": 3})), "pdb-blocks-eviction").await;
+        let all = json!({"spec": {"minAvailable": 3}});
+        run.write(ns, Op::Patch("PodDisruptionBudget", app.to_string(), all), Expect::Denied("pdb-blocks-eviction"))
+            .await;
+        run.tally.lock().unwrap_or_else(|p| p.into_inner()).pdb_edits += 1;
+        pace(run).await;
+        run.write(ns, Op::Delete("PodDisruptionBudget", app.to_string()), Expect::Allowed).await;
+        pace(run).await;
+    }
+    run.write(ns, Op::Delete("Deployment", app.to_string()), Expect::Allowed).await;
+    pace(run).await;
+}
+
+/// Drains kwok nodes in turn, one every 10 s, as `kubectl drain` does: cordoned, each pod on it
+/// evicted through the eviction API (a PDB's refusal, 429, retried for 10 s), uncordoned 3 s
+/// later. Neither Nodes nor evictions go through ha-guard: what it answers is the writes the
+/// evictions cause (the controllers' replacements are Pods, not judged either); what the drains
+/// test is the views and reports under the churn, and that nothing refuses the controllers.
+async fn drainer(run: Arc<Run>, nodes: Vec<String>) {
+    let mut turn = 0usize;
+    while !run.stop.load(Ordering::SeqCst) {
+        for _ in 0..20 {
+            if run.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let node = &nodes[turn % nodes.len()];
+        turn += 1;
+        let from = run.windows.t();
+        let (evicted, refused, unanswered, mut failed) = drain(&run, node).await;
+        let line = json!({"t": from, "took_ms": ((run.windows.t() - from) * 1000.0) as u64, "drain": node,
+            "evicted": evicted, "refused": refused, "unanswered": unanswered, "failed": failed});
+        let _ = writeln!(run.log.lock().unwrap_or_else(|p| p.into_inner()), "{line}");
+        let windows = run.windows.during(from, run.windows.t());
+        let mut t = run.tally.lock().unwrap_or_else(|p| p.into_inner());
+        t.drains += 1;
+        t.evicted += evicted;
+        t.eviction_refused += refused;
+        t.eviction_unanswered += unanswered;
+        if windows.is_empty() {
+            t.drain_failed.append(&mut failed);
+        }
+    }
+}
+
+/// How long an eviction may take before the drain gives up on that pod.
+const EVICTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One drain of `node`: (pods evicted, evictions still refused, evictions unanswered, failures).
+async fn drain(run: &Run, node: &str) -> (u64, u64, u64, Vec<String>) {
+    let nodes = Api::<Node>::all(run.client.clone());
+    let (mut evicted, mut refused, mut unanswered, mut failed) = (0, 0, 0, Vec::new());
+    let cordon = |on: bool| json!({"spec": {"unschedulable": on}});
+    {
+        let _between_pauses = run.pause.read().await;
+        if let Err(e) = bounded("cordon", nodes.patch(node, &PatchParams::default(), &Patch::Merge(cordon(true)))).await
+        {
+            failed.push(format!("cordon {node}: {e}"));
+            return (0, 0, 0, failed);
+        }
+    }
+    let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+    let pods = bounded("list", Api::<Pod>::all(run.client.clone()).list(&on_node)).await;
+    match pods {
+        Ok(pods) => {
+            for p in pods {
+                let (ns, name) = (p.metadata.namespace.unwrap_or_default(), p.metadata.name.unwrap_or_default());
+                let api = Api::<Pod>::namespaced(run.client.clone(), &ns);
+                let started = Instant::now();
+                loop {
+                    let answer = {
+                        let _between_pauses = run.pause.read().await;
+                        tokio::time::timeout(EVICTION_TIMEOUT, api.evict(&name, &EvictParams::default())).await
+                    };
+                    match answer {
+                        // Seen with the steady namespace's pod (a PDB that lets none go): the
+                        // apiserver holds the eviction instead of answering 429. Counted apart.
+                        Err(_) => unanswered += 1,
+                        Ok(Ok(_)) => evicted += 1,
+                        Ok(Err(kube::Error::Api(s)))
+                            if s.code == 429 && started.elapsed() < Duration::from_secs(10) =>
+                        {
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            continue;
+                        }
+                        Ok(Err(kube::Error::Api(s))) if s.code == 429 => refused += 1,
+                        // Gone already, or its namespace is being deleted.
+                        Ok(Err(kube::Error::Api(s)))
+                            if s.code == 404 || s.code == 403 && s.message.contains("terminat") => {}
+                        Ok(Err(e)) => failed.push(format!("evict {ns}/{name} from {node}: {e}")),
+                    }
+                    break;
+                }
+            }
+        }
+        Err(e) => failed.push(format!("list the pods of {node}: {e}")),
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Uncordoned whatever happened (retried through an apiserver restart): a node left cordoned
+    // would shrink the cluster for the rest of the run.
+    let started = Instant::now();
+    loop {
+        let answer = {
+            let _between_pauses = run.pause.read().await;
+            bounded("uncordon", nodes.patch(node, &PatchParams::default(), &Patch::Merge(cordon(false)))).await
+        };
+        match answer {
+            Ok(_) => break,
+            Err(e) if started.elapsed() > Duration::from_secs(180) => {
+                failed.push(format!("uncordon {node}: {e}"));
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+    (evicted, refused, unanswered, failed)
+}
+
 /// A 1-replica Deployment and a PDB with minAvailable 1 over it, written at the same instant:
 /// neither may see the other (the documented window), so either answer goes; if both are
 /// admitted the check at the next checkpoint finds the pair, explained by this write.
@@ -749,12 +1017,26 @@ async fn concurrent_pair(run: &Run, ns: &str, app: &str) {
     }
 }
 
-/// What the namespace controller would do: the namespace deleted, what is left in it deleted,
-/// the `kubernetes` finalizer dropped through the finalize subresource.
+/// The namespace deleted. With the controllers, the namespace controller empties and finalizes
+/// it (a real namespace deletion: its Pods, ReplicaSets, ServiceAccount and ConfigMap too);
+/// without, what it would do is done here: what is left in it deleted, the `kubernetes` finalizer
+/// dropped through the finalize subresource.
 async fn delete_namespace(run: &Run, ns: &str) {
     let _between_pauses = run.pause.read().await;
     let namespaces = Api::<Namespace>::all(run.client.clone());
-    let mut done = namespaces.delete(ns, &DeleteParams::default()).await.is_ok();
+    let mut done = bounded("delete", namespaces.delete(ns, &DeleteParams::default())).await.is_ok();
+    if run.controllers {
+        // Deleted unless it is still there and not being deleted (or that cannot be known).
+        let deleting = match bounded("get", namespaces.get_opt(ns)).await {
+            Ok(Some(n)) => n.metadata.deletion_timestamp.is_some(),
+            Ok(None) => true,
+            Err(_) => false,
+        };
+        if !done && !deleting {
+            run.unfinished.lock().unwrap_or_else(|p| p.into_inner()).push(ns.to_string());
+        }
+        return;
+    }
     for kind in ["HorizontalPodAutoscaler", "PodDisruptionBudget", "StatefulSet", "Deployment"] {
         let api = run.api(kind, ns);
         match api.list(&ListParams::default()).await {
@@ -861,6 +1143,243 @@ fn checkpoint(cp: &ControlPlane, run: &Run, dir: &Path, label: &str) -> Checked 
         }
     }
     out
+}
+
+// --- the background audit: reports against `ha-guard audit` ----------------------------------------
+
+/// `ha-guard reports --interval`, as the chart's default is 5m: short enough that a soak sees many
+/// full reads, and what "within one interval" is measured against.
+const AUDIT_INTERVAL: Duration = Duration::from_secs(30);
+
+/// A namespace outside the writers' churn whose report always has a finding (a 1-replica
+/// Deployment under a PDB of minAvailable 1, stored before the webhook is registered): the report
+/// the faults delete, and where the RBAC fault's error result is looked for.
+const STEADY_NS: &str = "soak-steady";
+
+/// A kubeconfig of the chart's audit ServiceAccount (`ha-guard-audit`), its token valid for
+/// `valid` (the soak's length and more: a token of `token_kubeconfig` lasts an hour).
+fn audit_kubeconfig(cp: &ControlPlane, valid: Duration) -> Result<PathBuf, String> {
+    let duration = format!("--duration={}s", valid.as_secs());
+    let token = cp.kubectl(&["-n", REPORTS_NS, "create", "token", "ha-guard-audit", &duration]);
+    if !token.ok() {
+        return Err(format!("create token: {}", token.output()));
+    }
+    Ok(cp.token_kubeconfig(token.stdout.trim(), &cp.dir().join("ha-guard-audit.kubeconfig")))
+}
+
+/// The reports process as the chart runs it: `--interval 30s --debounce 1s`, the config file the
+/// replicas read, as the chart's audit ServiceAccount, through `relay` (its watches can be cut).
+fn start_reports(cp: &ControlPlane, n: usize, kubeconfig: &Path, config: &Path) -> Reports {
+    let interval = format!("--interval={}s", AUDIT_INTERVAL.as_secs());
+    let config = format!("--config={}", config.display());
+    Reports::start(cp, &format!("audit-{n}"), kubeconfig, &[&interval, &config])
+}
+
+/// ha-guard's reports (rows: namespace, rule, result, kind, name) against `ha-guard audit --format
+/// json` with the same config, in every namespace that is not being deleted and at cluster scope:
+/// the namespaces and rows compared, or the differences.
+fn reports_vs_audit(cp: &ControlPlane, config: &Path) -> Result<(usize, usize), String> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+        .args(["audit", "--format", "json", "--config"])
+        .arg(config)
+        .env("KUBECONFIG", cp.kubeconfig())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("ha-guard audit: {e}"))?;
+    let audit: Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("ha-guard audit: not JSON ({e}): {}", String::from_utf8_lossy(&out.stderr)))?;
+    if !audit["findings"].is_array() {
+        return Err(format!("ha-guard audit: no findings: {audit}"));
+    }
+    let namespaces = cp.kubectl(&["get", "namespaces", "-o", "json"]);
+    let reports = cp.kubectl(&["get", "policyreports.wgpolicyk8s.io", "-A", "-o", "json"]);
+    let cluster = cp.kubectl(&["get", "clusterpolicyreports.wgpolicyk8s.io", "-o", "json"]);
+    if !namespaces.ok() || !reports.ok() || !cluster.ok() {
+        return Err("kubectl get failed".into());
+    }
+    let ours = |list: &Kubectl| -> BTreeMap<String, Value> {
+        list.json()["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["metadata"]["name"] == "ha-guard")
+            .map(|r| (r["metadata"]["namespace"].as_str().unwrap_or_default().to_string(), r.clone()))
+            .collect()
+    };
+    let mut stored = ours(&reports);
+    stored.extend(ours(&cluster));
+    let mut scopes: Vec<String> = namespaces.json()["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| !n["metadata"]["deletionTimestamp"].is_string())
+        .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    scopes.push(String::new());
+    let (mut rows, mut differ) = (0, Vec::new());
+    for ns in &scopes {
+        let want = rows_of_audit(&audit, ns);
+        let got = stored.get(ns).map(rows_of_report).unwrap_or_default();
+        rows += want.len();
+        if want != got {
+            let missing: Vec<_> = want.difference(&got).take(3).collect();
+            let extra: Vec<_> = got.difference(&want).take(3).collect();
+            differ.push(format!("{ns:?}: missing {missing:?}, not in the audit {extra:?}"));
+        }
+    }
+    if differ.is_empty() {
+        Ok((scopes.len(), rows))
+    } else {
+        // The first three scopes: a kind the audit cannot follow shows in every one.
+        Err(format!("{} scopes differ: {}", differ.len(), differ[..differ.len().min(3)].join("; ")))
+    }
+}
+
+/// A checkpoint of the reports: the writers paused, the reports must equal the audit within one
+/// interval (and 15 s for the audit's own read): how long they took, or how they still differ.
+fn reports_checkpoint(cp: &ControlPlane, run: &Run, rt: &tokio::runtime::Runtime, config: &Path) -> ReportsCheck {
+    let _paused = pause_writers(rt, run, "a reports checkpoint");
+    let started = Instant::now();
+    let mut last = Err(String::new());
+    while started.elapsed() < AUDIT_INTERVAL + Duration::from_secs(15) {
+        last = reports_vs_audit(cp, config);
+        if last.is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    ReportsCheck { at: run.windows.t(), took: started.elapsed(), result: last }
+}
+
+struct ReportsCheck {
+    at: f64,
+    took: Duration,
+    /// Namespaces (and cluster scope) and rows compared, or the differences left.
+    result: Result<(usize, usize), String>,
+}
+
+// --- faults -------------------------------------------------------------------------------------
+
+/// The faults, in turn.
+const FAULTS: [&str; 9] = [
+    "rotate the serving certificate, cut the balancer's connections",
+    "reload the config",
+    "kill -9 replica b, start it again",
+    "cut replica a's watch",
+    "delete a report by hand",
+    "kill -9 the reports process, start another",
+    "pause etcd",
+    "restart the apiserver",
+    "revoke the audit's list pods, cut its watches, restore",
+];
+
+/// About how long fault `i` of [`FAULTS`] takes, its recovery included (the slow ones as seen in
+/// runs: an apiserver restart's watches ~60 s, the RBAC fault two audit intervals and a watch
+/// retry of a minute).
+fn fault_length(i: usize, o: &Options) -> Duration {
+    match i {
+        5 => Duration::from_secs(30),
+        6 => o.etcd_pause + Duration::from_secs(20),
+        7 => Duration::from_secs(60),
+        8 => AUDIT_INTERVAL * 2 + Duration::from_secs(60),
+        _ => Duration::ZERO,
+    }
+}
+
+/// etcd stopped (SIGSTOP) for `for_`, then continued: the apiserver's storage hangs, then resumes.
+fn pause_etcd(cp: &ControlPlane, for_: Duration) -> Result<(), String> {
+    let pid = std::fs::read_to_string(cp.dir().join("etcd.pid")).map_err(|e| format!("etcd.pid: {e}"))?;
+    let pid = pid.trim();
+    let signal = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, pid])
+            .status()
+            .map_err(|e| e.to_string())
+            .and_then(|s| if s.success() { Ok(()) } else { Err(format!("kill {sig} {pid}: {s}")) })
+    };
+    signal("-STOP")?;
+    std::thread::sleep(for_);
+    signal("-CONT")
+}
+
+/// The steady namespace's report holds a result `result` (and is there).
+fn steady_report_has(cp: &ControlPlane, result: &str) -> Result<(), String> {
+    let r = support::reports::report(cp, STEADY_NS).ok_or("no report")?;
+    let rows = rows_of_report(&r);
+    if rows.iter().any(|row| row.2 == result) { Ok(()) } else { Err(format!("rows {rows:?}")) }
+}
+
+/// The reports process holds the Lease and its view has synced (`ha_guard_audit_leader` 1).
+fn audit_leading(reports: &Reports) -> Result<(), String> {
+    let (_, text) = http_get(reports.port, "/metrics")?;
+    let leader = Metrics::parse(&text).sum("ha_guard_audit_leader", &[]);
+    if leader == 1.0 { Ok(()) } else { Err(format!("ha_guard_audit_leader {leader}")) }
+}
+
+/// `pods` taken out of the ClusterRole `ha-guard-audit` the reports process is bound to, its
+/// watches cut (they list again, refused): the steady report must say so (an `error` result)
+/// within two intervals; the rule given back, the error must go and the audit lead again.
+fn revoke_audit_rbac(cp: &ControlPlane, relay: &mut Relay, reports: &Reports) -> Result<String, String> {
+    let role = cp.kubectl(&["get", "clusterrole", "ha-guard-audit", "-o", "json"]);
+    if !role.ok() {
+        return Err(format!("get clusterrole: {}", role.output()));
+    }
+    let mut original = role.json();
+    for field in ["resourceVersion", "uid", "creationTimestamp", "managedFields"] {
+        original["metadata"].as_object_mut().map(|m| m.remove(field));
+    }
+    let mut revoked = original.clone();
+    let rules: Vec<Value> = revoked["rules"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|mut r| {
+            if let Some(resources) = r["resources"].as_array() {
+                r["resources"] = json!(resources.iter().filter(|x| *x != "pods").cloned().collect::<Vec<_>>());
+            }
+            r
+        })
+        .filter(|r| r["resources"].as_array().is_none_or(|x| !x.is_empty()))
+        .collect();
+    revoked["rules"] = json!(rules);
+    let replaced = cp.kubectl_in(&["replace", "-f", "-"], &revoked.to_string());
+    if !replaced.ok() {
+        return Err(format!("replace clusterrole: {}", replaced.output()));
+    }
+    let started = Instant::now();
+    relay.close();
+    std::thread::sleep(Duration::from_secs(1));
+    let reopened = relay.open();
+    let seen = reopened.and_then(|()| {
+        poll(
+            "the steady report names the kind it cannot read",
+            AUDIT_INTERVAL * 2 + Duration::from_secs(30),
+            Duration::from_millis(500),
+            || steady_report_has(cp, "error"),
+        )
+    });
+    let error_after = started.elapsed();
+    // Given back whatever happened above.
+    let restored = cp.kubectl_in(&["replace", "-f", "-"], &original.to_string());
+    if !restored.ok() {
+        return Err(format!("restore clusterrole: {}", restored.output()));
+    }
+    let back = Instant::now();
+    let recovered =
+        poll("the error result goes, the audit leads", Duration::from_secs(150), Duration::from_millis(500), || {
+            match steady_report_has(cp, "error") {
+                Ok(()) => Err("the error result is still there".to_string()),
+                Err(_) => steady_report_has(cp, "fail").and_then(|()| audit_leading(reports)),
+            }
+        });
+    seen.map_err(|e| format!("no error result within {error_after:.1?}: {e}"))?;
+    recovered.map(|()| {
+        format!(
+            "an error result {error_after:.1?} after the revocation; gone, leading again {:.1?} after the restore",
+            back.elapsed()
+        )
+    })
 }
 
 // --- memory and the view -----------------------------------------------------------------------------
@@ -993,9 +1512,23 @@ fn main() {
     std::process::exit(code);
 }
 
+/// `n` kwok Nodes over three zones (`topology.kubernetes.io/zone` zone-a, zone-b, zone-c).
+fn kwok_nodes(n: usize) -> Vec<(String, String)> {
+    (0..n).map(|i| (format!("kwok-{i:03}"), format!("zone-{}", ["a", "b", "c"][i % 3]))).collect()
+}
+
 fn soak(o: &Options) -> Result<bool, String> {
-    let cp = ControlPlane::start()?;
-    cp.nodes(&["node-a", "node-b", "node-c"]);
+    let cp = if o.controllers { ControlPlane::start_with_controllers()? } else { ControlPlane::start()? };
+    if o.controllers {
+        let nodes = kwok_nodes(o.nodes);
+        let labels: Vec<[(&str, &str); 1]> =
+            nodes.iter().map(|(_, zone)| [("topology.kubernetes.io/zone", zone.as_str())]).collect();
+        let refs: Vec<(&str, &[(&str, &str)])> =
+            nodes.iter().zip(&labels).map(|((n, _), l)| (n.as_str(), l.as_slice())).collect();
+        cp.kwok_nodes(&refs);
+    } else {
+        cp.nodes(&["node-a", "node-b", "node-c"]);
+    }
     let apiserver: SocketAddr = cp.server().trim_start_matches("https://").parse().map_err(|e| format!("{e}"))?;
     let ca = ha_guard::server::certs::Ca::generate(
         "ha-guard soak CA",
@@ -1030,6 +1563,28 @@ fn soak(o: &Options) -> Result<bool, String> {
         relays.push(relay);
         configs.push(config);
     }
+    // The background audit as the chart runs it: the report CRDs, the chart's RBAC, a process of
+    // its own as the audit's ServiceAccount, through a relay, with a copy of the config (the same
+    // ConfigMap in the chart). The steady namespace's finding is stored before the webhook exists.
+    install_report_crds(&cp);
+    cp.namespace(REPORTS_NS, &[]);
+    install_chart_rbac(&cp);
+    cp.namespace(STEADY_NS, &[]);
+    cp.apply(yaml_file(&[
+        deployment(STEADY_NS, "lone", 1),
+        pdb(STEADY_NS, "lone", "lone", json!({"minAvailable": 1})),
+    ]))
+    .success();
+    let audit_config = cp.root().join("audit-config.yaml");
+    write_atomically(&audit_config, &config_text(false));
+    let mut audit_relay = Relay::new(apiserver);
+    audit_relay.open()?;
+    let audit_kubeconfig = audit_relay.kubeconfig(
+        &audit_kubeconfig(&cp, o.duration + Duration::from_secs(7200))?,
+        &cp.dir().join("audit-relayed.kubeconfig"),
+    );
+    let mut reports_started = 1;
+    let mut reports = start_reports(&cp, reports_started, &audit_kubeconfig, &audit_config);
     let balancer = support::balancer::Balancer::start(guards.iter().map(|g| g.webhook_port).collect());
     register_at(&cp, &guards[0], balancer.port, &[Webhooks::Mutating, Webhooks::Validating])?;
     say(&format!(
@@ -1058,16 +1613,21 @@ fn soak(o: &Options) -> Result<bool, String> {
         stop: AtomicBool::new(false),
         pace: o.pace,
         unfinished: Mutex::default(),
+        controllers: o.controllers,
     });
-    let writers: Vec<_> = (0..o.writers).map(|w| rt.spawn(writer(run.clone(), w, 8))).collect();
+    let mut writers: Vec<_> = (0..o.writers).map(|w| rt.spawn(writer(run.clone(), w, 8))).collect();
+    if o.controllers {
+        writers.push(rt.spawn(drainer(run.clone(), kwok_nodes(o.nodes).into_iter().map(|(n, _)| n).collect())));
+    }
 
     // The faults, in turn; RSS and the views sampled every 10 s; checkpoints.
     let started = Instant::now();
     let end = started + o.duration;
-    let mut rss: Vec<(f64, [Option<u64>; 2])> = Vec::new();
+    let mut rss: Vec<Sample> = Vec::new();
     let mut faults: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut fault_log: Vec<String> = Vec::new();
     let mut checks: Vec<(f64, Checked)> = Vec::new();
+    let mut report_checks: Vec<ReportsCheck> = Vec::new();
     let (mut next_fault, mut next_sample, mut next_check) =
         (started + o.fault_every, started, started + o.checkpoint_every);
     let mut turn = 0usize;
@@ -1079,7 +1639,8 @@ fn soak(o: &Options) -> Result<bool, String> {
         let now = Instant::now();
         if now >= next_sample {
             let t = windows.t();
-            rss.push((t, [guards[0].pid().and_then(rss_kib), guards[1].pid().and_then(rss_kib)]));
+            let pid = [guards[0].pid(), guards[1].pid(), Some(reports.child.id())];
+            rss.push(Sample { t, kib: pid.map(|p| p.and_then(rss_kib)), pid });
             calls.look(&cp, &windows);
             next_sample = now + Duration::from_secs(10);
         }
@@ -1110,20 +1671,19 @@ fn soak(o: &Options) -> Result<bool, String> {
             let c = checkpoint(&cp, &run, &o.out, &label);
             say(&format!("checkpoint {label}: {c:?}"));
             checks.push((windows.t(), c));
+            let r = reports_checkpoint(&cp, &run, &rt, &audit_config);
+            say(&format!("reports at {label}: {:?} after {:.1?}", r.result, r.took));
+            report_checks.push(r);
             next_check = now + o.checkpoint_every;
         }
-        if now >= next_fault && now + o.fault_every / 2 < end {
-            let what = match turn % 5 {
-                0 => "rotate the serving certificate, cut the balancer's connections",
-                1 => "reload the config",
-                2 => "kill -9 replica b, start it again",
-                3 => "cut replica a's watch",
-                _ => "restart the apiserver",
-            };
+        // A fault starts only if it can end before the run does (the smoke stays short): the
+        // rotation waits there, and the later kinds come in a longer run.
+        if now >= next_fault && now + o.fault_every / 2 + fault_length(turn % FAULTS.len(), o) < end {
+            let what = FAULTS[turn % FAULTS.len()];
             let at = windows.t();
-            let result: Result<String, String> = match turn % 5 {
+            let result: Result<String, String> = match turn % FAULTS.len() {
                 0 => {
-                    let _paused = rt.block_on(run.pause.write());
+                    let _paused = pause_writers(&rt, &run, "the certificate rotation");
                     cert_version += 1;
                     let next = issue(&ca);
                     for g in &guards {
@@ -1151,7 +1711,7 @@ fn soak(o: &Options) -> Result<bool, String> {
                     reloaded.map(|()| format!("certificate v{cert_version}, {cut} connections cut"))
                 }
                 1 => {
-                    let _paused = rt.block_on(run.pause.write());
+                    let _paused = pause_writers(&rt, &run, "the config reload");
                     let deny = !run.deny_recreate.load(Ordering::SeqCst);
                     let before: Vec<f64> = guards
                         .iter()
@@ -1159,7 +1719,9 @@ fn soak(o: &Options) -> Result<bool, String> {
                             g.metrics().get("ha_guard_config_reloads_total", &[("result", "success")]).unwrap_or(0.0)
                         })
                         .collect();
-                    for c in &configs {
+                    let audit_before =
+                        reports.metrics().get("ha_guard_config_reloads_total", &[("result", "success")]).unwrap_or(0.0);
+                    for c in configs.iter().chain([&audit_config]) {
                         write_atomically(c, &config_text(deny));
                     }
                     let reloaded = poll("both replicas reload the config", WAIT, Duration::from_millis(100), || {
@@ -1173,7 +1735,10 @@ fn soak(o: &Options) -> Result<bool, String> {
                                     > Some(**b)
                             })
                             .count();
-                        if n == 2 { Ok(()) } else { Err(format!("{n} of 2")) }
+                        let audit = http_get(reports.port, "/metrics").ok().and_then(|(_, m)| {
+                            Metrics::parse(&m).get("ha_guard_config_reloads_total", &[("result", "success")])
+                        }) > Some(audit_before);
+                        if n == 2 && audit { Ok(()) } else { Err(format!("{n} of 2 replicas, the audit {audit}")) }
                     });
                     run.deny_recreate.store(deny, Ordering::SeqCst);
                     reloaded.map(|()| format!("recreate-multi-replica: {}", if deny { "deny" } else { "warn" }))
@@ -1190,6 +1755,64 @@ fn soak(o: &Options) -> Result<bool, String> {
                     windows.close(id);
                     restarted.map(|()| "ready again".to_string())
                 }
+                4 => {
+                    // Admission is not involved: no window. The audit watches its own reports.
+                    let deleted = cp.kubectl(&["delete", "policyreports.wgpolicyk8s.io", "ha-guard", "-n", STEADY_NS]);
+                    let started = Instant::now();
+                    if deleted.ok() {
+                        poll(
+                            "the deleted report is restored",
+                            Duration::from_secs(30),
+                            Duration::from_millis(200),
+                            || steady_report_has(&cp, "fail"),
+                        )
+                        .map(|()| format!("restored in {:.1?}", started.elapsed()))
+                    } else {
+                        Err(format!("kubectl delete: {}", deleted.output()))
+                    }
+                }
+                5 => {
+                    let _ = reports.child.kill();
+                    let _ = reports.child.wait();
+                    reports_started += 1;
+                    let started = Instant::now();
+                    // A new pod's name: it takes the Lease once the killed one's runs out (15 s).
+                    reports = start_reports(&cp, reports_started, &audit_kubeconfig, &audit_config);
+                    poll("the new reports process leads", Duration::from_secs(120), Duration::from_millis(500), || {
+                        audit_leading(&reports)
+                    })
+                    .map(|()| format!("audit-{reports_started} leads {:.1?} after the kill", started.elapsed()))
+                }
+                6 => {
+                    let id = windows.open("etcd paused");
+                    let paused = pause_etcd(&cp, o.etcd_pause);
+                    // Stale views until every watch of both replicas has recovered.
+                    let resumed = Instant::now();
+                    let recovered = paused.and_then(|()| {
+                        poll(
+                            "the apiserver and the watches recover",
+                            Duration::from_secs(120),
+                            Duration::from_millis(500),
+                            || {
+                                let ready = cp.kubectl(&["get", "--raw", "/readyz"]);
+                                if !ready.ok() {
+                                    return Err(format!("readyz: {}", ready.output()));
+                                }
+                                watches_recovered(&guards[0]).and_then(|()| watches_recovered(&guards[1]))
+                            },
+                        )
+                    });
+                    std::thread::sleep(Duration::from_secs(2));
+                    windows.close(id);
+                    recovered.map(|()| {
+                        format!(
+                            "SIGSTOP for {:?}; ready, watches recovered {:.1?} after SIGCONT",
+                            o.etcd_pause,
+                            resumed.elapsed()
+                        )
+                    })
+                }
+                8 => revoke_audit_rbac(&cp, &mut audit_relay, &reports),
                 3 => {
                     let id = windows.open("replica a's watch cut");
                     run.watching[0].store(false, Ordering::SeqCst);
@@ -1198,7 +1821,7 @@ fn soak(o: &Options) -> Result<bool, String> {
                     Ok(format!("for {:?}", o.cut_for))
                 }
                 _ => {
-                    // Its counters start over: count what they hold first.
+                    // 7. Its counters start over: count what they hold first.
                     calls.look(&cp, &windows);
                     let id = windows.open("apiserver restarting");
                     let stopped = cp.stop_apiserver(Duration::from_secs(5));
@@ -1249,6 +1872,9 @@ fn soak(o: &Options) -> Result<bool, String> {
     let last = checkpoint(&cp, &run, &o.out, "end");
     say(&format!("last checkpoint: {last:?}"));
     checks.push((windows.t(), last));
+    let r = reports_checkpoint(&cp, &run, &rt, &audit_config);
+    say(&format!("reports at the end: {:?} after {:.1?}", r.result, r.took));
+    report_checks.push(r);
 
     // No leak: each replica's view holds what the apiserver holds, with the writers' last
     // namespaces and then once every namespace of the run is deleted.
@@ -1261,6 +1887,23 @@ fn soak(o: &Options) -> Result<bool, String> {
             for ns in &unfinished {
                 rt.block_on(delete_namespace(&run, ns));
             }
+        }
+        if o.controllers && when.starts_with("after") {
+            // Any left by a writer whose delete failed, and not retried (the apiserver was down).
+            cp.kubectl(&["delete", "namespaces", "-l", "ha-guard-soak=true", "--wait=false"]);
+        }
+        if o.controllers {
+            // The namespace controller empties what was deleted: counts move until it is done.
+            let gone = poll("no namespace is terminating", Duration::from_secs(300), Duration::from_secs(1), || {
+                let list = cp.kubectl(&["get", "namespaces", "-o", "json"]);
+                let terminating = list.ok().then(|| list.json()).map_or(usize::MAX, |l| {
+                    l["items"]
+                        .as_array()
+                        .map_or(0, |i| i.iter().filter(|n| n["metadata"]["deletionTimestamp"].is_string()).count())
+                });
+                if terminating == 0 { Ok(()) } else { Err(format!("{terminating} terminating")) }
+            });
+            say(&format!("namespaces {when}: {gone:?}"));
         }
         expected = apiserver_counts(&cp).ok_or("kubectl get at the end failed")?;
         for (name, g) in names.iter().zip(&guards) {
@@ -1290,6 +1933,12 @@ fn soak(o: &Options) -> Result<bool, String> {
         })
         .collect();
     calls.look(&cp, &windows);
+    for entry in std::fs::read_dir(cp.dir()).map_err(|e| e.to_string())?.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if name.starts_with("reports-") && name.ends_with(".log") {
+            let _ = std::fs::copy(entry.path(), o.out.join(name));
+        }
+    }
     for g in &guards {
         let _ = std::fs::copy(
             g.log_path(),
@@ -1301,6 +1950,44 @@ fn soak(o: &Options) -> Result<bool, String> {
     let t = run.tally.lock().unwrap_or_else(|p| p.into_inner());
     let unexplained: usize = checks.iter().map(|(_, c)| c.unexplained.len()).sum();
     let rss_verdict = rss_flat(&rss);
+    let warm = rss.last().map_or(0.0, |r| r.t / 3.0);
+    let slopes: Vec<String> = ["replica a", "replica b", "reports"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| match rss_slope(&rss, i, warm) {
+            Some((slope, n, runs)) => format!("{name} {slope:+.2} MiB/h ({n} samples, {runs} process(es))"),
+            None => format!("{name}: too few samples"),
+        })
+        .collect();
+    // Panics in any ha-guard process (both replicas' logs, every reports process's), and the
+    // controllers' writes ha-guard refused (kube-controller-manager logs each refused write).
+    let mut logs: Vec<PathBuf> = guards.iter().map(HaGuard::log_path).collect();
+    logs.extend(
+        std::fs::read_dir(cp.dir())
+            .map_err(|e| e.to_string())?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("reports-"))),
+    );
+    let panics: Vec<String> = logs
+        .iter()
+        .flat_map(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy().to_string();
+            std::fs::read_to_string(p)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("panicked"))
+                .map(|l| format!("{name}: {l}"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let kcm = std::fs::read_to_string(cp.dir().join("controller-manager.log")).unwrap_or_default();
+    let refused_controllers: Vec<&str> =
+        kcm.lines().filter(|l| l.contains("admission webhook") && l.contains("denied")).collect();
+    let failed_webhook_calls = kcm.lines().filter(|l| l.contains("failed calling webhook")).count();
+    if o.controllers {
+        let _ = std::fs::copy(cp.dir().join("controller-manager.log"), o.out.join("controller-manager.log"));
+    }
     let mut ok = true;
     let mut report = String::new();
     let mut line = |s: String| {
@@ -1319,6 +2006,17 @@ fn soak(o: &Options) -> Result<bool, String> {
         t.concurrent_pairs,
         t.concurrent_both_admitted,
         t.scaled_below_floor
+    ));
+    line(format!(
+        "HPA targets scaled through the scale subresource {}; PDB edits {}; drains of kwok nodes {} (pods evicted {}, \
+         evictions a PDB still refused after 10 s {}, unanswered within 10 s {}, drain calls failed outside windows {})",
+        t.hpa_scales,
+        t.pdb_edits,
+        t.drains,
+        t.evicted,
+        t.eviction_refused,
+        t.eviction_unanswered,
+        t.drain_failed.len()
     ));
     line(format!("faults: {faults:?}; replica b killed {kills_b} times"));
     line(format!(
@@ -1376,8 +2074,40 @@ fn soak(o: &Options) -> Result<bool, String> {
             }
         ));
     }
+    let settled: Vec<f64> = report_checks.iter().filter(|r| r.result.is_ok()).map(|r| r.took.as_secs_f64()).collect();
+    line(format!(
+        "reports equal to `ha-guard audit` (writers paused, within {:?}): {} of {} checkpoints, settled in max {:.1}s; {}",
+        AUDIT_INTERVAL + Duration::from_secs(15),
+        settled.len(),
+        report_checks.len(),
+        settled.iter().copied().fold(0.0, f64::max),
+        report_checks
+            .iter()
+            .map(|r| match &r.result {
+                Ok((scopes, rows)) => format!("{:.0}s {scopes} scopes/{rows} rows in {:.1?}", r.at, r.took),
+                Err(e) => format!("{:.0}s DIFFER: {e}", r.at),
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    ));
+    line(format!(
+        "RSS slope after warm-up (t >= {warm:.0}s; least squares, each process apart): {}",
+        slopes.join(", ")
+    ));
+    line(format!("panics in ha-guard logs ({} files): {}", logs.len(), panics.len()));
+    line(if o.controllers {
+        format!(
+            "controller writes refused by ha-guard (kube-controller-manager log): {}; its webhook calls that failed (fault windows): {failed_webhook_calls}",
+            refused_controllers.len()
+        )
+    } else {
+        "controller writes refused: no controllers (--no-controllers)".to_string()
+    });
     line(format!("RSS: {}", rss_verdict.as_ref().map_or_else(|e| format!("GROWS: {e}"), |s| s.clone())));
-    for e in t.wrong_verdicts.iter().chain(&t.failed_outside).chain(&t.not_converged).take(30) {
+    for e in t.wrong_verdicts.iter().chain(&t.failed_outside).chain(&t.not_converged).chain(&t.drain_failed).take(30) {
+        line(format!("  {e}"));
+    }
+    for e in panics.iter().map(String::as_str).chain(refused_controllers.iter().copied()).take(10) {
         line(format!("  {e}"));
     }
     for (_, c) in &checks {
@@ -1386,11 +2116,13 @@ fn soak(o: &Options) -> Result<bool, String> {
         }
     }
     ok &= t.wrong_verdicts.is_empty() && unexplained == 0 && t.failed_outside.is_empty() && t.not_converged.is_empty();
+    ok &= t.drain_failed.is_empty() && panics.is_empty() && refused_controllers.is_empty();
     ok &= views.iter().all(Result::is_ok) && rss_verdict.is_ok();
+    ok &= !report_checks.is_empty() && report_checks.iter().all(|r| r.result.is_ok());
     // No call failed or failed open outside the windows (the answers above would not show a
     // failed call whose write was to be admitted anyway).
     ok &= calls.outside.went_wrong() == 0.0 && calls.outside.calls > 0.0;
-    ok &= t.writes > 0 && faults.len() == 5.min(turn);
+    ok &= t.writes > 0 && faults.len() == FAULTS.len().min(turn);
     line(format!("soak: {}", if ok { "PASSED" } else { "FAILED" }));
 
     // The record: report, faults, RSS table.
@@ -1398,26 +2130,69 @@ fn soak(o: &Options) -> Result<bool, String> {
     for f in &fault_log {
         md.push_str(&format!("- {f}\n"));
     }
-    md.push_str("\n## RSS (KiB, VmRSS)\n\n| t (s) | replica a | replica b |\n|---:|---:|---:|\n");
+    md.push_str("\n## RSS (KiB, VmRSS)\n\n| t (s) | replica a | replica b | reports |\n|---:|---:|---:|---:|\n");
     let step = (rss.len() / 30).max(1);
-    for (t, [a, b]) in rss.iter().step_by(step) {
+    for r in rss.iter().step_by(step) {
         let show = |v: &Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
-        md.push_str(&format!("| {t:.0} | {} | {} |\n", show(a), show(b)));
+        md.push_str(&format!("| {:.0} | {} | {} | {} |\n", r.t, show(&r.kib[0]), show(&r.kib[1]), show(&r.kib[2])));
     }
     std::fs::write(o.out.join("report.md"), md).map_err(|e| e.to_string())?;
-    let csv: String = rss.iter().map(|(t, [a, b])| format!("{t:.1},{},{}\n", a.unwrap_or(0), b.unwrap_or(0))).collect();
-    std::fs::write(o.out.join("rss.csv"), format!("t_s,replica_a_kib,replica_b_kib\n{csv}"))
-        .map_err(|e| e.to_string())?;
+    let csv: String = rss
+        .iter()
+        .map(|r| {
+            let v = |i: usize| format!("{},{}", r.kib[i].unwrap_or(0), r.pid[i].unwrap_or(0));
+            format!("{:.1},{},{},{}\n", r.t, v(0), v(1), v(2))
+        })
+        .collect();
+    std::fs::write(
+        o.out.join("rss.csv"),
+        format!("t_s,replica_a_kib,replica_a_pid,replica_b_kib,replica_b_pid,reports_kib,reports_pid\n{csv}"),
+    )
+    .map_err(|e| e.to_string())?;
     drop(balancer);
     drop(guards);
     drop(relays);
+    drop(reports);
+    drop(audit_relay);
     Ok(ok)
+}
+
+/// One look at the RSS of replica a, replica b and the reports process, and their pids.
+struct Sample {
+    t: f64,
+    kib: [Option<u64>; 3],
+    pid: [Option<u32>; 3],
+}
+
+/// The RSS slope of process `i` in MiB an hour after `warm` (s), by least squares, each process
+/// (pid: a killed one is started again) apart and after its own first minute: the slope of
+/// Σ(t - t̄ₚ)(y - ȳₚ) / Σ(t - t̄ₚ)², with the samples and the processes counted.
+fn rss_slope(rss: &[Sample], i: usize, warm: f64) -> Option<(f64, usize, usize)> {
+    let mut by_pid: BTreeMap<u32, Vec<(f64, f64)>> = BTreeMap::new();
+    let mut first_seen: BTreeMap<u32, f64> = BTreeMap::new();
+    for r in rss {
+        let (Some(pid), Some(kib)) = (r.pid[i], r.kib[i]) else { continue };
+        let first = *first_seen.entry(pid).or_insert(r.t);
+        if r.t >= warm && r.t >= first + 60.0 {
+            by_pid.entry(pid).or_default().push((r.t, kib as f64));
+        }
+    }
+    by_pid.retain(|_, v| v.len() >= 3);
+    let (mut sxy, mut sxx, mut n) = (0.0, 0.0, 0);
+    for v in by_pid.values() {
+        let (mt, my) =
+            (v.iter().map(|x| x.0).sum::<f64>() / v.len() as f64, v.iter().map(|x| x.1).sum::<f64>() / v.len() as f64);
+        sxy += v.iter().map(|(t, y)| (t - mt) * (y - my)).sum::<f64>();
+        sxx += v.iter().map(|(t, _)| (t - mt).powi(2)).sum::<f64>();
+        n += v.len();
+    }
+    (sxx > 0.0).then(|| (sxy / sxx * 3600.0 / 1024.0, n, by_pid.len()))
 }
 
 /// Replica a's RSS (never killed) over the last 2/3 of the run: its growth (median of the last
 /// five samples minus median of the first five of that span) within noise, max(4 MiB, 5%).
-fn rss_flat(rss: &[(f64, [Option<u64>; 2])]) -> Result<String, String> {
-    let a: Vec<(f64, u64)> = rss.iter().filter_map(|(t, [a, _])| a.map(|v| (*t, v))).collect();
+fn rss_flat(rss: &[Sample]) -> Result<String, String> {
+    let a: Vec<(f64, u64)> = rss.iter().filter_map(|r| r.kib[0].map(|v| (r.t, v))).collect();
     if a.len() < 12 {
         return Ok(format!("{} samples of replica a only: too short a run to judge", a.len()));
     }
