@@ -87,6 +87,13 @@ fn auditor_rbac(cp: &ControlPlane, pods: bool) {
     assert_eq!(can, pods, "auditor may list pods");
 }
 
+/// A merge patch of shop's report, as a person editing it by hand.
+fn patch_report(cp: &ControlPlane, patch: &Value) {
+    let patch = patch.to_string();
+    cp.kubectl(&["-n", "shop", "patch", "policyreports.wgpolicyk8s.io", "ha-guard", "--type=merge", "-p", &patch])
+        .success();
+}
+
 #[test]
 fn reports_heal_and_stalls_show() {
     let cp = ControlPlane::start().unwrap_or_else(|e| panic!("control plane: {e}"));
@@ -116,17 +123,7 @@ fn reports_heal_and_stalls_show() {
     let took = agrees_within(&cp, "shop", Duration::from_secs(15), "a deleted report is restored");
     eprintln!("[e2e] 1 heal: deleted, restored in {took:?}");
     let emptied = json!({"results": [], "summary": {"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 0}});
-    cp.kubectl(&[
-        "-n",
-        "shop",
-        "patch",
-        "policyreports.wgpolicyk8s.io",
-        "ha-guard",
-        "--type=merge",
-        "-p",
-        &emptied.to_string(),
-    ])
-    .success();
+    patch_report(&cp, &emptied);
     let took = agrees_within(&cp, "shop", Duration::from_secs(15), "an emptied report is restored");
     eprintln!("[e2e] 1 heal: emptied, restored in {took:?}");
     let mut edited = report(&cp, "shop").expect("the report");
@@ -134,17 +131,7 @@ fn reports_heal_and_stalls_show() {
         r["result"] = json!("pass");
     }
     let patch = json!({"results": edited["results"]});
-    cp.kubectl(&[
-        "-n",
-        "shop",
-        "patch",
-        "policyreports.wgpolicyk8s.io",
-        "ha-guard",
-        "--type=merge",
-        "-p",
-        &patch.to_string(),
-    ])
-    .success();
+    patch_report(&cp, &patch);
     let took = agrees_within(&cp, "shop", Duration::from_secs(15), "an edited report is restored");
     eprintln!("[e2e] 1 heal: edited, restored in {took:?}");
     // Each fault cost one write; its own writes coming back through the watch cost none.

@@ -752,24 +752,17 @@ mod tests {
     }
 
     fn drain_of(node: &str, outcome: Outcome, replacement: Option<&str>, single: &[&str]) -> DrainRun {
-        DrainRun {
-            nodes: vec![node.to_string()],
-            outcome,
-            evictions: vec![Eviction {
-                namespace: "ops".into(),
-                pod: "operator-0".into(),
-                result: EvictionResult::Evicted,
-                replacement: replacement.map(str::to_string),
-                reason: String::new(),
-            }],
-            pending: Vec::new(),
-            blocked: Vec::new(),
-            refused: Vec::new(),
-            replaces: true,
-            namespaces: vec!["ops".into()],
-            preempts: Vec::new(),
-            single_replica: single.iter().map(|n| ObjectRef::new(Kind::Deployment, "shop", *n)).collect(),
-        }
+        let mut run = DrainRun::of(vec![node.to_string()], outcome);
+        run.evictions.push(Eviction {
+            namespace: "ops".into(),
+            pod: "operator-0".into(),
+            result: EvictionResult::Evicted,
+            replacement: replacement.map(str::to_string),
+            reason: String::new(),
+        });
+        run.namespaces = vec!["ops".into()];
+        run.single_replica = single.iter().map(|n| ObjectRef::new(Kind::Deployment, "shop", *n)).collect();
+        run
     }
 
     #[test]

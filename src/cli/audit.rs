@@ -281,18 +281,7 @@ mod tests {
     }
 
     fn run(nodes: &[&str], outcome: Outcome) -> DrainRun {
-        DrainRun {
-            nodes: nodes.iter().map(|n| n.to_string()).collect(),
-            outcome,
-            evictions: Vec::new(),
-            pending: Vec::new(),
-            blocked: Vec::new(),
-            refused: Vec::new(),
-            replaces: true,
-            namespaces: Vec::new(),
-            preempts: Vec::new(),
-            single_replica: Vec::new(),
-        }
+        DrainRun::of(nodes.iter().map(|n| n.to_string()).collect(), outcome)
     }
 
     #[test]

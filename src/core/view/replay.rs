@@ -144,6 +144,22 @@ pub struct DrainRun {
 }
 
 impl DrainRun {
+    /// A run of `nodes` that ends `outcome`, with nothing evicted, refused or left yet.
+    pub fn of(nodes: Vec<String>, outcome: Outcome) -> DrainRun {
+        DrainRun {
+            nodes,
+            outcome,
+            evictions: Vec::new(),
+            pending: Vec::new(),
+            blocked: Vec::new(),
+            refused: Vec::new(),
+            replaces: true,
+            namespaces: Vec::new(),
+            preempts: Vec::new(),
+            single_replica: Vec::new(),
+        }
+    }
+
     /// The run as `--namespace NAMESPACE` reports it: the evictions and Pending replacements of
     /// that namespace, and the refused evictions of any (they decide how the drain ends); its
     /// outcome and `namespaces` stay the whole cluster's.
@@ -516,18 +532,7 @@ fn replay_in(view: &dyn View, world: &mut World, drained: &[String]) -> DrainRun
 }
 
 fn drain(view: &dyn View, states: &mut Nodes, on_node: &[Vec<(String, Arc<PodInfo>)>], drained: &[String]) -> DrainRun {
-    let mut run = DrainRun {
-        nodes: drained.to_vec(),
-        outcome: Outcome::Completes,
-        evictions: Vec::new(),
-        pending: Vec::new(),
-        blocked: Vec::new(),
-        refused: Vec::new(),
-        replaces: true,
-        namespaces: Vec::new(),
-        preempts: Vec::new(),
-        single_replica: Vec::new(),
-    };
+    let mut run = DrainRun::of(drained.to_vec(), Outcome::Completes);
     // The pods of the drained nodes, in the order asked, then namespace and name.
     let mut to_evict: Vec<(String, Arc<PodInfo>)> = Vec::new();
     for node in drained {
