@@ -277,7 +277,7 @@ fn the_rules_pass_promtool_check() {
         let out = run(&["check", "rules", "rules.yaml"], dir.path());
         let said = text(&out);
         assert!(out.status.success(), "{name}: promtool check rules:\n{said}");
-        let count = if name == "audit off" { 9 } else { 16 };
+        let count = if name == "audit off" { 10 } else { 17 };
         assert!(said.contains(&format!("SUCCESS: {count} rules found")), "{name}: {said}");
     }
     // promtool does refuse a broken rule: the check above can fail.
@@ -369,6 +369,79 @@ fn the_deadline_alert_fires_when_a_rule_was_answered_at_the_deadline() {
         json!(format!("ha_guard_rule_deadline_exceeded_total{{{webhook}}} > 0"));
     let out = test_rules(dir.path(), &bad, &tests);
     assert!(!out.status.success(), "a wrong rule passed:\n{}", text(&out));
+}
+
+/// HaGuardWebhookUnreachable reads the kube-apiserver's own counters: with failurePolicy Ignore the
+/// calls that failed open, per webhook, and is forgotten 10 minutes after the last; another
+/// webhook's failures do not fire it. With Fail it reads the calls the apiserver refused for want of
+/// an answer, not the writes ha-guard itself denied.
+#[test]
+fn the_unreachable_alert_follows_the_apiservers_own_counters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let apiserver = r#"job="apiserver", instance="10.0.0.1:6443""#;
+    let fail_open = |name: &str, values: &str| json!({"series": format!(r#"apiserver_admission_webhook_fail_open_count{{{apiserver}, name="{name}", type="validating"}}"#), "values": values});
+    let expected = |r: &Value| {
+        let mut labels = json!({"name": "validate.ha-guard.io", "type": "validating"});
+        for (k, v) in r["labels"].as_object().unwrap() {
+            labels[k] = v.clone();
+        }
+        let mut annotations = r["annotations"].clone();
+        for (_, v) in annotations.as_object_mut().unwrap() {
+            *v = json!(v.as_str().unwrap().replace("{{ $labels.name }}", "validate.ha-guard.io"));
+        }
+        json!({"exp_labels": labels, "exp_annotations": annotations})
+    };
+    let ignore = rules(&[]);
+    let r = rule(&ignore, "HaGuardWebhookUnreachable");
+    assert!(
+        r["annotations"]["description"].as_str().unwrap().contains("admitted unchecked (failurePolicy Ignore)"),
+        "{r}"
+    );
+    let tests = [
+        case(
+            "ha-guard's validating webhook failed open three times",
+            vec![fail_open("validate.ha-guard.io", "0x3 3x40"), fail_open("sidecar-injector.istio.io", "0+5x43")],
+            vec![
+                at("2m", "HaGuardWebhookUnreachable", vec![]),
+                at("6m", "HaGuardWebhookUnreachable", vec![expected(r)]),
+                at("20m", "HaGuardWebhookUnreachable", vec![]),
+            ],
+        ),
+        case(
+            "another webhook fails open",
+            vec![fail_open("sidecar-injector.istio.io", "0+5x40")],
+            vec![at("10m", "HaGuardWebhookUnreachable", vec![])],
+        ),
+    ];
+    let out = test_rules(dir.path(), &ignore, &tests);
+    assert!(out.status.success(), "promtool test rules:\n{}", text(&out));
+    // A rule that ignores which webhook failed is caught.
+    let mut bad = ignore.clone();
+    rule_mut(&mut bad, "HaGuardWebhookUnreachable")["expr"] =
+        json!("sum by (name, type) (increase(apiserver_admission_webhook_fail_open_count[10m])) > 0");
+    let out = test_rules(dir.path(), &bad, &tests);
+    assert!(!out.status.success(), "a wrong rule passed:\n{}", text(&out));
+
+    // failurePolicy Fail: the calls refused with calling_webhook_error count, ha-guard's own denials
+    // (no_error, code 403) do not.
+    let fail = rules(&["--set", "webhook.failurePolicy=Fail"]);
+    let r = rule(&fail, "HaGuardWebhookUnreachable");
+    assert!(r["annotations"]["description"].as_str().unwrap().contains("refused (failurePolicy Fail)"), "{r}");
+    let rejected = |error_type: &str, code: &str, values: &str| json!({"series": format!(r#"apiserver_admission_webhook_rejection_count{{{apiserver}, name="validate.ha-guard.io", type="validating", operation="CREATE", error_type="{error_type}", rejection_code="{code}"}}"#), "values": values});
+    let tests = [
+        case(
+            "calls that got no answer",
+            vec![rejected("calling_webhook_error", "0", "0x3 2x40")],
+            vec![at("6m", "HaGuardWebhookUnreachable", vec![expected(r)])],
+        ),
+        case(
+            "writes ha-guard denied",
+            vec![rejected("no_error", "403", "0+4x40")],
+            vec![at("10m", "HaGuardWebhookUnreachable", vec![])],
+        ),
+    ];
+    let out = test_rules(dir.path(), &fail, &tests);
+    assert!(out.status.success(), "promtool test rules (failurePolicy Fail):\n{}", text(&out));
 }
 
 /// The unit tests catch a wrong rule: each mutation of a rule fails them, naming the alert.

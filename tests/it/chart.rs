@@ -1720,6 +1720,7 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
             "HaGuardCAExpiring",
             "HaGuardConfigReloadFailing",
             "HaGuardDeadlineExceeded",
+            "HaGuardWebhookUnreachable",
             "HaGuardCacheNotSynced",
             "HaGuardExceptionExpiring",
             "HaGuardExceptionExpired"
