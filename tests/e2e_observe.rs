@@ -132,7 +132,42 @@ fn observe_only_refuses_nothing_and_patches_nothing_until_enforced() {
         assert_eq!(stored["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow", "{}", stored["spec"]);
     });
     steps.run("no webhook call failed", || guard.finish(cp));
+    // What the chart's `helm test` Pod runs, from outside the cluster here: ha-guard's answer
+    // while a replica serves; once none does, the apiserver admits the dry run unchecked
+    // (failurePolicy Ignore) and the probe fails saying so.
+    steps.run("4 probe-webhook: ha-guard's answer, then none once it stops", || {
+        let (code, stdout, stderr) = probe_webhook(cp);
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        assert!(stdout.starts_with("ha-guard answered the dry run of Deployment default/ha-guard-probe:"), "{stdout}");
+        assert!(stdout.contains("\n  [replicas-colocated] spec.template.spec"), "{stdout}");
+        assert!(
+            stdout.contains("\n  [termination-grace-zero] spec.template.spec.terminationGracePeriodSeconds"),
+            "{stdout}"
+        );
+    });
+    h.hg.stop();
+    let cp = &h.cp;
+    steps.run("5 probe-webhook with no replica answering: exit 1, and why", || {
+        let (code, stdout, stderr) = probe_webhook(cp);
+        assert_eq!(code, 1, "{stdout}{stderr}");
+        assert!(stderr.contains("ha-guard did not answer: the apiserver admitted the dry run of Deployment default/ha-guard-probe without a word from ha-guard"), "{stderr}");
+        assert!(stderr.contains("failurePolicy Ignore"), "{stderr}");
+        assert!(!cp.kubectl(&["-n", "default", "get", "deployment", "ha-guard-probe"]).ok(), "a dry run stores nothing");
+    });
     steps.finish();
+}
+
+/// The README's `ha-guard probe-webhook --namespace default` against the control plane: exit code,
+/// stdout, stderr.
+fn probe_webhook(cp: &ControlPlane) -> (i32, String, String) {
+    let kubeconfig = cp.kubeconfig();
+    let out = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
+        .args(["probe-webhook", "--namespace", "default", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .expect("run ha-guard probe-webhook");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
 }
 
 /// Registers the shipped webhook configurations and waits until both are called: the validating

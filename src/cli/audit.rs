@@ -221,9 +221,14 @@ pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
 /// A client as kubectl would make one: `--kubeconfig` (else $KUBECONFIG, else ~/.kube/config, else
 /// in-cluster) and `--context`.
 async fn client(args: &AuditArgs) -> Result<kube::Client, Error> {
+    client_for(args.kubeconfig.as_deref(), args.context.as_deref()).await
+}
+
+/// [`client`] from the two flags (`audit` and `probe-webhook` share them).
+pub async fn client_for(kubeconfig: Option<&std::path::Path>, context: Option<&str>) -> Result<kube::Client, Error> {
     use kube::config::{KubeConfigOptions, Kubeconfig};
-    let options = KubeConfigOptions { context: args.context.clone(), ..Default::default() };
-    let config = match (&args.kubeconfig, &args.context) {
+    let options = KubeConfigOptions { context: context.map(str::to_string), ..Default::default() };
+    let config = match (kubeconfig, context) {
         (Some(path), _) => {
             let kc = Kubeconfig::read_from(path).map_err(|e| Error(format!("--kubeconfig {}: {e}", path.display())))?;
             kube::Config::from_custom_kubeconfig(kc, &options).await.map_err(|e| Error(format!("--kubeconfig: {e}")))?
@@ -233,7 +238,7 @@ async fn client(args: &AuditArgs) -> Result<kube::Client, Error> {
         }
         (None, None) => kube::Config::infer()
             .await
-            .map_err(|e| Error(format!("no cluster to audit: no kubeconfig and not in a cluster ({e})")))?,
+            .map_err(|e| Error(format!("no cluster: no kubeconfig and not in a cluster ({e})")))?,
     };
     kube::Client::try_from(config).map_err(|e| Error(format!("cannot make a client for the cluster: {e}")))
 }

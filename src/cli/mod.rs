@@ -6,6 +6,7 @@ pub mod audit;
 pub mod certs;
 pub mod check;
 pub mod error;
+pub mod probe;
 pub mod reports;
 pub mod rules;
 pub mod serve;
@@ -49,6 +50,10 @@ pub enum Command {
     /// (one replica at a time, by a Lease), re-judging a namespace when what the rules read there
     /// changes and the whole cluster once per --interval.
     Reports(reports::ReportsArgs),
+    /// Does ha-guard answer the apiserver? A server-side dry run of a Deployment two rules flag:
+    /// exit 0 with ha-guard's answer, 1 when the apiserver admitted it without a word from ha-guard
+    /// or could not call it (what `helm test` runs).
+    ProbeWebhook(probe::ProbeArgs),
     /// List the rules and mutations.
     Rules(rules::RulesArgs),
     /// Print one rule's documentation.
@@ -87,6 +92,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Check(args) => check::run(args),
         Command::Audit(args) => audit::run(args),
         Command::Reports(args) => reports::run(args),
+        Command::ProbeWebhook(args) => probe::run(args),
         Command::Rules(args) => rules::list(args),
         Command::Explain(args) => rules::explain(args),
         Command::Version(args) => version::run(args),

@@ -1277,6 +1277,59 @@ fn certificate_modes_wire_the_ca_into_both_webhooks() {
     assert!(secret.get("data").is_none() && secret.get("stringData").is_none(), "{secret}");
 }
 
+/// `helm test`: a Pod running `ha-guard probe-webhook` in the dry run's namespace, with a
+/// ServiceAccount that may create Deployments there and nothing else; off with tests.enabled=false.
+/// (tests/e2e_observe.rs runs the command against a real apiserver, with ha-guard up and down.)
+#[test]
+fn helm_test_probes_the_webhook_with_the_least_it_needs() {
+    let tests_of = |args: &[&str]| -> Vec<Value> {
+        docs(&render(args))
+            .into_iter()
+            .filter(|d| is_hook(d) && d["metadata"]["annotations"]["helm.sh/hook"] == "test")
+            .collect()
+    };
+    let t = tests_of(&[]);
+    let kinds: Vec<&str> = t.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["ServiceAccount", "Role", "RoleBinding", "Pod"]);
+    let pod = one(&t, "Pod");
+    assert_eq!(pod["metadata"]["namespace"], "ha-guard");
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    assert_eq!(pod["spec"]["serviceAccountName"], "ha-guard-test");
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(container["args"], json!(["probe-webhook", "--namespace", "default"]));
+    let release = objects(&[]);
+    let deployment = release.iter().find(|d| d["kind"] == "Deployment" && d["metadata"]["name"] == "ha-guard").unwrap();
+    assert_eq!(container["image"], deployment["spec"]["template"]["spec"]["containers"][0]["image"]);
+    assert_eq!(
+        container["securityContext"],
+        deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    );
+    let role = one(&t, "Role");
+    assert_eq!(role["metadata"]["namespace"], "default");
+    assert_eq!(role["rules"], json!([{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["create"]}]));
+    let binding = one(&t, "RoleBinding");
+    assert_eq!(
+        binding["subjects"],
+        json!([{"kind": "ServiceAccount", "name": "ha-guard-test", "namespace": "ha-guard"}])
+    );
+    // The RBAC exists before the Pod runs, and each is deleted once it passed (kept when it
+    // failed, to read) or before the next `helm test`.
+    for d in &t {
+        let a = &d["metadata"]["annotations"];
+        assert_eq!(a["helm.sh/hook-delete-policy"], "before-hook-creation,hook-succeeded", "{d}");
+        let weight = if d["kind"] == "Pod" { Value::Null } else { json!("-1") };
+        assert_eq!(a["helm.sh/hook-weight"], weight, "{d}");
+    }
+    let elsewhere = tests_of(&["--set", "tests.namespace=shop"]);
+    assert_eq!(one(&elsewhere, "Role")["metadata"]["namespace"], "shop");
+    assert_eq!(
+        one(&elsewhere, "Pod")["spec"]["containers"][0]["args"],
+        json!(["probe-webhook", "--namespace", "shop"])
+    );
+    assert!(tests_of(&["--set", "tests.enabled=false"]).is_empty());
+    assert!(refused(&["--set", "tests.namespace=Not_A_Namespace"]).contains("/tests/namespace"));
+}
+
 #[test]
 fn uninstall_removes_the_webhooks_before_anything_else() {
     // Helm deletes a release's objects in releaseutil.UninstallOrder (Service and Deployment
@@ -1285,9 +1338,14 @@ fn uninstall_removes_the_webhooks_before_anything_else() {
     // copies of both configurations whose "before-hook-creation" policy deletes the live ones
     // before any release object, and whose "hook-succeeded" policy deletes the copies.
     let all = docs(&render(&[]));
-    let hooks: Vec<&Value> = all.iter().filter(|d| is_hook(d)).collect();
+    let hooks: Vec<&Value> =
+        all.iter().filter(|d| is_hook(d) && d["metadata"]["annotations"]["helm.sh/hook"] != "test").collect();
     let kinds: Vec<&str> = hooks.iter().map(|h| h["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"], "the only hooks");
+    assert_eq!(
+        kinds,
+        ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"],
+        "the only hooks but the test's"
+    );
     for hook in hooks {
         let annotations = &hook["metadata"]["annotations"];
         assert_eq!(annotations["helm.sh/hook"], "pre-delete");

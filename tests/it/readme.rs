@@ -25,6 +25,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
 const ELSEWHERE: &[(&str, &str, &str)] = &[
     ("cargo test", ".ci/run", "\ncargo test\n"),
     (
+        "ha-guard probe-webhook --namespace default\n",
+        "tests/e2e_observe.rs",
+        ".args([\"probe-webhook\", \"--namespace\", \"default\", \"--kubeconfig\"])",
+    ),
+    (
         "ha-guard audit --drain-each --fail-on-outcome hangs,refused,leaves-pending\n",
         "tests/e2e_drain_each.rs",
         "// ha-guard audit --drain-each --fail-on-outcome hangs,refused,leaves-pending",
