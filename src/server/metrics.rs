@@ -210,6 +210,9 @@ pub struct Metrics {
     pub exception_expiry: Family<ExceptionLabels, Gauge>,
     /// Reviews answered at their deadline, by the rule (or stage) they were in.
     pub rule_deadline_exceeded: Family<RuleLabels, Counter>,
+    /// Namespaces the view did not know, read at admission, by result
+    /// ([`super::namespaces::READ_RESULTS`]).
+    pub namespace_reads: Family<ResultLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -385,6 +388,15 @@ impl Metrics {
         for cause in AUDIT_ERROR_CAUSES {
             let _ = audit_errors.get_or_create(&CauseLabels { cause });
         }
+        let namespace_reads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "ha_guard_namespace_reads",
+            "Namespaces the view did not know yet, read at admission, by result (shared and limited: no GET)",
+            namespace_reads.clone(),
+        );
+        for result in super::namespaces::READ_RESULTS {
+            let _ = namespace_reads.get_or_create(&ResultLabels { result });
+        }
         Metrics {
             registry,
             requests,
@@ -412,6 +424,7 @@ impl Metrics {
             exception_matches,
             exception_expiry,
             rule_deadline_exceeded,
+            namespace_reads,
         }
     }
 
