@@ -317,7 +317,7 @@ mod tests {
     }
 
     fn counts(family: &Family<ResultLabels, Counter>) -> BTreeMap<&'static str, u64> {
-        READ_RESULTS.iter().map(|r| (*r, family.get_or_create(&ResultLabels { result: *r }).get())).collect()
+        READ_RESULTS.iter().map(|&result| (result, family.get_or_create(&ResultLabels { result }).get())).collect()
     }
 
     /// Issue 50: reviews for a namespace that does not exist (a forged flood, or the objects of one
