@@ -14,7 +14,7 @@ use kube::core::admission::Operation;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use super::metrics::ResultLabels;
+use super::metrics::{NAMESPACE_READ_RESULTS as READ_RESULTS, ResultLabels};
 use super::review::Request;
 use crate::core::config::Config;
 use crate::core::view::{View, WithNamespace};
@@ -67,11 +67,6 @@ pub const READS_BURST: f64 = 50.0;
 
 /// Answers kept at most: a flood of distinct names cannot grow the memory past it.
 const REMEMBERED_MAX: usize = 4096;
-
-/// The `result` values of `ha_guard_namespace_reads_total`: a GET's answer (`found`,
-/// `not-found`, `error`), or no GET: `shared` (a read of the same namespace in flight, or answered
-/// less than [`REMEMBER`] ago) and `limited` (over [`READS_PER_SECOND`]: judged at the strictest).
-pub const READ_RESULTS: [&str; 5] = ["found", "not-found", "error", "shared", "limited"];
 
 type Answer = Result<Option<Labels>, ReadError>;
 
