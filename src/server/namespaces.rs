@@ -14,7 +14,7 @@ use kube::core::admission::Operation;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use super::metrics::{NAMESPACE_READ_RESULTS as READ_RESULTS, ResultLabels};
+use super::metrics::ResultLabels;
 use super::review::Request;
 use crate::core::config::Config;
 use crate::core::view::{View, WithNamespace};
@@ -312,7 +312,10 @@ mod tests {
     }
 
     fn counts(family: &Family<ResultLabels, Counter>) -> BTreeMap<&'static str, u64> {
-        READ_RESULTS.iter().map(|&result| (result, family.get_or_create(&ResultLabels { result }).get())).collect()
+        super::super::metrics::NAMESPACE_READ_RESULTS
+            .iter()
+            .map(|&result| (result, family.get_or_create(&ResultLabels { result }).get()))
+            .collect()
     }
 
     /// Issue 50: reviews for a namespace that does not exist (a forged flood, or the objects of one
