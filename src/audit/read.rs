@@ -185,9 +185,43 @@ async fn list<T: DeserializeOwned>(
         progress.add(what, items.len(), page.metadata.remaining_item_count);
         each(items, std::mem::take(&mut again));
         match page.metadata.continue_ {
-            Some(token) if !token.is_empty() => lp = lp.continue_token(&token),
+            Some(token) if !token.is_empty() => {
+                if lp.continue_token.is_none() {
+                    test_pause(path, &token).await;
+                }
+                lp = lp.continue_token(&token)
+            }
             _ => return Ok(()),
         }
+    }
+}
+
+/// Test-only, hidden: with `HA_GUARD_TEST_PAUSE_LISTS=FILE`, a paged list stops after its first
+/// page while FILE exists, having appended its path and continue token (`PATH TOKEN`) to
+/// `FILE.reached`. tests/e2e_expired_continue.rs holds the audit there until the apiserver's
+/// compaction has made the token expire, so that the 410 happens on a real apiserver. Never set
+/// outside that test; unset, nothing happens.
+const TEST_PAUSE: &str = "HA_GUARD_TEST_PAUSE_LISTS";
+
+async fn test_pause(path: &str, token: &str) {
+    let Some(file) = std::env::var_os(TEST_PAUSE).map(std::path::PathBuf::from) else { return };
+    if !file.exists() {
+        return;
+    }
+    let mut reached = file.clone().into_os_string();
+    reached.push(".reached");
+    let line = format!("{path} {token}\n");
+    let appended = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&reached)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+    if let Err(e) = appended {
+        tracing::warn!(error = %e, "{TEST_PAUSE}: cannot write {}", std::path::Path::new(&reached).display());
+        return;
+    }
+    while file.exists() {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 

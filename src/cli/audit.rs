@@ -109,6 +109,12 @@ fn outcome_failure(drains: &[DrainRun], failing: &[Outcome]) -> Option<String> {
 }
 
 pub fn run(args: AuditArgs) -> Result<ExitCode, Error> {
+    // The report is the output; what the read did along the way (a list started over after its
+    // continue token expired) is logged to stderr only when RUST_LOG asks for it.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        use tracing_subscriber::util::SubscriberInitExt;
+        crate::server::log_format::text_subscriber(filter, std::io::stderr, false).init();
+    }
     let config = args.report.config()?;
     let drain = match (&args.drain_zone, args.drain.is_empty()) {
         _ if args.drain_each => Some(Drain::Each),

@@ -132,6 +132,12 @@ pub fn kind_label(kind: &str) -> &'static str {
 /// The `reason` values of `ha_guard_rejected_total`.
 pub const REJECT_REASONS: [&str; 3] = ["max-concurrent-requests", "max-body-memory", "max-connections"];
 
+/// The `result` values of `ha_guard_namespace_reads_total` ([`super::namespaces::Reads`]): a GET's
+/// answer (`found`, `not-found`, `error`), or no GET: `shared` (a read of the same namespace under
+/// way, or answered less than [`super::namespaces::REMEMBER`] ago) and `limited` (over
+/// [`super::namespaces::READS_PER_SECOND`]: judged at the strictest override).
+pub const NAMESPACE_READ_RESULTS: [&str; 5] = ["found", "not-found", "error", "shared", "limited"];
+
 /// The `result` values of the reload counters.
 pub const RELOAD_RESULTS: [&str; 2] = ["success", "failure"];
 
@@ -210,6 +216,8 @@ pub struct Metrics {
     pub exception_expiry: Family<ExceptionLabels, Gauge>,
     /// Reviews answered at their deadline, by the rule (or stage) they were in.
     pub rule_deadline_exceeded: Family<RuleLabels, Counter>,
+    /// Namespaces the view did not know, read at admission, by result ([`NAMESPACE_READ_RESULTS`]).
+    pub namespace_reads: Family<ResultLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -385,6 +393,15 @@ impl Metrics {
         for cause in AUDIT_ERROR_CAUSES {
             let _ = audit_errors.get_or_create(&CauseLabels { cause });
         }
+        let namespace_reads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "ha_guard_namespace_reads",
+            "Namespaces the view did not know yet, read at admission, by result (shared and limited: no GET)",
+            namespace_reads.clone(),
+        );
+        for result in NAMESPACE_READ_RESULTS {
+            let _ = namespace_reads.get_or_create(&ResultLabels { result });
+        }
         Metrics {
             registry,
             requests,
@@ -412,6 +429,7 @@ impl Metrics {
             exception_matches,
             exception_expiry,
             rule_deadline_exceeded,
+            namespace_reads,
         }
     }
 

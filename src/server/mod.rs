@@ -402,7 +402,7 @@ fn answer(
         let view = state.view.snapshot();
         // A namespace the view does not know yet is read first, outside the snapshot and any lock.
         let reader = state.namespaces.get().map(|r| &**r);
-        let read = namespaces::read_for(reader, state.admission.deadline, &config, &*view, req);
+        let read = namespaces::read_for(&state.namespace_reads, reader, state.admission.deadline, &config, &*view, req);
         let labelled = namespaces::with_read(&*view, read);
         let view: &dyn crate::core::view::View = match &labelled {
             Some(v) => v,

@@ -34,6 +34,9 @@ pub struct AppState {
     /// Reads a namespace the view does not know yet (a live cluster's client; none for a static
     /// view), set once at start ([`super::namespaces`]).
     pub namespaces: std::sync::OnceLock<Arc<dyn super::namespaces::ReadNamespace>>,
+    /// What bounds those reads: one GET per namespace at a time, answers kept a few seconds, a
+    /// budget of GETs a second ([`super::namespaces::Reads`]).
+    pub namespace_reads: super::namespaces::Reads,
 }
 
 /// How long an admission may take, and what answers when it takes longer (`--deadline`,
@@ -135,6 +138,7 @@ impl AppState {
     ) -> Arc<Self> {
         let metrics = Metrics::new();
         metrics.set_exceptions(&config);
+        let namespace_reads = super::namespaces::Reads::new(metrics.namespace_reads.clone());
         // A template counted for the first time on a large cluster waits behind the others.
         crate::core::view::nodes::count_apart_with(super::lanes::count_apart);
         Arc::new(AppState {
@@ -149,6 +153,7 @@ impl AppState {
             judging: Judging::default(),
             large: super::lanes::LargeLane::start(),
             namespaces: std::sync::OnceLock::new(),
+            namespace_reads,
         })
     }
 

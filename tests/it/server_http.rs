@@ -644,3 +644,63 @@ async fn an_override_on_a_namespace_the_view_does_not_know() {
     assert_eq!(reader.asked.load(Ordering::SeqCst), 0);
     server.stop().await;
 }
+
+/// Issue 50: reviews for namespaces that do not exist (a forged flood: the apiserver itself never
+/// admits into a missing namespace) cannot make one apiserver GET each. The same namespace asked
+/// for over and over is read once; distinct ones are held to the budget of GETs a second, the rest
+/// answered at the strictest action without a GET, all of them on time and counted in
+/// `ha_guard_namespace_reads_total{result}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flood_of_reviews_for_missing_namespaces_is_bounded() {
+    use ha_guard::server::namespaces::{READS_BURST, READS_PER_SECOND};
+    let policy =
+        "overrides:\n  - namespaceSelector: {matchLabels: {tier: prod}}\n    rules: {recreate-multi-replica: deny}\n";
+    let config = ha_guard::core::registry::parse_config(policy, "policy.yaml").unwrap();
+    let server = Arc::new(Server::start_with(Arc::new(StaticSource(index(VIEW, false))), config, |_| {}).await);
+    let reader = Arc::new(Reader { answer: Ok(None), asked: Default::default() });
+    assert!(server.state.namespaces.set(reader.clone()).is_ok());
+    let review_in = |ns: String| {
+        let mut review = fixture("deployment-recreate.json");
+        review["request"]["namespace"] = json!(ns);
+        review["request"]["object"]["metadata"]["namespace"] = json!(ns);
+        review
+    };
+    let flood = |names: Vec<String>| {
+        let server = server.clone();
+        async move {
+            let reviews = names.into_iter().map(|ns| {
+                let (server, review) = (server.clone(), review_in(ns));
+                tokio::spawn(async move { server.review("/validate", &review).await["response"]["allowed"].clone() })
+            });
+            for answer in futures::future::join_all(reviews).await {
+                // Past the deadline the answer would be the failure policy's (Ignore: allowed).
+                assert_eq!(answer.unwrap(), false, "judged at the strictest override, on time: denied");
+            }
+        }
+    };
+    // One namespace, 100 reviews at once: one GET.
+    flood((0..100).map(|_| "ghost".to_string()).collect()).await;
+    assert_eq!(reader.asked.load(Ordering::SeqCst), 1, "one GET for one namespace");
+    // 150 distinct namespaces at once: the burst, then the rate; the others are not read.
+    let started = std::time::Instant::now();
+    flood((0..150).map(|i| format!("ghost-{i}")).collect()).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let gets = reader.asked.load(Ordering::SeqCst) - 1;
+    let bound = READS_BURST + READS_PER_SECOND * elapsed + 1.0;
+    assert!((gets as f64) <= bound, "{gets} GETs in {elapsed:.2}s: more than {READS_BURST} + {READS_PER_SECOND}/s");
+    let metrics = server.get_probe("/metrics").await.1;
+    let count = |result: &str| -> u64 {
+        let series = format!("ha_guard_namespace_reads_total{{result=\"{result}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .unwrap_or_else(|| panic!("no {series}in {metrics}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(count("not-found"), gets as u64 + 1, "{metrics}");
+    assert_eq!(count("shared"), 99);
+    assert_eq!(count("limited"), 150 - gets as u64, "every review without a GET is counted");
+    assert!(count("limited") > 0, "150 at once is past the burst of {READS_BURST}");
+    assert_eq!((count("found"), count("error")), (0, 0));
+}
