@@ -11,12 +11,14 @@
 //! 7. [`decide`], then [`judge`]: the one entry every shell calls.
 
 pub mod catalogue;
+pub mod cel;
 pub mod config;
 pub mod decide;
 pub mod finding;
 pub mod judge;
 pub mod model;
 pub mod mutations;
+pub mod policies;
 pub mod registry;
 pub mod rules;
 pub mod view;

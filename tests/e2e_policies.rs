@@ -1,0 +1,655 @@
+//! End-to-end: the admission policies `ha-guard policies` generates (src/core/policies.rs) give,
+//! on a real kube-apiserver, the webhook's verdicts and messages, rule by rule, and the
+//! MutatingAdmissionPolicies store what the webhook's JSON Patch would (DESIGN.md §4 "In the
+//! apiserver as well").
+//!
+//! The generated policies (default configuration) are created, and each must pass the
+//! apiserver's type checking without a warning (a broken CEL expression fails here, not in a
+//! cluster). No webhook is registered. Then every object of the judged kinds from the shared
+//! corpus, the examples of the covered rules' pages and generated variants (fires / does not /
+//! boundary, per covered rule) is written as a server-side dry-run CREATE:
+//! - into a namespace no policy binds (the object as the apiserver defaults it);
+//! - into one namespace per covered rule, where only that rule's policies (and the mutations) are
+//!   bound: the apiserver's denial and warnings there are that rule's (only the first denial of
+//!   a request is shown, and warnings past 4 KiB in all are cut: one rule at a time keeps each
+//!   whole);
+//! - into a namespace where only the mutating policies are bound: the object stored.
+//!
+//! The webhook's verdict is computed in-process by the core, as `serve` computes it (same
+//! configuration, an empty view, a CREATE): its mutation plan applied to the defaulted object,
+//! which the apiserver defaults again (as it does after a webhook's patch), must equal the object
+//! the mutating policies stored; its findings on that object, per covered rule, give the lines the
+//! policies must say (deny / warn / none, message equal). Every difference is printed; any fails.
+
+#[path = "support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use ha_guard::core::config::Config;
+use ha_guard::core::decide::UnknownNamespace;
+use ha_guard::core::finding::Decision;
+use ha_guard::core::judge::{Asks, Review, judge};
+use ha_guard::core::policies;
+use ha_guard::core::view::{Absences, Index};
+use ha_guard::server::review::{self, respond::line};
+use k8s_openapi::http;
+use serde_json::{Value, json};
+use support::*;
+
+/// The kinds the covered rules and mutations judge: (apiVersion, kind, resource).
+const JUDGED: &[(&str, &str, &str)] = &[
+    ("apps/v1", "Deployment", "deployments"),
+    ("apps/v1", "StatefulSet", "statefulsets"),
+    ("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+];
+/// The namespace label that says which policies bind there (the test's own).
+const DIFF_LABEL: &str = "e2e.ha-guard.io/diff";
+/// Where no policy binds: the object as the apiserver defaults it.
+const PLAIN: &str = "plain";
+/// Where only the mutating policies bind.
+const MUTATIONS: &str = "mutations";
+
+fn rule_namespace(id: &str) -> String {
+    format!("d-{id}")
+}
+
+/// The generated policies (default configuration), each binding narrowed to the namespaces of
+/// this test: a rule's to its own namespace, the mutations' to every namespace but [`PLAIN`].
+fn generated(config: &Config) -> Vec<Value> {
+    let mut docs = policies::generate(config, None);
+    for doc in &mut docs {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+        if !kind.ends_with("Binding") {
+            continue;
+        }
+        let rule = doc["metadata"]["labels"][policies::RULE_LABEL].as_str().unwrap_or_default().to_string();
+        let narrowed = if kind.starts_with("Validating") {
+            json!({"key": DIFF_LABEL, "operator": "In", "values": [rule]})
+        } else {
+            json!({"key": DIFF_LABEL, "operator": "Exists"})
+        };
+        let expressions = doc["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+            .as_array_mut()
+            .expect("a generated binding selects namespaces by expressions");
+        expressions.push(narrowed);
+    }
+    docs
+}
+
+/// Waits until the apiserver has type-checked every validating policy, and fails on any warning.
+fn type_checked(cp: &ControlPlane, names: &[String]) {
+    let mut last = Value::Null;
+    let checked = poll(std::time::Duration::from_secs(60), std::time::Duration::from_millis(500), || {
+        let out = cp.kubectl(&["get", "validatingadmissionpolicies", "-o", "json"]);
+        if !out.ok() {
+            return None;
+        }
+        last = out.json();
+        let items = last["items"].as_array()?.clone();
+        let done = names.iter().all(|n| {
+            items.iter().any(|p| {
+                p["metadata"]["name"] == n.as_str()
+                    && p["status"]["observedGeneration"] == p["metadata"]["generation"]
+                    && !p["status"]["typeChecking"].is_null()
+            })
+        });
+        done.then_some(items)
+    });
+    let items = checked.unwrap_or_else(|_| panic!("the policies were not type-checked within 60 s: {last:#}"));
+    let mut warnings = Vec::new();
+    for p in &items {
+        for w in p["status"]["typeChecking"]["expressionWarnings"].as_array().into_iter().flatten() {
+            warnings.push(format!("{}: {}: {}", p["metadata"]["name"], w["fieldRef"], w["warning"]));
+        }
+        for c in p["status"]["conditions"].as_array().into_iter().flatten() {
+            if c["status"] != "True" && c["type"] != "" {
+                warnings.push(format!("{}: condition {c}", p["metadata"]["name"]));
+            }
+        }
+    }
+    assert!(warnings.is_empty(), "the apiserver's type checking warns:\n{}", warnings.join("\n"));
+}
+
+/// What one dry-run CREATE got: the status code, the stored object (when admitted), the
+/// message (when refused) and the warnings.
+#[derive(Debug)]
+struct Answer {
+    code: u16,
+    body: Value,
+    warnings: Vec<String>,
+}
+
+impl Answer {
+    fn ok(&self) -> bool {
+        self.code < 300
+    }
+
+    fn message(&self) -> String {
+        self.body["message"].as_str().unwrap_or_default().to_string()
+    }
+
+    /// What policy `name` said: its denial or its warning (the apiserver's prefix taken off).
+    fn said_by(&self, name: &str) -> (Option<String>, Option<String>) {
+        let denied = format!("ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request: ");
+        let warned = format!("Validation failed for ValidatingAdmissionPolicy '{name}' with binding '{name}': ");
+        let message = self.message();
+        let denial =
+            (!self.ok()).then(|| message.find(&denied).map(|at| message[at + denied.len()..].to_string())).flatten();
+        let warning = self.warnings.iter().find_map(|w| w.strip_prefix(&warned).map(str::to_string));
+        (denial, warning)
+    }
+}
+
+/// A `Warning` header's text (`299 - "text"`, RFC 7234 quoting undone).
+fn warning_text(header: &str) -> String {
+    let quoted = header.split_once(" \"").map(|(_, q)| q).unwrap_or(header);
+    let quoted = quoted.strip_suffix('"').unwrap_or(quoted);
+    let mut out = String::new();
+    let mut escaped = false;
+    for c in quoted.chars() {
+        if escaped || c != '\\' {
+            out.push(c);
+            escaped = false;
+        } else {
+            escaped = true;
+        }
+    }
+    out
+}
+
+struct Api {
+    rt: tokio::runtime::Runtime,
+    client: kube::Client,
+}
+
+impl Api {
+    /// A server-side dry-run CREATE of `obj` in namespace `ns`.
+    fn dry_run(&self, ns: &str, resource: (&str, &str), obj: &Value) -> Answer {
+        let (api_version, plural) = resource;
+        let prefix =
+            if api_version.contains('/') { format!("/apis/{api_version}") } else { format!("/api/{api_version}") };
+        let mut obj = obj.clone();
+        obj["metadata"]["namespace"] = json!(ns);
+        let request = http::Request::post(format!("{prefix}/namespaces/{ns}/{plural}?dryRun=All&fieldManager=e2e"))
+            .header("content-type", "application/json")
+            .body(kube::client::Body::from(serde_json::to_vec(&obj).expect("JSON")))
+            .expect("a request");
+        self.rt.block_on(async {
+            let response = self.client.send(request).await.expect("the apiserver answers");
+            let code = response.status().as_u16();
+            let warnings = response
+                .headers()
+                .get_all("warning")
+                .iter()
+                .filter_map(|h| h.to_str().ok())
+                .map(warning_text)
+                .collect();
+            let bytes = response.into_body().collect_bytes().await.expect("a body");
+            Answer { code, body: serde_json::from_slice(&bytes).unwrap_or(Value::Null), warnings }
+        })
+    }
+}
+
+/// What the webhook says of `obj` (as the apiserver defaulted it) in namespace `ns`: the
+/// mutation patch, and per rule its deny and warn lines.
+struct Webhook {
+    patch: Option<json_patch::Patch>,
+    lines: BTreeMap<&'static str, (Vec<String>, Vec<String>)>,
+}
+
+fn webhook(config: &Config, ns: &str, obj: &Value, resource: &str) -> Webhook {
+    let (group, version) = obj["apiVersion"].as_str().unwrap_or_default().split_once('/').unwrap_or(("", "v1"));
+    let mut obj = obj.clone();
+    obj["metadata"]["namespace"] = json!(ns);
+    let review = json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "00000000-0000-4000-8000-000000000049",
+            "kind": {"group": group, "version": version, "kind": obj["kind"]},
+            "resource": {"group": group, "version": version, "resource": resource},
+            "name": obj["metadata"]["name"],
+            "namespace": ns,
+            "operation": "CREATE",
+            "userInfo": {"username": "e2e"},
+            "object": obj,
+        }
+    });
+    let request = review::parse(&serde_json::to_vec(&review).expect("JSON")).expect("an AdmissionReview");
+    let subject = review::subject(&request).expect("decodes").expect("a judged kind");
+    let view = Index::new();
+    let today = Some(k8s_openapi::jiff::Timestamp::now().to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).date());
+    let verdict = judge(&Review {
+        subject: &subject,
+        old: None,
+        view: &view,
+        config,
+        asks: Asks::Both,
+        absences: Absences::Withheld,
+        today,
+        progress: None,
+        unknown_namespace: UnknownNamespace::Strictest,
+    });
+    let mut decided = verdict.decided;
+    if config.observes() {
+        ha_guard::core::decide::observe(&mut decided);
+    }
+    let mut lines: BTreeMap<&'static str, (Vec<String>, Vec<String>)> = BTreeMap::new();
+    for f in &decided.findings {
+        let entry = lines.entry(f.rule.id).or_default();
+        match f.action {
+            Decision::Deny => entry.0.push(line(f)),
+            Decision::Warn => entry.1.push(line(f)),
+            Decision::Allowed => {}
+        }
+    }
+    let patch = (!verdict.plan.is_empty() && !config.observes()).then(|| verdict.plan.patch());
+    Webhook { patch, lines }
+}
+
+/// An object of the corpus or a page, made writable here: its name kept (or made), what the
+/// apiserver sets itself dropped.
+fn writable(mut obj: Value) -> Option<Value> {
+    let api_version = obj["apiVersion"].as_str()?.to_string();
+    let kind = obj["kind"].as_str()?.to_string();
+    JUDGED.iter().find(|(v, k, _)| *v == api_version && *k == kind)?;
+    let meta = obj["metadata"].as_object_mut()?;
+    for field in
+        ["namespace", "resourceVersion", "uid", "creationTimestamp", "managedFields", "generation", "ownerReferences"]
+    {
+        meta.remove(field);
+    }
+    if meta.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
+        meta.insert("name".into(), json!("generated"));
+    }
+    meta.remove("generateName");
+    if let Some(o) = obj.as_object_mut() {
+        o.remove("status");
+    }
+    Some(obj)
+}
+
+fn resource_of(obj: &Value) -> (&'static str, &'static str) {
+    let (v, _, r) =
+        JUDGED.iter().find(|(v, k, _)| obj["apiVersion"] == *v && obj["kind"] == *k).expect("a judged kind");
+    (v, r)
+}
+
+fn yaml_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            yaml_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every document of the judged kinds in `text` (documents that are not YAML objects skipped).
+fn judged_docs(text: &str) -> Vec<Value> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple::<Value>(text).unwrap_or_default();
+    docs.into_iter()
+        .flat_map(|d| if d["kind"] == "List" { d["items"].as_array().cloned().unwrap_or_default() } else { vec![d] })
+        .filter_map(writable)
+        .collect()
+}
+
+/// The YAML examples of a docs page.
+fn page_examples(page: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut rest = page;
+    while let Some(start) = rest.find("```yaml\n") {
+        let body = &rest[start + 8..];
+        let Some(end) = body.find("```") else { break };
+        out.extend(judged_docs(&body[..end]));
+        rest = &body[end..][3..];
+    }
+    out
+}
+
+fn deployment(name: &str, pod: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name, "tier": "web"}}, "spec": pod},
+        }
+    })
+}
+
+fn container(extra: Value) -> Value {
+    let mut c = json!({"name": "app", "image": "nginx"});
+    if let (Some(c), Some(extra)) = (c.as_object_mut(), extra.as_object()) {
+        c.extend(extra.clone());
+    }
+    c
+}
+
+fn spread(when: &str, selector: Option<Value>, keys: Option<Value>) -> Value {
+    let mut s = json!({"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": when});
+    if let Some(sel) = selector {
+        s["labelSelector"] = sel;
+    }
+    if let Some(keys) = keys {
+        s["matchLabelKeys"] = keys;
+    }
+    s
+}
+
+fn pdb(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name}, "spec": spec})
+}
+
+fn sleep_exec(command: &[&str]) -> Value {
+    json!({"lifecycle": {"preStop": {"exec": {"command": command}}}})
+}
+
+/// Generated variants: for each covered rule, objects that fire it, that do not, and at the
+/// boundary.
+fn variants() -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    let c = || container(json!({}));
+    let mut add = |what: &str, obj: Value| out.push((format!("variant {what}"), obj));
+    // spread-selector-missing: a selector the mutation cannot fill (every key in matchLabelKeys)
+    // stays missing; a fillable one is filled by the mutation before validation.
+    for when in ["DoNotSchedule", "ScheduleAnyway"] {
+        add(
+            &format!("missing, unfillable, {when}"),
+            deployment(
+                "sm",
+                json!({"containers": [c()], "topologySpreadConstraints": [spread(when, None, Some(json!(["app"])))]}),
+            ),
+        );
+        add(
+            &format!("missing, fillable, {when}"),
+            deployment("sf", json!({"containers": [c()], "topologySpreadConstraints": [spread(when, None, None)]})),
+        );
+    }
+    add(
+        "missing, partly fillable",
+        deployment(
+            "sp",
+            json!({"containers": [c()], "topologySpreadConstraints": [spread("DoNotSchedule", None, Some(json!(["pod-template-hash"])))]}),
+        ),
+    );
+    let mut two_keys = deployment(
+        "sk",
+        json!({"containers": [c()], "topologySpreadConstraints": [spread("DoNotSchedule", None, Some(json!(["app"])))]}),
+    );
+    two_keys["spec"]["selector"] = json!({"matchLabels": {"app": "sk", "tier": "web"}, "matchExpressions": [{"key": "track", "operator": "DoesNotExist"}]});
+    add("missing, selector with labels and expressions", two_keys);
+    // spread-selector-mismatch: every operator, matching and not.
+    let selectors = [
+        ("labels match", json!({"matchLabels": {"app": "mm"}})),
+        ("labels mismatch", json!({"matchLabels": {"app": "other"}})),
+        ("two labels, one mismatching", json!({"matchLabels": {"tier": "web", "app": "other"}})),
+        ("In match", json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["x", "mm"]}]})),
+        ("In mismatch", json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["x", "y"]}]})),
+        ("NotIn match", json!({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["x"]}]})),
+        ("NotIn mismatch", json!({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["mm"]}]})),
+        ("NotIn absent key", json!({"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]})),
+        ("Exists match", json!({"matchExpressions": [{"key": "tier", "operator": "Exists"}]})),
+        ("Exists mismatch", json!({"matchExpressions": [{"key": "zone", "operator": "Exists"}]})),
+        ("DoesNotExist match", json!({"matchExpressions": [{"key": "zone", "operator": "DoesNotExist"}]})),
+        ("DoesNotExist mismatch", json!({"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]})),
+        (
+            "labels and expressions mismatch",
+            json!({"matchLabels": {"b": "2", "a": "1"}, "matchExpressions": [{"key": "app", "operator": "In", "values": ["p", "q"]}, {"key": "z", "operator": "Exists"}]}),
+        ),
+        ("empty", json!({})),
+    ];
+    for (what, sel) in selectors {
+        for when in ["DoNotSchedule", "ScheduleAnyway"] {
+            add(
+                &format!("spread {what}, {when}"),
+                deployment(
+                    "mm",
+                    json!({"containers": [c()], "topologySpreadConstraints": [spread(when, Some(sel.clone()), None)]}),
+                ),
+            );
+        }
+    }
+    add(
+        "two spreads, both broken",
+        deployment(
+            "m2",
+            json!({"containers": [c()], "topologySpreadConstraints": [
+                spread("DoNotSchedule", Some(json!({"matchLabels": {"app": "x"}})), None),
+                {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "y"}}},
+            ]}),
+        ),
+    );
+    let mut sts = deployment(
+        "st",
+        json!({"containers": [c()], "topologySpreadConstraints": [spread("DoNotSchedule", Some(json!({"matchLabels": {"app": "x"}})), None)]}),
+    );
+    sts["kind"] = json!("StatefulSet");
+    add("StatefulSet mismatch", sts);
+    // termination-grace-zero and prestop-exceeds-grace.
+    for grace in [0, 1, 29, 30, 31] {
+        add(
+            &format!("grace {grace}"),
+            deployment("g", json!({"containers": [c()], "terminationGracePeriodSeconds": grace})),
+        );
+    }
+    for (what, extra, grace) in [
+        ("sleep 30, default grace", json!({"lifecycle": {"preStop": {"sleep": {"seconds": 30}}}}), None),
+        ("sleep 29, default grace", json!({"lifecycle": {"preStop": {"sleep": {"seconds": 29}}}}), None),
+        ("sleep 0, grace 0", json!({"lifecycle": {"preStop": {"sleep": {"seconds": 0}}}}), Some(0)),
+        ("sleep 5, grace 0", json!({"lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}), Some(0)),
+        ("exec sleep 15", sleep_exec(&["sleep", "15"]), Some(15)),
+        ("exec /bin/sleep 15s", sleep_exec(&["/bin/sleep", "15s"]), Some(16)),
+        ("exec sh -c sleep 40; quit", sleep_exec(&["/bin/sh", "-c", "sleep 40; nginx -s quit"]), Some(45)),
+        ("exec sh -c sleep 40; quit, grace 40", sleep_exec(&["/bin/sh", "-c", "sleep 40; nginx -s quit"]), Some(40)),
+        ("exec sleep 1m && kill", sleep_exec(&["sh", "-c", "sleep 1m && kill 1"]), Some(60)),
+        ("exec sleep 1.5m", sleep_exec(&["sh", "-c", "sleep 1.5m"]), Some(90)),
+        ("exec sleep .5h", sleep_exec(&["sh", "-c", "sleep .5h"]), None),
+        ("exec sleep infinity", sleep_exec(&["sleep", "infinity"]), Some(1)),
+        ("exec quoted", sleep_exec(&["sh", "-c", "sleep '35'"]), None),
+        ("exec two sleeps", sleep_exec(&["sh", "-c", "sleep 5;sleep 50&wait"]), Some(49)),
+        ("exec tab", sleep_exec(&["sh", "-c", "sleep\t45"]), None),
+        ("exec script", sleep_exec(&["/bin/drain.sh"]), None),
+        ("exec sleep at the end", sleep_exec(&["sleep"]), None),
+        ("httpGet", json!({"lifecycle": {"preStop": {"httpGet": {"path": "/q", "port": 8080}}}}), None),
+    ] {
+        let mut pod = json!({"containers": [c(), container(json!({"name": "side"})).as_object().map(|o| {
+            let mut o = o.clone();
+            o.extend(extra.as_object().cloned().unwrap_or_default());
+            Value::Object(o)
+        }).unwrap_or_default()]});
+        if let Some(grace) = grace {
+            pod["terminationGracePeriodSeconds"] = json!(grace);
+        }
+        add(&format!("preStop {what}"), deployment("ps", pod));
+    }
+    let mut sidecar = container(json!({"name": "sidecar", "restartPolicy": "Always"}));
+    sidecar["lifecycle"] = json!({"preStop": {"sleep": {"seconds": 40}}});
+    add("init sidecar sleeping 40", deployment("is", json!({"containers": [c()], "initContainers": [sidecar]})));
+    // The PDB rules and the mutation.
+    for (what, spec) in [
+        ("empty selector", json!({"maxUnavailable": 1, "selector": {}})),
+        ("empty matchLabels", json!({"maxUnavailable": 1, "selector": {"matchLabels": {}}})),
+        ("selector", json!({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}})),
+        ("no selector", json!({"maxUnavailable": 1})),
+        (
+            "IfHealthyBudget",
+            json!({"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}, "unhealthyPodEvictionPolicy": "IfHealthyBudget"}),
+        ),
+        (
+            "AlwaysAllow",
+            json!({"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}, "unhealthyPodEvictionPolicy": "AlwaysAllow"}),
+        ),
+        ("IfHealthyBudget, empty selector", json!({"selector": {}, "unhealthyPodEvictionPolicy": "IfHealthyBudget"})),
+    ] {
+        add(&format!("PDB {what}"), pdb("b", spec));
+    }
+    // Exempted by annotation (no finding), and an annotation without a reason (still judged).
+    let mut exempt = deployment("ex", json!({"containers": [c()], "terminationGracePeriodSeconds": 0}));
+    exempt["metadata"]["annotations"] = json!({"ha-guard.io/allow-termination-grace-zero": "a batch worker"});
+    add("exempted by annotation", exempt);
+    out
+}
+
+#[test]
+fn the_generated_policies_give_the_webhooks_verdicts() {
+    let config = Config::default();
+    let cp = ControlPlane::start().unwrap_or_else(|e| panic!("{e}"));
+    let docs = generated(&config);
+    let rules: Vec<&'static str> = ha_guard::core::rules::CEL_RULES
+        .iter()
+        .map(|r| r.rule.id)
+        .filter(|id| docs.iter().any(|d| d["metadata"]["labels"][policies::RULE_LABEL] == *id))
+        .collect();
+    assert!(rules.len() >= 4, "the default configuration generates policies for the covered rules: {rules:?}");
+    for ns in [PLAIN.to_string()] {
+        cp.namespace(&ns, &[]);
+    }
+    cp.namespace(MUTATIONS, &[(DIFF_LABEL, "mutations")]);
+    for id in &rules {
+        cp.namespace(&rule_namespace(id), &[(DIFF_LABEL, id)]);
+    }
+    cp.kubectl_in(&["apply", "-f", "-"], &yaml_file(&docs)).success();
+    let names: Vec<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .map(|d| d["metadata"]["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    type_checked(&cp, &names);
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let client = cp.kube_client(&rt);
+    let api = Api { rt, client };
+
+    // The policies in effect: a zero grace period warns, a PDB gets its policy.
+    let probe = deployment("probe", json!({"containers": [container(json!({}))], "terminationGracePeriodSeconds": 0}));
+    let warned = poll(std::time::Duration::from_secs(30), std::time::Duration::from_millis(300), || {
+        let a = api.dry_run(&rule_namespace("termination-grace-zero"), ("apps/v1", "deployments"), &probe);
+        let b =
+            api.dry_run(MUTATIONS, ("policy/v1", "poddisruptionbudgets"), &pdb("probe", json!({"maxUnavailable": 1})));
+        (!a.warnings.is_empty() && b.body["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow").then_some(())
+    });
+    assert!(warned.is_ok(), "the policies did not take effect within 30 s");
+
+    let mut objects: Vec<(String, Value)> = Vec::new();
+    let corpus = Path::new("/work/shared/corpus");
+    let mut files = Vec::new();
+    yaml_files(corpus, &mut files);
+    assert!(!files.is_empty(), "the shared corpus is at {}", corpus.display());
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for (i, obj) in judged_docs(&text).into_iter().enumerate() {
+            objects.push((format!("{} #{i}", file.display()), obj));
+        }
+    }
+    let corpus_count = objects.len();
+    let mut pages = 0;
+    for id in rules.iter().copied().chain(ha_guard::core::mutations::CEL_MUTATIONS.iter().map(|m| m.mutation.id)) {
+        let page = std::fs::read_to_string(repo().join(format!("docs/rules/{id}.md"))).expect("the page");
+        for (i, obj) in page_examples(&page).into_iter().enumerate() {
+            pages += 1;
+            objects.push((format!("docs/rules/{id}.md example {i}"), obj));
+        }
+    }
+    let generated_variants = variants();
+    let variant_count = generated_variants.len();
+    objects.extend(generated_variants);
+
+    let mut differences = Vec::new();
+    let mut judged = 0;
+    let mut invalid = Vec::new();
+    let mut verdicts: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for (what, obj) in &objects {
+        let resource = resource_of(obj);
+        let plain = api.dry_run(PLAIN, resource, obj);
+        if !plain.ok() {
+            invalid.push(format!("{what}: {}", plain.message()));
+            continue;
+        }
+        judged += 1;
+        // The mutations: the webhook's patch on the defaulted object, defaulted again, against
+        // what the mutating policies stored.
+        let before = webhook(&config, MUTATIONS, &plain.body, resource.1);
+        let expected = match &before.patch {
+            Some(patch) => {
+                let mut patched = plain.body.clone();
+                json_patch::patch(&mut patched, patch).unwrap_or_else(|e| panic!("{what}: the webhook's patch: {e}"));
+                let again = api.dry_run(PLAIN, resource, &writable(patched).expect("still judged"));
+                assert!(again.ok(), "{what}: the webhook's patched object is refused: {}", again.message());
+                again.body
+            }
+            None => plain.body.clone(),
+        };
+        let stored = api.dry_run(MUTATIONS, resource, obj);
+        if !stored.ok() {
+            differences.push(format!("{what}: refused where only the mutations bind: {}", stored.message()));
+        } else if stored.body["spec"] != expected["spec"] {
+            differences.push(format!(
+                "{what}: the mutating policies stored\n  {}\nthe webhook's patch gives\n  {}",
+                stored.body["spec"], expected["spec"]
+            ));
+        }
+        // The validations, rule by rule, on the object as the webhook would see it.
+        for id in &rules {
+            let ns = rule_namespace(id);
+            let hook = webhook(&config, &ns, &expected, resource.1);
+            let (deny, warn) = hook.lines.get(id).cloned().unwrap_or_default();
+            let answer = api.dry_run(&ns, resource, obj);
+            let (denied, warned) = answer.said_by(&format!("ha-guard-{id}"));
+            let (denied_as_warning, warned_as_denial) = answer.said_by(&format!("ha-guard-{id}-warn"));
+            let want_deny = (!deny.is_empty()).then(|| policies::joined(id, &deny));
+            let want_warn = (!warn.is_empty()).then(|| policies::joined(id, &warn));
+            let verdict = if want_deny.is_some() {
+                "deny"
+            } else if want_warn.is_some() {
+                "warn"
+            } else {
+                "none"
+            };
+            *verdicts.entry((id, verdict)).or_default() += 1;
+            if !answer.ok() && denied.is_none() {
+                differences.push(format!("{what} [{id}]: refused, not by its policy: {}", answer.message()));
+            }
+            if denied != want_deny {
+                differences.push(format!("{what} [{id}]: deny\n  apiserver: {denied:?}\n  webhook:   {want_deny:?}"));
+            }
+            if denied_as_warning != want_warn {
+                differences.push(format!(
+                    "{what} [{id}]: warn\n  apiserver: {denied_as_warning:?}\n  webhook:   {want_warn:?}"
+                ));
+            }
+            if warned.is_some() || warned_as_denial.is_some() {
+                differences.push(format!("{what} [{id}]: a policy answered with the other action: {answer:?}"));
+            }
+        }
+    }
+    eprintln!(
+        "{} objects ({corpus_count} of the corpus, {pages} of the pages, {variant_count} variants), {judged} valid \
+         and judged, {} refused by the apiserver's own validation; verdicts per rule: {verdicts:?}",
+        objects.len(),
+        invalid.len()
+    );
+    for i in &invalid {
+        eprintln!("  not valid: {i}");
+    }
+    assert!(differences.is_empty(), "{} differences:\n{}", differences.len(), differences.join("\n"));
+    for id in &rules {
+        for v in ["deny", "warn", "none"] {
+            let n = verdicts.get(&(*id, v)).copied().unwrap_or(0);
+            let expected_some = match v {
+                "deny" => ha_guard::core::registry::rule(id)
+                    .is_some_and(|r| r.default == ha_guard::core::catalogue::Action::Deny),
+                "warn" => true,
+                _ => true,
+            };
+            assert!(!expected_some || n > 0, "[{id}] no object had the verdict {v}: the objects do not exercise it");
+        }
+    }
+}
