@@ -4,7 +4,7 @@
 //! apiserver as well").
 //!
 //! The generated policies (default configuration) are created, and each must pass the
-//! apiserver's type checking without a warning (a broken CEL expression fails here, not in a
+//! apiserver's type checking (kube-controller-manager's policy status controller writes it) without a warning (a broken CEL expression fails here, not in a
 //! cluster). No webhook is registered. Then every object of the judged kinds from the shared
 //! corpus, the examples of the covered rules' pages and generated variants (fires / does not /
 //! boundary, per covered rule) is written as a server-side dry-run CREATE:
@@ -26,6 +26,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
 use ha_guard::core::config::Config;
 use ha_guard::core::decide::UnknownNamespace;
@@ -34,7 +35,6 @@ use ha_guard::core::judge::{Asks, Review, judge};
 use ha_guard::core::policies;
 use ha_guard::core::view::{Absences, Index};
 use ha_guard::server::review::{self, respond::line};
-use k8s_openapi::http;
 use serde_json::{Value, json};
 use support::*;
 
@@ -44,50 +44,104 @@ const JUDGED: &[(&str, &str, &str)] = &[
     ("apps/v1", "StatefulSet", "statefulsets"),
     ("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
 ];
-/// The namespace label that says which policies bind there (the test's own).
+/// The namespace label that says which validating policies bind there (the test's own).
 const DIFF_LABEL: &str = "e2e.ha-guard.io/diff";
+/// The namespace label that says which run's mutating policies bind there.
+const RUN_LABEL: &str = "e2e.ha-guard.io/run";
 /// Where no policy binds: the object as the apiserver defaults it.
 const PLAIN: &str = "plain";
-/// Where only the mutating policies bind.
-const MUTATIONS: &str = "mutations";
 
-fn rule_namespace(id: &str) -> String {
-    format!("d-{id}")
+/// One configuration under test: its policies are renamed with `prefix` and bound only in its
+/// namespaces (`<prefix>d-<rule>`, one per rule, and `<prefix>mutations`), which carry `labels`.
+struct Run {
+    prefix: &'static str,
+    config: Config,
+    labels: &'static [(&'static str, &'static str)],
 }
 
-/// The generated policies (default configuration), each binding narrowed to the namespaces of
-/// this test: a rule's to its own namespace, the mutations' to every namespace but [`PLAIN`].
-fn generated(config: &Config) -> Vec<Value> {
-    let mut docs = policies::generate(config, None);
-    for doc in &mut docs {
-        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
-        if !kind.ends_with("Binding") {
-            continue;
-        }
-        let rule = doc["metadata"]["labels"][policies::RULE_LABEL].as_str().unwrap_or_default().to_string();
-        let narrowed = if kind.starts_with("Validating") {
-            json!({"key": DIFF_LABEL, "operator": "In", "values": [rule]})
-        } else {
-            json!({"key": DIFF_LABEL, "operator": "Exists"})
-        };
-        let expressions = doc["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
-            .as_array_mut()
-            .expect("a generated binding selects namespaces by expressions");
-        expressions.push(narrowed);
+impl Run {
+    fn new(prefix: &'static str, config: &str, labels: &'static [(&'static str, &'static str)]) -> Run {
+        let config = ha_guard::core::registry::parse_config(config, "run.yaml").unwrap_or_else(|e| panic!("{e}"));
+        Run { prefix, config, labels }
     }
-    docs
+
+    fn rule_namespace(&self, id: &str) -> String {
+        format!("{}d-{id}", self.prefix)
+    }
+
+    fn mutations_namespace(&self) -> String {
+        format!("{}mutations", self.prefix)
+    }
+
+    fn policy(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// The labels of one of its namespaces, as the apiserver keeps them.
+    fn namespace_labels(&self, ns: &str, diff: Option<&str>) -> BTreeMap<String, String> {
+        let mut labels: BTreeMap<String, String> =
+            self.labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        labels.insert(RUN_LABEL.into(), format!("{}run", self.prefix));
+        if let Some(diff) = diff {
+            labels.insert(DIFF_LABEL.into(), diff.to_string());
+        }
+        labels.insert("kubernetes.io/metadata.name".into(), ns.to_string());
+        labels
+    }
+
+    fn create_namespaces(&self, cp: &ControlPlane, rules: &[&str]) {
+        let mut all: Vec<(String, Option<String>)> = vec![(self.mutations_namespace(), None)];
+        all.extend(rules.iter().map(|id| (self.rule_namespace(id), Some(self.policy(id)))));
+        for (ns, diff) in all {
+            let labels = self.namespace_labels(&ns, diff.as_deref());
+            let pairs: Vec<(&str, &str)> = labels
+                .iter()
+                .filter(|(k, _)| k.as_str() != "kubernetes.io/metadata.name")
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            cp.namespace(&ns, &pairs);
+        }
+    }
+
+    /// The generated policies, renamed, each binding narrowed to this run's namespaces: a rule's
+    /// to its own namespace, the mutations' to all of them.
+    fn generated(&self) -> Vec<Value> {
+        let mut docs = policies::generate(&self.config, None);
+        for doc in &mut docs {
+            for field in ["/metadata/name", "/spec/policyName"] {
+                if let Some(name) = doc.pointer_mut(field) {
+                    *name = json!(self.policy(name.as_str().unwrap_or_default()));
+                }
+            }
+            let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+            if !kind.ends_with("Binding") {
+                continue;
+            }
+            let rule = doc["metadata"]["labels"][policies::RULE_LABEL].as_str().unwrap_or_default().to_string();
+            let narrowed = if kind.starts_with("Validating") {
+                json!({"key": DIFF_LABEL, "operator": "In", "values": [self.policy(&rule)]})
+            } else {
+                json!({"key": RUN_LABEL, "operator": "In", "values": [format!("{}run", self.prefix)]})
+            };
+            let expressions = doc["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"]
+                .as_array_mut()
+                .expect("a generated binding selects namespaces by expressions");
+            expressions.push(narrowed);
+        }
+        docs
+    }
 }
 
 /// Waits until the apiserver has type-checked every validating policy, and fails on any warning.
 fn type_checked(cp: &ControlPlane, names: &[String]) {
     let mut last = Value::Null;
-    let checked = poll(std::time::Duration::from_secs(60), std::time::Duration::from_millis(500), || {
+    let checked = poll("the policies type-checked", Duration::from_secs(60), Duration::from_millis(500), || {
         let out = cp.kubectl(&["get", "validatingadmissionpolicies", "-o", "json"]);
         if !out.ok() {
-            return None;
+            return Err(out.output());
         }
         last = out.json();
-        let items = last["items"].as_array()?.clone();
+        let items = last["items"].as_array().cloned().unwrap_or_default();
         let done = names.iter().all(|n| {
             items.iter().any(|p| {
                 p["metadata"]["name"] == n.as_str()
@@ -95,9 +149,9 @@ fn type_checked(cp: &ControlPlane, names: &[String]) {
                     && !p["status"]["typeChecking"].is_null()
             })
         });
-        done.then_some(items)
+        if done { Ok(items) } else { Err("not yet".to_string()) }
     });
-    let items = checked.unwrap_or_else(|_| panic!("the policies were not type-checked within 60 s: {last:#}"));
+    let items = checked.unwrap_or_else(|e| panic!("{e}: {last:#}"));
     let mut warnings = Vec::new();
     for p in &items {
         for w in p["status"]["typeChecking"]["expressionWarnings"].as_array().into_iter().flatten() {
@@ -172,7 +226,7 @@ impl Api {
             if api_version.contains('/') { format!("/apis/{api_version}") } else { format!("/api/{api_version}") };
         let mut obj = obj.clone();
         obj["metadata"]["namespace"] = json!(ns);
-        let request = http::Request::post(format!("{prefix}/namespaces/{ns}/{plural}?dryRun=All&fieldManager=e2e"))
+        let request = hyper::Request::post(format!("{prefix}/namespaces/{ns}/{plural}?dryRun=All&fieldManager=e2e"))
             .header("content-type", "application/json")
             .body(kube::client::Body::from(serde_json::to_vec(&obj).expect("JSON")))
             .expect("a request");
@@ -199,7 +253,7 @@ struct Webhook {
     lines: BTreeMap<&'static str, (Vec<String>, Vec<String>)>,
 }
 
-fn webhook(config: &Config, ns: &str, obj: &Value, resource: &str) -> Webhook {
+fn webhook(config: &Config, ns: &str, labels: BTreeMap<String, String>, obj: &Value, resource: &str) -> Webhook {
     let (group, version) = obj["apiVersion"].as_str().unwrap_or_default().split_once('/').unwrap_or(("", "v1"));
     let mut obj = obj.clone();
     obj["metadata"]["namespace"] = json!(ns);
@@ -219,7 +273,8 @@ fn webhook(config: &Config, ns: &str, obj: &Value, resource: &str) -> Webhook {
     });
     let request = review::parse(&serde_json::to_vec(&review).expect("JSON")).expect("an AdmissionReview");
     let subject = review::subject(&request).expect("decodes").expect("a judged kind");
-    let view = Index::new();
+    let mut view = Index::new();
+    view.upsert_namespace_labels(ns.to_string(), labels);
     let today = Some(k8s_openapi::jiff::Timestamp::now().to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).date());
     let verdict = judge(&Review {
         subject: &subject,
@@ -358,34 +413,20 @@ fn variants() -> Vec<(String, Value)> {
     let mut out = Vec::new();
     let c = || container(json!({}));
     let mut add = |what: &str, obj: Value| out.push((format!("variant {what}"), obj));
-    // spread-selector-missing: a selector the mutation cannot fill (every key in matchLabelKeys)
-    // stays missing; a fillable one is filled by the mutation before validation.
+    // spread-selector-missing: filled by the mutation where it is on (the API refuses
+    // matchLabelKeys without a labelSelector, so every missing selector is fillable).
     for when in ["DoNotSchedule", "ScheduleAnyway"] {
         add(
-            &format!("missing, unfillable, {when}"),
-            deployment(
-                "sm",
-                json!({"containers": [c()], "topologySpreadConstraints": [spread(when, None, Some(json!(["app"])))]}),
-            ),
-        );
-        add(
-            &format!("missing, fillable, {when}"),
+            &format!("missing, {when}"),
             deployment("sf", json!({"containers": [c()], "topologySpreadConstraints": [spread(when, None, None)]})),
         );
     }
-    add(
-        "missing, partly fillable",
-        deployment(
-            "sp",
-            json!({"containers": [c()], "topologySpreadConstraints": [spread("DoNotSchedule", None, Some(json!(["pod-template-hash"])))]}),
-        ),
-    );
     let mut two_keys = deployment(
         "sk",
-        json!({"containers": [c()], "topologySpreadConstraints": [spread("DoNotSchedule", None, Some(json!(["app"])))]}),
+        json!({"containers": [c()], "topologySpreadConstraints": [spread("DoNotSchedule", None, None), spread("ScheduleAnyway", Some(json!({"matchLabels": {"app": "sk"}})), None), spread("ScheduleAnyway", None, None)]}),
     );
-    two_keys["spec"]["selector"] = json!({"matchLabels": {"app": "sk", "tier": "web"}, "matchExpressions": [{"key": "track", "operator": "DoesNotExist"}]});
-    add("missing, selector with labels and expressions", two_keys);
+    two_keys["spec"]["selector"] = json!({"matchLabels": {"tier": "web", "app": "sk"}, "matchExpressions": [{"key": "track", "operator": "DoesNotExist"}, {"key": "tier", "operator": "In", "values": ["web", "api"]}]});
+    add("missing twice, selector with labels and expressions", two_keys);
     // spread-selector-mismatch: every operator, matching and not.
     let selectors = [
         ("labels match", json!({"matchLabels": {"app": "mm"}})),
@@ -444,7 +485,6 @@ fn variants() -> Vec<(String, Value)> {
         ("sleep 30, default grace", json!({"lifecycle": {"preStop": {"sleep": {"seconds": 30}}}}), None),
         ("sleep 29, default grace", json!({"lifecycle": {"preStop": {"sleep": {"seconds": 29}}}}), None),
         ("sleep 0, grace 0", json!({"lifecycle": {"preStop": {"sleep": {"seconds": 0}}}}), Some(0)),
-        ("sleep 5, grace 0", json!({"lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}), Some(0)),
         ("exec sleep 15", sleep_exec(&["sleep", "15"]), Some(15)),
         ("exec /bin/sleep 15s", sleep_exec(&["/bin/sleep", "15s"]), Some(16)),
         ("exec sh -c sleep 40; quit", sleep_exec(&["/bin/sh", "-c", "sleep 40; nginx -s quit"]), Some(45)),
@@ -471,7 +511,7 @@ fn variants() -> Vec<(String, Value)> {
         add(&format!("preStop {what}"), deployment("ps", pod));
     }
     let mut sidecar = container(json!({"name": "sidecar", "restartPolicy": "Always"}));
-    sidecar["lifecycle"] = json!({"preStop": {"sleep": {"seconds": 40}}});
+    sidecar["lifecycle"] = json!({"preStop": {"exec": {"command": ["sleep", "40"]}}});
     add("init sidecar sleeping 40", deployment("is", json!({"containers": [c()], "initContainers": [sidecar]})));
     // The PDB rules and the mutation.
     for (what, spec) in [
@@ -498,30 +538,59 @@ fn variants() -> Vec<(String, Value)> {
     out
 }
 
+/// The configurations under test, each in namespaces of its own.
+fn runs() -> Vec<Run> {
+    vec![
+        Run::new("", "", &[]),
+        // Turned off, turned up, overridden by namespace labels.
+        Run::new(
+            "b-",
+            "mutations: {inject-spread-selector: false}\nrules: {termination-grace-zero: deny, pdb-selects-nothing: off}\n\
+             overrides:\n- namespaceSelector: {matchLabels: {tier: prod}}\n  rules: {pdb-selector-empty: deny, \
+             prestop-exceeds-grace: warn}\n- namespaceSelector: {matchExpressions: [{key: team, operator: In, values: \
+             [a, b]}]}\n  rules: {spread-selector-mismatch: warn}\n",
+            &[("tier", "prod"), ("team", "b")],
+        ),
+        // A namespace in warn mode.
+        Run::new("w-", "", &[("ha-guard.io/mode", "warn")]),
+        // Observe-only.
+        Run::new("o-", "mode: observe\n", &[]),
+        // Exceptions (one expiring), an exempt namespace (by glob), ratchet off.
+        Run::new(
+            "x-",
+            "ratchet: false\nexemptNamespaces: [\"x-d-pdb-selector-*\"]\nexceptions:\n- name: mm-spreads\n  rules: \
+             [spread-selector-mismatch]\n  match: {kinds: [Deployment], namespaces: [\"x-*\"], names: [\"m*\"]}\n  \
+             reason: testing\n- name: ps-labelled\n  rules: [prestop-exceeds-grace, termination-grace-zero]\n  match: \
+             {namespaces: [\"x-d-*\"], selector: {matchLabels: {app: ps}}}\n  reason: testing\n  expires: 2099-01-01\n",
+            &[],
+        ),
+    ]
+}
+
 #[test]
 fn the_generated_policies_give_the_webhooks_verdicts() {
-    let config = Config::default();
-    let cp = ControlPlane::start().unwrap_or_else(|e| panic!("{e}"));
-    let docs = generated(&config);
-    let rules: Vec<&'static str> = ha_guard::core::rules::CEL_RULES
-        .iter()
-        .map(|r| r.rule.id)
-        .filter(|id| docs.iter().any(|d| d["metadata"]["labels"][policies::RULE_LABEL] == *id))
-        .collect();
-    assert!(rules.len() >= 4, "the default configuration generates policies for the covered rules: {rules:?}");
-    for ns in [PLAIN.to_string()] {
-        cp.namespace(&ns, &[]);
+    let runs = runs();
+    let cp = ControlPlane::start_with_controllers().unwrap_or_else(|e| panic!("{e}"));
+    cp.namespace(PLAIN, &[]);
+    let mut names = Vec::new();
+    let mut rules_of_run = Vec::new();
+    for run in &runs {
+        let docs = run.generated();
+        let rules: Vec<&'static str> = ha_guard::core::rules::CEL_RULES
+            .iter()
+            .map(|r| r.rule.id)
+            .filter(|id| docs.iter().any(|d| d["metadata"]["labels"][policies::RULE_LABEL] == *id))
+            .collect();
+        run.create_namespaces(&cp, &rules);
+        cp.kubectl_in(&["apply", "-f", "-"], &yaml_file(&docs)).success();
+        names.extend(
+            docs.iter()
+                .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+                .map(|d| d["metadata"]["name"].as_str().unwrap_or_default().to_string()),
+        );
+        rules_of_run.push(rules);
     }
-    cp.namespace(MUTATIONS, &[(DIFF_LABEL, "mutations")]);
-    for id in &rules {
-        cp.namespace(&rule_namespace(id), &[(DIFF_LABEL, id)]);
-    }
-    cp.kubectl_in(&["apply", "-f", "-"], &yaml_file(&docs)).success();
-    let names: Vec<String> = docs
-        .iter()
-        .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
-        .map(|d| d["metadata"]["name"].as_str().unwrap_or_default().to_string())
-        .collect();
+    assert!(rules_of_run[0].len() >= 4, "the default configuration generates policies for the covered rules");
     type_checked(&cp, &names);
 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
@@ -530,13 +599,22 @@ fn the_generated_policies_give_the_webhooks_verdicts() {
 
     // The policies in effect: a zero grace period warns, a PDB gets its policy.
     let probe = deployment("probe", json!({"containers": [container(json!({}))], "terminationGracePeriodSeconds": 0}));
-    let warned = poll(std::time::Duration::from_secs(30), std::time::Duration::from_millis(300), || {
-        let a = api.dry_run(&rule_namespace("termination-grace-zero"), ("apps/v1", "deployments"), &probe);
-        let b =
-            api.dry_run(MUTATIONS, ("policy/v1", "poddisruptionbudgets"), &pdb("probe", json!({"maxUnavailable": 1})));
-        (!a.warnings.is_empty() && b.body["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow").then_some(())
+    let warned = poll("the policies in effect", Duration::from_secs(30), Duration::from_millis(300), || {
+        let a = api.dry_run(&runs[0].rule_namespace("termination-grace-zero"), ("apps/v1", "deployments"), &probe);
+        let b = api.dry_run(
+            &runs[0].mutations_namespace(),
+            ("policy/v1", "poddisruptionbudgets"),
+            &pdb("probe", json!({"maxUnavailable": 1})),
+        );
+        if !a.warnings.is_empty() && b.body["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow" {
+            Ok(())
+        } else {
+            Err(format!("{a:?} {b:?}"))
+        }
     });
-    assert!(warned.is_ok(), "the policies did not take effect within 30 s");
+    warned.unwrap_or_else(|e| panic!("{e}"));
+    // Each run's bindings in effect too (the last created).
+    std::thread::sleep(Duration::from_secs(2));
 
     let mut objects: Vec<(String, Value)> = Vec::new();
     let corpus = Path::new("/work/shared/corpus");
@@ -551,7 +629,11 @@ fn the_generated_policies_give_the_webhooks_verdicts() {
     }
     let corpus_count = objects.len();
     let mut pages = 0;
-    for id in rules.iter().copied().chain(ha_guard::core::mutations::CEL_MUTATIONS.iter().map(|m| m.mutation.id)) {
+    for id in ha_guard::core::rules::CEL_RULES
+        .iter()
+        .map(|r| r.rule.id)
+        .chain(ha_guard::core::mutations::CEL_MUTATIONS.iter().map(|m| m.mutation.id))
+    {
         let page = std::fs::read_to_string(repo().join(format!("docs/rules/{id}.md"))).expect("the page");
         for (i, obj) in page_examples(&page).into_iter().enumerate() {
             pages += 1;
@@ -563,9 +645,9 @@ fn the_generated_policies_give_the_webhooks_verdicts() {
     objects.extend(generated_variants);
 
     let mut differences = Vec::new();
-    let mut judged = 0;
     let mut invalid = Vec::new();
-    let mut verdicts: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    let mut verdicts: BTreeMap<(&str, &str, &str), usize> = BTreeMap::new();
+    let mut judged = 0;
     for (what, obj) in &objects {
         let resource = resource_of(obj);
         let plain = api.dry_run(PLAIN, resource, obj);
@@ -574,82 +656,104 @@ fn the_generated_policies_give_the_webhooks_verdicts() {
             continue;
         }
         judged += 1;
-        // The mutations: the webhook's patch on the defaulted object, defaulted again, against
-        // what the mutating policies stored.
-        let before = webhook(&config, MUTATIONS, &plain.body, resource.1);
-        let expected = match &before.patch {
-            Some(patch) => {
-                let mut patched = plain.body.clone();
-                json_patch::patch(&mut patched, patch).unwrap_or_else(|e| panic!("{what}: the webhook's patch: {e}"));
-                let again = api.dry_run(PLAIN, resource, &writable(patched).expect("still judged"));
-                assert!(again.ok(), "{what}: the webhook's patched object is refused: {}", again.message());
-                again.body
-            }
-            None => plain.body.clone(),
-        };
-        let stored = api.dry_run(MUTATIONS, resource, obj);
-        if !stored.ok() {
-            differences.push(format!("{what}: refused where only the mutations bind: {}", stored.message()));
-        } else if stored.body["spec"] != expected["spec"] {
-            differences.push(format!(
-                "{what}: the mutating policies stored\n  {}\nthe webhook's patch gives\n  {}",
-                stored.body["spec"], expected["spec"]
-            ));
-        }
-        // The validations, rule by rule, on the object as the webhook would see it.
-        for id in &rules {
-            let ns = rule_namespace(id);
-            let hook = webhook(&config, &ns, &expected, resource.1);
-            let (deny, warn) = hook.lines.get(id).cloned().unwrap_or_default();
-            let answer = api.dry_run(&ns, resource, obj);
-            let (denied, warned) = answer.said_by(&format!("ha-guard-{id}"));
-            let (denied_as_warning, warned_as_denial) = answer.said_by(&format!("ha-guard-{id}-warn"));
-            let want_deny = (!deny.is_empty()).then(|| policies::joined(id, &deny));
-            let want_warn = (!warn.is_empty()).then(|| policies::joined(id, &warn));
-            let verdict = if want_deny.is_some() {
-                "deny"
-            } else if want_warn.is_some() {
-                "warn"
-            } else {
-                "none"
+        for (run, rules) in runs.iter().zip(&rules_of_run) {
+            let config = &run.config;
+            let at =
+                |_: &str| if run.prefix.is_empty() { what.clone() } else { format!("{what} (run {})", run.prefix) };
+            // The mutations: the webhook's patch on the defaulted object, defaulted again, against
+            // what the mutating policies stored.
+            let mns = run.mutations_namespace();
+            let before = webhook(config, &mns, run.namespace_labels(&mns, None), &plain.body, resource.1);
+            let expected = match &before.patch {
+                Some(patch) => {
+                    let mut patched = plain.body.clone();
+                    json_patch::patch(&mut patched, patch)
+                        .unwrap_or_else(|e| panic!("{what}: the webhook's patch: {e}"));
+                    let again = api.dry_run(PLAIN, resource, &writable(patched).expect("still judged"));
+                    assert!(again.ok(), "{what}: the webhook's patched object is refused: {}", again.message());
+                    again.body
+                }
+                None => plain.body.clone(),
             };
-            *verdicts.entry((id, verdict)).or_default() += 1;
-            if !answer.ok() && denied.is_none() {
-                differences.push(format!("{what} [{id}]: refused, not by its policy: {}", answer.message()));
-            }
-            if denied != want_deny {
-                differences.push(format!("{what} [{id}]: deny\n  apiserver: {denied:?}\n  webhook:   {want_deny:?}"));
-            }
-            if denied_as_warning != want_warn {
+            let stored = api.dry_run(&mns, resource, obj);
+            if !stored.ok() {
+                differences.push(format!("{}: refused where only the mutations bind: {}", at(""), stored.message()));
+            } else if stored.body["spec"] != expected["spec"] {
                 differences.push(format!(
-                    "{what} [{id}]: warn\n  apiserver: {denied_as_warning:?}\n  webhook:   {want_warn:?}"
+                    "{}: the mutating policies stored\n  {}\nthe webhook's patch gives\n  {}",
+                    at(""),
+                    stored.body["spec"],
+                    expected["spec"]
                 ));
             }
-            if warned.is_some() || warned_as_denial.is_some() {
-                differences.push(format!("{what} [{id}]: a policy answered with the other action: {answer:?}"));
+            // The validations, rule by rule, on the object as the webhook would see it.
+            for id in rules {
+                let ns = run.rule_namespace(id);
+                let hook =
+                    webhook(config, &ns, run.namespace_labels(&ns, Some(&run.policy(id))), &expected, resource.1);
+                let (deny, warn) = hook.lines.get(id).cloned().unwrap_or_default();
+                let answer = api.dry_run(&ns, resource, obj);
+                let (denied, deny_as_warning) = answer.said_by(&run.policy(&format!("ha-guard-{id}")));
+                let (warn_as_denial, warned) = answer.said_by(&run.policy(&format!("ha-guard-{id}-warn")));
+                let want_deny = (!deny.is_empty()).then(|| policies::joined(id, &deny));
+                let want_warn = (!warn.is_empty()).then(|| policies::joined(id, &warn));
+                let verdict = if want_deny.is_some() {
+                    "deny"
+                } else if want_warn.is_some() {
+                    "warn"
+                } else {
+                    "none"
+                };
+                *verdicts.entry((run.prefix, id, verdict)).or_default() += 1;
+                if !answer.ok() && denied.is_none() {
+                    differences.push(format!("{} [{id}]: refused, not by its policy: {}", at(""), answer.message()));
+                }
+                if denied != want_deny {
+                    differences
+                        .push(format!("{} [{id}]: deny\n  apiserver: {denied:?}\n  webhook:   {want_deny:?}", at("")));
+                }
+                if warned != want_warn {
+                    differences
+                        .push(format!("{} [{id}]: warn\n  apiserver: {warned:?}\n  webhook:   {want_warn:?}", at("")));
+                }
+                if deny_as_warning.is_some() || warn_as_denial.is_some() {
+                    differences.push(format!(
+                        "{} [{id}]: a policy answered with the other action: {deny_as_warning:?} {warn_as_denial:?}",
+                        at("")
+                    ));
+                }
             }
         }
     }
     eprintln!(
         "{} objects ({corpus_count} of the corpus, {pages} of the pages, {variant_count} variants), {judged} valid \
-         and judged, {} refused by the apiserver's own validation; verdicts per rule: {verdicts:?}",
+         and judged in {} configurations, {} refused by the apiserver's own validation",
         objects.len(),
+        runs.len(),
         invalid.len()
     );
+    for ((run, id, verdict), n) in &verdicts {
+        eprintln!("  run {run:?} [{id}] {verdict}: {n}");
+    }
     for i in &invalid {
         eprintln!("  not valid: {i}");
     }
     assert!(differences.is_empty(), "{} differences:\n{}", differences.len(), differences.join("\n"));
-    for id in &rules {
-        for v in ["deny", "warn", "none"] {
-            let n = verdicts.get(&(*id, v)).copied().unwrap_or(0);
-            let expected_some = match v {
-                "deny" => ha_guard::core::registry::rule(id)
-                    .is_some_and(|r| r.default == ha_guard::core::catalogue::Action::Deny),
-                "warn" => true,
-                _ => true,
-            };
-            assert!(!expected_some || n > 0, "[{id}] no object had the verdict {v}: the objects do not exercise it");
+    // The objects exercise every verdict of every rule in the default configuration.
+    for id in &rules_of_run[0] {
+        let rule = ha_guard::core::registry::rule(id).expect("a rule");
+        let verdicts_expected: &[&str] =
+            if rule.default == ha_guard::core::catalogue::Action::Deny { &["deny", "none"] } else { &["warn", "none"] };
+        for v in verdicts_expected {
+            if *id == "spread-selector-missing" {
+                // Filled by inject-spread-selector before validation: it fires where that is off.
+                continue;
+            }
+            let n = verdicts.get(&("", *id, *v)).copied().unwrap_or(0);
+            assert!(n > 0, "[{id}] no object had the verdict {v}: the objects do not exercise it");
         }
     }
+    let missing_fires =
+        verdicts.iter().any(|((run, id, v), _)| *run == "b-" && *id == "spread-selector-missing" && *v == "deny");
+    assert!(missing_fires, "with inject-spread-selector off, spread-selector-missing denies some object");
 }

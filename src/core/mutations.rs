@@ -86,29 +86,55 @@ declare_mutation!(
 pub static MUTATIONS: &[&Mutation] =
     &[&INJECT_SPREAD_SELECTOR, &INJECT_UNHEALTHY_POD_EVICTION_POLICY, &INJECT_DEFAULT_SPREAD, &INJECT_MATCH_LABEL_KEYS];
 
-/// The selector `inject-spread-selector` gives spread `c` ([`selector_for`]) in CEL: the
-/// workload's without the keys `c` lists in `matchLabelKeys`, each part left out when empty.
-macro_rules! cel_selector_for {
+/// The labels of the selector `inject-spread-selector` gives spread `c` ([`selector_for`]) in
+/// CEL: the workload's without the keys `c` lists in `matchLabelKeys`.
+macro_rules! cel_labels_for {
     () => {
-        "{?'matchLabels': [object.spec.selector.?matchLabels.orValue({}).transformMap(k, v, !(k in \
-         c.?matchLabelKeys.orValue([])), v)].map(m, size(m) > 0 ? optional.of(m) : optional.none())[0], \
-         ?'matchExpressions': [object.spec.selector.?matchExpressions.orValue([]).filter(e, !(e.key in \
-         c.?matchLabelKeys.orValue([])))].map(l, size(l) > 0 ? optional.of(l) : optional.none())[0]}"
+        "object.spec.selector.?matchLabels.orValue({}).transformMap(k, v, !(k in c.?matchLabelKeys.orValue([])), v)"
+    };
+}
+/// Its expressions, likewise.
+macro_rules! cel_expressions_for {
+    () => {
+        "object.spec.selector.?matchExpressions.orValue([]).filter(e, !(e.key in c.?matchLabelKeys.orValue([])))"
+    };
+}
+/// The JSON Pointer of spread `i`'s labelSelector.
+macro_rules! cel_spread_selector_path {
+    () => {
+        "'/spec/template/spec/topologySpreadConstraints/' + string(i) + '/labelSelector'"
     };
 }
 
-/// `inject-spread-selector` in CEL: a JSON Patch adding the selector to each spread without one.
+/// `inject-spread-selector` in CEL: a JSON Patch adding the selector to each spread without one
+/// (the selector, then its labels and its expressions, each left out when empty; nothing when
+/// both are).
 pub static INJECT_SPREAD_SELECTOR_CEL: CelMutation = CelMutation {
     mutation: &INJECT_SPREAD_SELECTOR,
     resources: WORKLOADS,
     when: "has(object.spec.selector) && \
            object.spec.template.spec.?topologySpreadConstraints.orValue([]).exists(c, !has(c.labelSelector))",
     patch: CelPatch::JsonPatch(concat!(
-        "object.spec.template.spec.?topologySpreadConstraints.orValue([]).transformList(i, c, !has(c.labelSelector), \
-         [",
-        cel_selector_for!(),
-        "].filter(s, size(s) > 0).map(s, JSONPatch{op: 'add', path: '/spec/template/spec/topologySpreadConstraints/' + \
-         string(i) + '/labelSelector', value: s})).flatten()"
+        "object.spec.template.spec.?topologySpreadConstraints.orValue([]).transformList(i, c, !has(c.labelSelector) \
+         && (size(",
+        cel_labels_for!(),
+        ") > 0 || size(",
+        cel_expressions_for!(),
+        ") > 0), [JSONPatch{op: 'add', path: ",
+        cel_spread_selector_path!(),
+        ", value: Object.spec.template.spec.topologySpreadConstraints.labelSelector{}}] + (size(",
+        cel_labels_for!(),
+        ") > 0 ? [JSONPatch{op: 'add', path: ",
+        cel_spread_selector_path!(),
+        " + '/matchLabels', value: ",
+        cel_labels_for!(),
+        "}] : []) + (size(",
+        cel_expressions_for!(),
+        ") > 0 ? [JSONPatch{op: 'add', path: ",
+        cel_spread_selector_path!(),
+        " + '/matchExpressions', value: ",
+        cel_expressions_for!(),
+        "}] : [])).flatten()"
     )),
 };
 
