@@ -423,7 +423,7 @@ fn variants() -> Vec<(String, Value)> {
     }
     let mut two_keys = deployment(
         "sk",
-        json!({"containers": [c()], "topologySpreadConstraints": [spread("DoNotSchedule", None, None), spread("ScheduleAnyway", Some(json!({"matchLabels": {"app": "sk"}})), None), spread("ScheduleAnyway", None, None)]}),
+        json!({"containers": [c()], "topologySpreadConstraints": [spread("DoNotSchedule", None, None), spread("ScheduleAnyway", Some(json!({"matchLabels": {"app": "sk"}})), None), {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}]}),
     );
     two_keys["spec"]["selector"] = json!({"matchLabels": {"tier": "web", "app": "sk"}, "matchExpressions": [{"key": "track", "operator": "DoesNotExist"}, {"key": "tier", "operator": "In", "values": ["web", "api"]}]});
     add("missing twice, selector with labels and expressions", two_keys);

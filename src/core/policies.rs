@@ -27,7 +27,7 @@
 
 use serde_json::{Value, json};
 
-use crate::core::catalogue::{Action, CelMutation, CelPatch, CelResource, CelRule};
+use crate::core::catalogue::{CelMutation, CelPatch, CelResource, CelRule};
 use crate::core::config::Config;
 use crate::core::config::policy::{Date, Exception};
 use crate::core::finding::Finding;
@@ -259,9 +259,10 @@ fn line_expression(id: &str, prefix: &str) -> String {
     format!("{} + {prefix} + f.path + ': ' + f.what + ' Fix: ' + f.fix", cel_string(&format!("[{id}] ")))
 }
 
-/// Whether a deny of `rule` is possible anywhere under `config`.
+/// Whether a deny of `rule` is possible anywhere under `config`: its own action where it denies
+/// (a rule that picks per finding declares `deny` as its default), or a configured one.
 fn may_deny(config: &Config, rule: &CelRule) -> bool {
-    config.may_deny(rule.rule, Action::Deny)
+    config.may_deny(rule.rule, rule.rule.default)
 }
 
 fn validating(config: &Config, today: Option<Date>, rule: &CelRule) -> Vec<Value> {
