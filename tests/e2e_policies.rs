@@ -221,12 +221,43 @@ struct Api {
 impl Api {
     /// A server-side dry-run CREATE of `obj` in namespace `ns`.
     fn dry_run(&self, ns: &str, resource: (&str, &str), obj: &Value) -> Answer {
+        self.send("POST", ns, resource, None, obj, true)
+    }
+
+    /// A CREATE, stored.
+    fn create(&self, ns: &str, resource: (&str, &str), obj: &Value) -> Answer {
+        self.send("POST", ns, resource, None, obj, false)
+    }
+
+    /// A server-side dry-run UPDATE (PUT) of `obj`.
+    fn dry_run_update(&self, ns: &str, resource: (&str, &str), obj: &Value) -> Answer {
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        self.send("PUT", ns, resource, Some(&name), obj, true)
+    }
+
+    fn send(
+        &self,
+        method: &str,
+        ns: &str,
+        resource: (&str, &str),
+        name: Option<&str>,
+        obj: &Value,
+        dry: bool,
+    ) -> Answer {
         let (api_version, plural) = resource;
         let prefix =
             if api_version.contains('/') { format!("/apis/{api_version}") } else { format!("/api/{api_version}") };
         let mut obj = obj.clone();
         obj["metadata"]["namespace"] = json!(ns);
-        let request = hyper::Request::post(format!("{prefix}/namespaces/{ns}/{plural}?dryRun=All&fieldManager=e2e"))
+        let mut path = format!("{prefix}/namespaces/{ns}/{plural}");
+        if let Some(name) = name {
+            path.push('/');
+            path.push_str(name);
+        }
+        path.push_str(if dry { "?dryRun=All&fieldManager=e2e" } else { "?fieldManager=e2e" });
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
             .header("content-type", "application/json")
             .body(kube::client::Body::from(serde_json::to_vec(&obj).expect("JSON")))
             .expect("a request");
@@ -246,6 +277,76 @@ impl Api {
     }
 }
 
+/// The ratchet on UPDATE: a Deployment stored out of policy (admitted through its exemption
+/// annotation), then updated without the annotation: the finding already there warns
+/// "pre-existing" where `ratchet` is on and denies where it is off, and a new finding denies,
+/// in the policies as in the webhook.
+fn ratchet_differences(api: &Api, runs: &[Run]) -> Vec<String> {
+    let mut differences = Vec::new();
+    let resource = ("apps/v1", "deployments");
+    let id = "prestop-exceeds-grace";
+    let sleeping =
+        |name: &str| container(json!({"name": name, "lifecycle": {"preStop": {"exec": {"command": ["sleep", "45"]}}}}));
+    let mut stored = deployment("rt", json!({"containers": [sleeping("a")]}));
+    stored["metadata"]["annotations"] = json!({format!("ha-guard.io/allow-{id}"): "stored before the policy"});
+    let mut checked = 0;
+    for run in runs.iter().filter(|r| r.prefix.is_empty() || r.prefix == "x-") {
+        let ns = run.rule_namespace(id);
+        let created = api.create(&ns, resource, &stored);
+        assert!(created.ok(), "the exempted Deployment is admitted in {ns}: {}", created.message());
+        for (what, containers) in [
+            (
+                "the same violation, image changed",
+                json!([container(
+                    json!({"name": "a", "image": "nginx:2", "lifecycle": {"preStop": {"exec": {"command": ["sleep", "45"]}}}})
+                )]),
+            ),
+            ("the old violation and a new one", json!([sleeping("a"), sleeping("b")])),
+            ("the violation fixed", json!([container(json!({"name": "a"}))])),
+        ] {
+            let mut update = created.body.clone();
+            update["metadata"]["annotations"] = json!({});
+            // Unconditional: the deployment controller writes the status meanwhile.
+            update["metadata"].as_object_mut().map(|m| m.remove("resourceVersion"));
+            update["spec"]["template"]["spec"]["containers"] = containers;
+            // The new object as the apiserver defaults it.
+            let mut fresh = update.clone();
+            for field in ["resourceVersion", "uid", "creationTimestamp", "managedFields", "generation"] {
+                fresh["metadata"].as_object_mut().map(|m| m.remove(field));
+            }
+            let defaulted = api.dry_run(PLAIN, resource, &fresh);
+            assert!(defaulted.ok(), "{what}: {}", defaulted.message());
+            let hook = webhook_update(
+                &run.config,
+                &ns,
+                run.namespace_labels(&ns, Some(&run.policy(id))),
+                &defaulted.body,
+                Some(&created.body),
+                "deployments",
+            );
+            let (deny, warn) = hook.lines.get(id).cloned().unwrap_or_default();
+            let answer = api.dry_run_update(&ns, resource, &update);
+            let (denied, _) = answer.said_by(&run.policy(&format!("ha-guard-{id}")));
+            let (_, warned) = answer.said_by(&run.policy(&format!("ha-guard-{id}-warn")));
+            let want_deny = (!deny.is_empty()).then(|| policies::joined(id, &deny));
+            let want_warn = (!warn.is_empty()).then(|| policies::joined(id, &warn));
+            checked += usize::from(want_warn.as_deref().is_some_and(|w| w.contains("(pre-existing)")));
+            if denied != want_deny || warned != want_warn {
+                differences.push(format!(
+                    "UPDATE, {what} (run {:?}) [{id}]:\n  apiserver: deny {denied:?} warn {warned:?}\n  webhook:   deny \
+                     {want_deny:?} warn {want_warn:?}\n  the apiserver answered {} {} {:?}",
+                    run.prefix,
+                    answer.code,
+                    answer.message(),
+                    answer.warnings
+                ));
+            }
+        }
+    }
+    assert!(checked >= 2, "the ratchet was exercised: a pre-existing violation warned ({checked})");
+    differences
+}
+
 /// What the webhook says of `obj` (as the apiserver defaulted it) in namespace `ns`: the
 /// mutation patch, and per rule its deny and warn lines.
 struct Webhook {
@@ -254,6 +355,11 @@ struct Webhook {
 }
 
 fn webhook(config: &Config, ns: &str, labels: BTreeMap<String, String>, obj: &Value, resource: &str) -> Webhook {
+    webhook_update(config, ns, labels, obj, None, resource)
+}
+
+/// The subject of `obj` in namespace `ns`, decoded as the webhook decodes a request's object.
+fn subject_of(ns: &str, obj: &Value, resource: &str) -> ha_guard::core::model::Subject {
     let (group, version) = obj["apiVersion"].as_str().unwrap_or_default().split_once('/').unwrap_or(("", "v1"));
     let mut obj = obj.clone();
     obj["metadata"]["namespace"] = json!(ns);
@@ -272,13 +378,27 @@ fn webhook(config: &Config, ns: &str, labels: BTreeMap<String, String>, obj: &Va
         }
     });
     let request = review::parse(&serde_json::to_vec(&review).expect("JSON")).expect("an AdmissionReview");
-    let subject = review::subject(&request).expect("decodes").expect("a judged kind");
+    review::subject(&request).expect("decodes").expect("a judged kind")
+}
+
+/// [`webhook`] of an UPDATE from `old` (as stored) when given.
+fn webhook_update(
+    config: &Config,
+    ns: &str,
+    labels: BTreeMap<String, String>,
+    obj: &Value,
+    old: Option<&Value>,
+    resource: &str,
+) -> Webhook {
+    let subject = subject_of(ns, obj, resource);
+    let old_subject = old.map(|o| subject_of(ns, o, resource));
+    let old_fn = || old_subject.clone();
     let mut view = Index::new();
     view.upsert_namespace_labels(ns.to_string(), labels);
     let today = Some(k8s_openapi::jiff::Timestamp::now().to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).date());
     let verdict = judge(&Review {
         subject: &subject,
-        old: None,
+        old: Some(&old_fn),
         view: &view,
         config,
         asks: Asks::Both,
@@ -725,6 +845,7 @@ fn the_generated_policies_give_the_webhooks_verdicts() {
             }
         }
     }
+    differences.extend(ratchet_differences(&api, &runs));
     eprintln!(
         "{} objects ({corpus_count} of the corpus, {pages} of the pages, {variant_count} variants), {judged} valid \
          and judged in {} configurations, {} refused by the apiserver's own validation",

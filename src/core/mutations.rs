@@ -134,7 +134,10 @@ pub static INJECT_SPREAD_SELECTOR_CEL: CelMutation = CelMutation {
         cel_spread_selector_path!(),
         " + '/matchExpressions', value: ",
         cel_expressions_for!(),
-        "}] : [])).flatten()"
+        // Each requirement made anew: the apiserver cannot write the object's own typed
+        // requirements into a patch value (LabelSelectorRequirement to JSON).
+        ".map(e, Object.spec.template.spec.topologySpreadConstraints.labelSelector.matchExpressions{key: e.key, \
+         operator: e.operator, ?values: e.?values})}] : [])).flatten()"
     )),
 };
 
