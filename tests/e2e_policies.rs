@@ -651,6 +651,54 @@ fn variants() -> Vec<(String, Value)> {
     ] {
         add(&format!("PDB {what}"), pdb("b", spec));
     }
+    // csi-controller-recreate and recreate-multi-replica.
+    for replicas in [0, 1, 2, 3] {
+        for (what, containers) in [
+            ("plain", json!([c()])),
+            (
+                "CSI image",
+                json!([c(), {"name": "prov", "image": "registry.k8s.io/sig-storage/csi-provisioner:v5.0.1@sha256:abc"}]),
+            ),
+            ("CSI container name", json!([{"name": "csi-attacher", "image": "example.com/attacher"}])),
+            ("CSI-like image", json!([{"name": "x", "image": "example.com/csi-provisioner-extra:v1"}])),
+        ] {
+            let mut d = deployment("rc", json!({"containers": containers}));
+            d["spec"]["replicas"] = json!(replicas);
+            d["spec"]["strategy"] = json!({"type": "Recreate"});
+            add(&format!("Recreate, {replicas} replicas, {what}"), d);
+        }
+    }
+    let mut init = deployment(
+        "ri",
+        json!({"containers": [c()], "initContainers": [{"name": "init", "image": "localhost:5000/csi-resizer:v1"}]}),
+    );
+    init["spec"]["strategy"] = json!({"type": "Recreate"});
+    add("Recreate, CSI init container", init);
+    let mut rolling = deployment("rr", json!({"containers": [c()]}));
+    rolling["spec"]["strategy"] = json!({"type": "RollingUpdate"});
+    add("RollingUpdate", rolling);
+    // toleration-wildcard.
+    for (what, tolerations) in [
+        ("Exists, no key", json!([{"operator": "Exists"}])),
+        ("Exists, NoSchedule", json!([{"operator": "Exists", "effect": "NoSchedule"}])),
+        ("Exists, NoExecute", json!([{"operator": "Exists", "effect": "NoExecute"}])),
+        (
+            "the cordon taint",
+            json!([{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}]),
+        ),
+        ("the cordon taint, Equal", json!([{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}])),
+        ("the cordon taint, a value", json!([{"key": "node.kubernetes.io/unschedulable", "value": "x"}])),
+        (
+            "the cordon taint, NoExecute",
+            json!([{"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoExecute"}]),
+        ),
+        (
+            "specific",
+            json!([{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}, {"operator": "Exists"}]),
+        ),
+    ] {
+        add(&format!("tolerations {what}"), deployment("tw", json!({"containers": [c()], "tolerations": tolerations})));
+    }
     // Exempted by annotation (no finding), and an annotation without a reason (still judged).
     let mut exempt = deployment("ex", json!({"containers": [c()], "terminationGracePeriodSeconds": 0}));
     exempt["metadata"]["annotations"] = json!({"ha-guard.io/allow-termination-grace-zero": "a batch worker"});

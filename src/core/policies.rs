@@ -290,6 +290,7 @@ fn validating(config: &Config, today: Option<Date>, rule: &CelRule) -> Vec<Value
     let mut variables = vec![
         json!({"name": "id", "expression": "request.kind.kind + ' ' + request.namespace + '/' + object.metadata.?name.orValue('')"}),
         json!({"name": "namespaceLabels", "expression": "namespaceObject.metadata.?labels.orValue({})"}),
+        json!({"name": "csiImages", "expression": cel_list(&config.csi_controller_images)}),
         json!({"name": "findings", "expression": format!("[object].map(o, {})[0]", rule.findings)}),
     ];
     if ratchet {

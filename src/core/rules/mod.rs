@@ -52,11 +52,14 @@ pub static FAMILIES: &[&[&Rule]] = &[
 pub static CEL_RULES: &[&CelRule] = &[
     &spread::SPREAD_SELECTOR_MISSING_CEL,
     &spread::SPREAD_SELECTOR_MISMATCH_CEL,
+    &strategy::CSI_CONTROLLER_RECREATE_CEL,
+    &strategy::RECREATE_MULTI_REPLICA_CEL,
     &pdb::PDB_SELECTOR_EMPTY_CEL,
     &pdb::PDB_SELECTS_NOTHING_CEL,
     &pdb::PDB_UNHEALTHY_EVICTION_POLICY_CEL,
     &termination::TERMINATION_GRACE_ZERO_CEL,
     &termination::PRESTOP_EXCEEDS_GRACE_CEL,
+    &tolerations::TOLERATION_WILDCARD_CEL,
 ];
 
 /// The rules a review at `stage` is judging: a family's, or none.
