@@ -816,6 +816,8 @@ fn the_generated_policies_give_the_webhooks_verdicts() {
     let mut invalid = Vec::new();
     let mut verdicts: BTreeMap<(&str, &str, &str), usize> = BTreeMap::new();
     let mut judged = 0;
+    // The rules whose own page has an example the policy fires on, per run.
+    let mut page_fires: std::collections::BTreeSet<(&str, &str)> = std::collections::BTreeSet::new();
     for (what, obj) in &objects {
         let resource = resource_of(obj);
         let plain = api.dry_run(PLAIN, resource, obj);
@@ -873,6 +875,9 @@ fn the_generated_policies_give_the_webhooks_verdicts() {
                     "none"
                 };
                 *verdicts.entry((run.prefix, id, verdict)).or_default() += 1;
+                if verdict != "none" && what.starts_with(&format!("docs/rules/{id}.md ")) {
+                    page_fires.insert((run.prefix, *id));
+                }
                 if !answer.ok() && denied.is_none() {
                     differences.push(format!("{} [{id}]: refused, not by its policy: {}", at(""), answer.message()));
                 }
