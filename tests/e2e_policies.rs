@@ -677,6 +677,51 @@ fn variants() -> Vec<(String, Value)> {
     let mut rolling = deployment("rr", json!({"containers": [c()]}));
     rolling["spec"]["strategy"] = json!({"type": "RollingUpdate"});
     add("RollingUpdate", rolling);
+    // host-network-colocation.
+    let own = json!({"matchLabels": {"app": "hn"}});
+    let other = json!({"matchLabels": {"app": "x"}});
+    for replicas in [1, 2] {
+        for (what, extra) in [
+            ("nothing", json!({})),
+            ("a declared port", json!({"containers": [container(json!({"ports": [{"containerPort": 8080}]}))]})),
+            (
+                "a sidecar's port",
+                json!({"initContainers": [container(json!({"name": "side", "restartPolicy": "Always", "ports": [{"containerPort": 9090}]}))]}),
+            ),
+            (
+                "a plain init container's port",
+                json!({"initContainers": [container(json!({"name": "init", "ports": [{"containerPort": 9090}]}))]}),
+            ),
+            (
+                "required anti-affinity on the hostname",
+                json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": own}]}}}),
+            ),
+            (
+                "required anti-affinity on other pods",
+                json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname", "labelSelector": other}]}}}),
+            ),
+            (
+                "required anti-affinity on the zone",
+                json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "topology.kubernetes.io/zone", "labelSelector": own}]}}}),
+            ),
+            (
+                "a DoNotSchedule hostname spread",
+                json!({"topologySpreadConstraints": [spread("DoNotSchedule", Some(own.clone()), None)]}),
+            ),
+            (
+                "a ScheduleAnyway hostname spread",
+                json!({"topologySpreadConstraints": [spread("ScheduleAnyway", Some(own.clone()), None)]}),
+            ),
+        ] {
+            let mut pod = json!({"hostNetwork": true, "containers": [c()]});
+            for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+                pod[k] = v;
+            }
+            let mut d = deployment("hn", pod);
+            d["spec"]["replicas"] = json!(replicas);
+            add(&format!("hostNetwork, {replicas} replicas, {what}"), d);
+        }
+    }
     // toleration-wildcard.
     for (what, tolerations) in [
         ("Exists, no key", json!([{"operator": "Exists"}])),
