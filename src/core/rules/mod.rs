@@ -52,6 +52,7 @@ pub static FAMILIES: &[&[&Rule]] = &[
 pub static CEL_RULES: &[&CelRule] = &[
     &spread::SPREAD_SELECTOR_MISSING_CEL,
     &spread::SPREAD_SELECTOR_MISMATCH_CEL,
+    &spread::SPREAD_SELECTOR_OVERLAP_CEL,
     &colocation::HOST_NETWORK_COLOCATION_CEL,
     &strategy::CSI_CONTROLLER_RECREATE_CEL,
     &strategy::RECREATE_MULTI_REPLICA_CEL,

@@ -78,6 +78,27 @@ pub static SPREAD_SELECTOR_MISSING_CEL: CelRule = CelRule {
     partial: None,
 };
 
+/// `spread-selector-overlap` in CEL: the empty selector `{}` only (that a selector also matches
+/// another workload's pods is known from the view).
+pub static SPREAD_SELECTOR_OVERLAP_CEL: CelRule = CelRule {
+    rule: &SPREAD_SELECTOR_OVERLAP,
+    resources: WORKLOADS,
+    findings: concat!(
+        cel_spreads!(),
+        ".transformList(i, c, has(c.labelSelector) && ",
+        crate::cel_selector_empty!("c.labelSelector"),
+        ", {'path': 'spec.template.spec.topologySpreadConstraints[' + string(i) + '].labelSelector', 'action': 'warn', \
+         'what': ",
+        cel_describe!(),
+        " + ' has an empty labelSelector {}, which counts every pod in namespace ' + request.namespace + \
+         \": the skew is computed over other workloads' pods too, so this workload's replicas can still end up \
+         together.\", 'fix': 'set labelSelector to ' + ",
+        cel_suggestion!(),
+        " + '.'})"
+    ),
+    partial: Some("an empty selector {}; one that also matches another workload's pods is found in the view"),
+};
+
 /// `spread-selector-mismatch` in CEL: the whole rule.
 pub static SPREAD_SELECTOR_MISMATCH_CEL: CelRule = CelRule {
     rule: &SPREAD_SELECTOR_MISMATCH,
