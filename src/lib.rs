@@ -7,7 +7,7 @@
 //! 0. [`build_info`]: the version and commit the binary was built from.
 //! 1. [`core`]: the pure engine. Inside it, in order: `model` (objects, decoding, API defaults,
 //!    selectors, arithmetic) → `catalogue`, `config`, `finding` → `view` → `rules` → `mutations`
-//!    → `registry` → `decide` → `judge`, the one entry every shell calls.
+//!    → `registry` → `policies` → `decide` → `judge`, the one entry every shell calls.
 //! 2. [`manifest`]: reading YAML and JSON manifests with their source positions (`check`,
 //!    `serve --cluster FILE`).
 //! 3. [`config_file`]: reading the configuration file.

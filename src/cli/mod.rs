@@ -6,6 +6,7 @@ pub mod audit;
 pub mod certs;
 pub mod check;
 pub mod error;
+pub mod policies;
 pub mod probe;
 pub mod reports;
 pub mod rules;
@@ -56,6 +57,10 @@ pub enum Command {
     ProbeWebhook(probe::ProbeArgs),
     /// List the rules and mutations.
     Rules(rules::RulesArgs),
+    /// Print the ValidatingAdmissionPolicies, their bindings and the MutatingAdmissionPolicies
+    /// generated from the rules and mutations that need no other object (YAML, one document
+    /// each), for the configuration --config names (the defaults without it).
+    Policies(policies::PoliciesArgs),
     /// Print one rule's documentation.
     Explain(rules::ExplainArgs),
     /// Print the version, the commit, the target and how the binary was built (--json: as one
@@ -94,6 +99,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Reports(args) => reports::run(args),
         Command::ProbeWebhook(args) => probe::run(args),
         Command::Rules(args) => rules::list(args),
+        Command::Policies(args) => policies::run(args),
         Command::Explain(args) => rules::explain(args),
         Command::Version(args) => version::run(args),
     }

@@ -257,3 +257,54 @@ macro_rules! declare_mutation {
         };
     };
 }
+
+/// A kind the apiserver matches a policy on: API group, version, resource (plural).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CelResource {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub resource: &'static str,
+}
+
+/// Deployments and StatefulSets (the workloads), not their `scale` subresource: a scale write
+/// only warns in the webhook, so no policy matches it.
+pub const WORKLOADS: &[CelResource] = &[
+    CelResource { group: "apps", version: "v1", resource: "deployments" },
+    CelResource { group: "apps", version: "v1", resource: "statefulsets" },
+];
+/// PodDisruptionBudgets.
+pub const PDBS: &[CelResource] = &[CelResource { group: "policy", version: "v1", resource: "poddisruptionbudgets" }];
+
+/// The CEL form of a rule, declared beside it (DESIGN.md §4 "In the apiserver as well"): what the
+/// generated ValidatingAdmissionPolicies evaluate (src/core/policies.rs), the same findings with
+/// the same text as the Rust form, computed from the object written and nothing else.
+///
+/// `findings` is a CEL expression over `o` (the object: the generator binds it to `object`, and to
+/// `oldObject` for the ratchet) and `variables.id` (`Kind namespace/name`, as the Rust messages name
+/// the object) that yields a list of maps with string values: `path`, `what`, `fix` (a finding's
+/// parts as [`Finding`](crate::core::finding::Finding) has them) and `action` (`deny` or `warn`: the
+/// rule's own action for that finding, before the configuration).
+pub struct CelRule {
+    pub rule: &'static Rule,
+    pub resources: &'static [CelResource],
+    pub findings: &'static str,
+    /// `None`: the CEL form yields every finding the Rust form does with an empty view. `Some`: it
+    /// covers part of the rule only (which, said here), and the webhook alone judges the rest.
+    pub partial: Option<&'static str>,
+}
+
+/// How a mutation's CEL form patches: an RFC 6902 JSON Patch or an apply configuration (the
+/// MutatingAdmissionPolicy's `patchType`), each a CEL expression over `object`.
+pub enum CelPatch {
+    JsonPatch(&'static str),
+    ApplyConfiguration(&'static str),
+}
+
+/// The CEL form of a mutation, declared beside it: a MutatingAdmissionPolicy that makes the same
+/// change as the webhook's JSON Patch where `when` (a match condition over `object`) holds.
+pub struct CelMutation {
+    pub mutation: &'static Mutation,
+    pub resources: &'static [CelResource],
+    pub when: &'static str,
+    pub patch: CelPatch,
+}

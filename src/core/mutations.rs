@@ -6,7 +6,7 @@ use json_patch::{AddOperation, PatchOperation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 
-use crate::core::catalogue::{IgnoreDifference, Mutation};
+use crate::core::catalogue::{CelMutation, CelPatch, IgnoreDifference, Mutation, PDBS, WORKLOADS};
 use crate::core::config::Config;
 use crate::core::model::pod::{HOSTNAME, spread_constraints};
 use crate::core::model::{Kind, Subject, Workload, selector};
@@ -85,6 +85,72 @@ declare_mutation!(
 /// Every mutation, in catalogue order.
 pub static MUTATIONS: &[&Mutation] =
     &[&INJECT_SPREAD_SELECTOR, &INJECT_UNHEALTHY_POD_EVICTION_POLICY, &INJECT_DEFAULT_SPREAD, &INJECT_MATCH_LABEL_KEYS];
+
+/// The labels of the selector `inject-spread-selector` gives spread `c` ([`selector_for`]) in
+/// CEL: the workload's without the keys `c` lists in `matchLabelKeys`.
+macro_rules! cel_labels_for {
+    () => {
+        "object.spec.selector.?matchLabels.orValue({}).transformMap(k, v, !(k in c.?matchLabelKeys.orValue([])), v)"
+    };
+}
+/// Its expressions, likewise.
+macro_rules! cel_expressions_for {
+    () => {
+        "object.spec.selector.?matchExpressions.orValue([]).filter(e, !(e.key in c.?matchLabelKeys.orValue([])))"
+    };
+}
+/// The JSON Pointer of spread `i`'s labelSelector.
+macro_rules! cel_spread_selector_path {
+    () => {
+        "'/spec/template/spec/topologySpreadConstraints/' + string(i) + '/labelSelector'"
+    };
+}
+
+/// `inject-spread-selector` in CEL: a JSON Patch adding the selector to each spread without one
+/// (the selector, then its labels and its expressions, each left out when empty; nothing when
+/// both are).
+pub static INJECT_SPREAD_SELECTOR_CEL: CelMutation = CelMutation {
+    mutation: &INJECT_SPREAD_SELECTOR,
+    resources: WORKLOADS,
+    when: "has(object.spec.selector) && \
+           object.spec.template.spec.?topologySpreadConstraints.orValue([]).exists(c, !has(c.labelSelector))",
+    patch: CelPatch::JsonPatch(concat!(
+        "object.spec.template.spec.?topologySpreadConstraints.orValue([]).transformList(i, c, !has(c.labelSelector) \
+         && (size(",
+        cel_labels_for!(),
+        ") > 0 || size(",
+        cel_expressions_for!(),
+        ") > 0), [JSONPatch{op: 'add', path: ",
+        cel_spread_selector_path!(),
+        ", value: Object.spec.template.spec.topologySpreadConstraints.labelSelector{}}] + (size(",
+        cel_labels_for!(),
+        ") > 0 ? [JSONPatch{op: 'add', path: ",
+        cel_spread_selector_path!(),
+        " + '/matchLabels', value: ",
+        cel_labels_for!(),
+        "}] : []) + (size(",
+        cel_expressions_for!(),
+        ") > 0 ? [JSONPatch{op: 'add', path: ",
+        cel_spread_selector_path!(),
+        " + '/matchExpressions', value: ",
+        cel_expressions_for!(),
+        // Each requirement made anew: the apiserver cannot write the object's own typed
+        // requirements into a patch value (LabelSelectorRequirement to JSON).
+        ".map(e, Object.spec.template.spec.topologySpreadConstraints.labelSelector.matchExpressions{key: e.key, \
+         operator: e.operator, ?values: e.?values})}] : [])).flatten()"
+    )),
+};
+
+/// `inject-unhealthy-pod-eviction-policy` in CEL: an apply configuration setting the field.
+pub static INJECT_UNHEALTHY_POD_EVICTION_POLICY_CEL: CelMutation = CelMutation {
+    mutation: &INJECT_UNHEALTHY_POD_EVICTION_POLICY,
+    resources: PDBS,
+    when: "!has(object.spec.unhealthyPodEvictionPolicy)",
+    patch: CelPatch::ApplyConfiguration("Object{spec: Object.spec{unhealthyPodEvictionPolicy: 'AlwaysAllow'}}"),
+};
+
+/// The mutations with a CEL form, in catalogue order.
+pub static CEL_MUTATIONS: &[&CelMutation] = &[&INJECT_SPREAD_SELECTOR_CEL, &INJECT_UNHEALTHY_POD_EVICTION_POLICY_CEL];
 
 /// One planned change: which mutation, at which path, and the operation.
 #[derive(Clone, Debug, PartialEq)]

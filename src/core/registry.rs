@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::core::catalogue::{Catalogue, Mutation, Rule};
+use crate::core::catalogue::{Catalogue, CelMutation, CelRule, Mutation, Rule};
 use crate::core::config::{Config, ConfigError};
 use crate::core::{mutations, rules};
 
@@ -27,6 +27,27 @@ pub fn mutations() -> &'static [&'static Mutation] {
 
 pub fn mutation(id: &str) -> Option<&'static Mutation> {
     CATALOGUE.mutation(id)
+}
+
+/// The CEL form of a rule, if it has one (DESIGN.md §4 "In the apiserver as well").
+pub fn cel_rule(id: &str) -> Option<&'static CelRule> {
+    rules::CEL_RULES.iter().copied().find(|c| c.rule.id == id)
+}
+
+/// The CEL form of a mutation, if it has one.
+pub fn cel_mutation(id: &str) -> Option<&'static CelMutation> {
+    mutations::CEL_MUTATIONS.iter().copied().find(|c| c.mutation.id == id)
+}
+
+/// What the `POLICY` column of `ha-guard rules` says of a rule or mutation: `yes` (the apiserver
+/// enforces it too, from a generated admission policy), `part` (only part of the rule: see its
+/// page), `-` (the webhook alone).
+pub fn policy_column(id: &str) -> &'static str {
+    match (cel_rule(id), cel_mutation(id)) {
+        (Some(r), _) if r.partial.is_some() => "part",
+        (Some(_), _) | (_, Some(_)) => "yes",
+        _ => "-",
+    }
 }
 
 /// The documentation page of a rule or mutation.
@@ -54,16 +75,22 @@ pub fn parse_config(text: &str, file: &str) -> Result<Config, ConfigError> {
 
 /// What `ha-guard rules` prints.
 pub fn listing() -> String {
-    let mut out = format!("{:<31} {:<44} {}\n", "RULE", "DEFAULT", "WHAT");
+    let mut out = format!("{:<31} {:<44} {:<6} {}\n", "RULE", "DEFAULT", "POLICY", "WHAT");
     for r in rules() {
-        let _ = writeln!(out, "{:<31} {:<44} {}", r.id, r.default_text, r.summary);
+        let _ = writeln!(out, "{:<31} {:<44} {:<6} {}", r.id, r.default_text, policy_column(r.id), r.summary);
     }
-    out.push_str("\nMUTATION                              DEFAULT  WHAT\n");
+    out.push_str("\nMUTATION                              DEFAULT  POLICY WHAT\n");
     for m in mutations() {
-        let _ = writeln!(out, "{:<37} {:<8} {}", m.id, if m.default_on { "on" } else { "off" }, m.summary);
+        let on = if m.default_on { "on" } else { "off" };
+        let _ = writeln!(out, "{:<37} {:<8} {:<6} {}", m.id, on, policy_column(m.id), m.summary);
     }
+    out.push_str(POLICY_FOOTNOTE);
     out
 }
+
+/// What the listings say under the tables about the `POLICY` column.
+const POLICY_FOOTNOTE: &str = "\nPOLICY: yes = also enforced by the apiserver from a generated admission policy (ha-guard \
+                               policies), part = only part of the rule, - = the webhook alone.\n";
 
 /// The README's tables of rules and mutations (between its `<!-- rules -->` markers).
 pub fn readme_tables() -> String {
@@ -142,7 +169,7 @@ fn ignore_differences_block<'a>(header: &str, entries: impl Iterator<Item = (&'a
 /// configuration (`deny`, `warn`, `off`, or `default`; `+overrides` when a namespace override
 /// names it) and each mutation on or off there.
 pub fn listing_for(config: &Config) -> String {
-    let mut out = format!("{:<31} {:<44} {:<20} {}\n", "RULE", "DEFAULT", "CONFIGURED", "WHAT");
+    let mut out = format!("{:<31} {:<44} {:<20} {:<6} {}\n", "RULE", "DEFAULT", "CONFIGURED", "POLICY", "WHAT");
     for r in rules() {
         let mut configured = config.rules.get(r.id).map_or("default", |a| a.as_str()).to_string();
         if config.overrides.iter().any(|o| o.rules.contains_key(r.id)) {
@@ -151,24 +178,28 @@ pub fn listing_for(config: &Config) -> String {
         if config.observes() && configured != "off" {
             configured.push_str(" (observe)");
         }
-        let _ = writeln!(out, "{:<31} {:<44} {:<20} {}", r.id, r.default_text, configured, r.summary);
+        let policy = if configured == "off" { "-" } else { policy_column(r.id) };
+        let _ = writeln!(out, "{:<31} {:<44} {:<20} {:<6} {}", r.id, r.default_text, configured, policy, r.summary);
     }
-    out.push_str("\nMUTATION                              DEFAULT  CONFIGURED     WHAT\n");
+    out.push_str("\nMUTATION                              DEFAULT  CONFIGURED     POLICY WHAT\n");
     for m in mutations() {
         let configured = match (config.mutation_on(m), config.observes()) {
             (true, false) => "on",
             (true, true) => "off (observe)",
             (false, _) => "off",
         };
+        let policy = if configured == "on" { policy_column(m.id) } else { "-" };
         let _ = writeln!(
             out,
-            "{:<37} {:<8} {:<14} {}",
+            "{:<37} {:<8} {:<14} {:<6} {}",
             m.id,
             if m.default_on { "on" } else { "off" },
             configured,
+            policy,
             m.summary
         );
     }
+    out.push_str(POLICY_FOOTNOTE);
     out
 }
 

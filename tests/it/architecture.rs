@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[(&str, u32)] = &[
     ("build_info", 1),
     ("core::model", 10),
+    ("core::cel", 15),
     ("core::catalogue", 20),
     ("core::config", 21),
     ("core::finding", 21),
@@ -21,6 +22,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("core::rules", 40),
     ("core::mutations", 50),
     ("core::registry", 60),
+    ("core::policies", 65),
     ("core::decide", 70),
     ("core::judge", 80),
     ("manifest", 100),

@@ -16,6 +16,7 @@ mod cli_version;
 mod corpus;
 mod fuzz_regressions;
 mod manifests;
+mod policies;
 mod policy;
 mod precommit;
 mod read_fields;

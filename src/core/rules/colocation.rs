@@ -2,7 +2,7 @@
 //! `host-network-colocation`.
 
 use super::context::{Ctx, Emitter, pod_path, scaled_workload};
-use crate::core::catalogue::Rule;
+use crate::core::catalogue::{CelRule, Rule, WORKLOADS};
 use crate::core::model::Subject;
 use crate::core::model::limits;
 use crate::core::model::object::Workload;
@@ -23,6 +23,38 @@ declare_rule!(pub REPLICAS_COLOCATED, "replicas-colocated", Warn, "several repli
 declare_rule!(pub HOST_NETWORK_COLOCATION, "host-network-colocation", Deny, "hostNetwork with several replicas and no hard one-per-node rule");
 
 pub static RULES: &[&Rule] = &[&SPREAD_UNSATISFIABLE, &REPLICAS_COLOCATED, &HOST_NETWORK_COLOCATION];
+
+/// `host-network-colocation` in CEL: [`host_network_unprotected`](crate::core::model::pod::host_network_unprotected)
+/// with the ceiling from `spec.replicas` only.
+pub static HOST_NETWORK_COLOCATION_CEL: CelRule = CelRule {
+    rule: &HOST_NETWORK_COLOCATION,
+    resources: WORKLOADS,
+    findings: concat!(
+        "o.spec.?replicas.orValue(1) > 1 && o.spec.template.spec.?hostNetwork.orValue(false) && \
+         !o.spec.template.spec.?affinity.?podAntiAffinity.?requiredDuringSchedulingIgnoredDuringExecution.orValue([])\
+         .exists(t, t.topologyKey == 'kubernetes.io/hostname' && has(t.labelSelector) && ",
+        crate::cel_selector_matches!("t.labelSelector", "o.spec.template.?metadata.?labels.orValue({})"),
+        ") && !o.spec.template.spec.?topologySpreadConstraints.orValue([]).exists(t, t.topologyKey == \
+         'kubernetes.io/hostname' && t.whenUnsatisfiable == 'DoNotSchedule' && has(t.labelSelector) && ",
+        crate::cel_selector_matches!("t.labelSelector", "o.spec.template.?metadata.?labels.orValue({})"),
+        ") && !(o.spec.template.spec.containers + o.spec.template.spec.?initContainers.orValue([]).filter(c, \
+         c.?restartPolicy.orValue('') == 'Always')).exists(c, size(c.?ports.orValue([])) > 0) ? [{'path': \
+         'spec.template.spec.hostNetwork', 'action': 'deny', 'what': request.kind.kind + ' ' + \
+         o.metadata.?name.orValue('') + ' (replicas ' + string(o.spec.?replicas.orValue(1)) + ') uses hostNetwork: \
+         true and can run ' + string(o.spec.?replicas.orValue(1)) + ' replicas, but nothing keeps two of them off one \
+         node: no container declares a port (containerPort), and there is no required pod anti-affinity or \
+         DoNotSchedule spread on kubernetes.io/hostname, so the scheduler may place two on one node, where the second \
+         fails to bind the host ports its process opens and crash-loops.', 'fix': \"declare the ports the containers \
+         listen on (ports[].containerPort: under hostNetwork each is a host port, and the scheduler places at most one \
+         replica per node), or add a required pod anti-affinity on kubernetes.io/hostname against the workload's own \
+         pods, or a topologySpreadConstraint on kubernetes.io/hostname with whenUnsatisfiable: DoNotSchedule; or run \
+         one replica.\"}] : []"
+    ),
+    partial: Some(
+        "the workload's own spec.replicas; where an HPA or ScaledObject raises the ceiling, and on the autoscaler's \
+         and scale writes, the webhook's",
+    ),
+};
 
 pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     let Some(scaled) = scaled_workload(ctx) else { return };

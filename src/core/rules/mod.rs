@@ -22,7 +22,7 @@ pub mod volumes;
 pub mod webhooks;
 pub mod zones;
 
-use crate::core::catalogue::Rule;
+use crate::core::catalogue::{CelRule, Rule};
 use crate::core::config::Config;
 use crate::core::finding::{Finding, NotJudged};
 use crate::core::model::Subject;
@@ -45,6 +45,23 @@ pub static FAMILIES: &[&[&Rule]] = &[
     exemptions::RULES,
     posture::RULES,
     drain::RULES,
+];
+
+/// The rules with a CEL form ([`CelRule`]: they read nothing but the object written), in
+/// catalogue order: what `ha-guard policies` generates ValidatingAdmissionPolicies from.
+pub static CEL_RULES: &[&CelRule] = &[
+    &spread::SPREAD_SELECTOR_MISSING_CEL,
+    &spread::SPREAD_SELECTOR_MISMATCH_CEL,
+    &spread::SPREAD_SELECTOR_OVERLAP_CEL,
+    &colocation::HOST_NETWORK_COLOCATION_CEL,
+    &strategy::CSI_CONTROLLER_RECREATE_CEL,
+    &strategy::RECREATE_MULTI_REPLICA_CEL,
+    &pdb::PDB_SELECTOR_EMPTY_CEL,
+    &pdb::PDB_SELECTS_NOTHING_CEL,
+    &pdb::PDB_UNHEALTHY_EVICTION_POLICY_CEL,
+    &termination::TERMINATION_GRACE_ZERO_CEL,
+    &termination::PRESTOP_EXCEEDS_GRACE_CEL,
+    &tolerations::TOLERATION_WILDCARD_CEL,
 ];
 
 /// The rules a review at `stage` is judging: a family's, or none.

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::context::{Ctx, Emitter, scaled_workload};
-use crate::core::catalogue::Rule;
+use crate::core::catalogue::{CelRule, PDBS, Rule};
 use crate::core::model::arith::{self, Budget, Disruption};
 use crate::core::model::selector::{self, render};
 use crate::core::model::words::names;
@@ -30,6 +30,46 @@ pub static RULES: &[&Rule] = &[
     &PDB_MISSING,
     &PDB_UNHEALTHY_EVICTION_POLICY,
 ];
+
+/// `pdb-selector-empty` in CEL: the whole rule.
+pub static PDB_SELECTOR_EMPTY_CEL: CelRule = CelRule {
+    rule: &PDB_SELECTOR_EMPTY,
+    resources: PDBS,
+    findings: concat!(
+        "has(o.spec.selector) && ",
+        crate::cel_selector_empty!("o.spec.selector"),
+        " ? [{'path': 'spec.selector', 'action': 'warn', 'what': variables.id + ' has an empty selector {}: in \
+         policy/v1 it covers every pod in namespace ' + request.namespace + ', so one budget is shared by unrelated \
+         workloads and overlaps any other PDB there.', 'fix': 'set spec.selector to the selector of the one workload \
+         it should protect.'}] : []"
+    ),
+    partial: None,
+};
+
+/// `pdb-selects-nothing` in CEL: the null selector only (that it covers no workload is an
+/// absence, judged by the webhook and the audit).
+pub static PDB_SELECTS_NOTHING_CEL: CelRule = CelRule {
+    rule: &PDB_SELECTS_NOTHING,
+    resources: PDBS,
+    findings: "!has(o.spec.selector) ? [{'path': 'spec.selector', 'action': 'warn', 'what': variables.id + ' has no \
+               selector: in policy/v1 a null selector matches no pod, so the budget protects nothing.', 'fix': 'set \
+               spec.selector to the selector of the workload it should protect.'}] : []",
+    partial: Some(
+        "a null selector; that the selector covers no workload (an absence) is the webhook's and the audit's",
+    ),
+};
+
+/// `pdb-unhealthy-eviction-policy` in CEL: the whole rule.
+pub static PDB_UNHEALTHY_EVICTION_POLICY_CEL: CelRule = CelRule {
+    rule: &PDB_UNHEALTHY_EVICTION_POLICY,
+    resources: PDBS,
+    findings: "o.spec.?unhealthyPodEvictionPolicy.orValue('') == 'IfHealthyBudget' ? [{'path': \
+               'spec.unhealthyPodEvictionPolicy', 'action': 'warn', 'what': variables.id + ' sets \
+               unhealthyPodEvictionPolicy: IfHealthyBudget: once the budget is unmet it refuses to evict running pods \
+               that are not ready (crash-looping, failing readiness), so a drain hangs on a workload that is already \
+               down.', 'fix': 'set unhealthyPodEvictionPolicy: AlwaysAllow (broken pods may always be evicted).'}] : []",
+    partial: None,
+};
 
 pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     match ctx.subject {

@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 
 use super::context::{Ctx, Emitter, pod_path};
-use crate::core::catalogue::{Action, Rule};
+use crate::core::catalogue::{Action, CelRule, Rule, WORKLOADS};
 use crate::core::model::Subject;
 use crate::core::model::pod::{counting_selector, spread_constraints};
 use crate::core::model::selector::{self, render, render_labels};
@@ -27,6 +27,101 @@ declare_rule!(
 declare_rule!(pub SPREAD_SELECTOR_OVERLAP, "spread-selector-overlap", Warn, "a spread's labelSelector is {} or also matches another workload's pods");
 
 pub static RULES: &[&Rule] = &[&SPREAD_SELECTOR_MISSING, &SPREAD_SELECTOR_MISMATCH, &SPREAD_SELECTOR_OVERLAP];
+
+/// The pod template's spreads, in CEL.
+macro_rules! cel_spreads {
+    () => {
+        "o.spec.template.spec.?topologySpreadConstraints.orValue([])"
+    };
+}
+/// [`describe`] in CEL, of spread `c` at index `i`.
+macro_rules! cel_describe {
+    () => {
+        "'topologySpreadConstraints[' + string(i) + '] (topologyKey ' + c.topologyKey + ', ' + c.whenUnsatisfiable + ')'"
+    };
+}
+/// [`hard_or_soft`] in CEL.
+macro_rules! cel_hard_or_soft {
+    () => {
+        "(c.whenUnsatisfiable == 'DoNotSchedule' ? 'deny' : 'warn')"
+    };
+}
+/// The fix's suggestion (`evaluate`'s `suggestion`) in CEL.
+macro_rules! cel_suggestion {
+    () => {
+        concat!(
+            "(has(o.spec.selector) ? \"the workload's own selector (\" + ",
+            crate::cel_render_selector!("o.spec.selector"),
+            " + ')' : 'a selector matching the pod template labels (' + ",
+            crate::cel_render_labels!("o.spec.template.?metadata.?labels.orValue({})"),
+            " + ')')"
+        )
+    };
+}
+
+/// `spread-selector-missing` in CEL: the whole rule.
+pub static SPREAD_SELECTOR_MISSING_CEL: CelRule = CelRule {
+    rule: &SPREAD_SELECTOR_MISSING,
+    resources: WORKLOADS,
+    findings: concat!(
+        cel_spreads!(),
+        ".transformList(i, c, !has(c.labelSelector), {'path': 'spec.template.spec.topologySpreadConstraints[' + \
+         string(i) + '].labelSelector', 'action': ",
+        cel_hard_or_soft!(),
+        ", 'what': ",
+        cel_describe!(),
+        " + ' has no labelSelector: it selects no pods, so the spread counts nothing and keeps no replicas apart.', \
+         'fix': 'set labelSelector to ' + ",
+        cel_suggestion!(),
+        " + \", or let ha-guard's mutating webhook inject it.\"})"
+    ),
+    partial: None,
+};
+
+/// `spread-selector-overlap` in CEL: the empty selector `{}` only (that a selector also matches
+/// another workload's pods is known from the view).
+pub static SPREAD_SELECTOR_OVERLAP_CEL: CelRule = CelRule {
+    rule: &SPREAD_SELECTOR_OVERLAP,
+    resources: WORKLOADS,
+    findings: concat!(
+        cel_spreads!(),
+        ".transformList(i, c, has(c.labelSelector) && ",
+        crate::cel_selector_empty!("c.labelSelector"),
+        ", {'path': 'spec.template.spec.topologySpreadConstraints[' + string(i) + '].labelSelector', 'action': 'warn', \
+         'what': ",
+        cel_describe!(),
+        " + ' has an empty labelSelector {}, which counts every pod in namespace ' + request.namespace + \
+         \": the skew is computed over other workloads' pods too, so this workload's replicas can still end up \
+         together.\", 'fix': 'set labelSelector to ' + ",
+        cel_suggestion!(),
+        " + '.'})"
+    ),
+    partial: Some("an empty selector {}; one that also matches another workload's pods is found in the view"),
+};
+
+/// `spread-selector-mismatch` in CEL: the whole rule.
+pub static SPREAD_SELECTOR_MISMATCH_CEL: CelRule = CelRule {
+    rule: &SPREAD_SELECTOR_MISMATCH,
+    resources: WORKLOADS,
+    findings: concat!(
+        cel_spreads!(),
+        ".transformList(i, c, has(c.labelSelector) && !",
+        crate::cel_selector_matches!("c.labelSelector", "o.spec.template.?metadata.?labels.orValue({})"),
+        ", {'path': 'spec.template.spec.topologySpreadConstraints[' + string(i) + '].labelSelector', 'action': ",
+        cel_hard_or_soft!(),
+        ", 'what': ",
+        cel_describe!(),
+        " + ' has labelSelector ' + ",
+        crate::cel_render_selector!("c.labelSelector"),
+        " + ' which does not match this ' + request.kind.kind + \"'s pod template labels (\" + ",
+        crate::cel_render_labels!("o.spec.template.?metadata.?labels.orValue({})"),
+        " + '): the spread counts other pods, not its own, and does not keep its replicas apart.', \
+         'fix': 'set labelSelector to ' + ",
+        cel_suggestion!(),
+        " + '.'})"
+    ),
+    partial: None,
+};
 
 /// DoNotSchedule spreads are hard: a broken one denies; ScheduleAnyway only warns.
 fn hard_or_soft(c: &TopologySpreadConstraint) -> Action {

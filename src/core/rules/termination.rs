@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler};
 
 use super::context::{Ctx, Emitter, pod_path};
-use crate::core::catalogue::Rule;
+use crate::core::catalogue::{CelRule, Rule, WORKLOADS};
 use crate::core::model::defaults::TERMINATION_GRACE_SECONDS;
 use crate::core::model::{ObjectRef, Subject};
 use crate::declare_rule;
@@ -12,6 +12,90 @@ declare_rule!(pub TERMINATION_GRACE_ZERO, "termination-grace-zero", Warn, "termi
 declare_rule!(pub PRESTOP_EXCEEDS_GRACE, "prestop-exceeds-grace", Deny, "a preStop sleep lasts at least the pod's termination grace period");
 
 pub static RULES: &[&Rule] = &[&TERMINATION_GRACE_ZERO, &PRESTOP_EXCEEDS_GRACE];
+
+/// `termination-grace-zero` in CEL: the whole rule.
+pub static TERMINATION_GRACE_ZERO_CEL: CelRule = CelRule {
+    rule: &TERMINATION_GRACE_ZERO,
+    resources: WORKLOADS,
+    findings: "o.spec.template.spec.?terminationGracePeriodSeconds.orValue(-1) == 0 ? [{'path': \
+               'spec.template.spec.terminationGracePeriodSeconds', 'action': 'warn', 'what': variables.id + ' sets \
+               terminationGracePeriodSeconds: 0: its pods are deleted at once on every eviction, rollout and drain, \
+               preStop hooks are skipped and the process gets 2 s after SIGTERM, so in-flight requests are cut and \
+               nothing is drained.', 'fix': 'remove the field (30 s by default) or set the time the process needs to \
+               shut down cleanly.'}] : []",
+    partial: None,
+};
+
+/// The pod's termination grace in CEL (unset = [`TERMINATION_GRACE_SECONDS`]).
+macro_rules! cel_grace {
+    () => {
+        "o.spec.template.spec.?terminationGracePeriodSeconds.orValue(30)"
+    };
+}
+/// [`prestop_sleep_seconds`] of container `c` in CEL, -1 for `None`: the `sleep` action, or the
+/// largest `sleep N` among the words of its exec command (split at whitespace, `;` and `&`), each
+/// duration as [`parse_duration`] reads it.
+macro_rules! cel_sleep {
+    () => {
+        concat!(
+            "(!has(c.lifecycle) || !has(c.lifecycle.preStop) ? -1 : has(c.lifecycle.preStop.sleep) ? \
+             c.lifecycle.preStop.sleep.seconds : !has(c.lifecycle.preStop.exec) ? -1 : \
+             [c.lifecycle.preStop.exec.?command.orValue([]).join(' ').replace('\\t', ' ').replace('\\n', ' ')\
+             .replace('\\r', ' ').replace('\\v', ' ').replace('\\f', ' ').replace(';', ' ').replace('&', ' ')\
+             .split(' ').filter(w, w != '')].map(ws, ws.transformList(j, w, j + 1 < size(ws) && (w == 'sleep' || \
+             w.endsWith('/sleep')) && ",
+            cel_duration_ok!(),
+            ", ",
+            cel_duration!(),
+            ")).map(ns, size(ns) == 0 ? -1 : ns.max())[0])"
+        )
+    };
+}
+/// Whether the word after a `sleep` (`ws[j + 1]`) is a duration [`parse_duration`] reads.
+macro_rules! cel_duration_ok {
+    () => {
+        "ws[j + 1].matches('^[\"\\']*([0-9]+[.]?[0-9]*|[.][0-9]+)[smh]?[\"\\']*$')"
+    };
+}
+/// That duration in whole seconds, rounded down.
+macro_rules! cel_duration {
+    () => {
+        "int(double(ws[j + 1].find('[0-9.]+')) * (ws[j + 1].find('[smh]') == 'm' ? 60.0 : ws[j + 1].find('[smh]') == \
+         'h' ? 3600.0 : 1.0))"
+    };
+}
+/// The findings of the containers of list `$list` (`containers` or `initContainers`), in CEL.
+macro_rules! cel_prestop_findings {
+    ($list:literal) => {
+        concat!(
+            "o.spec.template.spec.?",
+            $list,
+            ".orValue([]).transformList(i, c, [",
+            cel_sleep!(),
+            "].map(s, s > 0 && s >= ",
+            cel_grace!(),
+            " ? [{'path': 'spec.template.spec.",
+            $list,
+            "[' + string(i) + '].lifecycle.preStop', 'action': 'deny', 'what': 'container ' + c.name + ' of ' + \
+             variables.id + ' sleeps ' + string(s) + \" s in its preStop hook, at least the pod's termination grace \
+             period of \" + string(",
+            cel_grace!(),
+            ") + ' s: the kubelet sends SIGTERM only once the grace period has run out and kills the container 2 s \
+             later, so the process never gets the time to shut down cleanly.', 'fix': 'set \
+             terminationGracePeriodSeconds above ' + string(s) + ' plus the time the process needs after SIGTERM \
+             (for example ' + string(s + 30) + '), or shorten the sleep.'}] : [])[0]).flatten()"
+        )
+    };
+}
+
+/// `prestop-exceeds-grace` in CEL: the whole rule (the `sleep` action and `sleep N` in an exec
+/// command; a word split at a whitespace other than ASCII's is the webhook's alone).
+pub static PRESTOP_EXCEEDS_GRACE_CEL: CelRule = CelRule {
+    rule: &PRESTOP_EXCEEDS_GRACE,
+    resources: WORKLOADS,
+    findings: concat!(cel_prestop_findings!("containers"), " + ", cel_prestop_findings!("initContainers")),
+    partial: None,
+};
 
 /// Seconds a preStop hook sleeps: the `sleep` action, or an exec of `sleep N` (also inside
 /// `sh -c "...; sleep N"`). `None` when the hook does not plainly sleep.

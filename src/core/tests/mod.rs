@@ -5,6 +5,7 @@ mod absences;
 mod decisions;
 mod keda;
 mod mutations;
+mod policies;
 mod policy;
 mod properties;
 mod registry;
