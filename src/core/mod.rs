@@ -8,9 +8,11 @@
 //! 4. [`rules`]: one file per family, each rule a static declared once;
 //! 5. [`mutations`];
 //! 6. [`registry`]: every rule and mutation, and what derives from the list;
-//! 7. [`decide`], then [`judge`]: the one entry every shell calls.
+//! 7. [`decide`], then [`judge`]: the one entry every shell calls;
+//! 8. [`causes`]: which findings of a run are the consequences of another (presentation).
 
 pub mod catalogue;
+pub mod causes;
 pub mod config;
 pub mod decide;
 pub mod finding;

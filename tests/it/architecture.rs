@@ -23,6 +23,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("core::registry", 60),
     ("core::decide", 70),
     ("core::judge", 80),
+    ("core::causes", 85),
     ("manifest", 100),
     ("config_file", 110),
     ("live", 120),
