@@ -709,6 +709,7 @@ fn rules_lists_every_rule_and_mutation_with_its_default() {
         ("termination-grace-zero", "warn"),
         ("prestop-exceeds-grace", "deny"),
         ("webhook-fail-closed-unavailable", "warn"),
+        ("apiservice-unavailable", "warn"),
         ("toleration-wildcard", "warn"),
         ("spread-zone-missing", "warn"),
         ("exemption-unknown-rule", "warn"),

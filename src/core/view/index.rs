@@ -288,7 +288,8 @@ impl Projection {
             Object::Subject(Subject::Workload(w)) => Projection::Workload(WorkloadInfo::of(w).into()),
             Object::Subject(Subject::Pdb(p)) => Projection::Pdb(PdbInfo::of(p).into()),
             Object::Subject(Subject::Hpa(h)) => Projection::Hpa(HpaInfo::of(h).into()),
-            Object::Subject(Subject::Scale { .. }) => Projection::Nothing,
+            // A scale write; an APIService, judged on its own and kept by no view.
+            Object::Subject(Subject::Scale { .. } | Subject::ApiService(_)) => Projection::Nothing,
             Object::Subject(Subject::ScaledObject(so)) => Projection::Hpa(HpaInfo::of_scaled_object(so).into()),
             Object::Subject(Subject::Service(svc)) => Projection::Service(ServiceInfo::of(svc).into()),
             Object::Subject(Subject::Webhooks(c)) => Projection::Webhooks(WebhookConfigInfo::of(c).into()),
@@ -609,7 +610,7 @@ impl Index {
             }
             Kind::Namespace => self.namespace_labels = Arc::default(),
             // Pods are relisted through their own table (retain_listed_pods), never as a kind.
-            Kind::Pod => {}
+            Kind::Pod | Kind::ApiService => {}
         }
     }
 

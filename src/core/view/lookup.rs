@@ -96,7 +96,7 @@ pub trait View: Send + Sync {
                 self.webhook_config(r.kind, &r.name).map(|c| c.exemptions.clone())
             }
             Kind::PersistentVolumeClaim => self.pvc(&r.namespace, &r.name).map(|p| p.exemptions.clone()),
-            Kind::Node | Kind::Namespace | Kind::Pod => None,
+            Kind::Node | Kind::Namespace | Kind::Pod | Kind::ApiService => None,
         }
         .unwrap_or_default()
     }
