@@ -811,6 +811,15 @@ impl View for Index {
         self.namespace_labels.get(namespace).cloned()
     }
 
+    /// Known where the view follows a cluster (the live view, the audit's): it holds every
+    /// namespace there; stops at the first that matches.
+    fn any_namespace_matching(&self, selector: &LabelSelector) -> Option<bool> {
+        if !self.knows_nodes || self.namespace_labels.is_empty() {
+            return None;
+        }
+        Some(self.namespace_labels.values().any(|labels| crate::core::model::selector::matches(selector, labels)))
+    }
+
     fn namespace_label(&self, namespace: &str, key: &str) -> Option<String> {
         self.namespace_labels.get(namespace)?.get(key).cloned()
     }

@@ -235,6 +235,10 @@ impl View for Overlay<'_> {
         self.base.namespace_labels(namespace)
     }
 
+    fn any_namespace_matching(&self, selector: &LabelSelector) -> Option<bool> {
+        self.base.any_namespace_matching(selector)
+    }
+
     fn namespace_label(&self, namespace: &str, key: &str) -> Option<String> {
         self.base.namespace_label(namespace, key)
     }
