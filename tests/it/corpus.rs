@@ -746,6 +746,10 @@ static GROUPS: &[Group] = &[
             ("cert-manager/cert-manager-v0.8.0-alpha.0.yaml#22", "apps/v1beta1 is no longer served"),
             ("cert-manager/cert-manager-v0.8.0-alpha.0.yaml#23", "apps/v1beta1 is no longer served"),
             (
+                "cert-manager/cert-manager-v0.8.0-alpha.0.yaml#24",
+                "APIService v1beta1.admission.certmanager.k8s.io: apiregistration.k8s.io/v1beta1 is no longer served",
+            ),
+            (
                 "cert-manager/cert-manager-v0.8.0-alpha.0.yaml#30",
                 "ValidatingWebhookConfiguration cert-manager-webhook: admissionregistration.k8s.io/v1beta1 is no \
                  longer served",

@@ -63,7 +63,7 @@ fn judge(ctx: &Ctx, a: &ApiService, out: &mut Emitter) {
     }
     match ctx.view.service(&svc.namespace, &svc.name) {
         None if ctx.absence_is_fact() => {
-            reasons.push(format!("Service {}/{} does not exist", svc.namespace, svc.name));
+            reasons.push("the Service does not exist".to_string());
             fixes.push(format!("create Service {}/{} selecting the API server's pods", svc.namespace, svc.name));
         }
         None => {}
@@ -84,12 +84,7 @@ fn judge(ctx: &Ctx, a: &ApiService, out: &mut Emitter) {
                             .any(|p| !p.phase.terminal() && selector::matches(sel, &p.labels))
                     };
                     if pods_known && !any_pod() {
-                        reasons.push(format!(
-                            "Service {}/{} (selector {}) selects no pod at all",
-                            svc.namespace,
-                            svc.name,
-                            render(sel)
-                        ));
+                        reasons.push(format!("the Service (selector {}) selects no pod at all", render(sel)));
                         fixes.push(format!(
                             "deploy the API server the Service {}/{} selects (at least 2 replicas on different \
                              nodes), or delete the APIService (kubectl delete apiservice {}) if nothing uses the API",
@@ -99,10 +94,8 @@ fn judge(ctx: &Ctx, a: &ApiService, out: &mut Emitter) {
                 } else if floor <= 1 {
                     let described = list(judged.iter().map(|(w, b)| b.describe(w)), NAMED, "; ");
                     reasons.push(format!(
-                        "Service {}/{} (selector {}) selects only {described}: {} at its floor, so the node it runs \
-                         on takes the API with it (a failure, a drain, an upgrade)",
-                        svc.namespace,
-                        svc.name,
+                        "the Service (selector {}) selects only {described}: {} at its floor, so the node it runs on \
+                         takes the API with it (a failure, a drain, an upgrade)",
                         render(sel),
                         if floor <= 0 { "no replica" } else { "1 replica" },
                     ));

@@ -49,8 +49,8 @@ fn one_replica_behind_an_aggregated_api_warns_with_the_service_the_workload_and_
     );
     for part in [
         "APIService/v1beta1.visibility.kueue.x-k8s.io serves visibility.kueue.x-k8s.io/v1beta1 through Service \
-         default/visibility, and Service default/visibility (selector app=kueue) selects only Deployment kueue \
-         (replicas 1): 1 replica at its floor",
+         default/visibility, and the Service (selector app=kueue) selects only Deployment kueue (replicas 1): 1 \
+         replica at its floor",
         "discovery reports its group as failed",
         "every namespace being deleted stays Terminating",
     ] {
@@ -107,7 +107,7 @@ fn an_unavailable_condition_is_said_with_the_aggregators_reason_even_with_enough
     // Down now and one replica: both said, in one finding.
     let f = findings(&apiservice(UNAVAILABLE), &docs(&[&service(), &kueue(1)]), false);
     let a = of_rule(&f, RULE);
-    assert!(a.len() == 1 && a[0].what.contains("; and Service default/visibility"), "{f:#?}");
+    assert!(a.len() == 1 && a[0].what.contains("; and the Service (selector app=kueue) selects only"), "{f:#?}");
 }
 
 #[test]
@@ -115,7 +115,7 @@ fn a_missing_service_or_no_pod_is_an_absence_said_only_where_the_view_is_whole()
     // Not in the files given to check: maybe elsewhere.
     assert!(of_rule(&findings(&apiservice(""), "", false), RULE).is_empty());
     let f = findings(&apiservice(""), "", true);
-    assert!(of_rule(&f, RULE)[0].what.contains("Service default/visibility does not exist"), "{f:#?}");
+    assert!(of_rule(&f, RULE)[0].what.contains("visibility, and the Service does not exist."), "{f:#?}");
     // A Service whose pods are no workload's: only the live view, which knows the pods, can tell.
     assert!(of_rule(&findings(&apiservice(""), &service(), true), RULE).is_empty());
     let live = view_with_pods(&service(), Vec::new());
