@@ -187,8 +187,12 @@ fn stored(cp: &ControlPlane) {
     assert!(text.stdout.contains("apis/apps/v1/namespaces/shop/deployments/hostnet"), "{}", text.show());
     eprintln!("[e2e] ha-guard audit --namespace shop:\n{}", text.stdout);
     assert!(text.stdout.contains("[host-network-colocation]") || text.stdout.contains("host-network-colocation"));
-    let summary =
-        format!("{} deny, {} warn, {} allowed", a["summary"]["deny"], a["summary"]["warn"], a["summary"]["allowed"]);
+    // The summary line: JSON's counts, each with its rules (the most frequent first).
+    let summary = format!(
+        "{} deny (host-network-colocation 1, pdb-blocks-eviction 1), {} warn (hpa-target-missing 1, pdb-missing 1, \
+         replicas-colocated 1), {} allowed (pdb-blocks-eviction 1) in ",
+        a["summary"]["deny"], a["summary"]["warn"], a["summary"]["allowed"]
+    );
     assert!(text.stdout.contains(&summary), "{summary:?} in {}", text.show());
     assert!(
         !text.stderr.contains("reading the cluster"),
