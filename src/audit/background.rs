@@ -1272,6 +1272,44 @@ spec: {selector: {app: none}}
 ";
 
     #[test]
+    fn a_finding_caused_by_another_names_it_in_its_results_properties() {
+        use crate::core::model::Kind;
+        use crate::core::rules::pdb::PDB_BLOCKS_EVICTION;
+        use crate::core::rules::posture::PDB_DISRUPTIONS_BLOCKED;
+        let pdb = ObjectRef::new(Kind::PodDisruptionBudget, "shop", "lone");
+        let lone = ObjectRef::new(Kind::Deployment, "shop", "lone");
+        let finding = |rule, action| crate::check::Located {
+            finding: Finding {
+                rule,
+                action,
+                object: pdb.clone(),
+                anchor: pdb.clone(),
+                path: "spec.minAvailable".into(),
+                what: "w.".into(),
+                fix: "f.".into(),
+                related: vec![lone.clone()],
+                notes: Vec::new(),
+            },
+            origin: crate::audit::origin("apis/policy/v1/namespaces/shop/poddisruptionbudgets/lone"),
+            missing: None,
+            snippet: None,
+        };
+        let report = Report {
+            findings: vec![
+                finding(&PDB_DISRUPTIONS_BLOCKED, Decision::Warn),
+                finding(&PDB_BLOCKS_EVICTION, Decision::Deny),
+            ],
+            ..Default::default()
+        };
+        let shop = &results_by_namespace(&report)["shop"];
+        assert_eq!(shop.len(), 2, "grouping drops no result: {shop:#?}");
+        assert_eq!(shop[0]["rule"], "pdb-disruptions-blocked");
+        assert_eq!(shop[0]["properties"]["causedBy"], "[pdb-blocks-eviction] PodDisruptionBudget shop/lone");
+        assert_eq!(shop[1]["result"], "fail", "the primary keeps its own result");
+        assert!(shop[1]["properties"].get("causedBy").is_none(), "{:#}", shop[1]);
+    }
+
+    #[test]
     fn every_finding_is_a_result_in_its_namespaces_report() {
         let report = report(SHOP);
         let by = results_by_namespace(&report);
