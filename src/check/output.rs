@@ -527,10 +527,13 @@ pub fn sarif(report: &Report) -> Value {
             })
         })
         .collect();
+    let refs: Vec<&Finding> = report.findings.iter().map(|l| &l.finding).collect();
+    let primaries = causes::primaries(&refs);
     let results: Vec<Value> = report
         .findings
         .iter()
-        .map(|Located { finding: f, origin, .. }| {
+        .zip(&primaries)
+        .map(|(Located { finding: f, origin, .. }, primary)| {
             let mut region = json!({"startLine": origin.shown_line().max(1)});
             if let Some(c) = origin.column {
                 region["startColumn"] = json!(c.max(1));
@@ -554,6 +557,10 @@ pub fn sarif(report: &Report) -> Value {
             });
             if let Some(i) = registry::rules().position(|r| r.id == f.rule.id) {
                 result["ruleIndex"] = json!(i);
+            }
+            // One cause, many findings: the primary, as JSON's causedBy names it.
+            if let Some(p) = primary {
+                result["properties"]["causedBy"] = cause_json(refs[*p]);
             }
             // Line 0 is no line (an object read from the cluster): no region.
             if origin.shown_line() == 0
@@ -935,6 +942,10 @@ mod tests {
         for f in &findings[1..] {
             assert!(f.get("causedBy").is_none(), "{f}");
         }
+        // SARIF says the same in the result's properties.
+        let results = sarif(&one_cause_report())["runs"][0]["results"].clone();
+        assert_eq!(results[0]["properties"]["causedBy"], findings[0]["causedBy"]);
+        assert!(results[2]["properties"].get("causedBy").is_none());
         // The contract fields and the summary are unchanged.
         assert_eq!(findings[0]["rule"], "pdb-disruptions-blocked");
         assert_eq!(v["summary"], serde_json::json!({"deny": 2, "warn": 2, "allowed": 0}));
