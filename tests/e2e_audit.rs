@@ -16,6 +16,8 @@
 //!    does.
 //! 4. `readme`: each `ha-guard audit` / `kubectl ha-guard audit` command README's "Day 2" section
 //!    shows, run as written against this cluster.
+//! 5. `aggregated-api` (after `permissions`): an APIService served by one replica, judged with the
+//!    aggregator's own Available condition (`apiservice-unavailable`).
 
 #[path = "support/mod.rs"]
 mod support;
@@ -185,8 +187,12 @@ fn stored(cp: &ControlPlane) {
     assert!(text.stdout.contains("apis/apps/v1/namespaces/shop/deployments/hostnet"), "{}", text.show());
     eprintln!("[e2e] ha-guard audit --namespace shop:\n{}", text.stdout);
     assert!(text.stdout.contains("[host-network-colocation]") || text.stdout.contains("host-network-colocation"));
-    let summary =
-        format!("{} deny, {} warn, {} allowed", a["summary"]["deny"], a["summary"]["warn"], a["summary"]["allowed"]);
+    // The summary line: JSON's counts, each with its rules (the most frequent first).
+    let summary = format!(
+        "{} deny (host-network-colocation 1, pdb-blocks-eviction 1), {} warn (hpa-target-missing 1, pdb-missing 1, \
+         replicas-colocated 1), {} allowed (pdb-blocks-eviction 1) in ",
+        a["summary"]["deny"], a["summary"]["warn"], a["summary"]["allowed"]
+    );
     assert!(text.stdout.contains(&summary), "{summary:?} in {}", text.show());
     assert!(
         !text.stderr.contains("reading the cluster"),
@@ -293,7 +299,8 @@ fn permissions(cp: &ControlPlane) {
                 "verbs": ["list"]},
             {"apiGroups": ["admissionregistration.k8s.io"],
                 "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "verbs": ["list"]},
-            {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["list"]}]});
+            {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["list"]},
+            {"apiGroups": ["apiregistration.k8s.io"], "resources": ["apiservices"], "verbs": ["list"]}]});
     cp.apply(&role).success();
     cp.kubectl(&[
         "create",
@@ -311,6 +318,57 @@ fn permissions(cp: &ControlPlane) {
     })
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(as_auditor, as_admin, "list on what README names is all the audit needs");
+}
+
+// --- aggregated APIs (issue 51) ---------------------------------------------------------------
+
+/// An APIService served by one replica: `apiservice-unavailable` on it, with the aggregator's own
+/// verdict once the kube-apiserver's availability controller has written it (no controller
+/// manager here makes endpoints, so it reports none). Removed at the end: an unavailable
+/// aggregated API makes every kubectl discovery warn.
+fn aggregated_api(cp: &ControlPlane) {
+    const NAME: &str = "v1beta1.visibility.e2e.ha-guard.io";
+    cp.namespace("aggregated", &[]);
+    cp.apply(yaml_file(&[
+        deployment("aggregated", "visibility", 1),
+        service("aggregated", "visibility", "visibility"),
+    ]))
+    .success();
+    let apiservice = json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": NAME},
+        "spec": {"group": "visibility.e2e.ha-guard.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+                 "versionPriority": 100, "insecureSkipTLSVerify": true,
+                 "service": {"namespace": "aggregated", "name": "visibility"}}});
+    cp.apply(&apiservice).success();
+    // The aggregator's verdict, as the apiserver stores it.
+    let condition = poll("the APIService's Available condition", WAIT, std::time::Duration::from_millis(250), || {
+        let got = cp.kubectl(&["get", "apiservice", NAME, "-o", "json"]).success().json();
+        let available = got["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Available" && c["status"] == "False").cloned());
+        available.ok_or_else(|| got["status"].to_string())
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let reason = condition["reason"].as_str().expect("reason").to_string();
+    let report = audit(cp, &["--format", "json"]).json();
+    let ours: Vec<Value> = findings(&report).into_iter().filter(|f| f["rule"] == "apiservice-unavailable").collect();
+    assert_eq!(ours.len(), 1, "one finding, on the one aggregated API: {ours:#?}");
+    let f = &ours[0];
+    assert_eq!((f["kind"].as_str(), f["name"].as_str()), (Some("APIService"), Some(NAME)), "{f:#}");
+    assert_eq!(f["file"], format!("apis/apiregistration.k8s.io/v1/apiservices/{NAME}"), "{f:#}");
+    let message = f["message"].as_str().expect("message");
+    for part in [
+        format!("not Available now (Available False, {reason}: "),
+        "through Service aggregated/visibility, and ".to_string(),
+        "the Service (selector app=visibility) selects only Deployment visibility (replicas 1)".to_string(),
+        "every namespace being deleted stays Terminating".to_string(),
+    ] {
+        assert!(message.contains(&part), "{part:?} not in: {message}");
+    }
+    assert!(f["path"].as_str().is_some_and(|p| p.starts_with("status.conditions[")), "{f:#}");
+    // The local APIServices the apiserver registers itself (v1., v1.apps, ...) are not judged.
+    assert!(ours.iter().all(|f| f["name"] == NAME));
+    cp.kubectl(&["delete", "apiservice", NAME]).success();
 }
 
 // --- nodes ----------------------------------------------------------------------------------
@@ -388,6 +446,7 @@ fn audit_reads_the_cluster_as_it_is() {
     // Before any node exists: check has no nodes either, so the live-only rules are silent in both.
     steps.run("stored", || stored(&cp));
     steps.run("permissions", || permissions(&cp));
+    steps.run("aggregated-api", || aggregated_api(&cp));
     // The live posture rules and the drain simulation are judged on a control plane whose
     // controllers place the pods and compute the budgets: tests/e2e_judge.rs. Here, the node the
     // README's drain commands name.

@@ -162,8 +162,17 @@ fn resource_ref(id: &ObjectRef) -> Value {
     r
 }
 
+/// The results of a report's findings, in their order: each secondary finding of a cause (see
+/// [`causes`](crate::core::causes)) carries the property `causedBy`, naming its primary as
+/// `[rule] Kind namespace/name` (a report's properties are strings).
+fn results_of(report: &Report) -> impl Iterator<Item = (&Finding, Value)> {
+    let refs: Vec<&Finding> = report.findings.iter().map(|l| &l.finding).collect();
+    let primaries = crate::core::causes::primaries(&refs);
+    report.findings.iter().zip(primaries).map(move |(l, p)| (&l.finding, result(&l.finding, p.map(|p| refs[p]))))
+}
+
 /// One result (without its timestamp, added when written).
-fn result(f: &Finding) -> Value {
+fn result(f: &Finding, cause: Option<&Finding>) -> Value {
     let mut message = f.message();
     if f.action == Decision::Allowed {
         let why: Vec<String> = f.notes.iter().map(ToString::to_string).collect();
@@ -173,6 +182,9 @@ fn result(f: &Finding) -> Value {
     if let Some((name, reason)) = f.notes.iter().find_map(|n| n.exception()) {
         properties["exception"] = json!(name);
         properties["exceptionReason"] = json!(reason);
+    }
+    if let Some(cause) = cause {
+        properties["causedBy"] = json!(crate::core::causes::cause_label(cause));
     }
     json!({
         "policy": REPORT,
@@ -194,8 +206,8 @@ pub fn results_by_namespace(report: &Report) -> BTreeMap<String, Vec<Value>> {
     for (_, id) in &report.checked {
         by.entry(id.namespace.clone()).or_default();
     }
-    for l in &report.findings {
-        by.entry(l.finding.object.namespace.clone()).or_default().push(result(&l.finding));
+    for (f, r) in results_of(report) {
+        by.entry(f.object.namespace.clone()).or_default().push(r);
     }
     by
 }
@@ -735,12 +747,8 @@ impl Background {
             tally.failed = true;
             return;
         };
-        let mut results: Vec<Value> = report
-            .findings
-            .iter()
-            .filter(|l| l.finding.object.namespace == namespace)
-            .map(|l| result(&l.finding))
-            .collect();
+        let mut results: Vec<Value> =
+            results_of(&report).filter(|(f, _)| f.object.namespace == namespace).map(|(_, r)| r).collect();
         tally.findings += results.len();
         for (path, why) in &unreadable {
             results.push(unreadable_result(resource_of_path(path), why));
@@ -1262,6 +1270,44 @@ kind: Service
 metadata: {name: calm, namespace: calm}
 spec: {selector: {app: none}}
 ";
+
+    #[test]
+    fn a_finding_caused_by_another_names_it_in_its_results_properties() {
+        use crate::core::model::Kind;
+        use crate::core::rules::pdb::PDB_BLOCKS_EVICTION;
+        use crate::core::rules::posture::PDB_DISRUPTIONS_BLOCKED;
+        let pdb = ObjectRef::new(Kind::PodDisruptionBudget, "shop", "lone");
+        let lone = ObjectRef::new(Kind::Deployment, "shop", "lone");
+        let finding = |rule, action| crate::check::Located {
+            finding: Finding {
+                rule,
+                action,
+                object: pdb.clone(),
+                anchor: pdb.clone(),
+                path: "spec.minAvailable".into(),
+                what: "w.".into(),
+                fix: "f.".into(),
+                related: vec![lone.clone()],
+                notes: Vec::new(),
+            },
+            origin: crate::audit::origin("apis/policy/v1/namespaces/shop/poddisruptionbudgets/lone"),
+            missing: None,
+            snippet: None,
+        };
+        let report = Report {
+            findings: vec![
+                finding(&PDB_DISRUPTIONS_BLOCKED, Decision::Warn),
+                finding(&PDB_BLOCKS_EVICTION, Decision::Deny),
+            ],
+            ..Default::default()
+        };
+        let shop = &results_by_namespace(&report)["shop"];
+        assert_eq!(shop.len(), 2, "grouping drops no result: {shop:#?}");
+        assert_eq!(shop[0]["rule"], "pdb-disruptions-blocked");
+        assert_eq!(shop[0]["properties"]["causedBy"], "[pdb-blocks-eviction] PodDisruptionBudget shop/lone");
+        assert_eq!(shop[1]["result"], "fail", "the primary keeps its own result");
+        assert!(shop[1]["properties"].get("causedBy").is_none(), "{:#}", shop[1]);
+    }
 
     #[test]
     fn every_finding_is_a_result_in_its_namespaces_report() {

@@ -64,6 +64,17 @@ pub const LISTINGS: [Listing; 11] = [
     Listing { kind: Kind::ScaledObject, api_version: "keda.sh/v1alpha1", plural: "scaledobjects", optional: true },
 ];
 
+/// Kinds the audit lists and judges that the live view does not watch (the webhook does not
+/// intercept them): APIServices (`apiservice-unavailable`). A list of them the apiserver refuses
+/// (an identity without the right, a cluster that does not serve the API) leaves them not judged,
+/// said as such, and fails nothing else.
+pub const AUDIT_ONLY: [Listing; 1] = [Listing {
+    kind: Kind::ApiService,
+    api_version: "apiregistration.k8s.io/v1",
+    plural: "apiservices",
+    optional: true,
+}];
+
 /// `/api/v1` or `/apis/GROUP/VERSION`.
 fn base(api_version: &str) -> String {
     if api_version.contains('/') { format!("/apis/{api_version}") } else { format!("/api/{api_version}") }
@@ -87,7 +98,7 @@ pub fn object_path(listing: &Listing, namespace: &str, name: &str) -> String {
 
 /// The path of a subject's object.
 pub fn subject_path(id: &ObjectRef) -> String {
-    match LISTINGS.iter().find(|l| l.kind == id.kind) {
+    match LISTINGS.iter().chain(AUDIT_ONLY.iter()).find(|l| l.kind == id.kind) {
         Some(listing) => object_path(listing, &id.namespace, &id.name),
         // A pod is read with the pods, not listed as a kind.
         None if id.kind == Kind::Pod => format!("api/v1/namespaces/{}/pods/{}", id.namespace, id.name),
@@ -298,7 +309,24 @@ async fn read_objects(
     options: &ReadOptions,
     progress: &Progress,
 ) -> Result<(Vec<(Object, String)>, Vec<(String, String)>), String> {
-    read_listings(client, LISTINGS.iter(), options, progress).await
+    let (watched, audit_only) = futures::future::join(
+        read_listings(client, LISTINGS.iter(), options, progress),
+        read_listings(client, AUDIT_ONLY.iter(), options, progress),
+    )
+    .await;
+    let (mut objects, mut unreadable) = watched?;
+    match audit_only {
+        Ok((mut o, mut u)) => {
+            objects.append(&mut o);
+            unreadable.append(&mut u);
+        }
+        // Not judged, and said: the rest of the audit stands.
+        Err(e) => unreadable.push((
+            AUDIT_ONLY.iter().map(|l| collection(l.api_version, l.plural, false, None)).collect::<Vec<_>>().join(", "),
+            format!("{e}: APIServices were not judged (apiservice-unavailable)"),
+        )),
+    }
+    Ok((objects, unreadable))
 }
 
 /// The objects of `listings` (in `options.namespace` for the namespaced ones), those that do not
@@ -477,7 +505,7 @@ async fn read_selected(
     selector: &str,
     progress: &Progress,
 ) -> Result<HashSet<ObjectRef>, String> {
-    let lists = LISTINGS.iter().filter(|l| judged(l.kind)).map(|listing| async move {
+    let lists = LISTINGS.iter().chain(AUDIT_ONLY.iter()).filter(|l| judged(l.kind)).map(|listing| async move {
         let path = collection(
             listing.api_version,
             listing.plural,
@@ -503,6 +531,8 @@ async fn read_selected(
         match listed {
             Ok(()) => Ok(found),
             Err(e) if listing.optional && is_not_found(&e) => Ok(Vec::new()),
+            // An audit-only kind it may not list: not selected (read_objects says it is not judged).
+            Err(_) if AUDIT_ONLY.iter().any(|l| l.kind == listing.kind) => Ok(Vec::new()),
             Err(e) => Err(failed(&path, e)),
         }
     });
@@ -536,7 +566,7 @@ pub async fn read_scope(
         judged(l.kind) && l.kind.is_cluster_scoped() == namespace.is_none() && !unserved.contains(&l.kind)
     };
     let progress = Progress::new(false);
-    let reads = LISTINGS.iter().filter(in_scope).map(|listing| {
+    let reads = LISTINGS.iter().chain(AUDIT_ONLY.iter()).filter(in_scope).map(|listing| {
         let (options, progress) = (&options, &progress);
         async move { (listing, read_listings(client, std::iter::once(listing), options, progress).await) }
     });

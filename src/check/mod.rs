@@ -47,6 +47,7 @@ fn removed_api(value: &serde_json::Value) -> Option<String> {
                 "admissionregistration.k8s.io/v1beta1",
                 "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration"
             )
+            | ("apiregistration.k8s.io/v1beta1", "APIService")
     );
     removed.then(|| {
         let name = value.pointer("/metadata/name").and_then(serde_json::Value::as_str).unwrap_or("?");

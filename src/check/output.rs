@@ -8,7 +8,9 @@ use serde_json::{Value, json};
 
 use super::report::{FailOn, Located, Report};
 use crate::core::catalogue::Action;
-use crate::core::finding::{Decision, Note};
+use crate::core::causes;
+use crate::core::finding::{Decision, Finding, Note};
+use crate::core::model::words;
 use crate::core::registry;
 use crate::manifest::skeleton::segments;
 use crate::manifest::{Origin, document_label};
@@ -79,7 +81,10 @@ pub struct TextStyle {
 ///    = topologySpreadConstraints[0] (topologyKey kubernetes.io/hostname, DoNotSchedule) has no labelSelector: ...
 ///    = fix: set labelSelector to the workload's own selector (app=api), ...
 /// ```
-fn finding_text(located: &Located, renderer: &Renderer) -> String {
+///
+/// A finding caused by another one of the run (`cause`: how the primary is named, see
+/// [`causes`]) says so under its message.
+fn finding_text(located: &Located, renderer: &Renderer, cause: Option<&str>) -> String {
     let Located { finding: f, origin, .. } = located;
     let level = match f.action {
         Decision::Deny => Level::ERROR.with_name("deny"),
@@ -110,6 +115,11 @@ fn finding_text(located: &Located, renderer: &Renderer) -> String {
         _ => AnnotationOrigin::path(path).line(origin.shown_line()).into(),
     };
     let mut elements: Vec<Element> = vec![place, Level::NOTE.no_name().message(f.what.as_str()).into()];
+    if let Some(cause) = cause {
+        elements.push(
+            Level::NOTE.with_name("caused by").message(format!("{cause} (above): fixing that fixes this too")).into(),
+        );
+    }
     elements.push(Level::HELP.with_name("fix").message(f.fix.as_str()).into());
     if !f.related.is_empty() {
         let related: Vec<_> = f.related.iter().map(ToString::to_string).collect();
@@ -131,8 +141,18 @@ pub fn text(report: &Report, style: TextStyle) -> String {
     if !report.drains.is_empty() && !style.quiet {
         out.push_str(&drains_text(&report.drains));
     }
-    for located in &report.findings {
-        out.push_str(&finding_text(located, &renderer));
+    // One cause, many findings: each primary, then the findings it causes indented under it.
+    let refs: Vec<&Finding> = report.findings.iter().map(|l| &l.finding).collect();
+    for (i, primary) in causes::grouped_order(&refs) {
+        match primary {
+            None => out.push_str(&finding_text(&report.findings[i], &renderer, None)),
+            Some(p) => {
+                let block = finding_text(&report.findings[i], &renderer, Some(&causes::cause_label(refs[p])));
+                let indented: Vec<String> =
+                    block.lines().map(|l| if l.is_empty() { String::new() } else { format!("    {l}") }).collect();
+                out.push_str(&indented.join("\n"));
+            }
+        }
         out.push_str("\n\n");
     }
     if style.quiet {
@@ -165,10 +185,10 @@ pub fn text(report: &Report, style: TextStyle) -> String {
     let fixes: usize = report.fixes.iter().map(|f| f.changes.len()).sum();
     let _ = writeln!(
         out,
-        "{} deny, {} warn, {} allowed in {}{}{}{}{}",
-        report.count(Decision::Deny),
-        report.count(Decision::Warn),
-        report.count(Decision::Allowed),
+        "{}, {}, {} in {}{}{}{}{}",
+        counted(report, Decision::Deny),
+        counted(report, Decision::Warn),
+        counted(report, Decision::Allowed),
         plural(report.objects, "object", "objects"),
         // No files: objects read from a cluster (`audit`).
         if report.files == 0 { String::new() } else { format!(" from {}", plural(report.files, "file", "files")) },
@@ -187,6 +207,27 @@ pub fn text(report: &Report, style: TextStyle) -> String {
         },
     );
     out
+}
+
+/// How many rules a summary names per action before "and N more".
+const SUMMARY_RULES: usize = 3;
+
+/// `3 deny (pdb-blocks-eviction 2, pdb-overlap 1)`: how many findings of `action`, and of which
+/// rules, the most frequent first (ties by ID), the first [`SUMMARY_RULES`] named and the others
+/// counted; `0 warn` alone.
+fn counted(report: &Report, action: Decision) -> String {
+    let mut by_rule: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for l in report.findings.iter().filter(|l| l.finding.action == action) {
+        *by_rule.entry(l.finding.rule.id).or_default() += 1;
+    }
+    let total: usize = by_rule.values().sum();
+    if total == 0 {
+        return format!("0 {}", action.as_str());
+    }
+    let mut rules: Vec<(&str, usize)> = by_rule.into_iter().collect();
+    rules.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let named = words::list(rules.iter().map(|(id, n)| format!("{id} {n}")), SUMMARY_RULES, ", ");
+    format!("{total} {} ({named})", action.as_str())
 }
 
 /// What `check` says besides its findings: errors (unusable input), warnings (a document defined
@@ -241,10 +282,13 @@ impl<'a> Diagnostic<'a> {
 /// `{"findings": [...], "summary": {...}}` as DESIGN.md §5 specifies, plus `mutations`,
 /// `unchecked`, `errors` and every `diagnostics` (errors, warnings, notes, with where).
 pub fn json(report: &Report) -> Value {
+    let refs: Vec<&Finding> = report.findings.iter().map(|l| &l.finding).collect();
+    let primaries = causes::primaries(&refs);
     let findings: Vec<Value> = report
         .findings
         .iter()
-        .map(|Located { finding: f, origin, .. }| {
+        .zip(&primaries)
+        .map(|(Located { finding: f, origin, .. }, primary)| {
             let mut v = json!({
                 "rule": f.rule,
                 "action": f.action.as_str(),
@@ -275,6 +319,10 @@ pub fn json(report: &Report) -> Value {
             if let Some((name, reason)) = f.notes.iter().find_map(|n| n.exception()) {
                 v["exception"] = json!(name);
                 v["exceptionReason"] = json!(reason);
+            }
+            // One cause, many findings: a secondary names its primary (its rule and object).
+            if let Some(p) = primary {
+                v["causedBy"] = cause_json(refs[*p]);
             }
             v
         })
@@ -313,6 +361,16 @@ pub fn json(report: &Report) -> Value {
         out["drains"] = report.drains.iter().map(drain_json).collect();
     }
     out
+}
+
+/// The primary finding a secondary points at: `{"rule", "kind", "namespace", "name"}`.
+fn cause_json(primary: &Finding) -> Value {
+    json!({
+        "rule": primary.rule.id,
+        "kind": primary.object.kind.as_str(),
+        "namespace": primary.object.namespace,
+        "name": primary.object.name,
+    })
 }
 
 /// How the drains end, for a person: one line per drain that does not complete, and for several
@@ -469,10 +527,13 @@ pub fn sarif(report: &Report) -> Value {
             })
         })
         .collect();
+    let refs: Vec<&Finding> = report.findings.iter().map(|l| &l.finding).collect();
+    let primaries = causes::primaries(&refs);
     let results: Vec<Value> = report
         .findings
         .iter()
-        .map(|Located { finding: f, origin, .. }| {
+        .zip(&primaries)
+        .map(|(Located { finding: f, origin, .. }, primary)| {
             let mut region = json!({"startLine": origin.shown_line().max(1)});
             if let Some(c) = origin.column {
                 region["startColumn"] = json!(c.max(1));
@@ -496,6 +557,10 @@ pub fn sarif(report: &Report) -> Value {
             });
             if let Some(i) = registry::rules().position(|r| r.id == f.rule.id) {
                 result["ruleIndex"] = json!(i);
+            }
+            // One cause, many findings: the primary, as JSON's causedBy names it.
+            if let Some(p) = primary {
+                result["properties"]["causedBy"] = cause_json(refs[*p]);
             }
             // Line 0 is no line (an object read from the cluster): no region.
             if origin.shown_line() == 0
@@ -796,6 +861,122 @@ mod tests {
         assert!(!text.contains("lands back"), "{text}");
         assert!(text.contains("1 workload of replicas 1 loses its only pod while their node drains"), "{text}");
         assert!(text.contains(": shop/cart (n1)"), "{text}");
+    }
+
+    fn located(
+        rule: &'static crate::core::catalogue::Rule,
+        action: Decision,
+        object: ObjectRef,
+        related: &[ObjectRef],
+    ) -> Located {
+        Located {
+            finding: Finding {
+                rule,
+                action,
+                anchor: object.clone(),
+                path: "spec".into(),
+                what: format!("{object} is what {} says.", rule.id),
+                fix: "fix it.".into(),
+                object,
+                related: related.to_vec(),
+                notes: Vec::new(),
+            },
+            origin: Origin { file: "f.yaml".into(), document: 0, item: None, line: 0, column: None, template: None },
+            missing: None,
+            snippet: None,
+        }
+    }
+
+    /// One budget over one replica, and a pod Pending elsewhere: three findings, two causes.
+    fn one_cause_report() -> Report {
+        use crate::core::rules::pdb::{PDB_BLOCKS_EVICTION, PDB_OVERLAP};
+        use crate::core::rules::posture::{PDB_DISRUPTIONS_BLOCKED, PODS_PENDING};
+        let pdb = ObjectRef::new(Kind::PodDisruptionBudget, "shop", "web");
+        let web = ObjectRef::new(Kind::Deployment, "shop", "web");
+        let db = ObjectRef::new(Kind::StatefulSet, "shop", "db");
+        Report {
+            findings: vec![
+                located(&PDB_DISRUPTIONS_BLOCKED, Decision::Warn, pdb.clone(), std::slice::from_ref(&web)),
+                located(&PODS_PENDING, Decision::Warn, db.clone(), &[]),
+                located(&PDB_BLOCKS_EVICTION, Decision::Deny, pdb.clone(), std::slice::from_ref(&web)),
+                located(&PDB_OVERLAP, Decision::Deny, web.clone(), &[]),
+            ],
+            objects: 3,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_finding_caused_by_another_is_indented_under_it_and_names_it() {
+        let text = text(&one_cause_report(), TextStyle { color: false, quiet: false });
+        let blocks = text.find("deny[pdb-blocks-eviction]").unwrap_or_else(|| panic!("{text}"));
+        let under = text.find("    warn[pdb-disruptions-blocked]").unwrap_or_else(|| panic!("{text}"));
+        assert!(blocks < under, "the primary first, its consequence under it:\n{text}");
+        assert!(
+            text.contains("    = caused by: [pdb-blocks-eviction] PodDisruptionBudget shop/web (above): fixing that fixes this too"),
+            "{text}"
+        );
+        // Every line of the secondary's block is indented; the others are not.
+        let block = &text[under..];
+        let block = &block[..block.find("\n\n").unwrap()];
+        assert!(block.lines().all(|l| l.starts_with("    ")), "{block}");
+        assert!(text.contains("\nwarn[pods-pending]") || text.starts_with("warn[pods-pending]"), "{text}");
+        // Grouping hides nothing: every finding is counted, per rule.
+        assert!(
+            text.ends_with(
+                "2 deny (pdb-blocks-eviction 1, pdb-overlap 1), 2 warn (pdb-disruptions-blocked 1, pods-pending 1), 0 \
+                 allowed in 3 objects\n"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn json_names_the_primary_of_a_secondary_and_nothing_on_the_others() {
+        let v = json(&one_cause_report());
+        let findings = v["findings"].as_array().unwrap();
+        assert_eq!(
+            findings[0]["causedBy"],
+            serde_json::json!({"rule": "pdb-blocks-eviction", "kind": "PodDisruptionBudget", "namespace": "shop", "name": "web"})
+        );
+        for f in &findings[1..] {
+            assert!(f.get("causedBy").is_none(), "{f}");
+        }
+        // SARIF says the same in the result's properties.
+        let results = sarif(&one_cause_report())["runs"][0]["results"].clone();
+        assert_eq!(results[0]["properties"]["causedBy"], findings[0]["causedBy"]);
+        assert!(results[2]["properties"].get("causedBy").is_none());
+        // The contract fields and the summary are unchanged.
+        assert_eq!(findings[0]["rule"], "pdb-disruptions-blocked");
+        assert_eq!(v["summary"], serde_json::json!({"deny": 2, "warn": 2, "allowed": 0}));
+    }
+
+    #[test]
+    fn the_summary_names_the_three_most_frequent_rules_and_counts_the_rest() {
+        use crate::core::rules::{colocation, pdb, posture, termination};
+        let w = |rule, name: &str| located(rule, Decision::Warn, ObjectRef::new(Kind::Deployment, "shop", name), &[]);
+        let mut findings = vec![
+            w(&termination::TERMINATION_GRACE_ZERO, "a"),
+            w(&pdb::PDB_MISSING, "a"),
+            w(&pdb::PDB_MISSING, "b"),
+            w(&posture::PODS_PENDING, "a"),
+            w(&colocation::REPLICAS_COLOCATED, "a"),
+            w(&colocation::REPLICAS_COLOCATED, "b"),
+            w(&colocation::REPLICAS_COLOCATED, "c"),
+        ];
+        findings.push(located(
+            &pdb::PDB_BLOCKS_EVICTION,
+            Decision::Allowed,
+            ObjectRef::new(Kind::PodDisruptionBudget, "shop", "x"),
+            &[],
+        ));
+        let report = Report { findings, objects: 4, ..Default::default() };
+        assert_eq!(counted(&report, Decision::Deny), "0 deny");
+        assert_eq!(
+            counted(&report, Decision::Warn),
+            "7 warn (replicas-colocated 3, pdb-missing 2, pods-pending 1 and 1 more)"
+        );
+        assert_eq!(counted(&report, Decision::Allowed), "1 allowed (pdb-blocks-eviction 1)");
     }
 
     #[test]

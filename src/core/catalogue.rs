@@ -55,6 +55,8 @@ pub enum Judged {
     Audit,
     /// In `ha-guard audit --drain`, `--drain-zone` and `--drain-each` only.
     Drain,
+    /// In `check` and the audit, on a kind the webhook does not intercept (an APIService).
+    CheckAndAudit,
 }
 
 impl Judged {
@@ -67,6 +69,7 @@ impl Judged {
             Judged::PartlyWholeSet => "partly whole set",
             Judged::Audit => "audit",
             Judged::Drain => "drain",
+            Judged::CheckAndAudit => "check and audit",
         }
     }
 
@@ -89,6 +92,10 @@ impl Judged {
             }
             Judged::Audit => "in `ha-guard audit` (and the background audit's reports) only, never at admission.",
             Judged::Drain => "in `ha-guard audit --drain`, `--drain-zone` and `--drain-each` only.",
+            Judged::CheckAndAudit => {
+                "in `check` and in the audit (and the background audit's reports); not at admission: the \
+                 webhook does not intercept the kind it is judged on."
+            }
         }
     }
 }

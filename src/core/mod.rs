@@ -10,9 +10,11 @@
 //! 5. [`mutations`];
 //! 6. [`registry`]: every rule and mutation, and what derives from the list; then [`policies`]:
 //!    the admission policies generated from their CEL forms;
-//! 7. [`decide`], then [`judge`]: the one entry every shell calls.
+//! 7. [`decide`], then [`judge`]: the one entry every shell calls;
+//! 8. [`causes`]: which findings of a run are the consequences of another (presentation).
 
 pub mod catalogue;
+pub mod causes;
 pub mod cel;
 pub mod config;
 pub mod decide;

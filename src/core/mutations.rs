@@ -227,7 +227,8 @@ pub fn plan(subject: &Subject, view: &dyn View, config: &Config) -> Plan {
         | Subject::Scale { .. }
         | Subject::ScaledObject(_)
         | Subject::Service(_)
-        | Subject::Webhooks(_) => {}
+        | Subject::Webhooks(_)
+        | Subject::ApiService(_) => {}
     }
     plan
 }

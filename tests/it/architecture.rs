@@ -25,6 +25,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("core::policies", 65),
     ("core::decide", 70),
     ("core::judge", 80),
+    ("core::causes", 85),
     ("manifest", 100),
     ("config_file", 110),
     ("live", 120),

@@ -829,8 +829,9 @@ fn the_webhook_and_the_audit_have_service_accounts_and_roles_of_their_own() {
             }
         }
 
-        // The audit: get/list/watch of the watched kinds and of pods (no ReplicaSets), its
-        // reports by name (and their list), and its Lease.
+        // The audit: get/list/watch of the watched kinds, of pods (no ReplicaSets) and of
+        // APIServices (apiservice-unavailable, judged by the audit alone), its reports by name (and
+        // their list), and its Lease.
         let audit_rules = rules_of(&d, "ha-guard-audit");
         let roles: BTreeSet<(String, String)> = audit_rules.iter().map(|(k, n, _)| (k.clone(), n.clone())).collect();
         assert_eq!(
@@ -841,7 +842,7 @@ fn the_webhook_and_the_audit_have_service_accounts_and_roles_of_their_own() {
         let got = grants(&audit_rules);
         let mut want: BTreeSet<(String, String, String, Vec<String>)> = WATCHED
             .iter()
-            .chain(&[("", "pods")])
+            .chain(&[("", "pods"), ("apiregistration.k8s.io", "apiservices")])
             .flat_map(|(g, r)| READ.iter().map(move |v| (g.to_string(), r.to_string(), v.to_string(), vec![])))
             .collect();
         let named = vec!["ha-guard".to_string()];

@@ -150,7 +150,11 @@ fn exit_0_with_warnings_only() {
         "{}",
         r.stdout
     );
-    assert!(r.stdout.ends_with("0 deny, 1 warn, 0 allowed in 1 object from 1 file\n"), "{}", r.stdout);
+    assert!(
+        r.stdout.ends_with("0 deny, 1 warn (recreate-multi-replica 1), 0 allowed in 1 object from 1 file\n"),
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]
@@ -164,7 +168,11 @@ fn exit_1_with_a_deny_finding() {
         "{}",
         r.stdout
     );
-    assert!(r.stdout.ends_with("1 deny, 0 warn, 0 allowed in 2 objects from 1 file\n"), "{}", r.stdout);
+    assert!(
+        r.stdout.ends_with("1 deny (pdb-blocks-eviction 1), 0 warn, 0 allowed in 2 objects from 1 file\n"),
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]
@@ -301,7 +309,13 @@ fn stdin_is_read_for_dash() {
     let w = write(dir.path(), "warn.yaml", WARN_ONLY);
     let r = run_in(None, &["check", "-f", "-", s(&w)], Some(BLOCKING));
     assert_eq!(r.code, 1);
-    assert!(r.stdout.ends_with("1 deny, 1 warn, 0 allowed in 3 objects from 2 files\n"), "{}", r.stdout);
+    assert!(
+        r.stdout.ends_with(
+            "1 deny (pdb-blocks-eviction 1), 1 warn (recreate-multi-replica 1), 0 allowed in 3 objects from 2 files\n"
+        ),
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]
@@ -709,6 +723,7 @@ fn rules_lists_every_rule_and_mutation_with_its_default() {
         ("termination-grace-zero", "warn"),
         ("prestop-exceeds-grace", "deny"),
         ("webhook-fail-closed-unavailable", "warn"),
+        ("apiservice-unavailable", "warn"),
         ("toleration-wildcard", "warn"),
         ("spread-zone-missing", "warn"),
         ("exemption-unknown-rule", "warn"),
@@ -952,7 +967,8 @@ spec:
     );
     assert!(
         r.stdout.ends_with(
-            "1 deny, 1 warn, 0 allowed in 1 object from 1 file; 1 fix available (run with --fix to write them)\n"
+            "1 deny (spread-selector-missing 1), 1 warn (replicas-colocated 1), 0 allowed in 1 object from 1 file; 1 \
+             fix available (run with --fix to write them)\n"
         ),
         "{}",
         r.stdout

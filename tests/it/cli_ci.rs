@@ -178,12 +178,17 @@ fn quiet_prints_the_findings_alone_and_output_writes_a_file() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "deny.yaml", DENY);
     let full = run(dir.path(), &["check", "deny.yaml"]);
-    assert!(full.stdout.contains("deny[prestop-exceeds-grace]") && full.stdout.contains(" deny, "), "{}", full.stdout);
+    assert!(
+        full.stdout.contains("deny[prestop-exceeds-grace]")
+            && full.stdout.contains(" deny (prestop-exceeds-grace 1), "),
+        "{}",
+        full.stdout
+    );
     let quiet = run(dir.path(), &["check", "deny.yaml", "--quiet"]);
     assert_eq!(quiet.code, 1);
     assert!(quiet.stdout.contains("deny[prestop-exceeds-grace]"), "{}", quiet.stdout);
     assert!(
-        !quiet.stdout.contains(" deny, ") && !quiet.stdout.contains("fix["),
+        !quiet.stdout.contains(" deny (") && !quiet.stdout.contains("fix["),
         "no summary, no fixes: {}",
         quiet.stdout
     );

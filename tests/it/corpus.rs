@@ -601,8 +601,19 @@ static GROUPS: &[Group] = &[
         why: "the release's whole manifests.yaml (11 CRDs, RBAC, Services, APIService, Deployment, both \
               webhook configurations; a licence header added); the kustomize base kueue/manager.yaml is the \
               same controller before kustomize names it, so this is checked alone",
-        objects: 7,
+        objects: 8,
         findings: &[
+            Expect {
+                rule: "apiservice-unavailable",
+                action: Decision::Warn,
+                object: "APIService/v1beta1.visibility.kueue.x-k8s.io",
+                path: "spec.service",
+                at: "kueue/kueue-v0.12.2.yaml#63",
+                why: "the aggregated visibility API (issue 51's motivating case) is served by Service \
+                      kueue-system/kueue-visibility-server (control-plane=controller-manager), which selects only \
+                      Deployment kueue-controller-manager, replicas 1: while its node drains, discovery and \
+                      namespace deletion break cluster-wide",
+            },
             Expect {
                 rule: "webhook-fail-closed-unavailable",
                 action: Decision::Warn,
@@ -734,6 +745,10 @@ static GROUPS: &[Group] = &[
             ("cert-manager/cert-manager-v0.8.0-alpha.0.yaml#21", "apps/v1beta1 is no longer served"),
             ("cert-manager/cert-manager-v0.8.0-alpha.0.yaml#22", "apps/v1beta1 is no longer served"),
             ("cert-manager/cert-manager-v0.8.0-alpha.0.yaml#23", "apps/v1beta1 is no longer served"),
+            (
+                "cert-manager/cert-manager-v0.8.0-alpha.0.yaml#24",
+                "APIService v1beta1.admission.certmanager.k8s.io: apiregistration.k8s.io/v1beta1 is no longer served",
+            ),
             (
                 "cert-manager/cert-manager-v0.8.0-alpha.0.yaml#30",
                 "ValidatingWebhookConfiguration cert-manager-webhook: admissionregistration.k8s.io/v1beta1 is no \

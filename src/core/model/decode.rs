@@ -67,6 +67,7 @@ fn at_path(value: &Value, kind: Kind, reason: &str) -> String {
         Kind::ValidatingWebhookConfiguration | Kind::MutatingWebhookConfiguration => {
             path_of::<WebhookConfiguration>(value)
         }
+        Kind::ApiService => path_of::<super::apiservice::ApiService>(value),
         Kind::Pod => None,
     };
     let reason = readable(reason);
@@ -162,6 +163,10 @@ fn decode_as_written(
             c.mutating = kind == Kind::MutatingWebhookConfiguration;
             Object::Subject(Subject::Webhooks(Box::new(c)))
         }
+        Kind::ApiService => {
+            let a = super::apiservice::ApiService::deserialize(value).map_err(err)?;
+            Object::Subject(Subject::ApiService(Box::new(a)))
+        }
     };
     Ok(object)
 }
@@ -214,7 +219,8 @@ fn decode_rewriting(
         Kind::Service
         | Kind::ScaledObject
         | Kind::ValidatingWebhookConfiguration
-        | Kind::MutatingWebhookConfiguration => decode_as_written(&value, kind, kind_name, default_namespace)?,
+        | Kind::MutatingWebhookConfiguration
+        | Kind::ApiService => decode_as_written(&value, kind, kind_name, default_namespace)?,
     };
     Ok(object)
 }

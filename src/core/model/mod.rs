@@ -5,9 +5,10 @@
 //! server-side apply), what a pod template says about placement and shutdown ([`pod`]), label
 //! selectors ([`selector`]), the disruption arithmetic ([`arith`]) and what a pod asks of a node
 //! ([`resources`]), lists in messages kept short ([`words`]); the kinds k8s-openapi has no
-//! type for, or a type that decodes more than is read ([`keda`], [`webhook`], [`live_pod`]). Nothing here knows of views,
+//! type for, or a type that decodes more than is read ([`keda`], [`webhook`], [`live_pod`], [`apiservice`]). Nothing here knows of views,
 //! rules or I/O.
 
+pub mod apiservice;
 pub mod arith;
 pub mod decode;
 pub mod defaults;

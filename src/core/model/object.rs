@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 
+use super::apiservice::ApiService;
 use super::keda::ScaledObject;
 use super::managed;
 use super::webhook::WebhookConfiguration;
@@ -29,6 +30,10 @@ pub enum Kind {
     MutatingWebhookConfiguration,
     /// KEDA's `keda.sh/v1alpha1` ScaledObject: an autoscaler like an HPA (DESIGN.md §2, second round).
     ScaledObject,
+    /// An aggregated API (`apiregistration.k8s.io/v1` APIService): decoded from files and listed
+    /// by the audit, judged on its own (`apiservice-unavailable`); not watched by the webhook's
+    /// live view, so it is not in [`Kind::ALL`].
+    ApiService,
     /// A pod, named by a finding about it alone (a bare pod that refuses a drain): never decoded
     /// from a file or a request, never watched, so it is not in [`Kind::ALL`].
     Pod,
@@ -63,6 +68,7 @@ impl Kind {
             Kind::ValidatingWebhookConfiguration => "ValidatingWebhookConfiguration",
             Kind::MutatingWebhookConfiguration => "MutatingWebhookConfiguration",
             Kind::ScaledObject => "ScaledObject",
+            Kind::ApiService => "APIService",
             Kind::Pod => "Pod",
         }
     }
@@ -87,6 +93,7 @@ impl Kind {
                 Some(Kind::MutatingWebhookConfiguration)
             }
             ("keda.sh/v1alpha1", "ScaledObject") => Some(Kind::ScaledObject),
+            ("apiregistration.k8s.io/v1", "APIService") => Some(Kind::ApiService),
             _ => None,
         }
     }
@@ -109,7 +116,11 @@ impl Kind {
     pub fn is_cluster_scoped(self) -> bool {
         matches!(
             self,
-            Kind::Node | Kind::Namespace | Kind::ValidatingWebhookConfiguration | Kind::MutatingWebhookConfiguration
+            Kind::Node
+                | Kind::Namespace
+                | Kind::ValidatingWebhookConfiguration
+                | Kind::MutatingWebhookConfiguration
+                | Kind::ApiService
         )
     }
 
@@ -346,6 +357,8 @@ pub enum Subject {
     Service(Box<Service>),
     /// A Validating- or MutatingWebhookConfiguration.
     Webhooks(Box<WebhookConfiguration>),
+    /// An aggregated API's APIService.
+    ApiService(Box<ApiService>),
 }
 
 impl Subject {
@@ -358,6 +371,7 @@ impl Subject {
             Subject::ScaledObject(s) => ObjectRef::new(Kind::ScaledObject, ns_of(&s.metadata), name_of(&s.metadata)),
             Subject::Service(s) => ObjectRef::new(Kind::Service, ns_of(&s.metadata), name_of(&s.metadata)),
             Subject::Webhooks(c) => ObjectRef::new(c.kind(), "", name_of(&c.metadata)),
+            Subject::ApiService(a) => ObjectRef::new(Kind::ApiService, "", name_of(&a.metadata)),
         }
     }
 
@@ -365,7 +379,7 @@ impl Subject {
     pub fn namespace(&self) -> &str {
         match self {
             Subject::Scale { target, .. } => &target.namespace,
-            Subject::Webhooks(_) => "",
+            Subject::Webhooks(_) | Subject::ApiService(_) => "",
             _ => self.meta().and_then(|m| m.namespace.as_deref()).unwrap_or(""),
         }
     }
@@ -379,6 +393,7 @@ impl Subject {
             Subject::ScaledObject(s) => Some(&s.metadata),
             Subject::Service(s) => Some(&s.metadata),
             Subject::Webhooks(c) => Some(&c.metadata),
+            Subject::ApiService(a) => Some(&a.metadata),
         }
     }
 

@@ -167,7 +167,7 @@ fn find_scaled_workload(ctx: &Ctx) -> Option<Scaled> {
                 _ => (w, "spec.minReplicas", "spec.maxReplicas", true),
             }
         }
-        Subject::Pdb(_) | Subject::Service(_) | Subject::Webhooks(_) => return None,
+        Subject::Pdb(_) | Subject::Service(_) | Subject::Webhooks(_) | Subject::ApiService(_) => return None,
     };
     let bounds = bounds(&workload, ctx.view);
     Some(Scaled { workload, bounds, floor_path, ceiling_path, anchored_elsewhere })

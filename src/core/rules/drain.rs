@@ -19,7 +19,7 @@ use crate::core::model::ObjectRef;
 use crate::core::model::arith::{Amount, Budget, amount};
 use crate::core::model::words::{NAMED, list, names};
 use crate::core::view::replay::EvictionResult;
-use crate::core::view::{PdbInfo, PodOwner, View};
+use crate::core::view::{PdbInfo, PodOwner, PodPhase, View};
 use crate::declare_rule;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -119,6 +119,25 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
             "The drain waits on it until a replacement is Ready on another node, and hangs if none can start there."
                 .to_string()
         };
+        // Pods of the budget the scheduler could not place before the drain: counted short by the
+        // budget, for the scheduler's reason (pods-pending says it too), not a guess.
+        let unplaced: Vec<(Arc<str>, Box<str>)> = b
+            .workloads
+            .iter()
+            .flat_map(|w| view.pods_of(w))
+            .filter(|p| p.phase == PodPhase::Pending && p.node.is_none() && !p.terminating)
+            .filter_map(|p| Some((p.name.clone(), p.unschedulable.clone()?)))
+            .collect();
+        let before = match unplaced.first() {
+            None => String::new(),
+            Some((_, reason)) => format!(
+                " Before the drain, {} {} Pending, which the budget counts short: the scheduler says: {} (see \
+                 pods-pending).",
+                names(unplaced.iter().map(|(n, _)| &**n)),
+                if unplaced.len() == 1 { "is" } else { "are" },
+                reason.trim_end_matches('.')
+            ),
+        };
         let mut out = Emitter::new(&pdb.id, &mut findings);
         out.emit(
             &DRAIN_BLOCKED,
@@ -126,7 +145,7 @@ pub fn findings_of(view: &dyn View, replay: &DrainRun, drained: &str) -> Vec<Fin
             format!(
                 "a drain of {drained} (cordoned first, then each pod evicted, as kubectl drain does) meets {} \
                  ({}; {} of its pods healthy now, {} needed{stale}): it {evicted}, then refuses the eviction of {} \
-                 ({}). {ending}",
+                 ({}). {ending}{before}",
                 pdb.id,
                 pdb.budget().describe(),
                 b.healthy_before,

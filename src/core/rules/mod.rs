@@ -6,6 +6,7 @@
 //! are now). The posture and drain families are reached only from `audit` and the drain
 //! simulation: admission never runs them, whatever view it has.
 
+pub mod apiservices;
 pub mod colocation;
 pub mod context;
 pub mod drain;
@@ -40,6 +41,7 @@ pub static FAMILIES: &[&[&Rule]] = &[
     hpa::RULES,
     termination::RULES,
     webhooks::RULES,
+    apiservices::RULES,
     tolerations::RULES,
     zones::RULES,
     exemptions::RULES,
@@ -125,7 +127,7 @@ fn evaluate_with(
     let mut out = Emitter::new(overlay.subject_id(), &mut findings);
     // The families in FAMILIES' order, each entered through the progress (a review past its
     // deadline stops at the next one).
-    let families: [fn(&Ctx, &mut Emitter); 10] = [
+    let families: [fn(&Ctx, &mut Emitter); 11] = [
         spread::evaluate,
         colocation::evaluate,
         strategy::evaluate,
@@ -134,6 +136,7 @@ fn evaluate_with(
         hpa::evaluate,
         termination::evaluate,
         webhooks::evaluate,
+        apiservices::evaluate,
         tolerations::evaluate,
         zones::evaluate,
     ];

@@ -390,11 +390,24 @@ fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
                 .collect(),
             None => Vec::new(),
         };
-        let named = if unhealthy.is_empty() {
-            String::new()
-        } else {
-            format!(" (not Ready: {})", names(unhealthy.iter().map(|p| &*p.name)))
+        // Pods the scheduler cannot place are not Ready for its reason, said by pods-pending:
+        // named apart, with that reason, rather than "make them Ready".
+        let unplaced = |p: &&Arc<PodInfo>| {
+            p.phase == PodPhase::Pending && p.node.is_none() && !p.terminating && p.unschedulable.is_some()
         };
+        let (pending, not_ready): (Vec<&Arc<PodInfo>>, Vec<&Arc<PodInfo>>) = unhealthy.iter().partition(unplaced);
+        let mut parts = Vec::new();
+        if !not_ready.is_empty() {
+            parts.push(format!("not Ready: {}", names(not_ready.iter().map(|p| &*p.name))));
+        }
+        if let Some(first) = pending.first() {
+            parts.push(format!(
+                "Pending, the scheduler cannot place {}: {} (see pods-pending)",
+                names(pending.iter().map(|p| &*p.name)),
+                first.unschedulable.as_deref().unwrap_or_default().trim_end_matches('.')
+            ));
+        }
+        let named = if parts.is_empty() { String::new() } else { format!(" ({})", parts.join("; ")) };
         let policy = if pdb.always_allow_unhealthy {
             ""
         } else {
@@ -411,8 +424,16 @@ fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
                 status.current_healthy, status.expected_pods, status.desired_healthy
             ),
             format!(
-                "make the unhealthy pods Ready again or replace them (kubectl describe pod, then fix or delete them); \
-                 set unhealthyPodEvictionPolicy: AlwaysAllow so a drain can evict pods that are already broken{}.",
+                "{}; set unhealthyPodEvictionPolicy: AlwaysAllow so a drain can evict pods that are already broken{}.",
+                match (pending.is_empty(), not_ready.is_empty()) {
+                    // Only Pending pods: what to do is the scheduler's reason, not "make them Ready".
+                    (false, true) =>
+                        "get the Pending pods placed: give the scheduler what its message above asks                                       for (the pods-pending finding of their workload says it too)",
+                    (false, false) =>
+                        "get the Pending pods placed (their scheduler's message is above, see                                        pods-pending), and make the others Ready again or replace them (kubectl                                        describe pod, then fix or delete them)",
+                    _ =>
+                        "make the unhealthy pods Ready again or replace them (kubectl describe pod, then fix or                           delete them)",
+                },
                 if too_few { "; and run more replicas than the budget requires, or loosen the budget" } else { "" }
             ),
         )

@@ -42,7 +42,7 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
 fn config_side(ctx: &Ctx, out: &mut Emitter) {
     let id = ctx.id();
     let Some(config) = ctx.view.webhook_config(id.kind, &id.name) else { return };
-    for (backend, hooks) in groups(&config) {
+    for (backend, hooks) in groups(ctx.view, &config) {
         match backend {
             Backend::Url(url) => {
                 let path = format!("webhooks[{}].clientConfig.url", hooks[0].index);
@@ -70,7 +70,10 @@ fn service_side(ctx: &Ctx, out: &mut Emitter) {
     }
     let Some(risk) = backend_risk(ctx, &service) else { return };
     for config in configs {
-        let hooks = calling(&config, &service.id);
+        let hooks = calling(ctx.view, &config, &service.id);
+        if hooks.is_empty() {
+            continue;
+        }
         let (what, fix) = service_message(&config, &service, &hooks, &risk);
         out.emit(&WEBHOOK_FAIL_CLOSED_UNAVAILABLE, "spec.selector", what, fix)
             .related(std::iter::once(config.id.clone()).chain(related(&risk, &service, id)).collect())
@@ -102,7 +105,10 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
         let Some(risk) = backend_risk(ctx, &service) else { continue };
         let path = workload_path(scaled, &risk);
         for config in ctx.view.webhooks_calling(namespace, &name) {
-            let hooks = calling(&config, &service.id);
+            let hooks = calling(ctx.view, &config, &service.id);
+            if hooks.is_empty() {
+                continue;
+            }
             let (what, fix) = service_message(&config, &service, &hooks, &risk);
             out.emit(&WEBHOOK_FAIL_CLOSED_UNAVAILABLE, path.clone(), what, fix)
                 .related(std::iter::once(config.id.clone()).chain(related(&risk, &service, subject)).collect())
@@ -111,10 +117,18 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
     }
 }
 
+/// Whether the webhook can intercept a write now: one whose namespaceSelector matches no
+/// namespace of the cluster (an injector waiting for a label no namespace carries yet) refuses
+/// nothing while its backend is down, and is not held against it. Only a view that follows the
+/// cluster knows every namespace; elsewhere every webhook counts.
+fn intercepts_somewhere(view: &dyn View, hook: &FailClosedWebhook) -> bool {
+    hook.namespace_selector.as_ref().is_none_or(|s| view.any_namespace_matching(s) != Some(false))
+}
+
 /// The fail-closed webhooks of `config`, by backend, in the order they first appear.
-fn groups(config: &WebhookConfigInfo) -> Vec<(&Backend, Vec<&FailClosedWebhook>)> {
+fn groups<'c>(view: &dyn View, config: &'c WebhookConfigInfo) -> Vec<(&'c Backend, Vec<&'c FailClosedWebhook>)> {
     let mut by_backend: BTreeMap<&Backend, Vec<&FailClosedWebhook>> = BTreeMap::new();
-    for hook in &config.fail_closed {
+    for hook in config.fail_closed.iter().filter(|h| intercepts_somewhere(view, h)) {
         by_backend.entry(&hook.backend).or_default().push(hook);
     }
     let mut groups: Vec<_> = by_backend.into_iter().collect();
@@ -122,10 +136,12 @@ fn groups(config: &WebhookConfigInfo) -> Vec<(&Backend, Vec<&FailClosedWebhook>)
     groups
 }
 
-fn calling<'a>(config: &'a WebhookConfigInfo, service: &ObjectRef) -> Vec<&'a FailClosedWebhook> {
+/// The webhooks of `config` calling `service` that can intercept a write now.
+fn calling<'a>(view: &dyn View, config: &'a WebhookConfigInfo, service: &ObjectRef) -> Vec<&'a FailClosedWebhook> {
     config
         .fail_closed
         .iter()
+        .filter(|h| intercepts_somewhere(view, h))
         .filter(|h| {
             matches!(&h.backend, Backend::Service { namespace, name }
                 if *namespace == service.namespace && *name == service.name)
@@ -252,8 +268,10 @@ fn related(risk: &Risk, service: &ServiceInfo, subject: &ObjectRef) -> Vec<Objec
 
 /// Who calls, and what they intercept: ("webhook w (failurePolicy Fail)", "it intercepts: pods
 /// CREATE in every namespace"), or for several ("18 webhooks with failurePolicy Fail", "they
-/// intercept: a: ...; b: ...; c: ...; and 15 more: ..."): the first few in full, those that
-/// intercept in every namespace first (the widest harm), the others by name. The calling part comes
+/// intercept: a: ...; b: ...; c: ...; and 15 more: ..."): the first few in full, by reach (the
+/// widest harm first: those that intercept pods, workloads, namespaces and the like before custom
+/// resources; then every namespace, every namespace but some, only labelled ones), the others by
+/// name in the same order. The calling part comes
 /// first in a message, what they intercept last: a warning the apiserver cuts to 256 characters
 /// still says what is wrong.
 fn describe_hooks(hooks: &[&FailClosedWebhook]) -> (String, String) {
@@ -261,7 +279,7 @@ fn describe_hooks(hooks: &[&FailClosedWebhook]) -> (String, String) {
         return (format!("webhook {} (failurePolicy Fail)", one.name), format!("it intercepts: {}", one.intercepts));
     }
     let mut ordered: Vec<&&FailClosedWebhook> = hooks.iter().collect();
-    ordered.sort_by_key(|h| !h.every_namespace);
+    ordered.sort_by_key(|h| h.reach.rank());
     let detailed: Vec<String> =
         ordered.iter().take(DETAILED).map(|h| format!("{}: {}", h.name, h.intercepts)).collect();
     let mut details = format!("they intercept: {}", detailed.join("; "));

@@ -6,9 +6,9 @@ use std::collections::HashSet;
 use crate::core::catalogue::Action;
 use crate::core::registry::*;
 
-/// Rule IDs and their order are contract (DESIGN.md §2), plus `pods-pending` (issue 51), added
-/// after DESIGN's table was written.
-const CONTRACT_RULES: [&str; 34] = [
+/// Rule IDs and their order are contract (DESIGN.md §2), plus `pods-pending` and
+/// `apiservice-unavailable` (issue 51), added after DESIGN's table was written.
+const CONTRACT_RULES: [&str; 35] = [
     "spread-selector-missing",
     "spread-selector-mismatch",
     "spread-selector-overlap",
@@ -31,6 +31,7 @@ const CONTRACT_RULES: [&str; 34] = [
     "termination-grace-zero",
     "prestop-exceeds-grace",
     "webhook-fail-closed-unavailable",
+    "apiservice-unavailable",
     "toleration-wildcard",
     "spread-zone-missing",
     "exemption-unknown-rule",
@@ -67,6 +68,7 @@ fn the_catalogue_is_the_contract() {
 fn the_defaults_are_the_contract() {
     let warn = [
         "webhook-fail-closed-unavailable",
+        "apiservice-unavailable",
         "spread-zone-missing",
         "spread-selector-overlap",
         "spread-unsatisfiable",

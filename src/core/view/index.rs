@@ -288,7 +288,8 @@ impl Projection {
             Object::Subject(Subject::Workload(w)) => Projection::Workload(WorkloadInfo::of(w).into()),
             Object::Subject(Subject::Pdb(p)) => Projection::Pdb(PdbInfo::of(p).into()),
             Object::Subject(Subject::Hpa(h)) => Projection::Hpa(HpaInfo::of(h).into()),
-            Object::Subject(Subject::Scale { .. }) => Projection::Nothing,
+            // A scale write; an APIService, judged on its own and kept by no view.
+            Object::Subject(Subject::Scale { .. } | Subject::ApiService(_)) => Projection::Nothing,
             Object::Subject(Subject::ScaledObject(so)) => Projection::Hpa(HpaInfo::of_scaled_object(so).into()),
             Object::Subject(Subject::Service(svc)) => Projection::Service(ServiceInfo::of(svc).into()),
             Object::Subject(Subject::Webhooks(c)) => Projection::Webhooks(WebhookConfigInfo::of(c).into()),
@@ -609,7 +610,7 @@ impl Index {
             }
             Kind::Namespace => self.namespace_labels = Arc::default(),
             // Pods are relisted through their own table (retain_listed_pods), never as a kind.
-            Kind::Pod => {}
+            Kind::Pod | Kind::ApiService => {}
         }
     }
 
@@ -808,6 +809,15 @@ impl View for Index {
 
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
         self.namespace_labels.get(namespace).cloned()
+    }
+
+    /// Known where the view follows a cluster (the live view, the audit's): it holds every
+    /// namespace there; stops at the first that matches.
+    fn any_namespace_matching(&self, selector: &LabelSelector) -> Option<bool> {
+        if !self.knows_nodes || self.namespace_labels.is_empty() {
+            return None;
+        }
+        Some(self.namespace_labels.values().any(|labels| crate::core::model::selector::matches(selector, labels)))
     }
 
     fn namespace_label(&self, namespace: &str, key: &str) -> Option<String> {

@@ -57,6 +57,11 @@ pub trait View: Send + Sync {
     }
     /// Labels of a namespace the view knows, `None` if it does not know it.
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>>;
+    /// Whether some namespace of the cluster has labels `selector` matches; `None` when the view
+    /// does not know every namespace (files given to `check`: the cluster may have others).
+    fn any_namespace_matching(&self, _selector: &LabelSelector) -> Option<bool> {
+        None
+    }
     /// One label of a namespace the view knows (what every decision asks: the mode label).
     fn namespace_label(&self, namespace: &str, key: &str) -> Option<String> {
         self.namespace_labels(namespace)?.remove(key)
@@ -96,7 +101,7 @@ pub trait View: Send + Sync {
                 self.webhook_config(r.kind, &r.name).map(|c| c.exemptions.clone())
             }
             Kind::PersistentVolumeClaim => self.pvc(&r.namespace, &r.name).map(|p| p.exemptions.clone()),
-            Kind::Node | Kind::Namespace | Kind::Pod => None,
+            Kind::Node | Kind::Namespace | Kind::Pod | Kind::ApiService => None,
         }
         .unwrap_or_default()
     }

@@ -37,6 +37,7 @@ impl<'a> Overlay<'a> {
             Subject::ScaledObject(so) => overlay.hpa = Some(Arc::new(HpaInfo::of_scaled_object(so))),
             Subject::Service(svc) => overlay.service = Some(Arc::new(ServiceInfo::of(svc))),
             Subject::Webhooks(c) => overlay.webhooks = Some(Arc::new(WebhookConfigInfo::of(c))),
+            Subject::ApiService(_) => {}
             Subject::Scale { target, replicas } => {
                 overlay.workload = base
                     .workload(target.kind, &target.namespace, &target.name)
@@ -232,6 +233,10 @@ impl View for Overlay<'_> {
 
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
         self.base.namespace_labels(namespace)
+    }
+
+    fn any_namespace_matching(&self, selector: &LabelSelector) -> Option<bool> {
+        self.base.any_namespace_matching(selector)
     }
 
     fn namespace_label(&self, namespace: &str, key: &str) -> Option<String> {

@@ -258,6 +258,103 @@ pub struct FailClosedWebhook {
     pub intercepts: String,
     /// It has no namespaceSelector or objectSelector: it intercepts its resources everywhere.
     pub every_namespace: bool,
+    /// How much it intercepts, for ordering the webhooks a message names (widest first).
+    pub reach: Reach,
+    /// Its namespaceSelector when it selects some namespaces only (not empty) and every resource
+    /// it intercepts is namespaced (a cluster-scoped resource is intercepted whatever the
+    /// selector says, a Namespace by its own labels): which namespaces it can intercept in.
+    pub namespace_selector: Option<LabelSelector>,
+}
+
+/// How much of the cluster's writes a webhook intercepts: what a message names first when a
+/// configuration has many. Compared as a whole, wider first ([`Reach::rank`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reach {
+    /// What it intercepts: 0 pods, namespaces, nodes or all resources (every workload's pods,
+    /// every namespace's life); 1 another kind every cluster runs on (Deployments, StatefulSets,
+    /// DaemonSets, ReplicaSets, Jobs, Services, ConfigMaps, Secrets); 2 other resources (custom
+    /// resources, mostly).
+    pub kinds: u8,
+    /// 2: every namespace; 1: every namespace but some (a namespaceSelector that only excludes:
+    /// `NotIn`, `DoesNotExist`); 0: namespaces or objects that carry some label.
+    pub breadth: u8,
+}
+
+impl Reach {
+    /// The kinds (resource names) whose interception reaches every workload.
+    const WIDEST: &[&str] = &["pods", "namespaces", "nodes", "*"];
+    /// The other kinds every cluster runs on.
+    const CORE: &[&str] =
+        &["deployments", "statefulsets", "daemonsets", "replicasets", "jobs", "services", "configmaps", "secrets"];
+
+    pub fn of(w: &crate::core::model::webhook::Webhook) -> Reach {
+        let resources = || {
+            w.rules
+                .iter()
+                .flatten()
+                .flat_map(|r| r.resources.iter().flatten())
+                .map(|r| r.split('/').next().unwrap_or(r))
+        };
+        let kinds = if resources().any(|r| Self::WIDEST.contains(&r)) {
+            0
+        } else if resources().any(|r| Self::CORE.contains(&r)) {
+            1
+        } else {
+            2
+        };
+        let empty = |s: &Option<LabelSelector>| s.as_ref().is_none_or(selector::is_empty);
+        let excludes_only = |s: &LabelSelector| {
+            s.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
+                && s.match_expressions.iter().flatten().all(|e| matches!(e.operator.as_str(), "NotIn" | "DoesNotExist"))
+        };
+        let breadth = match (&w.namespace_selector, empty(&w.object_selector)) {
+            (_, false) => 0,
+            (ns, true) if empty(ns) => 2,
+            (Some(ns), true) if excludes_only(ns) => 1,
+            _ => 0,
+        };
+        Reach { kinds, breadth }
+    }
+
+    /// Namespaced resources a webhook's rules commonly name: with only these (or rules scoped
+    /// `Namespaced`), its namespaceSelector limits where it intercepts.
+    const NAMESPACED: &[&str] = &[
+        "pods",
+        "deployments",
+        "statefulsets",
+        "daemonsets",
+        "replicasets",
+        "jobs",
+        "cronjobs",
+        "services",
+        "configmaps",
+        "secrets",
+        "serviceaccounts",
+        "persistentvolumeclaims",
+        "ingresses",
+        "poddisruptionbudgets",
+        "horizontalpodautoscalers",
+    ];
+
+    /// Whether every resource the webhook's rules name is namespaced.
+    pub fn namespaced_only(w: &crate::core::model::webhook::Webhook) -> bool {
+        let mut rules = w.rules.iter().flatten().peekable();
+        rules.peek().is_some()
+            && rules.all(|r| {
+                r.scope.as_deref() == Some("Namespaced")
+                    || r.resources
+                        .iter()
+                        .flatten()
+                        .all(|res| Self::NAMESPACED.contains(&res.split('/').next().unwrap_or_default()))
+            })
+    }
+
+    /// Sorts ascending with the widest first: by what it intercepts, then whether it does so in
+    /// (nearly) every namespace; "every namespace but kube-system" is as wide as every namespace
+    /// for this purpose.
+    pub fn rank(self) -> (u8, bool) {
+        (self.kinds, self.breadth == 0)
+    }
 }
 
 /// A webhook configuration as the view keeps it: only its fail-closed webhooks (the others can
@@ -290,6 +387,11 @@ impl WebhookConfigInfo {
                     intercepts: w.intercepts(),
                     every_namespace: w.namespace_selector.as_ref().is_none_or(selector::is_empty)
                         && w.object_selector.as_ref().is_none_or(selector::is_empty),
+                    reach: Reach::of(w),
+                    namespace_selector: w
+                        .namespace_selector
+                        .clone()
+                        .filter(|s| !selector::is_empty(s) && Reach::namespaced_only(w)),
                 })
             })
             .collect();

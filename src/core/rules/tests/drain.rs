@@ -182,6 +182,34 @@ fn a_pod_under_two_pdbs_is_refused() {
 }
 
 #[test]
+fn a_budget_short_of_a_pod_the_scheduler_cannot_place_says_the_schedulers_reason() {
+    let mut pods = placed(&["n1", "n2"]);
+    let mut pending = pod("web-3", "web", "");
+    pending.phase = PodPhase::Pending;
+    pending.ready = false;
+    pending.unschedulable =
+        Some("0/3 nodes are available: 3 node(s) didn't match PersistentVolume's node affinity.".into());
+    pods.push(pending);
+    // minAvailable 2 over 3, one Pending: 2 healthy, 2 needed, nothing may go.
+    let view = cluster(&[&web(3), &pdb("minAvailable: 2", "")], pods);
+    let f = drain(&view, &["n1"]);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    assert!(
+        b[0].what.ends_with(
+            "Before the drain, web-3 is Pending, which the budget counts short: the scheduler says: 0/3 nodes are \
+             available: 3 node(s) didn't match PersistentVolume's node affinity (see pods-pending)."
+        ),
+        "{}",
+        b[0].what
+    );
+    // Without a Pending pod nothing is said of one.
+    let view = cluster(&[&web(2), &pdb("minAvailable: 2", "")], placed(&["n1", "n2"]));
+    let f = drain(&view, &["n1"]);
+    assert!(!of_rule(&f, BLOCKED)[0].what.contains("Before the drain"), "{f:#?}");
+}
+
+#[test]
 fn an_unready_pod_goes_with_always_allow_and_waits_with_if_healthy_budget() {
     let pods = || {
         let mut p = placed(&["n1", "n2", "n3"]);

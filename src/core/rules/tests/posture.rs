@@ -271,6 +271,42 @@ fn a_pdb_without_status_is_not_judged() {
     assert!(of_rule(&audit_findings(no_status, &view), BLOCKED).is_empty());
 }
 
+#[test]
+fn a_pdb_blocked_by_a_pod_the_scheduler_cannot_place_gives_the_schedulers_reason_not_make_it_ready() {
+    let mut pods = placed(&["n1"]);
+    pods.push(pending("web-2", VOLUME_MESSAGE));
+    let view = view_with_pods(&docs(&[&three_nodes(), &web(2, "")]), pods);
+    let f = audit_findings(&pdb_with_status(2, 0, 2, 1, 2), &view);
+    let b = of_rule(&f, BLOCKED);
+    assert_eq!(b.len(), 1, "{f:#?}");
+    assert!(
+        b[0].what.contains(
+            "1 of 2 expected pods are healthy (Pending, the scheduler cannot place web-2: 0/9 nodes are available: 6 \
+             node(s) didn't match PersistentVolume's node affinity, 3 node(s) were unschedulable (see pods-pending))"
+        ),
+        "{}",
+        b[0].what
+    );
+    assert!(!b[0].what.contains("not Ready:"), "{}", b[0].what);
+    assert!(b[0].fix.starts_with("get the Pending pods placed"), "{}", b[0].fix);
+    assert!(!b[0].fix.contains("Ready again"), "{}", b[0].fix);
+    // A pod not Ready besides: both, each with its own remedy.
+    let mut pods = placed(&["n1", "n2"]);
+    pods[1].ready = false;
+    pods.push(pending("web-3", VOLUME_MESSAGE));
+    let view = view_with_pods(&docs(&[&three_nodes(), &web(3, "")]), pods);
+    let f = audit_findings(&pdb_with_status(3, 0, 3, 1, 3), &view);
+    let b = of_rule(&f, BLOCKED);
+    assert!(b[0].what.contains("(not Ready: web-2; Pending, the scheduler cannot place web-3: "), "{}", b[0].what);
+    assert!(b[0].fix.contains("make the others Ready again"), "{}", b[0].fix);
+    // The workload's own finding says the same reason, and is the primary of the budget's.
+    let w = audit_findings(&web(3, ""), &view);
+    let p = of_rule(&w, PODS_PENDING);
+    assert_eq!(p.len(), 1, "{w:#?}");
+    let both = [p[0], b[0]];
+    assert_eq!(crate::core::causes::primaries(&both), [None, Some(0)]);
+}
+
 fn pending(name: &str, message: &str) -> PodInfo {
     let mut p = pod(name, "web", "");
     p.phase = PodPhase::Pending;

@@ -482,3 +482,120 @@ fn the_backends_of_a_namespace_follow_the_configuration_under_review() {
     let overlay = Overlay::new(&base, &new);
     assert_eq!(overlay.webhook_services_in("default"), ["kept-webhook", "new-webhook"]);
 }
+
+// ---- which webhooks a message names first, and which it leaves out (issue 51) ----
+
+/// A project's manifest from the corpus (`HA_GUARD_CORPUS`, else `../shared/corpus` beside the
+/// repository, as tests/it/corpus.rs reads it): missing, the test fails, it never skips.
+fn corpus_file(path: &str) -> String {
+    let root = std::env::var_os("HA_GUARD_CORPUS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus"));
+    let file = root.join(path);
+    std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("the corpus file {} ({e})", file.display()))
+}
+
+/// The documents of `file` whose `kind:` and `name:` lines are as given (name at any depth of
+/// `metadata`), in file order.
+fn corpus_docs(file: &str, wanted: &[(&str, &str)]) -> String {
+    let docs: Vec<String> = file
+        .split("\n---\n")
+        .filter(|d| {
+            wanted.iter().any(|(kind, name)| {
+                d.lines().any(|l| l == format!("kind: {kind}"))
+                    && d.lines().any(|l| l.trim_start() == format!("name: {name}") && l.starts_with("  name:"))
+            })
+        })
+        .map(str::to_string)
+        .collect();
+    assert_eq!(docs.len(), wanted.len(), "found {} of {wanted:?}", docs.len());
+    docs.join("\n---\n")
+}
+
+#[test]
+fn kueues_pod_and_deployment_webhooks_are_named_first_not_among_the_many_more() {
+    let kueue = corpus_file("kueue/kueue-v0.12.2.yaml");
+    let backend = corpus_docs(
+        &kueue,
+        &[
+            ("Deployment", "kueue-controller-manager"),
+            ("Service", "kueue-webhook-service"),
+            ("Namespace", "kueue-system"),
+        ],
+    );
+    let config = corpus_docs(&kueue, &[("MutatingWebhookConfiguration", "kueue-mutating-webhook-configuration")]);
+    let f = findings(&config, &backend, false);
+    let w = rule(&f);
+    assert_eq!(w.len(), 1, "{f:#?}");
+    let what = &w[0].what;
+    let details = what.split_once("they intercept: ").map(|(_, d)| d).unwrap_or_else(|| panic!("{what}"));
+    let (named, more) = details.split_once("; and ").unwrap_or_else(|| panic!("{details}"));
+    // Pods, Deployments and StatefulSets (in every namespace but kube-system and kueue-system)
+    // before the custom resources, whatever their order in the file.
+    assert!(
+        named.starts_with("mpod.kb.io: pods CREATE in namespaces matching")
+            && named.contains("; mdeployment.kb.io: deployments (apps) CREATE,UPDATE")
+            && named.contains("; mstatefulset.kb.io: statefulsets (apps) CREATE,UPDATE"),
+        "{named}"
+    );
+    assert!(more.starts_with("15 more: ") && !more.contains("mpod") && !more.contains("mdeployment"), "{more}");
+    // The rest by reach too: Jobs, then the custom resources in file order.
+    assert!(more.starts_with("15 more: mjob.kb.io, mappwrapper.kb.io"), "{more}");
+}
+
+/// Istio's sidecar injector: four webhooks on pod CREATE, two of which intercept only in
+/// namespaces labelled for injection.
+fn istio() -> (String, String) {
+    let istio = corpus_file("istio/install.yaml");
+    let config = corpus_docs(&istio, &[("MutatingWebhookConfiguration", "istio-sidecar-injector")]);
+    // istiod at one replica (the file's HPA floor aside): a fragile backend.
+    let backend = docs(&[
+        &deployment("istiod", "replicas: 1", "").replace("namespace: default", "namespace: istio-system"),
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: istiod\n  namespace: istio-system\nspec:\n  selector:\n    \
+         app: istiod\n  ports:\n  - port: 443\n",
+    ]);
+    (config, backend)
+}
+
+fn namespace(name: &str, labels: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/metadata.name: {name}\n{labels}"
+    )
+}
+
+#[test]
+fn a_webhook_whose_namespace_selector_matches_no_namespace_of_the_cluster_is_not_held_against_its_backend() {
+    let (config, backend) = istio();
+    let plain = docs(&[&backend, &namespace("istio-system", ""), &namespace("shop", "")]);
+    // The cluster (a live view holds every namespace): no namespace asks for injection.
+    let f = findings_in(&config, &live_view(&plain));
+    let w = rule(&f);
+    assert_eq!(w.len(), 1, "the object-selected injectors still intercept: {f:#?}");
+    assert!(w[0].what.contains("2 webhooks with failurePolicy Fail"), "{}", w[0].what);
+    for gone in ["rev.namespace.sidecar-injector.istio.io", "namespace.sidecar-injector.istio.io:"] {
+        assert!(!w[0].what.contains(&format!(" {gone}")), "{gone} matches no namespace: {}", w[0].what);
+    }
+    // Namespaces labelled for injection (by the label, and by revision): all four count.
+    let labelled = docs(&[
+        &plain,
+        &namespace("shop-injected", "    istio-injection: enabled\n"),
+        &namespace("shop-revision", "    istio.io/rev: default\n"),
+    ]);
+    let f = findings_in(&config, &live_view(&labelled));
+    assert!(rule(&f)[0].what.contains("4 webhooks with failurePolicy Fail"), "{f:#?}");
+    // Files given to check are not the cluster: every webhook counts.
+    let f = findings(&config, &plain, true);
+    assert!(rule(&f)[0].what.contains("4 webhooks with failurePolicy Fail"), "{f:#?}");
+}
+
+#[test]
+fn a_namespace_selector_does_not_limit_a_webhook_on_cluster_scoped_resources() {
+    // kueue's ClusterQueue webhook scoped to labelled namespaces would still see every ClusterQueue.
+    let scoped = format!(
+        "{}  namespaceSelector:\n    matchLabels: {{kueue: managed}}\n",
+        hook("cq.kb.io", "policy-webhook", "Fail").replace("resources: [pods]", "resources: [clusterqueues]")
+    );
+    let view = live_view(&docs(&[&backend(1, ""), &service("policy-webhook", "policy"), &namespace("default", "")]));
+    let f = findings_in(&vwc(&[scoped]), &view);
+    assert_eq!(rule(&f).len(), 1, "{f:#?}");
+}
