@@ -399,8 +399,11 @@ impl World {
 /// `pod` as the filters count it on its node: the CSI volumes its claims attach read from the
 /// view's storage.
 fn placed(view: &dyn View, namespace: Arc<str>, pod: &PodInfo) -> Placed {
-    let volumes = match (view.storage(), pod.claims.is_empty()) {
-        (Some(storage), false) => storage.attached(&pod.claims, |c| view.pvc(&namespace, c)).collect(),
+    let volumes = match (view.storage(), pod.claims.is_empty() && pod.ephemeral_claims.is_empty()) {
+        (Some(storage), false) => {
+            let claims = pod.claims.iter().chain(pod.ephemeral_claims.iter());
+            storage.attached(&namespace, claims, |c| view.pvc(&namespace, c)).collect()
+        }
         _ => Arc::default(),
     };
     Placed {
@@ -517,6 +520,7 @@ fn replacement_of(pod: &PodInfo, template: &super::projection::Template, drain: 
         ports: crate::core::model::resources::host_ports(&template.spec),
         anti_affinity: super::placement::required_anti_affinity(&template.spec),
         claims: pod.claims.clone(),
+        ephemeral_claims: Default::default(),
         priority: pod.priority,
         preempts: pod.preempts,
     }

@@ -599,6 +599,71 @@ fn a_replacement_whose_volume_is_pinned_to_the_drained_node_stays_pending() {
     assert_eq!(super::run(&unread, &["n1".to_string()], "node n1").0.outcome, super::Outcome::Completes);
 }
 
+/// NodeVolumeLimits counts an existing pod's generic ephemeral volumes as it counts its claims
+/// (`filterAttachableVolumes`: `case vol.Ephemeral != nil: pvcName = ephemeral.VolumeClaimName(pod,
+/// &vol)`): a bound one by its PV's CSI volume, one not bound yet by its class's provisioner
+/// (`getCSIDriverInfoFromSC`). Two nodes of a CSI limit of 1, each holding such a pod: the
+/// replacement of a pod with a CSI volume of the same driver fits on neither.
+#[test]
+fn existing_pods_ephemeral_volumes_count_toward_the_csi_volume_limit() {
+    use crate::core::view::storage::Storage;
+    use std::sync::Arc;
+    let claim = |name: &str, volume: &str, class: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  \
+             accessModes: [ReadWriteOnce]\n  storageClassName: {class}\n  volumeName: '{volume}'\n"
+        )
+    };
+    let (data, scratch, tmp) = (
+        claim("data", "disk-web", "ebs"),
+        claim("cache-1-scratch", "disk-cache", "ebs"),
+        claim("tmp-1-tmp", "", "ebs"),
+    );
+    let web = deployment("web", "replicas: 1", "volumes:\n- name: data\n  persistentVolumeClaim: {claimName: data}\n");
+    let names = |n: &[&str]| -> Arc<[Arc<str>]> { n.iter().map(|c| Arc::from(*c)).collect() };
+    let world = |ephemeral: bool| {
+        let own = |claims: &[&str]| if ephemeral { names(claims) } else { Arc::default() };
+        let pods = vec![
+            PodInfo { claims: names(&["data"]), ..pod("web-1", "web", "n1") },
+            PodInfo { ephemeral_claims: own(&["cache-1-scratch"]), ..pod("cache-1", "cache", "n2") },
+            PodInfo { ephemeral_claims: own(&["tmp-1-tmp"]), ..pod("tmp-1", "tmp", "n3") },
+        ];
+        let mut view = cluster_with_templates(&[&web, &data, &scratch, &tmp, &pdb("maxUnavailable: 1", "")], pods);
+        let mut storage = Storage::default();
+        let driver = "ebs.csi.aws.com";
+        for (pv, claim) in [("disk-web", "data"), ("disk-cache", "cache-1-scratch")] {
+            storage.insert_volume(
+                &serde_json::from_value(serde_json::json!({"metadata": {"name": pv}, "spec": {"storageClassName": "ebs",
+                    "claimRef": {"namespace": "default", "name": claim}, "csi": {"driver": driver, "volumeHandle": pv}}}))
+                .expect("a PersistentVolume"),
+            );
+        }
+        storage.insert_class(
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "ebs"}, "provisioner": driver,
+                "volumeBindingMode": "WaitForFirstConsumer"}))
+            .expect("a StorageClass"),
+        );
+        for node in ["n2", "n3"] {
+            storage.insert_csi_node(
+                &serde_json::from_value(serde_json::json!({"metadata": {"name": node}, "spec": {"drivers": [
+                    {"name": driver, "nodeID": node, "allocatable": {"count": 1}}]}}))
+                .expect("a CSINode"),
+            );
+        }
+        view.set_storage(storage);
+        view
+    };
+    let (run, f) = super::run(&world(true), &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
+    let p = of_rule(&f, PENDING);
+    assert_eq!(p.len(), 1, "{f:#?}");
+    let part = "1 volumes of CSI driver ebs.csi.aws.com already attached (its CSINode's allocatable.count) on n2, n3";
+    assert!(p[0].what.contains(part), "{part:?} not in: {}", p[0].what);
+    // The same pods without their ephemeral volumes: the replacement goes.
+    let (run, _) = super::run(&world(false), &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::Completes, "{run:#?}");
+}
+
 /// The replacement asks what the pod it replaces asked as the apiserver stored it (a LimitRange's
 /// default request, a RuntimeClass's overhead), not only what its template declares.
 #[test]
