@@ -814,7 +814,8 @@ struct Candidate {
 /// one while it still fits (those a budget protects first), and the rest go. The node: the fewest
 /// budget violations, the lowest highest priority among its victims, the lowest sum, the fewest
 /// victims, then the name. The victims are deleted without asking their budgets, and their own
-/// replacements placed (without preempting in turn). `None`: nowhere, or `pod` may not preempt.
+/// replacements placed, preempting in turn where they may ([`victim_replaced`]). `None`: nowhere,
+/// or `pod` may not preempt.
 #[allow(clippy::too_many_arguments)]
 fn preempt(
     view: &dyn View,
@@ -896,7 +897,7 @@ fn preempt(
     let mut named = Vec::new();
     for v in best.victims {
         named.push(format!("{}/{} (priority {})", v.namespace, v.name, v.priority));
-        let replacement = victim_replaced(view, &v, &node, &by, pod.priority, states, ledgers, &on_node[best.at], run);
+        let replacement = victim_replaced(view, &v, (&node, best.at), &by, pod.priority, states, ledgers, on_node, run);
         run.preempts.push(Preempted {
             namespace: v.namespace.to_string(),
             pod: v.name.to_string(),
@@ -910,21 +911,25 @@ fn preempt(
     Some((Some(node), reason))
 }
 
-/// The victim `v` of a preemption on `node`: its controller's replacement, placed where it fits
-/// (without preempting in turn), or Pending. The node it went to.
+/// The victim `v` of a preemption on `node` (at `at`): its controller's replacement, placed where
+/// it fits, or Pending. A replacement that fits nowhere preempts in turn where its own priority
+/// and policy let it, as the scheduler does: it is a new pod, and DefaultPreemption runs for every
+/// pod that fails the filters (`PodEligibleToPreemptOthers` asks only its `preemptionPolicy` and
+/// a nomination it has not got). Each step takes only pods of a lower priority than the last, so a
+/// chain ends. The node it went to.
 #[allow(clippy::too_many_arguments)]
 fn victim_replaced(
     view: &dyn View,
     v: &Placed,
-    node: &str,
+    (node, at): (&str, usize),
     by: &str,
     priority: i32,
     states: &mut Nodes,
     ledgers: &mut BTreeMap<ObjectRef, Ledger>,
-    on_node: &[(String, Arc<PodInfo>)],
+    on_node: &[Vec<(String, Arc<PodInfo>)>],
     run: &mut DrainRun,
 ) -> Option<String> {
-    let (namespace, pod) = on_node.iter().find(|(ns, p)| **ns == *v.namespace && p.name == v.name)?;
+    let (namespace, pod) = on_node[at].iter().find(|(ns, p)| **ns == *v.namespace && p.name == v.name)?;
     let (kind, name) = pod.workload()?;
     let workload = ObjectRef::new(kind, namespace, name);
     let template = view.template(&workload)?;
@@ -937,6 +942,11 @@ fn victim_replaced(
             Some(states[at].node.name.clone())
         }
         Err(why) => {
+            if let Some((to, _)) =
+                preempt(view, namespace, pod, incoming, &replacing, states, ledgers, on_node, &why, run)
+            {
+                return to;
+            }
             let reason = format!(
                 "preempted on {node} by the replacement of {by} (priority {priority}, higher than its {}); its own \
                  replacement fits nowhere: {}",

@@ -778,6 +778,71 @@ fn a_replacement_of_equal_priority_or_that_never_preempts_stays_pending() {
     }
 }
 
+/// A victim's replacement is a new pod: where it fits nowhere, the scheduler runs DefaultPreemption
+/// for it too (`PodEligibleToPreemptOthers` asks only its `preemptionPolicy`). `web` (1000, not on
+/// n3) preempts `batch-a` (500) on n2; batch-a's replacement preempts `batch-b` (0) on n3, which is
+/// what stays Pending. With `preemptionPolicy: Never` on batch-a, batch-a stays Pending and
+/// batch-b runs on.
+#[test]
+fn a_victims_replacement_preempts_in_turn_where_its_policy_lets_it() {
+    let chain = |a_preempts: bool| {
+        let node = |name: &str| {
+            format!(
+                "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n\
+                 spec: {{}}\nstatus:\n  allocatable: {{cpu: '1', memory: 4Gi, pods: '110'}}\n"
+            )
+        };
+        let cpu = |p: PodInfo, priority: i32| PodInfo {
+            requests: crate::core::model::resources::Resources { cpu_milli: 600, ..Default::default() },
+            priority,
+            ..p
+        };
+        let pods = vec![
+            cpu(pod("web-1", "web", "n1"), 1000),
+            PodInfo { preempts: a_preempts, ..cpu(pod("batch-a-1", "batch-a", "n2"), 500) },
+            cpu(pod("batch-b-1", "batch-b", "n3"), 0),
+        ];
+        let nodes: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| node(n)).collect();
+        let not_n3 = "affinity:\n  nodeAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n      \
+                      nodeSelectorTerms:\n      - matchExpressions:\n        - {key: kubernetes.io/hostname, operator: \
+                      NotIn, values: [n3]}\n";
+        let (web, a, b) = (
+            deployment("web", "replicas: 1", not_n3),
+            deployment("batch-a", "replicas: 1", ""),
+            deployment("batch-b", "replicas: 1", ""),
+        );
+        let mut all: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        all.extend([web.as_str(), a.as_str(), b.as_str()]);
+        view_with_templates(&docs(&all), pods)
+    };
+    let (run, f) = super::run(&chain(true), &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
+    let preempted: Vec<(&str, &str, &str, Option<&str>)> = run
+        .preempts
+        .iter()
+        .map(|p| (p.pod.as_str(), p.node.as_str(), p.by.as_str(), p.replacement.as_deref()))
+        .collect();
+    assert_eq!(
+        preempted,
+        [("batch-b-1", "n3", "default/batch-a-1", None), ("batch-a-1", "n2", "default/web-1", Some("n3"))],
+        "{run:#?}"
+    );
+    let p = of_rule(&f, PENDING);
+    assert_eq!(p.len(), 1, "{f:#?}");
+    assert_eq!(p[0].object.to_string(), "Deployment default/batch-b");
+    assert!(
+        p[0].what.contains("preempted on n3 by the replacement of default/batch-a-1 (priority 500, higher than its 0)"),
+        "{}",
+        p[0].what
+    );
+    // batch-a may not preempt: it is what stays Pending, batch-b is left alone.
+    let (run, f) = super::run(&chain(false), &["n1".to_string()], "node n1");
+    let preempted: Vec<(&str, Option<&str>)> =
+        run.preempts.iter().map(|p| (p.pod.as_str(), p.replacement.as_deref())).collect();
+    assert_eq!(preempted, [("batch-a-1", None)], "{run:#?}");
+    assert_eq!(of_rule(&f, PENDING)[0].object.to_string(), "Deployment default/batch-a");
+}
+
 #[test]
 fn a_single_replica_workload_is_counted_in_the_drain_not_warned_about() {
     use crate::core::model::{Kind, ObjectRef};
