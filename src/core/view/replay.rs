@@ -454,6 +454,55 @@ fn volume_needs(view: &dyn View, namespace: &str, pod: &PodInfo, template: &PodS
     needs
 }
 
+/// How many new pods of `incoming` kube-scheduler places on the view's cluster as it stands (every
+/// namespace's pods on its nodes, its storage), one a `claims` item, each mounting the claims listed
+/// for it (a StatefulSet's pod its own by ordinal; its template's generic ephemeral volumes are made
+/// for it): each placed pod counted by the next, and the pods left Pending tried again while one
+/// more gets placed, as the scheduler retries an unschedulable pod when the cluster changes. The
+/// spread cases against kube-scheduler ask it.
+pub fn place_new(view: &dyn View, incoming: Incoming, claims: &[Arc<[Arc<str>]>]) -> usize {
+    let mut world = World::of(view);
+    let states = &mut world.states;
+    let namespace = incoming.namespace;
+    let mut waiting: Vec<PodInfo> = claims
+        .iter()
+        .enumerate()
+        .map(|(i, claims)| PodInfo {
+            name: format!("new-{i}").into(),
+            owner: PodOwner::Unmanaged,
+            node: None,
+            labels: Arc::new(incoming.labels.clone()),
+            unschedulable: None,
+            phase: PodPhase::Pending,
+            ready: false,
+            terminating: false,
+            tolerates_cordon: false,
+            requests: Default::default(),
+            ports: Vec::new(),
+            anti_affinity: Default::default(),
+            claims: claims.clone(),
+            ephemeral_claims: Default::default(),
+            priority: incoming.spec.priority.unwrap_or(0),
+            preempts: false,
+        })
+        .collect();
+    let mut placed = 0;
+    loop {
+        let before = placed;
+        waiting.retain(|pod| {
+            let replacing = replacing(view, namespace, pod, incoming.spec, states);
+            let Ok(candidates) = feasible_with(incoming, states, &replacing) else { return true };
+            let at = choose(&candidates, states, namespace, incoming.labels);
+            states.push(at, new_placed(pod, incoming, &replacing));
+            placed += 1;
+            false
+        });
+        if placed == before || waiting.is_empty() {
+            return placed;
+        }
+    }
+}
+
 /// Replays a drain of `drained` on the view.
 pub fn replay(view: &dyn View, drained: &[String]) -> DrainRun {
     replay_in(view, &mut World::of(view), drained)
@@ -719,9 +768,8 @@ fn evicted(
     on_node: &[Vec<(String, Arc<PodInfo>)>],
     run: &mut DrainRun,
 ) -> (Option<String>, String) {
-    if let Some(at) = pod.node.as_deref().and_then(|n| states.iter().position(|s| s.node.name == n)) {
-        states.remove(at, namespace, |p| p.labels == pod.labels);
-    }
+    let at = pod.node.as_deref().and_then(|n| states.iter().position(|s| s.node.name == n));
+    let gone = at.and_then(|at| Some((at, states.remove(at, namespace, |p| p.labels == pod.labels)?)));
     let Some((kind, name)) = pod.workload() else {
         let why = match pod.owner {
             // A Job, a bare ReplicaSet, an operator's own kind: the simulation does not know when it
@@ -741,7 +789,38 @@ fn evicted(
     };
     let incoming = Incoming { namespace, labels: &template.labels, spec: &template.spec };
     let replacing = replacing(view, namespace, pod, &template.spec, states);
-    match feasible_with(incoming, states, &replacing) {
+    // The replacement is made as its pod is evicted, and first tried while that pod is still on its
+    // node, terminating, which kube-scheduler counts: InterPodAffinity finds it matching the
+    // replacement's affinity (the same labels), so the replacement goes to its domains if it can.
+    // If it cannot, the pod's deletion does not try it again (`deletion_wakes`): where only the
+    // first-pod escape would let it go, it stays Pending until the scheduler retries it anyway.
+    let first =
+        gone.filter(|(_, old)| super::placement::matches_all_affinity(incoming, old, states)).map(|(at, old)| {
+            states.push(at, Placed { terminating: true, ..old.clone() });
+            let first = feasible_with(incoming, states, &replacing);
+            states.remove(at, namespace, |p| p.terminating && p.name == old.name);
+            (first, super::placement::deletion_wakes(incoming, &old, states))
+        });
+    let now = feasible_with(incoming, states, &replacing);
+    let stalled = matches!(&first, Some((Err(_), false))) && now.is_ok();
+    match first.and_then(|(first, _)| first.ok()).map_or(now, Ok) {
+        Ok(_) if stalled => {
+            let reason = format!(
+                "its first try found {} still on its node (kube-scheduler counts a terminating pod), matching its \
+                 required pod affinity, and no node in that pod's domain took it; that pod's deletion does not \
+                 try it again (InterPodAffinity's queueing hint skips a deleted pod its affinity matched), so it \
+                 stays Pending until the scheduler retries unschedulable pods (after 5 minutes, \
+                 podMaxInUnschedulablePodsDuration) or a node changes",
+                pod.name
+            );
+            run.pending.push(Pending {
+                namespace: namespace.to_string(),
+                pod: pod.name.to_string(),
+                workload,
+                reason: reason.clone(),
+            });
+            (None, format!("its replacement stays Pending: {reason}"))
+        }
         Ok(candidates) => {
             let at = choose(&candidates, states, namespace, &template.labels);
             put_replacement(view, states, at, pod, incoming, &replacing, ledgers);
@@ -776,7 +855,18 @@ fn put_replacement(
     replacing: &Replacing,
     ledgers: &mut BTreeMap<ObjectRef, Ledger>,
 ) {
-    let replacement = Placed {
+    states.push(at, new_placed(pod, incoming, replacing));
+    for pdb in view.pdbs_covering(incoming.namespace, incoming.labels) {
+        if let Some(l) = ledgers.get_mut(&pdb.id) {
+            l.replaced();
+        }
+    }
+}
+
+/// A new pod made from `incoming` in place of `pod` (its name, priority and claims), as the
+/// filters count it once placed.
+fn new_placed(pod: &PodInfo, incoming: Incoming, replacing: &Replacing) -> Placed {
+    Placed {
         namespace: incoming.namespace.into(),
         name: pod.name.clone(),
         priority: pod.priority,
@@ -787,12 +877,6 @@ fn put_replacement(
         anti_affinity: super::placement::required_anti_affinity(incoming.spec),
         claims: pod.claims.clone(),
         volumes: replacing.volumes.attaches.clone().into(),
-    };
-    states.push(at, replacement);
-    for pdb in view.pdbs_covering(incoming.namespace, incoming.labels) {
-        if let Some(l) = ledgers.get_mut(&pdb.id) {
-            l.replaced();
-        }
     }
 }
 

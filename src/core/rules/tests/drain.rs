@@ -664,6 +664,41 @@ fn existing_pods_ephemeral_volumes_count_toward_the_csi_volume_limit() {
     assert_eq!(run.outcome, super::Outcome::Completes, "{run:#?}");
 }
 
+/// The replacement is first tried while its evicted pod is still on its node, terminating, which
+/// kube-scheduler counts: a required pod affinity to its own app finds that pod, and the
+/// replacement goes to its zone (n2, not n3). Where that zone has no other node, the first try
+/// fails, and the pod's deletion does not try it again (`isSchedulableAfterAssignedPodChange`
+/// skips a deleted pod the affinity matched): Pending, though the first-pod escape would now let
+/// it go anywhere. With a pod of the app elsewhere, no escape is needed and it goes there.
+#[test]
+fn a_self_affine_replacement_first_meets_its_terminating_pod() {
+    let zone_affine = "affinity:\n  podAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n    - \
+                       topologyKey: topology.kubernetes.io/zone\n      labelSelector: {matchLabels: {app: web}}\n";
+    let web = deployment("web", "replicas: 1", zone_affine);
+    let budget = pdb("maxUnavailable: 1", "");
+    let view = cluster_with_templates(&[&web, &budget], placed(&["n1"]));
+    let (run, _) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::Completes, "{run:#?}");
+    assert_eq!(run.evictions[0].replacement.as_deref(), Some("n2"), "the evicted pod's zone");
+    let view = cluster_with_templates(&[&web, &budget], placed(&["n3"]));
+    let (run, f) = super::run(&view, &["n3".to_string()], "node n3");
+    assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
+    let p = of_rule(&f, PENDING);
+    assert_eq!(p.len(), 1, "{f:#?}");
+    for part in [
+        "its first try found web-1 still on its node (kube-scheduler counts a terminating pod)",
+        "stays Pending until the scheduler retries unschedulable pods (after 5 minutes",
+    ] {
+        assert!(p[0].what.contains(part), "{part:?} not in: {}", p[0].what);
+    }
+    // Two replicas, one on n1: the other's replacement goes to n1's zone.
+    let two = deployment("web", "replicas: 2", zone_affine);
+    let view = cluster_with_templates(&[&two, &budget], placed(&["n1", "n3"]));
+    let (run, _) = super::run(&view, &["n3".to_string()], "node n3");
+    assert_eq!(run.outcome, super::Outcome::Completes, "{run:#?}");
+    assert_eq!(run.evictions[0].replacement.as_deref(), Some("n2"), "{run:#?}");
+}
+
 /// The replacement asks what the pod it replaces asked as the apiserver stored it (a LimitRange's
 /// default request, a RuntimeClass's overhead), not only what its template declares.
 #[test]
