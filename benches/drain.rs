@@ -140,6 +140,7 @@ fn main() {
                     ports: Vec::new(),
                     anti_affinity: Default::default(),
                     claims,
+                    ephemeral_claims: Default::default(),
                     priority: 0,
                     preempts: true,
                 },

@@ -75,6 +75,23 @@ struct Scenario {
     /// fill the other nodes: a replacement preempts one of them, which is what stays Pending
     /// (DefaultPreemption), unless the policy is Never.
     preempt: Option<&'static str>,
+    /// The replicas' required pod affinity has two terms on the zone (`tier: cache`, `role:
+    /// primary`), and other pods (`full`, `cache`, `primary`) match one or both of them.
+    affinity: Option<MultiTerm>,
+}
+
+/// What a scenario's two-term pod affinity finds (InterPodAffinity's `updateWithAffinityTerms`: an
+/// existing pod counts only if it matches all the terms; the first-pod escape only while none
+/// does, `len(state.clusterWideAffinityCounts) == 0`). Nodes n1, n2 of zone a, n3 of zone b.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum MultiTerm {
+    /// `full` (both labels) on n1, `cache` and `primary` (one each) on n3; the replicas stay off n1
+    /// (node affinity), so the replica runs on n2. Its replacement: zone b holds a pod for each
+    /// term but none for both, and the escape is closed (`full` exists): Pending.
+    AllTerms,
+    /// The replicas carry both labels themselves; only `cache` (one label) on n3. No pod matches
+    /// both once the replica is evicted: the escape lets the replacement go anywhere.
+    Escape,
 }
 
 /// What the `data` volume of a scenario is (kube-scheduler's volume filters).
@@ -95,6 +112,13 @@ enum Volume {
     /// local PVs of it on this many nodes (n1, n2...): each pod's claim is made with it and bound
     /// where a free PV is, so the replacement goes where one is left (VolumeBinding).
     Ephemeral(usize),
+    /// A generic ephemeral volume of a `WaitForFirstConsumer` class with a provisioner (`csi.NAME`)
+    /// whose `allowedTopologies` admit zone `NAME-a`, which this many of the three nodes are in:
+    /// VolumeBinding's `checkVolumeProvisions` admits those nodes alone. The test provisions what
+    /// the scheduler selects (kwok has no CSI provisioner; see [`provisioner`]).
+    Provisioned(usize),
+    /// The same with two nodes in the zone, and the whole zone drained (`--drain-zone NAME-a`).
+    ProvisionedZoneDrained,
 }
 
 /// A scenario of `replicas` under `budget` and `constraint`, nothing else added (named when pushed).
@@ -111,6 +135,7 @@ fn plain(replicas: i64, budget: Option<Value>, constraint: Constraint) -> Scenar
         crowd: false,
         volume: Volume::None,
         preempt: None,
+        affinity: None,
     }
 }
 
@@ -187,15 +212,26 @@ fn scenarios() -> Vec<Scenario> {
     for policy in ["PreemptLowerPriority", "Never"] {
         push(Scenario { preempt: Some(policy), ..plain(1, one(), Constraint::Cpu) });
     }
+    // A class that provisions where its allowedTopologies say: one node of the zone (the drained
+    // one), two, and the zone drained.
+    for volume in [Volume::Provisioned(1), Volume::Provisioned(2), Volume::ProvisionedZoneDrained] {
+        push(Scenario { volume, ..plain(1, one(), Constraint::None) });
+    }
+    // Two affinity terms: a pod for each is not a pod for both; the escape needs none for both.
+    for affinity in [MultiTerm::AllTerms, MultiTerm::Escape] {
+        push(Scenario { affinity: Some(affinity), ..plain(1, one(), Constraint::None) });
+    }
     out
 }
 
 /// The labels of node `i` (1 to 3) of a scenario: its name, and with a zonal volume its zone.
 fn node_labels(s: &Scenario, i: usize) -> Vec<(String, String)> {
     let mut labels = vec![("scenario".to_string(), s.name.clone())];
-    let in_zone = match s.volume {
-        Volume::Zone(n) => Some(n),
-        Volume::ZoneDrained => Some(2),
+    let in_zone = match (s.volume, s.affinity) {
+        (Volume::Zone(n) | Volume::Provisioned(n), _) => Some(n),
+        (Volume::ZoneDrained | Volume::ProvisionedZoneDrained, _) => Some(2),
+        (_, Some(MultiTerm::AllTerms)) => Some(2),
+        (_, Some(MultiTerm::Escape)) => Some(1),
         _ => None,
     };
     if let Some(in_zone) = in_zone {
@@ -263,6 +299,14 @@ fn volume_objects(s: &Scenario) -> Vec<Value> {
             }));
             out
         }
+        Volume::Provisioned(_) | Volume::ProvisionedZoneDrained => {
+            vec![
+                json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": format!("{ns}-zonal")},
+                "provisioner": driver(ns), "volumeBindingMode": "WaitForFirstConsumer",
+                "allowedTopologies": [{"matchLabelExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "values": [format!("{ns}-a")]}]}]}),
+            ]
+        }
         Volume::CsiLimit(count) => {
             let mut out = bound_claim(ns, "data", csi_source(ns, "data"), json!({}));
             out.extend((1..=3).map(|i| {
@@ -303,6 +347,84 @@ fn crowd(ns: &str, replicas: i64) -> Vec<Value> {
     ]
 }
 
+/// A Deployment `name` of one pod labelled `labels` (and `helper: NAME`), on node `nNODE` of the
+/// scenario.
+fn helper(ns: &str, name: &str, labels: &Value, node: usize) -> Value {
+    let mut labels = labels.clone();
+    labels["helper"] = json!(name);
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"helper": name}}, "template": {"metadata": {"labels": labels},
+            "spec": {"nodeSelector": {"scenario": ns, "kubernetes.io/hostname": format!("{ns}-n{node}")},
+                "containers": [{"name": name, "image": "nginx:1.27"}]}}}})
+}
+
+/// The label and finalizer of pods that take a while to stop (see [`stand_ins`]).
+const GRACE: &str = "e2e.ha-guard.io/grace";
+
+/// What kwok does not do, done beside the scenarios until `stop` is set: [`provisioner`], and the
+/// termination of a pod labelled and held by [`GRACE`], which kwok deletes at once where a
+/// kubelet takes up to the pod's grace period: its finalizer is removed 3 s after its deletion
+/// began, so that a replacement is tried while the pod is still terminating, as on real nodes.
+fn stand_ins(cp: &ControlPlane, stop: &std::sync::atomic::AtomicBool) {
+    let mut seen: std::collections::BTreeMap<String, Instant> = std::collections::BTreeMap::new();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        provisioner(cp);
+        let out = cp.kubectl(&["get", "pods", "--all-namespaces", "-l", GRACE, "-o", "json"]);
+        if !out.ok() {
+            continue;
+        }
+        for p in out.json()["items"].as_array().into_iter().flatten() {
+            if !p["metadata"]["deletionTimestamp"].is_string() {
+                continue;
+            }
+            let (ns, name) = (p["metadata"]["namespace"].as_str().unwrap_or_default(), p["metadata"]["name"].as_str());
+            let key = format!("{ns}/{}", name.unwrap_or_default());
+            if seen.entry(key).or_insert_with(Instant::now).elapsed() >= Duration::from_secs(3) {
+                let patch = r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#;
+                let name = name.unwrap_or_default();
+                let _ = cp.kubectl(&["-n", ns, "patch", "pod", name, "--type=json", "-p", patch]);
+            }
+        }
+    }
+}
+
+/// The test's CSI provisioner (kwok runs none): what external-provisioner does for a claim of a
+/// `WaitForFirstConsumer` class once kube-scheduler has chosen its pod's node (the claim's
+/// `volume.kubernetes.io/selected-node`), a PersistentVolume of the class bound to the claim and
+/// usable from that node. Only the claims of the scenarios' `NAME-zonal` classes, one round of
+/// them ([`stand_ins`] repeats it). The scheduler alone decides whether a node is selected at all (the class's
+/// `allowedTopologies`): a claim it selects none for is never provisioned, as with a real one. A
+/// claim once provisioned has its `volumeName` set, and a PV named after its uid already there
+/// makes `create` fail harmlessly until it is.
+fn provisioner(cp: &ControlPlane) {
+    std::thread::sleep(Duration::from_millis(300));
+    let out = cp.kubectl(&["get", "pvc", "--all-namespaces", "-o", "json"]);
+    if !out.ok() {
+        return;
+    }
+    let claims = out.json();
+    let mut volumes = Vec::new();
+    for c in claims["items"].as_array().into_iter().flatten() {
+        let class = c["spec"]["storageClassName"].as_str().unwrap_or_default();
+        let node = c["metadata"]["annotations"]["volume.kubernetes.io/selected-node"].as_str();
+        let uid = c["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+        let (Some(node), Some(ns)) = (node, class.strip_suffix("-zonal")) else { continue };
+        if c["spec"]["volumeName"].as_str().is_some_and(|v| !v.is_empty()) {
+            continue;
+        }
+        volumes.push(json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": format!("pvc-{uid}")},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                "persistentVolumeReclaimPolicy": "Retain", "csi": {"driver": driver(ns), "volumeHandle": format!("pvc-{uid}")},
+                "claimRef": {"namespace": c["metadata"]["namespace"], "name": c["metadata"]["name"], "uid": uid},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}}));
+    }
+    for v in &volumes {
+        // One at a time: a PV made by an earlier round (its claim not bound yet) fails alone.
+        let _ = cp.kubectl_in(&["create", "-f", "-"], &yaml_file(std::slice::from_ref(v)));
+    }
+}
+
 /// The guard of a scenario: one pod on the scenario's nodes, keeping `app` pods off its node.
 fn guard(ns: &str) -> Value {
     let labels = json!({"app": "guard"});
@@ -339,9 +461,13 @@ fn objects(s: &Scenario) -> Vec<Value> {
     }
     match s.volume {
         Volume::None => {}
-        Volume::Ephemeral(_) => {
+        Volume::Ephemeral(_) | Volume::Provisioned(_) | Volume::ProvisionedZoneDrained => {
+            let class = match s.volume {
+                Volume::Ephemeral(_) => format!("{ns}-local"),
+                _ => format!("{ns}-zonal"),
+            };
             spec["volumes"] = json!([{"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": {
-                "accessModes": ["ReadWriteOnce"], "storageClassName": format!("{ns}-local"),
+                "accessModes": ["ReadWriteOnce"], "storageClassName": class,
                 "resources": {"requests": {"storage": "1Gi"}}}}}}]);
         }
         _ => spec["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]),
@@ -358,14 +484,41 @@ fn objects(s: &Scenario) -> Vec<Value> {
         labels[NOT_READY] = json!("true");
     }
     let mut out = classes;
+    if let Some(affinity) = s.affinity {
+        let term = |key: &str, value: &str| json!({"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {key: value}}});
+        spec["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            term("tier", "cache"), term("role", "primary")]}});
+        let helpers: &[(&str, Value, usize)] = match affinity {
+            MultiTerm::AllTerms => {
+                spec["affinity"]["nodeAffinity"] = json!({"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": [format!("{ns}-n1")]}]}]}});
+                &[
+                    ("full", json!({"tier": "cache", "role": "primary"}), 1),
+                    ("cache", json!({"tier": "cache"}), 3),
+                    ("primary", json!({"role": "primary"}), 3),
+                ]
+            }
+            MultiTerm::Escape => {
+                labels["tier"] = json!("cache");
+                labels["role"] = json!("primary");
+                // A kubelet takes a while to stop a pod: the replacement is tried meanwhile.
+                labels[GRACE] = json!("hold");
+                &[("cache", json!({"tier": "cache"}), 3)]
+            }
+        };
+        out.extend(helpers.iter().map(|(name, labels, node)| helper(ns, name, labels, *node)));
+    }
     if s.constraint == Constraint::LimitRangeDefault {
         out.push(json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "defaults", "namespace": ns},
             "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "600"}, "default": {"cpu": "600"}}]}}));
     }
     out.extend(volume_objects(s));
+    // The ReplicaSet controller copies the template's finalizers to its pods (`getPodsFinalizers`).
+    let finalizers = if labels.get(GRACE).is_some() { json!([GRACE]) } else { json!([]) };
     out.push(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app, "namespace": ns},
         "spec": {"replicas": s.replicas, "selector": {"matchLabels": {"app": app}},
-            "template": {"metadata": {"labels": labels}, "spec": spec}}}));
+            "template": {"metadata": {"labels": labels, "finalizers": finalizers}, "spec": spec}}}));
     if let Some(budget) = &s.budget {
         let mut pdb_spec = json!({"selector": {"matchLabels": {"app": app}}});
         for (k, v) in budget.as_object().expect("budget") {
@@ -498,8 +651,14 @@ fn drain(cp: &ControlPlane, s: &Scenario, drained: &Drained, before: &[(String, 
     // Settled: every replacement Running or Pending for good (kwok runs a placed pod at once; a
     // preemption waits for its victim to go first).
     std::thread::sleep(Duration::from_secs(2));
-    if s.preempt == Some("PreemptLowerPriority") {
-        let _ = poll("the preemptor Running", Duration::from_secs(30), Duration::from_millis(300), || {
+    // Slower to settle: a preemption waits for its victim to go; a provisioned claim for the
+    // provisioner and the scheduler's PreBind; an affinity's replacement may be tried before the
+    // evicted pod is gone, and again after a back-off.
+    let slow = s.preempt == Some("PreemptLowerPriority")
+        || matches!(s.volume, Volume::Provisioned(_) | Volume::ProvisionedZoneDrained)
+        || s.affinity.is_some();
+    if slow {
+        let _ = poll("the replicas Running", Duration::from_secs(30), Duration::from_millis(300), || {
             let running =
                 scenario_pods(cp, s).iter().filter(|(n, _, phase)| n.starts_with("app-") && phase == "Running").count();
             if running == s.replicas as usize { Ok(()) } else { Err(format!("{:?}", scenario_pods(cp, s))) }
@@ -556,6 +715,17 @@ fn describe(s: &Scenario) -> String {
         Volume::ZoneDrained => d.push_str(" +zonal PV, its zone (2 nodes) drained"),
         Volume::CsiLimit(n) => d.push_str(&format!(" +CSI volume, limit {n}, other nodes holding 1")),
         Volume::Ephemeral(n) => d.push_str(&format!(" +ephemeral claim, WaitForFirstConsumer, {n} free local PV(s)")),
+        Volume::Provisioned(n) => {
+            d.push_str(&format!(" +ephemeral claim, provisioner, allowedTopologies: zone of {n} node(s)"))
+        }
+        Volume::ProvisionedZoneDrained => {
+            d.push_str(" +ephemeral claim, provisioner, allowedTopologies: its zone (2 nodes) drained")
+        }
+    }
+    match s.affinity {
+        Some(MultiTerm::AllTerms) => d.push_str(" +2-term pod affinity, a pod for each term in zone b, both only in a"),
+        Some(MultiTerm::Escape) => d.push_str(" +2-term pod affinity matching itself, a pod for one term only"),
+        None => {}
     }
     if let Some(policy) = s.preempt {
         d.push_str(&format!(" priority 1000 ({policy}), other nodes full of priority 0"));
@@ -578,7 +748,13 @@ fn run(cp: &ControlPlane, s: &Scenario) -> (String, Option<String>) {
     let file = cp.root().join(format!("{ns}.yaml"));
     std::fs::write(&file, yaml_file(&objects(s))).expect("scenario file");
     cp.kubectl(&["create", "-f", file.to_str().expect("path")]).success();
-    let want = s.replicas as usize;
+    // The replicas and the pods of the affinity's terms.
+    let helpers = match s.affinity {
+        Some(MultiTerm::AllTerms) => 3,
+        Some(MultiTerm::Escape) => 1,
+        None => 0,
+    };
+    let want = s.replicas as usize + helpers;
     poll(&format!("{ns} placed"), WAIT, Duration::from_millis(300), || {
         let p = pods(cp, ns);
         let running = p.iter().filter(|(_, _, phase)| phase == "Running").count();
@@ -640,7 +816,7 @@ fn run(cp: &ControlPlane, s: &Scenario) -> (String, Option<String>) {
     std::thread::sleep(Duration::from_millis(1500));
     let before = scenario_pods(cp, s);
     let drained = match s.volume {
-        Volume::ZoneDrained => {
+        Volume::ZoneDrained | Volume::ProvisionedZoneDrained => {
             Drained { nodes: vec![format!("{ns}-n1"), format!("{ns}-n2")], zone: Some(format!("{ns}-a")) }
         }
         _ => Drained { nodes: vec![node.clone()], zone: None },
@@ -685,15 +861,21 @@ fn drains_end_as_predicted() {
     cp.kubectl_in(&["apply", "-f", "-"], &yaml_file(&namespaces)).success();
     eprintln!("[e2e] {} nodes and {} namespaces in {:.1?}", refs.len(), scenarios.len(), started.elapsed());
     let started = Instant::now();
-    // Eight at a time: each scenario has its own nodes and namespace.
+    // Eight at a time: each scenario has its own nodes and namespace. The stand-ins beside them.
+    let stop = std::sync::atomic::AtomicBool::new(false);
     let results: Vec<(String, Option<String>)> = std::thread::scope(|scope| {
-        scenarios
+        let provisioning = scope.spawn(|| stand_ins(cp, &stop));
+        let joined: Vec<_> = scenarios
             .chunks(scenarios.len().div_ceil(8))
             .map(|chunk| scope.spawn(move || chunk.iter().map(|s| run(cp, s)).collect::<Vec<_>>()))
             .collect::<Vec<_>>()
             .into_iter()
-            .flat_map(|t| t.join().expect("a scenario thread"))
-            .collect()
+            .map(|t| t.join())
+            .collect();
+        // Stopped before a failed scenario's panic is passed on: the scope waits for it.
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        provisioning.join().expect("the stand-ins");
+        joined.into_iter().flat_map(|r| r.expect("a scenario thread")).collect()
     });
     let mut table = String::new();
     for (row, _) in &results {
@@ -730,6 +912,12 @@ struct SpreadCase {
     nodes: Vec<SpreadNode>,
     rule: Value,
     replicas: i64,
+    /// Objects made first (other namespaces' pods, claims and their PVs); the Deployments among
+    /// them run before the case's replicas are placed.
+    extra: Vec<Value>,
+    /// The replicas are a StatefulSet's (`app`, Parallel), pod `app-I` mounting claim `data-app-I`
+    /// (made first, in `extra`).
+    stateful: bool,
 }
 
 fn spread_cases() -> Vec<SpreadCase> {
@@ -774,16 +962,92 @@ fn spread_cases() -> Vec<SpreadCase> {
         (plain(3), anti, 5),
         (zoned.clone(), zone(json!({})), 6),
         (zoned.clone(), zone(json!({"minDomains": 3})), 5),
-        (zoned, hostname(json!({"minDomains": 5})), 9),
+        (zoned.clone(), hostname(json!({"minDomains": 5})), 9),
         (missing_key.clone(), zone(json!({})), 5),
         (missing_key, hostname(json!({})), 5),
         (plain(4), hostname(json!({"maxSkew": 2, "minDomains": 6})), 12),
     ];
-    cases
+    let mut out: Vec<SpreadCase> = cases
         .into_iter()
         .enumerate()
-        .map(|(i, (nodes, rule, replicas))| SpreadCase { name: format!("sp{i}"), nodes, rule, replicas })
-        .collect()
+        .map(|(i, (nodes, rule, replicas))| SpreadCase {
+            name: format!("sp{i}"),
+            nodes,
+            rule,
+            replicas,
+            extra: Vec::new(),
+            stateful: false,
+        })
+        .collect();
+    // Volumes and other pods: the placement module reads the whole cluster as a drain does.
+    let name = |out: &Vec<SpreadCase>| format!("sp{}", out.len());
+    // A StatefulSet whose claims are bound to local PVs: data-app-0..2 of node a, data-app-3 of b.
+    // A hostname spread: a takes one, b one; c none (no claim can go there): 2, whatever the order.
+    let ns = name(&out);
+    let local = |i: usize, node: &str| {
+        let affinity = json!({"spec.nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": [format!("{ns}-{node}")]}]}]}}});
+        bound_claim(&ns, &format!("data-app-{i}"), json!({"hostPath": {"path": format!("/tmp/{ns}-{i}")}}), affinity)
+    };
+    let extra = [local(0, "a"), local(1, "a"), local(2, "a"), local(3, "b")].concat();
+    out.push(SpreadCase {
+        name: ns.clone(),
+        nodes: plain(3),
+        rule: hostname(json!({})),
+        replicas: 4,
+        extra,
+        stateful: true,
+    });
+    // Zonal PVs: three claims' disks in za, one in zb; a zone spread: za may hold one more than zb,
+    // which holds only data-app-3's pod: 3, once the scheduler retries the Pending pods.
+    let ns = name(&out);
+    let zonal = |i: usize, zone: &str| {
+        let labels = json!({"metadata.labels": {"topology.kubernetes.io/zone": zone}});
+        bound_claim(&ns, &format!("data-app-{i}"), json!({"hostPath": {"path": format!("/tmp/{ns}-{i}")}}), labels)
+    };
+    let extra = [zonal(0, "za"), zonal(1, "za"), zonal(2, "za"), zonal(3, "zb")].concat();
+    out.push(SpreadCase { name: ns, nodes: zoned.clone(), rule: zone(json!({})), replicas: 4, extra, stateful: true });
+    // Another namespace's pod on a, whose required anti-affinity keeps app pods of this namespace
+    // off its node (`satisfyExistingPodsAntiAffinity`): a is still a domain of the spread, with 0.
+    let ns = name(&out);
+    let guard = other_pod(
+        &ns,
+        "guard",
+        "a",
+        json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname", "namespaces": [ns.clone()], "labelSelector": {"matchLabels": {"app": "app"}}}]}}),
+    );
+    out.push(SpreadCase {
+        name: ns,
+        nodes: plain(3),
+        rule: hostname(json!({})),
+        replicas: 5,
+        extra: guard,
+        stateful: false,
+    });
+    // A zone spread and a required pod affinity to another namespace's pod in za: every replica
+    // must go to za, and zb, a domain with 0, keeps za at one.
+    let ns = name(&out);
+    let cache = other_pod(&ns, "cache", "a", json!({}));
+    let mut rule = zone(json!({}));
+    rule["affinity"] = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "topology.kubernetes.io/zone", "namespaces": [format!("{ns}-cache")],
+            "labelSelector": {"matchLabels": {"app": "cache"}}}]}});
+    out.push(SpreadCase { name: ns, nodes: zoned, rule, replicas: 4, extra: cache, stateful: false });
+    out
+}
+
+/// A namespace `CASE-NAME` and its Deployment `NAME` of one pod labelled `app: NAME`, on node
+/// `CASE-NODE`, with `affinity`.
+fn other_pod(case: &str, name: &str, node: &str, affinity: Value) -> Vec<Value> {
+    let ns = format!("{case}-{name}");
+    vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": ns},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"nodeSelector": {"kubernetes.io/hostname": format!("{case}-{node}")}, "affinity": affinity,
+                    "containers": [{"name": name, "image": "nginx:1.27"}]}}}}),
+    ]
 }
 
 fn spread_deployment(c: &SpreadCase) -> Value {
@@ -792,27 +1056,42 @@ fn spread_deployment(c: &SpreadCase) -> Value {
     for (k, v) in c.rule.as_object().expect("rule") {
         spec[k] = v.clone();
     }
-    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "app", "namespace": c.name},
+    let mut d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "app", "namespace": c.name},
         "spec": {"replicas": c.replicas, "selector": {"matchLabels": {"app": "app"}},
-            "template": {"metadata": {"labels": {"app": "app"}}, "spec": spec}}})
+            "template": {"metadata": {"labels": {"app": "app"}}, "spec": spec}}});
+    if c.stateful {
+        d["kind"] = json!("StatefulSet");
+        d["spec"]["serviceName"] = json!("app");
+        d["spec"]["podManagementPolicy"] = json!("Parallel");
+        d["spec"]["volumeClaimTemplates"] = json!([{"metadata": {"name": "data"}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "storageClassName": "", "resources": {"requests": {"storage": "1Gi"}}}}]);
+    }
+    d
 }
 
 /// How many replicas ha-guard's placement module places on the cluster as the audit reads it.
 fn predicted_placed(cp: &ControlPlane, rt: &tokio::runtime::Runtime, c: &SpreadCase) -> usize {
-    use ha_guard::core::view::View;
-    use ha_guard::core::view::placement::{Incoming, Nodes, place_replicas};
+    use ha_guard::core::view::placement::Incoming;
+    use std::sync::Arc;
     let client = cp.kube_client(rt);
-    let options = ha_guard::audit::read::ReadOptions { namespace: Some(c.name.clone()), ..Default::default() };
+    // The whole cluster and its storage, as a drain reads it.
+    let options = ha_guard::audit::read::ReadOptions { storage: true, ..Default::default() };
     let progress = ha_guard::audit::progress::Progress::new(false);
     let cluster = rt.block_on(ha_guard::audit::read::read(&client, &options, &progress)).expect("read the cluster");
-    let nodes = cluster.index.nodes();
-    let mut states = Nodes::empty(nodes);
+    assert_eq!(cluster.storage_unread, None, "the storage read");
     let d = spread_deployment(c);
     let spec: k8s_openapi::api::core::v1::PodSpec =
         serde_json::from_value(d["spec"]["template"]["spec"].clone()).expect("a pod spec");
     let labels: std::collections::BTreeMap<String, String> =
         serde_json::from_value(d["spec"]["template"]["metadata"]["labels"].clone()).expect("labels");
-    place_replicas(Incoming { namespace: &c.name, labels: &labels, spec: &spec }, &mut states, c.replicas as usize)
+    let claims: Vec<Arc<[Arc<str>]>> = (0..c.replicas)
+        .map(|i| match c.stateful {
+            true => Arc::from([Arc::from(format!("data-app-{i}").as_str())]),
+            false => Arc::default(),
+        })
+        .collect();
+    let incoming = Incoming { namespace: &c.name, labels: &labels, spec: &spec };
+    ha_guard::core::view::replay::place_new(&cluster.index, incoming, &claims)
 }
 
 fn spreads(cp: &ControlPlane) {
@@ -840,6 +1119,20 @@ fn spreads(cp: &ControlPlane) {
             }
         }
         cp.namespace(&c.name, &[]);
+        if !c.extra.is_empty() {
+            cp.kubectl_in(&["apply", "-f", "-"], &yaml_file(&c.extra)).success();
+        }
+    }
+    // The other namespaces' pods running before anything is predicted or placed.
+    for c in &cases {
+        for d in c.extra.iter().filter(|o| o["kind"] == "Deployment") {
+            let ns = d["metadata"]["namespace"].as_str().expect("a namespace");
+            poll(&format!("{ns}'s pod Running"), WAIT, Duration::from_millis(300), || {
+                let running = pods(cp, ns).iter().any(|(_, _, phase)| phase == "Running");
+                if running { Ok(()) } else { Err(format!("{:?}", pods(cp, ns))) }
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
     }
     // The node lifecycle controller adds the cordon taint: wait for it (nodeTaintsPolicy reads it).
     std::thread::sleep(Duration::from_secs(2));
@@ -876,12 +1169,19 @@ fn spreads(cp: &ControlPlane) {
                 )
             })
             .collect();
+        let mut rule = c.rule.to_string();
+        if c.stateful {
+            rule.push_str(" +StatefulSet claims bound to PVs");
+        }
+        if let Some(other) = c.extra.iter().find(|o| o["kind"] == "Deployment") {
+            rule.push_str(&format!(" +pod {}/{}", other["metadata"]["namespace"], other["metadata"]["name"]));
+        }
         let _ = writeln!(
             table,
             "{:<5} nodes {:<40} {:<110} replicas {:>2} | ha-guard places {:>2} | scheduler {:>2}{}",
             c.name,
             nodes.join(" "),
-            c.rule.to_string(),
+            rule,
             c.replicas,
             predicted,
             real,

@@ -162,6 +162,7 @@ pub fn pod(name: &str, owner: &str, node: &str) -> crate::core::view::PodInfo {
         ports: Vec::new(),
         anti_affinity: Default::default(),
         claims: Default::default(),
+        ephemeral_claims: Default::default(),
         priority: 0,
         preempts: true,
     }

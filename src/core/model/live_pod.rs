@@ -84,11 +84,14 @@ pub struct LivePodSpec {
     pub preemption_policy: Option<String>,
 }
 
-/// A volume, as much as the drain's volume filters read: the claim it mounts, if any.
+/// A volume, as much as the drain's volume filters read: its name, the claim it mounts, if any,
+/// and whether it is a generic ephemeral volume (whose claim is named after the pod and it).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, rename_all = "camelCase")]
 pub struct LiveVolume {
+    pub name: String,
     pub persistent_volume_claim: Option<LiveClaimSource>,
+    pub ephemeral: Option<IgnoredAny>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -206,6 +209,17 @@ impl LivePod {
         claims.map(|c| c.claim_name.as_str().into()).collect()
     }
 
+    /// The claims of its generic ephemeral volumes, `<pod>-<volume>` as the ephemeral volume
+    /// controller names them (`ephemeral.VolumeClaimName`): they go with the pod, but while it runs
+    /// they are attached to its node (NodeVolumeLimits counts them).
+    pub fn ephemeral_claims(&self) -> std::sync::Arc<[std::sync::Arc<str>]> {
+        let mut volumes = self.spec.volumes.iter().filter(|v| v.ephemeral.is_some()).peekable();
+        if volumes.peek().is_none() {
+            return Default::default();
+        }
+        volumes.map(|v| format!("{}-{}", self.metadata.name, v.name).into()).collect()
+    }
+
     /// What the pod asks of its node, as the scheduler sums it.
     pub fn requests(&self) -> Resources {
         pod_requests(&self.placement_spec())
@@ -236,6 +250,8 @@ mod tests {
         let claims = mounted.claims();
         let names: Vec<&str> = claims.iter().map(|c| &**c).collect();
         assert_eq!(names, ["data-db-0"]);
+        let ephemeral = mounted.ephemeral_claims();
+        assert_eq!(ephemeral.iter().map(|c| &**c).collect::<Vec<_>>(), ["db-0-scratch"], "named after pod and volume");
         assert!(pod(serde_json::json!([{"name": "config", "configMap": {"name": "db"}}])).claims().is_empty());
     }
 

@@ -641,6 +641,34 @@ fn matches_term(term: &PodAffinityTerm, pod: Incoming, placed: &Placed, nodes: &
     term_matches(term, pod.namespace, pod.labels, &placed.namespace, Some(namespace_labels), &placed.labels)
 }
 
+/// The required pod affinity terms of `spec`.
+fn affinity_terms(spec: &PodSpec) -> &[PodAffinityTerm] {
+    let affinity = spec.affinity.as_ref().and_then(|a| a.pod_affinity.as_ref());
+    affinity.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_deref()).unwrap_or_default()
+}
+
+/// Whether `placed` matches every required pod affinity term of `pod` (`podMatchesAllAffinityTerms`;
+/// a pod without such terms: no).
+pub fn matches_all_affinity(pod: Incoming, placed: &Placed, nodes: &Nodes) -> bool {
+    let terms = affinity_terms(pod.spec);
+    !terms.is_empty() && terms.iter().all(|t| matches_term(t, pod, placed, nodes))
+}
+
+/// Whether the deletion of `gone` wakes a pod of `pod`'s making that InterPodAffinity refused
+/// (`isSchedulableAfterAssignedPodChange`, its branch for a deleted pod): only when `gone` matches
+/// one of the pod's required anti-affinity terms or the pod one of `gone`'s. A deleted pod that its
+/// affinity matched does not, though it may be what closed the first-pod escape.
+pub fn deletion_wakes(pod: Incoming, gone: &Placed, nodes: &Nodes) -> bool {
+    let anti = pod.spec.affinity.as_ref().and_then(|a| a.pod_anti_affinity.as_ref());
+    let anti = anti.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_deref()).unwrap_or_default();
+    let own_namespace = Some(nodes.namespace_labels(pod.namespace));
+    anti.iter().any(|t| matches_term(t, pod, gone, nodes))
+        || gone
+            .anti_affinity
+            .iter()
+            .any(|t| term_matches(t, &gone.namespace, &gone.labels, pod.namespace, own_namespace, pod.labels))
+}
+
 /// The pods on `n` that may match `term` of a pod in `own`: those of the namespaces it reads.
 fn term_pods<'n>(term: &'n PodAffinityTerm, own: &str, n: &'n NodeState) -> Box<dyn Iterator<Item = &'n Placed> + 'n> {
     match term.namespaces.as_deref() {

@@ -200,6 +200,7 @@ mod tests {
             ports: Vec::new(),
             anti_affinity: Default::default(),
             claims: Default::default(),
+            ephemeral_claims: Default::default(),
             priority: 0,
             preempts: true,
         }

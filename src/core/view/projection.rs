@@ -602,6 +602,9 @@ pub struct PodInfo {
     pub anti_affinity: Arc<[k8s_openapi::api::core::v1::PodAffinityTerm]>,
     /// The PersistentVolumeClaims it mounts (the volume filters of a drain read them).
     pub claims: Arc<[Arc<str>]>,
+    /// The claims of its generic ephemeral volumes (`<pod>-<volume>`): made for it and gone with
+    /// it, counted on its node by NodeVolumeLimits while it runs.
+    pub ephemeral_claims: Arc<[Arc<str>]>,
     /// `spec.priority` (0 where none), and whether it preempts lower-priority pods when it fits
     /// nowhere (not with `preemptionPolicy: Never`): its replacement is the same.
     pub priority: i32,
@@ -625,6 +628,7 @@ impl PodInfo {
             ports: p.host_ports(),
             anti_affinity: p.required_anti_affinity(),
             claims: p.claims(),
+            ephemeral_claims: p.ephemeral_claims(),
             priority: p.spec.priority.unwrap_or(0),
             preempts: p.spec.preemption_policy.as_deref() != Some("Never"),
         }

@@ -399,8 +399,11 @@ impl World {
 /// `pod` as the filters count it on its node: the CSI volumes its claims attach read from the
 /// view's storage.
 fn placed(view: &dyn View, namespace: Arc<str>, pod: &PodInfo) -> Placed {
-    let volumes = match (view.storage(), pod.claims.is_empty()) {
-        (Some(storage), false) => storage.attached(&pod.claims, |c| view.pvc(&namespace, c)).collect(),
+    let volumes = match (view.storage(), pod.claims.is_empty() && pod.ephemeral_claims.is_empty()) {
+        (Some(storage), false) => {
+            let claims = pod.claims.iter().chain(pod.ephemeral_claims.iter());
+            storage.attached(&namespace, claims, |c| view.pvc(&namespace, c)).collect()
+        }
         _ => Arc::default(),
     };
     Placed {
@@ -449,6 +452,55 @@ fn volume_needs(view: &dyn View, namespace: &str, pod: &PodInfo, template: &PodS
         storage.new_claim(&mut needs, namespace, &format!("{}-{volume}", pod.name), class);
     }
     needs
+}
+
+/// How many new pods of `incoming` kube-scheduler places on the view's cluster as it stands (every
+/// namespace's pods on its nodes, its storage), one a `claims` item, each mounting the claims listed
+/// for it (a StatefulSet's pod its own by ordinal; its template's generic ephemeral volumes are made
+/// for it): each placed pod counted by the next, and the pods left Pending tried again while one
+/// more gets placed, as the scheduler retries an unschedulable pod when the cluster changes. The
+/// spread cases against kube-scheduler ask it.
+pub fn place_new(view: &dyn View, incoming: Incoming, claims: &[Arc<[Arc<str>]>]) -> usize {
+    let mut world = World::of(view);
+    let states = &mut world.states;
+    let namespace = incoming.namespace;
+    let mut waiting: Vec<PodInfo> = claims
+        .iter()
+        .enumerate()
+        .map(|(i, claims)| PodInfo {
+            name: format!("new-{i}").into(),
+            owner: PodOwner::Unmanaged,
+            node: None,
+            labels: Arc::new(incoming.labels.clone()),
+            unschedulable: None,
+            phase: PodPhase::Pending,
+            ready: false,
+            terminating: false,
+            tolerates_cordon: false,
+            requests: Default::default(),
+            ports: Vec::new(),
+            anti_affinity: Default::default(),
+            claims: claims.clone(),
+            ephemeral_claims: Default::default(),
+            priority: incoming.spec.priority.unwrap_or(0),
+            preempts: false,
+        })
+        .collect();
+    let mut placed = 0;
+    loop {
+        let before = placed;
+        waiting.retain(|pod| {
+            let replacing = replacing(view, namespace, pod, incoming.spec, states);
+            let Ok(candidates) = feasible_with(incoming, states, &replacing) else { return true };
+            let at = choose(&candidates, states, namespace, incoming.labels);
+            states.push(at, new_placed(pod, incoming, &replacing));
+            placed += 1;
+            false
+        });
+        if placed == before || waiting.is_empty() {
+            return placed;
+        }
+    }
 }
 
 /// Replays a drain of `drained` on the view.
@@ -517,6 +569,7 @@ fn replacement_of(pod: &PodInfo, template: &super::projection::Template, drain: 
         ports: crate::core::model::resources::host_ports(&template.spec),
         anti_affinity: super::placement::required_anti_affinity(&template.spec),
         claims: pod.claims.clone(),
+        ephemeral_claims: Default::default(),
         priority: pod.priority,
         preempts: pod.preempts,
     }
@@ -715,9 +768,8 @@ fn evicted(
     on_node: &[Vec<(String, Arc<PodInfo>)>],
     run: &mut DrainRun,
 ) -> (Option<String>, String) {
-    if let Some(at) = pod.node.as_deref().and_then(|n| states.iter().position(|s| s.node.name == n)) {
-        states.remove(at, namespace, |p| p.labels == pod.labels);
-    }
+    let at = pod.node.as_deref().and_then(|n| states.iter().position(|s| s.node.name == n));
+    let gone = at.and_then(|at| Some((at, states.remove(at, namespace, |p| p.labels == pod.labels)?)));
     let Some((kind, name)) = pod.workload() else {
         let why = match pod.owner {
             // A Job, a bare ReplicaSet, an operator's own kind: the simulation does not know when it
@@ -737,7 +789,38 @@ fn evicted(
     };
     let incoming = Incoming { namespace, labels: &template.labels, spec: &template.spec };
     let replacing = replacing(view, namespace, pod, &template.spec, states);
-    match feasible_with(incoming, states, &replacing) {
+    // The replacement is made as its pod is evicted, and first tried while that pod is still on its
+    // node, terminating, which kube-scheduler counts: InterPodAffinity finds it matching the
+    // replacement's affinity (the same labels), so the replacement goes to its domains if it can.
+    // If it cannot, the pod's deletion does not try it again (`deletion_wakes`): where only the
+    // first-pod escape would let it go, it stays Pending until the scheduler retries it anyway.
+    let first =
+        gone.filter(|(_, old)| super::placement::matches_all_affinity(incoming, old, states)).map(|(at, old)| {
+            states.push(at, Placed { terminating: true, ..old.clone() });
+            let first = feasible_with(incoming, states, &replacing);
+            states.remove(at, namespace, |p| p.terminating && p.name == old.name);
+            (first, super::placement::deletion_wakes(incoming, &old, states))
+        });
+    let now = feasible_with(incoming, states, &replacing);
+    let stalled = matches!(&first, Some((Err(_), false))) && now.is_ok();
+    match first.and_then(|(first, _)| first.ok()).map_or(now, Ok) {
+        Ok(_) if stalled => {
+            let reason = format!(
+                "its first try found {} still on its node (kube-scheduler counts a terminating pod), matching its \
+                 required pod affinity, and no node in that pod's domain took it; that pod's deletion does not \
+                 try it again (InterPodAffinity's queueing hint skips a deleted pod its affinity matched), so it \
+                 stays Pending until the scheduler retries unschedulable pods (after 5 minutes, \
+                 podMaxInUnschedulablePodsDuration) or a node changes",
+                pod.name
+            );
+            run.pending.push(Pending {
+                namespace: namespace.to_string(),
+                pod: pod.name.to_string(),
+                workload,
+                reason: reason.clone(),
+            });
+            (None, format!("its replacement stays Pending: {reason}"))
+        }
         Ok(candidates) => {
             let at = choose(&candidates, states, namespace, &template.labels);
             put_replacement(view, states, at, pod, incoming, &replacing, ledgers);
@@ -772,7 +855,18 @@ fn put_replacement(
     replacing: &Replacing,
     ledgers: &mut BTreeMap<ObjectRef, Ledger>,
 ) {
-    let replacement = Placed {
+    states.push(at, new_placed(pod, incoming, replacing));
+    for pdb in view.pdbs_covering(incoming.namespace, incoming.labels) {
+        if let Some(l) = ledgers.get_mut(&pdb.id) {
+            l.replaced();
+        }
+    }
+}
+
+/// A new pod made from `incoming` in place of `pod` (its name, priority and claims), as the
+/// filters count it once placed.
+fn new_placed(pod: &PodInfo, incoming: Incoming, replacing: &Replacing) -> Placed {
+    Placed {
         namespace: incoming.namespace.into(),
         name: pod.name.clone(),
         priority: pod.priority,
@@ -783,12 +877,6 @@ fn put_replacement(
         anti_affinity: super::placement::required_anti_affinity(incoming.spec),
         claims: pod.claims.clone(),
         volumes: replacing.volumes.attaches.clone().into(),
-    };
-    states.push(at, replacement);
-    for pdb in view.pdbs_covering(incoming.namespace, incoming.labels) {
-        if let Some(l) = ledgers.get_mut(&pdb.id) {
-            l.replaced();
-        }
     }
 }
 
@@ -810,7 +898,8 @@ struct Candidate {
 /// one while it still fits (those a budget protects first), and the rest go. The node: the fewest
 /// budget violations, the lowest highest priority among its victims, the lowest sum, the fewest
 /// victims, then the name. The victims are deleted without asking their budgets, and their own
-/// replacements placed (without preempting in turn). `None`: nowhere, or `pod` may not preempt.
+/// replacements placed, preempting in turn where they may ([`victim_replaced`]). `None`: nowhere,
+/// or `pod` may not preempt.
 #[allow(clippy::too_many_arguments)]
 fn preempt(
     view: &dyn View,
@@ -892,7 +981,7 @@ fn preempt(
     let mut named = Vec::new();
     for v in best.victims {
         named.push(format!("{}/{} (priority {})", v.namespace, v.name, v.priority));
-        let replacement = victim_replaced(view, &v, &node, &by, pod.priority, states, ledgers, &on_node[best.at], run);
+        let replacement = victim_replaced(view, &v, (&node, best.at), &by, pod.priority, states, ledgers, on_node, run);
         run.preempts.push(Preempted {
             namespace: v.namespace.to_string(),
             pod: v.name.to_string(),
@@ -906,21 +995,25 @@ fn preempt(
     Some((Some(node), reason))
 }
 
-/// The victim `v` of a preemption on `node`: its controller's replacement, placed where it fits
-/// (without preempting in turn), or Pending. The node it went to.
+/// The victim `v` of a preemption on `node` (at `at`): its controller's replacement, placed where
+/// it fits, or Pending. A replacement that fits nowhere preempts in turn where its own priority
+/// and policy let it, as the scheduler does: it is a new pod, and DefaultPreemption runs for every
+/// pod that fails the filters (`PodEligibleToPreemptOthers` asks only its `preemptionPolicy` and
+/// a nomination it has not got). Each step takes only pods of a lower priority than the last, so a
+/// chain ends. The node it went to.
 #[allow(clippy::too_many_arguments)]
 fn victim_replaced(
     view: &dyn View,
     v: &Placed,
-    node: &str,
+    (node, at): (&str, usize),
     by: &str,
     priority: i32,
     states: &mut Nodes,
     ledgers: &mut BTreeMap<ObjectRef, Ledger>,
-    on_node: &[(String, Arc<PodInfo>)],
+    on_node: &[Vec<(String, Arc<PodInfo>)>],
     run: &mut DrainRun,
 ) -> Option<String> {
-    let (namespace, pod) = on_node.iter().find(|(ns, p)| **ns == *v.namespace && p.name == v.name)?;
+    let (namespace, pod) = on_node[at].iter().find(|(ns, p)| **ns == *v.namespace && p.name == v.name)?;
     let (kind, name) = pod.workload()?;
     let workload = ObjectRef::new(kind, namespace, name);
     let template = view.template(&workload)?;
@@ -933,6 +1026,11 @@ fn victim_replaced(
             Some(states[at].node.name.clone())
         }
         Err(why) => {
+            if let Some((to, _)) =
+                preempt(view, namespace, pod, incoming, &replacing, states, ledgers, on_node, &why, run)
+            {
+                return to;
+            }
             let reason = format!(
                 "preempted on {node} by the replacement of {by} (priority {priority}, higher than its {}); its own \
                  replacement fits nowhere: {}",

@@ -133,15 +133,30 @@ impl Storage {
         self.limits.insert(node.metadata.name.clone().unwrap_or_default(), Arc::new(limits));
     }
 
-    /// The CSI volumes that `claims` (bound ones) attach.
+    /// The CSI volumes that a running pod of `namespace` attaches to its node through `claims`, as
+    /// NodeVolumeLimits counts an existing pod's (`filterAttachableVolumes`, `newPod` false; the
+    /// claims are its `persistentVolumeClaim` volumes' and its generic ephemeral volumes'
+    /// `<pod>-<volume>`): a claim not found is not counted; a bound one counts its PV's CSI volume
+    /// (`getCSIDriverInfo`), and one not bound yet, or whose PV is not found, a volume of its
+    /// StorageClass's provisioner (`getCSIDriverInfoFromSC`; no class or an unknown one: none).
+    /// An inline volume is no claim: a CSI ephemeral volume (`volumes[].csi`) is not counted, as
+    /// the plugin's `default:` branch counts only in-tree volumes migrated to CSI.
     pub fn attached<'a>(
         &'a self,
-        claims: &'a [Arc<str>],
+        namespace: &'a str,
+        claims: impl Iterator<Item = &'a Arc<str>> + 'a,
         pvc: impl Fn(&str) -> Option<Arc<PvcInfo>> + 'a,
     ) -> impl Iterator<Item = Attached> + 'a {
-        claims.iter().filter_map(move |c| {
+        claims.filter_map(move |c| {
             let claim = pvc(c)?;
-            self.volumes.get(&claim.volume_name)?.csi.clone()
+            match self.volumes.get(&claim.volume_name).filter(|_| !claim.volume_name.is_empty()) {
+                Some(pv) => pv.csi.clone(),
+                None => {
+                    let class = self.classes.get(&claim.storage_class).filter(|_| !claim.storage_class.is_empty())?;
+                    let handle = format!("{namespace}/{c}").into();
+                    Some(Attached { driver: class.provisioner.as_str().into(), handle })
+                }
+            }
         })
     }
 

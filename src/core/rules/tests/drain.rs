@@ -627,6 +627,106 @@ fn a_replacement_whose_volume_is_pinned_to_the_drained_node_stays_pending() {
     assert_eq!(super::run(&unread, &["n1".to_string()], "node n1").0.outcome, super::Outcome::Completes);
 }
 
+/// NodeVolumeLimits counts an existing pod's generic ephemeral volumes as it counts its claims
+/// (`filterAttachableVolumes`: `case vol.Ephemeral != nil: pvcName = ephemeral.VolumeClaimName(pod,
+/// &vol)`): a bound one by its PV's CSI volume, one not bound yet by its class's provisioner
+/// (`getCSIDriverInfoFromSC`). Two nodes of a CSI limit of 1, each holding such a pod: the
+/// replacement of a pod with a CSI volume of the same driver fits on neither.
+#[test]
+fn existing_pods_ephemeral_volumes_count_toward_the_csi_volume_limit() {
+    use crate::core::view::storage::Storage;
+    use std::sync::Arc;
+    let claim = |name: &str, volume: &str, class: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  \
+             accessModes: [ReadWriteOnce]\n  storageClassName: {class}\n  volumeName: '{volume}'\n"
+        )
+    };
+    let (data, scratch, tmp) = (
+        claim("data", "disk-web", "ebs"),
+        claim("cache-1-scratch", "disk-cache", "ebs"),
+        claim("tmp-1-tmp", "", "ebs"),
+    );
+    let web = deployment("web", "replicas: 1", "volumes:\n- name: data\n  persistentVolumeClaim: {claimName: data}\n");
+    let names = |n: &[&str]| -> Arc<[Arc<str>]> { n.iter().map(|c| Arc::from(*c)).collect() };
+    let world = |ephemeral: bool| {
+        let own = |claims: &[&str]| if ephemeral { names(claims) } else { Arc::default() };
+        let pods = vec![
+            PodInfo { claims: names(&["data"]), ..pod("web-1", "web", "n1") },
+            PodInfo { ephemeral_claims: own(&["cache-1-scratch"]), ..pod("cache-1", "cache", "n2") },
+            PodInfo { ephemeral_claims: own(&["tmp-1-tmp"]), ..pod("tmp-1", "tmp", "n3") },
+        ];
+        let mut view = cluster_with_templates(&[&web, &data, &scratch, &tmp, &pdb("maxUnavailable: 1", "")], pods);
+        let mut storage = Storage::default();
+        let driver = "ebs.csi.aws.com";
+        for (pv, claim) in [("disk-web", "data"), ("disk-cache", "cache-1-scratch")] {
+            storage.insert_volume(
+                &serde_json::from_value(serde_json::json!({"metadata": {"name": pv}, "spec": {"storageClassName": "ebs",
+                    "claimRef": {"namespace": "default", "name": claim}, "csi": {"driver": driver, "volumeHandle": pv}}}))
+                .expect("a PersistentVolume"),
+            );
+        }
+        storage.insert_class(
+            &serde_json::from_value(serde_json::json!({"metadata": {"name": "ebs"}, "provisioner": driver,
+                "volumeBindingMode": "WaitForFirstConsumer"}))
+            .expect("a StorageClass"),
+        );
+        for node in ["n2", "n3"] {
+            storage.insert_csi_node(
+                &serde_json::from_value(serde_json::json!({"metadata": {"name": node}, "spec": {"drivers": [
+                    {"name": driver, "nodeID": node, "allocatable": {"count": 1}}]}}))
+                .expect("a CSINode"),
+            );
+        }
+        view.set_storage(storage);
+        view
+    };
+    let (run, f) = super::run(&world(true), &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
+    let p = of_rule(&f, PENDING);
+    assert_eq!(p.len(), 1, "{f:#?}");
+    let part = "1 volumes of CSI driver ebs.csi.aws.com already attached (its CSINode's allocatable.count) on n2, n3";
+    assert!(p[0].what.contains(part), "{part:?} not in: {}", p[0].what);
+    // The same pods without their ephemeral volumes: the replacement goes.
+    let (run, _) = super::run(&world(false), &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::Completes, "{run:#?}");
+}
+
+/// The replacement is first tried while its evicted pod is still on its node, terminating, which
+/// kube-scheduler counts: a required pod affinity to its own app finds that pod, and the
+/// replacement goes to its zone (n2, not n3). Where that zone has no other node, the first try
+/// fails, and the pod's deletion does not try it again (`isSchedulableAfterAssignedPodChange`
+/// skips a deleted pod the affinity matched): Pending, though the first-pod escape would now let
+/// it go anywhere. With a pod of the app elsewhere, no escape is needed and it goes there.
+#[test]
+fn a_self_affine_replacement_first_meets_its_terminating_pod() {
+    let zone_affine = "affinity:\n  podAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n    - \
+                       topologyKey: topology.kubernetes.io/zone\n      labelSelector: {matchLabels: {app: web}}\n";
+    let web = deployment("web", "replicas: 1", zone_affine);
+    let budget = pdb("maxUnavailable: 1", "");
+    let view = cluster_with_templates(&[&web, &budget], placed(&["n1"]));
+    let (run, _) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::Completes, "{run:#?}");
+    assert_eq!(run.evictions[0].replacement.as_deref(), Some("n2"), "the evicted pod's zone");
+    let view = cluster_with_templates(&[&web, &budget], placed(&["n3"]));
+    let (run, f) = super::run(&view, &["n3".to_string()], "node n3");
+    assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
+    let p = of_rule(&f, PENDING);
+    assert_eq!(p.len(), 1, "{f:#?}");
+    for part in [
+        "its first try found web-1 still on its node (kube-scheduler counts a terminating pod)",
+        "stays Pending until the scheduler retries unschedulable pods (after 5 minutes",
+    ] {
+        assert!(p[0].what.contains(part), "{part:?} not in: {}", p[0].what);
+    }
+    // Two replicas, one on n1: the other's replacement goes to n1's zone.
+    let two = deployment("web", "replicas: 2", zone_affine);
+    let view = cluster_with_templates(&[&two, &budget], placed(&["n1", "n3"]));
+    let (run, _) = super::run(&view, &["n3".to_string()], "node n3");
+    assert_eq!(run.outcome, super::Outcome::Completes, "{run:#?}");
+    assert_eq!(run.evictions[0].replacement.as_deref(), Some("n2"), "{run:#?}");
+}
+
 /// The replacement asks what the pod it replaces asked as the apiserver stored it (a LimitRange's
 /// default request, a RuntimeClass's overhead), not only what its template declares.
 #[test]
@@ -739,6 +839,71 @@ fn a_replacement_of_equal_priority_or_that_never_preempts_stays_pending() {
         assert!(run.preempts.is_empty(), "{run:#?}");
         assert_eq!(run.pending[0].pod, "web-1");
     }
+}
+
+/// A victim's replacement is a new pod: where it fits nowhere, the scheduler runs DefaultPreemption
+/// for it too (`PodEligibleToPreemptOthers` asks only its `preemptionPolicy`). `web` (1000, not on
+/// n3) preempts `batch-a` (500) on n2; batch-a's replacement preempts `batch-b` (0) on n3, which is
+/// what stays Pending. With `preemptionPolicy: Never` on batch-a, batch-a stays Pending and
+/// batch-b runs on.
+#[test]
+fn a_victims_replacement_preempts_in_turn_where_its_policy_lets_it() {
+    let chain = |a_preempts: bool| {
+        let node = |name: &str| {
+            format!(
+                "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n\
+                 spec: {{}}\nstatus:\n  allocatable: {{cpu: '1', memory: 4Gi, pods: '110'}}\n"
+            )
+        };
+        let cpu = |p: PodInfo, priority: i32| PodInfo {
+            requests: crate::core::model::resources::Resources { cpu_milli: 600, ..Default::default() },
+            priority,
+            ..p
+        };
+        let pods = vec![
+            cpu(pod("web-1", "web", "n1"), 1000),
+            PodInfo { preempts: a_preempts, ..cpu(pod("batch-a-1", "batch-a", "n2"), 500) },
+            cpu(pod("batch-b-1", "batch-b", "n3"), 0),
+        ];
+        let nodes: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| node(n)).collect();
+        let not_n3 = "affinity:\n  nodeAffinity:\n    requiredDuringSchedulingIgnoredDuringExecution:\n      \
+                      nodeSelectorTerms:\n      - matchExpressions:\n        - {key: kubernetes.io/hostname, operator: \
+                      NotIn, values: [n3]}\n";
+        let (web, a, b) = (
+            deployment("web", "replicas: 1", not_n3),
+            deployment("batch-a", "replicas: 1", ""),
+            deployment("batch-b", "replicas: 1", ""),
+        );
+        let mut all: Vec<&str> = nodes.iter().map(String::as_str).collect();
+        all.extend([web.as_str(), a.as_str(), b.as_str()]);
+        view_with_templates(&docs(&all), pods)
+    };
+    let (run, f) = super::run(&chain(true), &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
+    let preempted: Vec<(&str, &str, &str, Option<&str>)> = run
+        .preempts
+        .iter()
+        .map(|p| (p.pod.as_str(), p.node.as_str(), p.by.as_str(), p.replacement.as_deref()))
+        .collect();
+    assert_eq!(
+        preempted,
+        [("batch-b-1", "n3", "default/batch-a-1", None), ("batch-a-1", "n2", "default/web-1", Some("n3"))],
+        "{run:#?}"
+    );
+    let p = of_rule(&f, PENDING);
+    assert_eq!(p.len(), 1, "{f:#?}");
+    assert_eq!(p[0].object.to_string(), "Deployment default/batch-b");
+    assert!(
+        p[0].what.contains("preempted on n3 by the replacement of default/batch-a-1 (priority 500, higher than its 0)"),
+        "{}",
+        p[0].what
+    );
+    // batch-a may not preempt: it is what stays Pending, batch-b is left alone.
+    let (run, f) = super::run(&chain(false), &["n1".to_string()], "node n1");
+    let preempted: Vec<(&str, Option<&str>)> =
+        run.preempts.iter().map(|p| (p.pod.as_str(), p.replacement.as_deref())).collect();
+    assert_eq!(preempted, [("batch-a-1", None)], "{run:#?}");
+    assert_eq!(of_rule(&f, PENDING)[0].object.to_string(), "Deployment default/batch-a");
 }
 
 #[test]
