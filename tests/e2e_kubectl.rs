@@ -681,12 +681,17 @@ fn check_stdin(yaml: &str) -> String {
 
 /// (8) webhook-fail-closed-unavailable from each object of the relation: the webhook
 /// configuration, its Service, the workload behind it. The test configurations are fail-closed
-/// but intercept only ConfigMap creates in namespaces nobody labels (`fail_closed_webhooks`), so
-/// their missing or single backends break no other write.
+/// but intercept only ConfigMap creates in namespaces labelled for them (`fail_closed_webhooks`;
+/// one, `webhook-target`, where nothing writes ConfigMaps), so their missing or single backends
+/// break no other write.
 fn fail_closed_webhooks_step(cp: &ControlPlane, hg: &HaGuard) {
     const RULE: &str = "webhook-fail-closed-unavailable";
     let ns = "webhooks";
     namespace(cp, hg, ns, &[]);
+    // A namespace the configurations' namespaceSelector matches, where nothing writes ConfigMaps
+    // (no controller runs here): a fail-closed webhook that matches no namespace at all is not
+    // flagged (it intercepts nothing today), so the relation needs one.
+    namespace(cp, hg, "webhook-target", &[("e2e.ha-guard.io/webhook-target", "true")]);
     let mut cleanup = Configurations(cp, vec!["e2e-probe".to_string()]);
     let mut configure = |name: &str, service: &str| {
         cleanup.1.push(name.to_string());

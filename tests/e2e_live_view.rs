@@ -410,6 +410,14 @@ fn webhooks(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
     const RULE: &str = "[webhook-fail-closed-unavailable] ";
     let backend = deployment("live", "hook", 1);
     let warned = |cp: &ControlPlane| dry_run(cp, &backend).success().warnings().iter().any(|w| w.starts_with(RULE));
+    // A namespace the configurations select, made before them: a fail-closed webhook that matches
+    // no namespace intercepts nothing today and is not flagged.
+    create(
+        k,
+        hg,
+        &json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "webhook-target", "labels": {E2E_TARGET_LABEL: "true"}}}),
+    );
     create(k, hg, &backend);
     create(k, hg, &service("live", "hook-webhook", "hook"));
     assert!(!warned(cp), "no webhook calls the Service yet");
