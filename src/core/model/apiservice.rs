@@ -8,6 +8,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
+// The same reference a webhook configuration's clientConfig makes: namespace and name.
+pub use super::webhook::ServiceReference;
+
 /// An APIService.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct ApiService {
@@ -28,14 +31,6 @@ pub struct ApiServiceSpec {
     pub group: String,
     #[serde(default)]
     pub version: String,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct ServiceReference {
-    #[serde(default)]
-    pub namespace: String,
-    #[serde(default)]
-    pub name: String,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

@@ -813,13 +813,7 @@ fn evicted(
                  podMaxInUnschedulablePodsDuration) or a node changes",
                 pod.name
             );
-            run.pending.push(Pending {
-                namespace: namespace.to_string(),
-                pod: pod.name.to_string(),
-                workload,
-                reason: reason.clone(),
-            });
-            (None, format!("its replacement stays Pending: {reason}"))
+            stays_pending(run, namespace, &pod.name, workload, reason)
         }
         Ok(candidates) => {
             let at = choose(&candidates, states, namespace, &template.labels);
@@ -832,14 +826,7 @@ fn evicted(
             {
                 return done;
             }
-            let reason = explain(&why);
-            run.pending.push(Pending {
-                namespace: namespace.to_string(),
-                pod: pod.name.to_string(),
-                workload,
-                reason: reason.clone(),
-            });
-            (None, format!("its replacement stays Pending: {reason}"))
+            stays_pending(run, namespace, &pod.name, workload, explain(&why))
         }
     }
 }
@@ -1045,6 +1032,19 @@ fn victim_replaced(
 
 /// Why no node takes a pod: the refusing filters, each with the nodes it refused (the first few of
 /// each, and how many more).
+/// A replacement no node takes now: recorded among the drain's Pending pods, and said.
+fn stays_pending(
+    run: &mut DrainRun,
+    namespace: &str,
+    pod: &str,
+    workload: ObjectRef,
+    reason: String,
+) -> (Option<String>, String) {
+    let said = format!("its replacement stays Pending: {reason}");
+    run.pending.push(Pending { namespace: namespace.to_string(), pod: pod.to_string(), workload, reason });
+    (None, said)
+}
+
 fn explain(why: &[(String, Unfit)]) -> String {
     let mut by: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for (node, unfit) in why {
