@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::lookup::View;
+use super::namespace_labels::NamespaceLabels;
 use super::nodes::NodeTable;
 use super::pods::Pods;
 use super::projection::{
@@ -323,6 +324,9 @@ pub struct Index {
     /// Service's or a workload's write finds the webhooks it backs without a scan.
     webhook_backends: Arc<WebhookBackends>,
     namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
+    /// The namespaces' labels by key, made at the first ask after they change and shared by the
+    /// snapshots that hold the same namespaces ([`View::any_namespace_matching`]).
+    namespace_label_index: Arc<OnceLock<Arc<NamespaceLabels>>>,
     /// Pods: only the audit's view holds them (the live posture rules and the drain read them).
     pods: Arc<Pods>,
     /// Workloads' pod templates, kept only when asked ([`Index::set_keeps_templates`]): the drain
@@ -564,7 +568,11 @@ impl Index {
     }
 
     pub fn upsert_namespace_labels(&mut self, name: String, labels: BTreeMap<String, String>) {
+        if self.namespace_labels.get(&name) == Some(&labels) {
+            return;
+        }
         Arc::make_mut(&mut self.namespace_labels).insert(name, labels);
+        self.namespace_label_index = Arc::default();
     }
 
     /// Drops every object of `kind` (before a relist replaces them).
@@ -608,7 +616,10 @@ impl Index {
                 self.nodes = Arc::default();
                 self.node_table = Arc::default();
             }
-            Kind::Namespace => self.namespace_labels = Arc::default(),
+            Kind::Namespace => {
+                self.namespace_labels = Arc::default();
+                self.namespace_label_index = Arc::default();
+            }
             // Pods are relisted through their own table (retain_listed_pods), never as a kind.
             Kind::Pod | Kind::ApiService => {}
         }
@@ -640,6 +651,7 @@ impl Index {
     pub fn remove_namespace(&mut self, name: &str) {
         if self.namespace_labels.contains_key(name) {
             Arc::make_mut(&mut self.namespace_labels).remove(name);
+            self.namespace_label_index = Arc::default();
         }
     }
 
@@ -812,12 +824,15 @@ impl View for Index {
     }
 
     /// Known where the view follows a cluster (the live view, the audit's): it holds every
-    /// namespace there; stops at the first that matches.
+    /// namespace there. Answered from the labels indexed by key ([`NamespaceLabels`]), in time
+    /// linear in the selector and the namespaces carrying its keys.
     fn any_namespace_matching(&self, selector: &LabelSelector) -> Option<bool> {
         if !self.knows_nodes || self.namespace_labels.is_empty() {
             return None;
         }
-        Some(self.namespace_labels.values().any(|labels| crate::core::model::selector::matches(selector, labels)))
+        let index =
+            self.namespace_label_index.get_or_init(|| Arc::new(NamespaceLabels::new(self.namespace_labels.values())));
+        Some(index.any_matching(selector))
     }
 
     fn namespace_label(&self, namespace: &str, key: &str) -> Option<String> {

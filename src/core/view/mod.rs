@@ -12,6 +12,7 @@ pub mod budget;
 pub mod capacity;
 pub mod index;
 pub mod lookup;
+pub mod namespace_labels;
 pub mod namespace_read;
 pub mod node_selector;
 pub mod nodes;
