@@ -13,7 +13,8 @@
 //!    `review::review`, /validate then /mutate) `--repeat` times; median and worst per case.
 //!    Target: every answer under 50 ms.
 //! 2. **Stream**: the real server (`serve_with_listeners`, production defaults) on loopback over
-//!    TLS, its threads on `--server-cpus` (the last CPU by default; `any`: unpinned) and the load
+//!    TLS and HTTP/1.1, as the apiserver calls a webhook (`--client-proto h2`: every call over one
+//!    HTTP/2 connection, as for a webhook at a localhost URL), its threads on `--server-cpus` (the last CPU by default; `any`: unpinned) and the load
 //!    generator on the others, as `benches/load` pins them (in a cluster the apiserver does not
 //!    encrypt and send a megabyte on the webhook's CPU); an open-loop stream of the ordinary
 //!    requests at `--rate` per second (200), in windows that take five conditions in turn: the
@@ -349,6 +350,7 @@ fn stream(
     let windows: usize = arg(args, "--windows", 6);
     let window = duration(args, "--window", "10s");
     let hostile_rate: f64 = arg(args, "--hostile-rate", 20.0);
+    let client_proto: String = arg(args, "--client-proto", "h1".to_string());
     let certs = tempfile::tempdir().unwrap();
     let (cert, key, ca) = dev_certs(certs.path());
     let listeners = Listeners::bind("127.0.0.1:0".parse().unwrap(), "127.0.0.1:0".parse().unwrap()).unwrap();
@@ -379,11 +381,20 @@ fn stream(
     pin(&client_cpus);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async move {
-        let client = reqwest::Client::builder()
+        // HTTP/1.1, as the apiserver calls a webhook behind a Service or at a URL not on
+        // localhost (k8s.io/apiserver/pkg/util/webhook/client.go sets NextProtos to http/1.1,
+        // kubernetes#75791): a pool of connections, one call on each at a time. `--client-proto h2`
+        // sends every call over one HTTP/2 connection instead, as a webhook at a localhost URL is
+        // called.
+        let builder = reqwest::Client::builder()
             .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
-            .timeout(Duration::from_secs(30))
-            .build()
-            .unwrap();
+            .timeout(Duration::from_secs(30));
+        let builder = match client_proto.as_str() {
+            "h2" => builder,
+            "h1" => builder.http1_only(),
+            other => panic!("--client-proto {other}: h1 or h2"),
+        };
+        let client = builder.build().unwrap();
         let base = format!("https://localhost:{}", addr.port());
         wait_until_up(&client, &base).await;
         println!(
