@@ -465,7 +465,7 @@ fn drain_each_before(cp: &ControlPlane, config: &str) {
 }
 
 /// 2. The zone drain: predicted, then done.
-fn drain_zone(cp: &ControlPlane, config: &str) -> BTreeSet<String> {
+fn drain_zone(cp: &ControlPlane, config: &str) -> BTreeMap<String, String> {
     let predicted = ha_guard(cp, &["audit", "--config", config, "--drain-zone", "zone-a", "--format", "json"]);
     let report = predicted.json();
     let runs = drains(&report);
@@ -473,16 +473,17 @@ fn drain_zone(cp: &ControlPlane, config: &str) -> BTreeSet<String> {
     let outcome = text_of(&runs[0], "outcome");
     assert!(outcome == "leaves-pending" || outcome == "completes", "{}", predicted.show());
     assert_eq!(predicted.code, 0, "default --fail-on-outcome is hangs,refused: {}", predicted.show());
-    // Each Pending replacement as `namespace/Kind/name` of its workload.
-    let pending: BTreeSet<String> = runs[0]["pending"]
+    // Each Pending replacement as `namespace/Kind/name` of its workload, and why.
+    let pending: BTreeMap<String, String> = runs[0]["pending"]
         .as_array()
         .into_iter()
         .flatten()
-        .map(|p| format!("{}/{}", text_of(p, "namespace"), text_of(p, "workload")))
+        .map(|p| (format!("{}/{}", text_of(p, "namespace"), text_of(p, "workload")), text_of(p, "reason")))
         .collect();
     eprintln!("[e2e] --drain-zone zone-a predicts {outcome}, Pending: {pending:?}");
     assert!(
-        pending.contains("zookeeper/StatefulSet/zk") && pending.contains("wordpress/Deployment/wordpress-mysql"),
+        pending.contains_key("zookeeper/StatefulSet/zk")
+            && pending.contains_key("wordpress/Deployment/wordpress-mysql"),
         "zk-0's and mysql's volumes are in zone-a: {}",
         predicted.show()
     );
@@ -760,12 +761,23 @@ fn the_first_day_on_a_cluster_running_real_software() {
     );
     let mut steps = Steps::new(String::new);
     steps.run("1 drain-each before", || drain_each_before(&cp, &config_arg));
-    let mut predicted = BTreeSet::new();
+    let mut predicted = BTreeMap::new();
     steps.run("2 drain-zone, then the real zone drain", || predicted = drain_zone(&cp, &config_arg));
     let pending = pending_pods(&cp, &["zookeeper", "wordpress"]);
     eprintln!("[e2e] Pending after the zone drain: {pending:#?}");
     let happened = pending_workloads(&cp, &["zookeeper", "wordpress", "php", "kueue-system", "kube-system"]);
-    assert_eq!(happened, predicted, "the workloads left Pending: predicted, and what the real zone drain did");
+    let predicted_workloads: BTreeSet<String> = predicted.keys().cloned().collect();
+    assert_eq!(
+        happened, predicted_workloads,
+        "the workloads left Pending: predicted, and what the real zone drain did"
+    );
+    // And why, in the scheduler's words: the filter that refuses the nodes left is named as
+    // kube-scheduler's VolumeBinding names it in the pods' conditions.
+    const PV_AFFINITY: &str = "didn't match PersistentVolume's node affinity";
+    for (workload, why) in &predicted {
+        assert!(why.contains(PV_AFFINITY), "{workload}: the prediction says {why:?}");
+    }
+    assert!(pending.values().all(|m| m.contains(PV_AFFINITY)), "{pending:#?}");
     aggregated(&cp, &install);
     steps.run("3 audit", || audit_after(&cp, &config_arg, &pending));
     steps.run("4 drain-each after", || drain_each_after(&cp, &config_arg, &pending));
