@@ -735,6 +735,64 @@ fn reports(cp: &ControlPlane, config: &Path) {
         .cloned()
         .expect("found above");
     assert_eq!(budget["properties"]["causedBy"], "[pods-pending] StatefulSet zookeeper/zk", "{budget:#}");
+    // The aggregated API's finding is the APIService's: in the ClusterPolicyReport, once. The
+    // report of kueue-system, judged as a scope of its own (the APIService is not in it), carries
+    // it on the Service and the Deployment that back the API, where the fix (the replicas) is
+    // made, as it carries the fail-closed webhooks' on them: once each, the same message.
+    let cluster = poll("the ClusterPolicyReport names kueue's APIService", WAIT, Duration::from_millis(300), || {
+        let k = cp.kubectl(&["get", "clusterpolicyreports.wgpolicyk8s.io", "ha-guard", "-o", "json"]);
+        if !k.ok() {
+            return Err(k.output());
+        }
+        let r = k.json();
+        let rows: Vec<Value> = r["results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|x| x["rule"] == "apiservice-unavailable")
+            .cloned()
+            .collect();
+        if rows.is_empty() { Err(r.to_string()) } else { Ok(rows) }
+    })
+    .unwrap_or_else(|e| panic!("{e}\n{}", tail(&process.log, 20)));
+    assert_eq!(cluster.len(), 1, "{cluster:#?}");
+    assert_eq!(cluster[0]["resources"][0]["name"], KUEUE_API, "{:#}", cluster[0]);
+    let kueue = get("kueue-system").unwrap_or_default();
+    let rows = |rule: &str| -> Vec<(String, String)> {
+        let mut rows: Vec<(String, String)> = kueue["results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|x| x["rule"] == rule)
+            .map(|x| (text_of(&x["resources"][0], "kind"), text_of(&x["resources"][0], "name")))
+            .collect();
+        rows.sort();
+        rows
+    };
+    eprintln!(
+        "[e2e] kueue-system's report: apiservice-unavailable on {:?}, webhook-fail-closed-unavailable on {:?}",
+        rows("apiservice-unavailable"),
+        rows("webhook-fail-closed-unavailable")
+    );
+    assert_eq!(
+        rows("apiservice-unavailable"),
+        [
+            ("Deployment".to_string(), "kueue-controller-manager".to_string()),
+            ("Service".to_string(), "kueue-visibility-server".to_string())
+        ],
+        "{kueue:#}"
+    );
+    let message = |kind: &str| {
+        kueue["results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|x| x["rule"] == "apiservice-unavailable" && x["resources"][0]["kind"] == kind)
+            .map(|x| text_of(x, "message"))
+            .unwrap_or_default()
+    };
+    assert_eq!(message("Service"), message("Deployment"));
+    assert!(message("Service").starts_with(&format!("APIService/{KUEUE_API} serves")), "{}", message("Service"));
     assert!(
         zookeeper["results"]
             .as_array()
