@@ -26,6 +26,7 @@ use kube::{Api, Client, Resource};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use crate::core::model::apiservice::ApiService;
 use crate::core::model::keda::ScaledObject;
 use crate::core::model::live_pod::{LivePod, controller_of};
 use crate::core::model::webhook::WebhookConfiguration;
@@ -233,6 +234,7 @@ resource!(
     metadata.0
 );
 resource!(ScaledObject, NamespaceResourceScope, "ScaledObject", "keda.sh", "v1alpha1", "scaledobjects", metadata);
+resource!(ApiService, ClusterResourceScope, "APIService", "apiregistration.k8s.io", "v1", "apiservices", metadata);
 
 impl Tracked for ValidatingWebhooks {
     const KIND: Kind = Kind::ValidatingWebhookConfiguration;
@@ -275,8 +277,24 @@ impl Tracked for ScaledObject {
     }
 }
 
+/// Aggregated APIs (`apiservice-unavailable`). Few in any cluster, and only those a Service serves
+/// are kept, each cut to what the rule reads ([`ApiService::slim`]). Its `Available` condition is
+/// read, so a status write is a change.
+impl Tracked for ApiService {
+    const KIND: Kind = Kind::ApiService;
+    fn project(self) -> Projection {
+        Projection::ApiService(Arc::new(self.slim()))
+    }
+    fn remove(&self, index: &mut Index) {
+        index.remove_apiservice(&name_of(&self.metadata));
+    }
+    fn material(&self) -> u64 {
+        without_volatile_meta(self)
+    }
+}
+
 /// The kinds watched, in a fixed order (for readiness and metrics): every kind the engine knows.
-pub const KINDS: [Kind; 11] = Kind::ALL;
+pub const KINDS: [Kind; 12] = Kind::ALL;
 
 /// The live view and its sync state.
 ///
@@ -685,7 +703,8 @@ impl LiveSource {
             self.spawn::<Service>(client.clone()),
             self.spawn::<ValidatingWebhooks>(client.clone()),
             self.spawn::<MutatingWebhooks>(client.clone()),
-            self.spawn::<ScaledObject>(client),
+            self.spawn::<ScaledObject>(client.clone()),
+            self.spawn::<ApiService>(client),
         ]
     }
 

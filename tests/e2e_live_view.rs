@@ -51,6 +51,13 @@ impl Kube {
             "Service" => ApiResource::erase::<Service>(&()),
             "ValidatingWebhookConfiguration" => ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
             "CustomResourceDefinition" => ApiResource::erase::<CustomResourceDefinition>(&()),
+            "APIService" => ApiResource {
+                group: "apiregistration.k8s.io".into(),
+                version: "v1".into(),
+                api_version: "apiregistration.k8s.io/v1".into(),
+                kind: "APIService".into(),
+                plural: "apiservices".into(),
+            },
             "ScaledObject" => ApiResource {
                 group: "keda.sh".into(),
                 version: "v1alpha1".into(),
@@ -173,6 +180,9 @@ fn live_view_follows_the_apiserver() {
     steps.run("nodes come, change and go", || nodes(&cp, &k, &hg));
     steps.run("zone labels on nodes decide spread-zone-missing", || zones(&cp, &k));
     steps.run("services and webhook configurations come, change and go", || webhooks(&cp, &k, &hg));
+    steps.run("aggregated APIs: the APIService, its Service and its workload at admission", || {
+        aggregated_apis(&cp, &k, &hg)
+    });
     steps.run("keda: no CRD is none; a CRD installed later is watched", || keda(&cp, &k, &hg));
     steps.run("namespaces come, change and go", || namespaces(&cp, &k, &hg));
     steps.run("an apiserver outage keeps the last state, then catches up", || outage(&cp, &k, &hg, &mut relay));
@@ -448,6 +458,54 @@ fn webhooks(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
     .unwrap_or_else(|e| panic!("{e}"));
     delete(k, hg, "Service", Some("live"), "hook-webhook");
     delete(k, hg, "ValidatingWebhookConfiguration", None, "e2e-live");
+}
+
+/// `apiservice-unavailable` at admission (issue 51, Build 6), whichever of the three objects is
+/// written second: the APIService's own write is warned (the Service and its one replica in the
+/// view); once it is stored (watched: the cache counts it), the writes of the workload behind it
+/// and of its Service are warned too, and stop being once the floor is 2, the selector picks
+/// nothing, or the APIService is gone. Deleted at the end: an aggregated API that no pod serves
+/// fails discovery of its group and keeps namespaces from being deleted.
+fn aggregated_apis(cp: &ControlPlane, k: &Kube, hg: &HaGuard) {
+    const RULE: &str = "[apiservice-unavailable] ";
+    const NAME: &str = "v1beta1.visibility.e2e.ha-guard.io";
+    let said = format!("APIService/{NAME} serves visibility.e2e.ha-guard.io/v1beta1 through Service live/visibility");
+    let warning =
+        |out: Kubectl| -> Option<String> { out.success().warnings().into_iter().find(|w| w.starts_with(RULE)) };
+    let backend = deployment("live", "visibility", 1);
+    let svc = service("live", "visibility", "visibility");
+    let api = json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService", "metadata": {"name": NAME},
+        "spec": {"group": "visibility.e2e.ha-guard.io", "version": "v1beta1", "groupPriorityMinimum": 100,
+                 "versionPriority": 100, "insecureSkipTLSVerify": true,
+                 "service": {"namespace": "live", "name": "visibility"}}});
+    create(k, hg, &backend);
+    create(k, hg, &svc);
+    assert_eq!(warning(dry_run(cp, &backend)), None, "no APIService is served by it yet");
+    // The APIService's write: the Service and its one replica are in the view.
+    let on_api = warning(dry_run(cp, &api)).unwrap_or_else(|| panic!("the APIService's write is warned"));
+    for part in [
+        format!("{RULE}spec.service: {said}"),
+        "selects only Deployment visibility (replicas 1): 1 replica at its floor".to_string(),
+        "every namespace being deleted stays Terminating".to_string(),
+    ] {
+        assert!(on_api.contains(&part), "{part:?} in: {on_api}");
+    }
+    create(k, hg, &api);
+    // The workload's write, then the Service's: the stored APIService is judged through them.
+    let on_workload = warning(dry_run(cp, &backend)).unwrap_or_else(|| panic!("the workload's write is warned"));
+    assert!(on_workload.starts_with(&format!("{RULE}spec.replicas: {said}")), "{on_workload}");
+    assert_eq!(warning(dry_run(cp, &merge(backend.clone(), json!({"spec": {"replicas": 2}})))), None, "a floor of 2");
+    let on_service = warning(dry_run(cp, &svc)).unwrap_or_else(|| panic!("the Service's write is warned"));
+    assert!(on_service.starts_with(&format!("{RULE}spec.selector: {said}")), "{on_service}");
+    let elsewhere = merge(svc.clone(), json!({"spec": {"selector": {"app": "nobody"}}}));
+    assert_eq!(warning(dry_run(cp, &elsewhere)), None, "a selector of nothing the view holds: not known at admission");
+    // A scale write through the scale subresource is judged as the workload's.
+    let scaled = cp.kubectl(&["-n", "live", "scale", "deployment", "visibility", "--replicas=0", "--dry-run=server"]);
+    assert!(warning(scaled).is_some_and(|w| w.contains("(replicas 0): no replica at its floor")), "a scale to 0");
+    delete(k, hg, "APIService", None, NAME);
+    assert_eq!(warning(dry_run(cp, &backend)), None, "the APIService is gone from the view");
+    delete(k, hg, "Service", Some("live"), "visibility");
+    delete(k, hg, "Deployment", Some("live"), "visibility");
 }
 
 /// Without the KEDA CRD the ScaledObject watch is synced and empty (readiness did not wait for it);

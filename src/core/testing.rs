@@ -47,7 +47,21 @@ pub fn view(yaml: &str, complete: bool) -> Index {
 
 /// Evaluates `subject_yaml` against a view of `view_yaml` with the default config.
 pub fn findings(subject_yaml: &str, view_yaml: &str, complete: bool) -> Vec<Finding> {
-    rules::evaluate(&subject(subject_yaml), &view(view_yaml, complete), &Config::default()).findings
+    tidy(rules::evaluate(&subject(subject_yaml), &view(view_yaml, complete), &Config::default()).findings)
+}
+
+/// `findings`, each message and fix checked to read as one sentence a person can act on: no run
+/// of spaces (a string literal broken across lines without `\`), no empty fix.
+#[track_caller]
+pub fn tidy(findings: Vec<Finding>) -> Vec<Finding> {
+    for f in &findings {
+        for (what, text) in [("message", &f.what), ("fix", &f.fix)] {
+            assert!(!text.contains("  "), "{} {}: a run of spaces in its {what}: {text:?}", f.rule, f.object);
+            assert!(!text.contains('\n'), "{} {}: a line break in its {what}: {text:?}", f.rule, f.object);
+        }
+        assert!(!f.fix.trim().is_empty(), "{} {}: no fix", f.rule, f.object);
+    }
+    findings
 }
 
 /// The findings of one rule.
@@ -74,12 +88,12 @@ pub fn actions(d: &Decided) -> Vec<(&'static str, Decision)> {
 
 /// Evaluates `subject_yaml` against a view of `view_yaml` with the given config.
 pub fn findings_with(subject_yaml: &str, view_yaml: &str, complete: bool, config: &Config) -> Vec<Finding> {
-    rules::evaluate(&subject(subject_yaml), &view(view_yaml, complete), config).findings
+    tidy(rules::evaluate(&subject(subject_yaml), &view(view_yaml, complete), config).findings)
 }
 
 /// Evaluates `subject_yaml` against an already built view, with the default config.
 pub fn findings_in(subject_yaml: &str, view: &Index) -> Vec<Finding> {
-    rules::evaluate(&subject(subject_yaml), view, &Config::default()).findings
+    tidy(rules::evaluate(&subject(subject_yaml), view, &Config::default()).findings)
 }
 
 /// The whole evaluation (findings, rules not judged) of `subject_yaml` in `view`.
@@ -210,5 +224,5 @@ pub fn nodes(list: &[(&str, &str, bool)]) -> String {
 
 /// The findings of `subject_yaml` with the live posture rules (`rules::audit`), default config.
 pub fn audit_findings(subject_yaml: &str, view: &Index) -> Vec<Finding> {
-    rules::audit(&subject(subject_yaml), view, &Config::default()).findings
+    tidy(rules::audit(&subject(subject_yaml), view, &Config::default()).findings)
 }

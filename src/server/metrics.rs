@@ -112,7 +112,7 @@ pub struct BuildLabels {
 /// The `kind` label values of `ha_guard_admission_requests_total`: the kinds the shipped webhook
 /// configurations send (a scale as `<resource>/scale`, as [`super::review`] names it). A test
 /// holds this list to the chart's webhook rules.
-pub const ADMISSION_KINDS: [&str; 8] = [
+pub const ADMISSION_KINDS: [&str; 9] = [
     "Deployment",
     "StatefulSet",
     "PodDisruptionBudget",
@@ -121,6 +121,7 @@ pub const ADMISSION_KINDS: [&str; 8] = [
     "Service",
     "deployments/scale",
     "statefulsets/scale",
+    "APIService",
 ];
 
 /// The `kind` label of a request: one of [`ADMISSION_KINDS`], else `other` (whatever a caller
@@ -489,6 +490,7 @@ mod tests {
                             "horizontalpodautoscalers" => "HorizontalPodAutoscaler",
                             "scaledobjects" => "ScaledObject",
                             "services" => "Service",
+                            "apiservices" => "APIService",
                             scale if scale.ends_with("/scale") => scale,
                             other => panic!("{}: the webhooks send {other}: give it a kind label", path.display()),
                         };

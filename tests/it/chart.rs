@@ -694,6 +694,7 @@ fn the_cluster_role_reads_exactly_the_kinds_the_live_view_watches() {
         ("", "services"),
         ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
         ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+        ("apiregistration.k8s.io", "apiservices"),
         ("apps", "deployments"),
         ("apps", "statefulsets"),
         ("autoscaling", "horizontalpodautoscalers"),
@@ -780,13 +781,14 @@ fn grants(rules: &[(String, String, Value)]) -> BTreeSet<(String, String, String
 }
 
 /// The kinds the live view watches (and the audit too), as (apiGroup, resource).
-const WATCHED: [(&str, &str); 11] = [
+const WATCHED: [(&str, &str); 12] = [
     ("", "namespaces"),
     ("", "nodes"),
     ("", "persistentvolumeclaims"),
     ("", "services"),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+    ("apiregistration.k8s.io", "apiservices"),
     ("apps", "deployments"),
     ("apps", "statefulsets"),
     ("autoscaling", "horizontalpodautoscalers"),
@@ -829,9 +831,8 @@ fn the_webhook_and_the_audit_have_service_accounts_and_roles_of_their_own() {
             }
         }
 
-        // The audit: get/list/watch of the watched kinds, of pods (no ReplicaSets) and of
-        // APIServices (apiservice-unavailable, judged by the audit alone), its reports by name (and
-        // their list), and its Lease.
+        // The audit: get/list/watch of the watched kinds (APIServices among them) and of pods (no
+        // ReplicaSets), its reports by name (and their list), and its Lease.
         let audit_rules = rules_of(&d, "ha-guard-audit");
         let roles: BTreeSet<(String, String)> = audit_rules.iter().map(|(k, n, _)| (k.clone(), n.clone())).collect();
         assert_eq!(
@@ -842,7 +843,7 @@ fn the_webhook_and_the_audit_have_service_accounts_and_roles_of_their_own() {
         let got = grants(&audit_rules);
         let mut want: BTreeSet<(String, String, String, Vec<String>)> = WATCHED
             .iter()
-            .chain(&[("", "pods"), ("apiregistration.k8s.io", "apiservices")])
+            .chain(&[("", "pods")])
             .flat_map(|(g, r)| READ.iter().map(move |v| (g.to_string(), r.to_string(), v.to_string(), vec![])))
             .collect();
         let named = vec!["ha-guard".to_string()];

@@ -112,6 +112,7 @@ fn the_cluster_role_only_reads_the_kinds_the_rules_read() {
             ("", "services"),
             ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
             ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
+            ("apiregistration.k8s.io", "apiservices"),
             ("apps", "deployments"),
             ("apps", "statefulsets"),
             ("autoscaling", "horizontalpodautoscalers"),

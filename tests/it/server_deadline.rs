@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ha_guard::core::config::Config;
+use ha_guard::core::model::apiservice::ApiService;
 use ha_guard::core::model::{Exemptions, Kind, ObjectRef};
 use ha_guard::core::view::{
     HpaInfo, Index, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, Snapshot, View, ViewSource, WebhookConfigInfo,
@@ -63,6 +64,12 @@ impl View for SlowNodes {
     }
     fn webhook_services_in(&self, namespace: &str) -> Vec<String> {
         self.inner.webhook_services_in(namespace)
+    }
+    fn apiservices_calling(&self, namespace: &str, service: &str) -> Vec<Arc<ApiService>> {
+        self.inner.apiservices_calling(namespace, service)
+    }
+    fn apiservice_services_in(&self, namespace: &str) -> Vec<String> {
+        self.inner.apiservice_services_in(namespace)
     }
     fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>> {
         self.inner.pvc(namespace, name)

@@ -34,7 +34,7 @@ pub mod reports;
 
 /// The kinds the live view watches, as ha-guard's metrics label them. This control plane has no
 /// KEDA CRD: ScaledObjects count as synced and empty (`src/live.rs`).
-pub const WATCHED_KINDS: [&str; 11] = [
+pub const WATCHED_KINDS: [&str; 12] = [
     "Deployment",
     "StatefulSet",
     "PodDisruptionBudget",
@@ -46,6 +46,7 @@ pub const WATCHED_KINDS: [&str; 11] = [
     "ValidatingWebhookConfiguration",
     "MutatingWebhookConfiguration",
     "ScaledObject",
+    "APIService",
 ];
 
 /// How long any single wait in the harness may take before it is a failure.

@@ -124,6 +124,13 @@ webhooks:
         resources: ["services"]
         operations: ["CREATE", "UPDATE"]
         scope: Namespaced
+      # Aggregated APIs (apiservice-unavailable): cluster-scoped, so the namespaceSelector does not
+      # apply to them; their status (the aggregator's availability controller) is not sent.
+      - apiGroups: ["apiregistration.k8s.io"]
+        apiVersions: ["v1"]
+        resources: ["apiservices"]
+        operations: ["CREATE", "UPDATE"]
+        scope: Cluster
 {{- end }}
 
 {{/*

@@ -58,6 +58,25 @@ impl ApiService {
         conditions.iter().enumerate().find(|(_, c)| c.type_ == "Available" && c.status == "False")
     }
 
+    /// Whether it is served by Service `namespace/name`.
+    pub fn calls(&self, namespace: &str, name: &str) -> bool {
+        self.spec.service.as_ref().is_some_and(|s| s.namespace == namespace && s.name == name)
+    }
+
+    /// What a view keeps of it: its name, its `ha-guard.io/` annotations (exemptions), its spec
+    /// and its conditions. The rest of its metadata (managedFields above all) is dropped: the live
+    /// view holds every aggregated APIService, and keeps them small.
+    pub fn slim(&self) -> ApiService {
+        let annotations = self.metadata.annotations.as_ref().map(|a| {
+            a.iter().filter(|(k, _)| k.starts_with("ha-guard.io/")).map(|(k, v)| (k.clone(), v.clone())).collect()
+        });
+        ApiService {
+            metadata: ObjectMeta { name: self.metadata.name.clone(), annotations, ..Default::default() },
+            spec: self.spec.clone(),
+            status: self.status.clone(),
+        }
+    }
+
     /// `visibility.kueue.x-k8s.io/v1beta1`: the API it serves.
     pub fn api(&self) -> String {
         format!("{}/{}", self.spec.group, self.spec.version)

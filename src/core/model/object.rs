@@ -30,9 +30,9 @@ pub enum Kind {
     MutatingWebhookConfiguration,
     /// KEDA's `keda.sh/v1alpha1` ScaledObject: an autoscaler like an HPA (DESIGN.md §2, second round).
     ScaledObject,
-    /// An aggregated API (`apiregistration.k8s.io/v1` APIService): decoded from files and listed
-    /// by the audit, judged on its own (`apiservice-unavailable`); not watched by the webhook's
-    /// live view, so it is not in [`Kind::ALL`].
+    /// An aggregated API (`apiregistration.k8s.io/v1` APIService): decoded from files, listed by
+    /// the audit, watched by the live view (those a Service serves) and judged at admission
+    /// (`apiservice-unavailable`).
     ApiService,
     /// A pod, named by a finding about it alone (a bare pod that refuses a drain): never decoded
     /// from a file or a request, never watched, so it is not in [`Kind::ALL`].
@@ -41,7 +41,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind the engine decodes and watches, in declaration order (not [`Kind::Pod`]).
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Deployment,
         Kind::StatefulSet,
         Kind::PodDisruptionBudget,
@@ -53,6 +53,7 @@ impl Kind {
         Kind::ValidatingWebhookConfiguration,
         Kind::MutatingWebhookConfiguration,
         Kind::ScaledObject,
+        Kind::ApiService,
     ];
 
     pub fn as_str(self) -> &'static str {

@@ -427,12 +427,16 @@ fn pdb_disruptions_blocked(view: &dyn View, pdb: &PdbInfo, out: &mut Emitter) {
                 "{}; set unhealthyPodEvictionPolicy: AlwaysAllow so a drain can evict pods that are already broken{}.",
                 match (pending.is_empty(), not_ready.is_empty()) {
                     // Only Pending pods: what to do is the scheduler's reason, not "make them Ready".
-                    (false, true) =>
-                        "get the Pending pods placed: give the scheduler what its message above asks                                       for (the pods-pending finding of their workload says it too)",
-                    (false, false) =>
-                        "get the Pending pods placed (their scheduler's message is above, see                                        pods-pending), and make the others Ready again or replace them (kubectl                                        describe pod, then fix or delete them)",
+                    (false, true) => {
+                        "get the Pending pods placed: give the scheduler what its message above asks for (the \
+                         pods-pending finding of their workload says it too)"
+                    }
+                    (false, false) => {
+                        "get the Pending pods placed (their scheduler's message is above, see pods-pending), and make \
+                         the others Ready again or replace them (kubectl describe pod, then fix or delete them)"
+                    }
                     _ =>
-                        "make the unhealthy pods Ready again or replace them (kubectl describe pod, then fix or                           delete them)",
+                        "make the unhealthy pods Ready again or replace them (kubectl describe pod, then fix or delete them)",
                 },
                 if too_few { "; and run more replicas than the budget requires, or loosen the budget" } else { "" }
             ),

@@ -23,6 +23,7 @@ use super::pods::Pods;
 use super::projection::{
     HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, Template, WebhookConfigInfo, WorkloadInfo, spreads_over,
 };
+use crate::core::model::apiservice::ApiService;
 use crate::core::model::{Kind, Object, ObjectRef, Subject, name_of, selector};
 
 /// Projections of one namespace.
@@ -277,6 +278,8 @@ pub enum Projection {
     Webhooks(Arc<WebhookConfigInfo>),
     Pvc(Arc<PvcInfo>),
     Node(Arc<NodeInfo>),
+    /// An APIService (kept only while a Service serves it: [`ApiService::slim`]).
+    ApiService(Arc<ApiService>),
     /// A namespace's name and labels.
     Namespace(String, BTreeMap<String, String>),
     /// What the view does not hold (a scale write).
@@ -289,8 +292,9 @@ impl Projection {
             Object::Subject(Subject::Workload(w)) => Projection::Workload(WorkloadInfo::of(w).into()),
             Object::Subject(Subject::Pdb(p)) => Projection::Pdb(PdbInfo::of(p).into()),
             Object::Subject(Subject::Hpa(h)) => Projection::Hpa(HpaInfo::of(h).into()),
-            // A scale write; an APIService, judged on its own and kept by no view.
-            Object::Subject(Subject::Scale { .. } | Subject::ApiService(_)) => Projection::Nothing,
+            // A scale write.
+            Object::Subject(Subject::Scale { .. }) => Projection::Nothing,
+            Object::Subject(Subject::ApiService(a)) => Projection::ApiService(Arc::new(a.slim())),
             Object::Subject(Subject::ScaledObject(so)) => Projection::Hpa(HpaInfo::of_scaled_object(so).into()),
             Object::Subject(Subject::Service(svc)) => Projection::Service(ServiceInfo::of(svc).into()),
             Object::Subject(Subject::Webhooks(c)) => Projection::Webhooks(WebhookConfigInfo::of(c).into()),
@@ -327,6 +331,12 @@ pub struct Index {
     /// The namespaces' labels by key, made at the first ask after they change and shared by the
     /// snapshots that hold the same namespaces ([`View::any_namespace_matching`]).
     namespace_label_index: Arc<OnceLock<Arc<NamespaceLabels>>>,
+    /// Aggregated APIServices by (Service namespace, Service name, APIService name): a Service's
+    /// or a workload's write finds the APIServices it serves without a scan. Local APIServices
+    /// (no `spec.service`) are not kept.
+    apiservices: Arc<BTreeMap<(String, String, String), Arc<ApiService>>>,
+    /// APIService name → its key in `apiservices`.
+    apiservice_keys: Arc<HashMap<String, (String, String, String)>>,
     /// Pods: only the audit's view holds them (the live posture rules and the drain read them).
     pods: Arc<Pods>,
     /// Workloads' pod templates, kept only when asked ([`Index::set_keeps_templates`]): the drain
@@ -406,6 +416,7 @@ impl Index {
             Projection::Webhooks(c) => self.upsert_webhook_config(c),
             Projection::Pvc(p) => self.upsert_pvc(p),
             Projection::Node(n) => self.upsert_node(n),
+            Projection::ApiService(a) => self.upsert_apiservice(a),
             Projection::Namespace(name, labels) => self.upsert_namespace_labels(name, labels),
             Projection::Nothing => {}
         }
@@ -494,6 +505,26 @@ impl Index {
     pub fn remove_service(&mut self, namespace: &str, name: &str) {
         if let Some(ns) = self.existing_namespace_mut(namespace) {
             ns.services.remove(name);
+        }
+    }
+
+    /// Adds (or replaces) an APIService; one without a Service (a local API) is dropped.
+    pub fn upsert_apiservice(&mut self, api: impl Into<Arc<ApiService>>) {
+        let api = api.into();
+        let name = api.metadata.name.clone().unwrap_or_default();
+        self.remove_apiservice(&name);
+        let Some(svc) = &api.spec.service else { return };
+        let key = (svc.namespace.clone(), svc.name.clone(), name.clone());
+        Arc::make_mut(&mut self.apiservice_keys).insert(name, key.clone());
+        Arc::make_mut(&mut self.apiservices).insert(key, api);
+    }
+
+    pub fn remove_apiservice(&mut self, name: &str) {
+        if !self.apiservice_keys.contains_key(name) {
+            return;
+        }
+        if let Some(key) = Arc::make_mut(&mut self.apiservice_keys).remove(name) {
+            Arc::make_mut(&mut self.apiservices).remove(&key);
         }
     }
 
@@ -620,8 +651,12 @@ impl Index {
                 self.namespace_labels = Arc::default();
                 self.namespace_label_index = Arc::default();
             }
+            Kind::ApiService => {
+                self.apiservices = Arc::default();
+                self.apiservice_keys = Arc::default();
+            }
             // Pods are relisted through their own table (retain_listed_pods), never as a kind.
-            Kind::Pod | Kind::ApiService => {}
+            Kind::Pod => {}
         }
     }
 
@@ -673,6 +708,7 @@ impl Index {
             *counts.entry(*kind).or_insert(0) += 1;
         }
         counts.insert(Kind::Node, self.nodes.len());
+        counts.insert(Kind::ApiService, self.apiservices.len());
         counts.insert(Kind::Namespace, self.namespace_labels.len());
         counts
     }
@@ -805,6 +841,27 @@ impl View for Index {
 
     fn webhook_services_in(&self, namespace: &str) -> Vec<String> {
         self.webhook_backends.get(namespace).map(|by_service| by_service.keys().cloned().collect()).unwrap_or_default()
+    }
+
+    fn apiservices_calling(&self, namespace: &str, service: &str) -> Vec<Arc<ApiService>> {
+        let from = (namespace.to_string(), service.to_string(), String::new());
+        self.apiservices
+            .range(from..)
+            .take_while(|((ns, svc, _), _)| ns == namespace && svc == service)
+            .map(|(_, a)| a.clone())
+            .collect()
+    }
+
+    fn apiservice_services_in(&self, namespace: &str) -> Vec<String> {
+        let from = (namespace.to_string(), String::new(), String::new());
+        let mut names: Vec<String> = self
+            .apiservices
+            .range(from..)
+            .take_while(|((ns, _, _), _)| ns == namespace)
+            .map(|((_, svc, _), _)| svc.clone())
+            .collect();
+        names.dedup();
+        names
     }
 
     fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>> {
@@ -1084,6 +1141,47 @@ mod tests {
         index.remove_hpa("ns", "a");
         index.remove_hpa("ns", "z");
         assert!(names(&index).is_empty());
+    }
+
+    fn apiservice(name: &str, service: Option<(&str, &str)>) -> ApiService {
+        let mut v = serde_json::json!({"metadata": {"name": name, "annotations": {
+                "ha-guard.io/allow-apiservice-unavailable": "known", "other.io/note": "x"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "spec": {"group": "g.io", "version": "v1"}});
+        if let Some((ns, svc)) = service {
+            v["spec"]["service"] = serde_json::json!({"namespace": ns, "name": svc});
+        }
+        serde_json::from_value(v).expect("an APIService")
+    }
+
+    /// APIServices are found by the Service that serves them; local ones are not kept, and what is
+    /// kept is cut to what the rule reads.
+    #[test]
+    fn apiservices_follow_upserts_and_removals_by_their_service() {
+        let mut index = Index::new();
+        let names = |v: Vec<Arc<ApiService>>| v.iter().map(|a| a.metadata.name.clone().unwrap()).collect::<Vec<_>>();
+        index.insert_projection(Projection::ApiService(Arc::new(apiservice("v1.b", Some(("k", "svc"))).slim())));
+        index.upsert_apiservice(apiservice("v1.a", Some(("k", "svc"))).slim());
+        index.upsert_apiservice(apiservice("v1.c", Some(("k", "other"))).slim());
+        index.upsert_apiservice(apiservice("v1.apps", None).slim());
+        assert_eq!(names(index.apiservices_calling("k", "svc")), ["v1.a", "v1.b"]);
+        assert_eq!(index.apiservice_services_in("k"), ["other", "svc"]);
+        assert!(index.apiservice_services_in("kk").is_empty() && index.apiservices_calling("k", "s").is_empty());
+        assert_eq!(index.counts().get(&Kind::ApiService), Some(&3), "the local APIService is not kept");
+        let kept = &index.apiservices_calling("k", "other")[0];
+        assert!(kept.metadata.managed_fields.is_none(), "{kept:?}");
+        let annotations = kept.metadata.annotations.clone().unwrap_or_default();
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["ha-guard.io/allow-apiservice-unavailable"]);
+        // Moved to another Service, then made local: found where it is now, then not at all.
+        index.upsert_apiservice(apiservice("v1.a", Some(("k2", "svc"))).slim());
+        assert_eq!(names(index.apiservices_calling("k", "svc")), ["v1.b"]);
+        assert_eq!(names(index.apiservices_calling("k2", "svc")), ["v1.a"]);
+        index.upsert_apiservice(apiservice("v1.a", None).slim());
+        assert!(index.apiservices_calling("k2", "svc").is_empty());
+        index.remove_apiservice("v1.b");
+        assert_eq!(index.apiservice_services_in("k"), ["other"]);
+        index.clear_kind(Kind::ApiService);
+        assert!(index.apiservice_services_in("k").is_empty());
     }
 
     fn webhooks(kind: &str, name: &str, services: &[(&str, &str)]) -> Arc<WebhookConfigInfo> {

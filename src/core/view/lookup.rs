@@ -9,6 +9,7 @@ use super::nodes::NodeTable;
 use super::projection::{
     HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, Template, WebhookConfigInfo, WorkloadInfo, spreads_over,
 };
+use crate::core::model::apiservice::ApiService;
 use crate::core::model::{Exemptions, Kind, ObjectRef};
 
 /// What the engine may ask of the cluster. Every method is a lookup, never a scan of the cluster.
@@ -48,6 +49,10 @@ pub trait View: Send + Sync {
     fn webhooks_calling(&self, namespace: &str, service: &str) -> Vec<Arc<WebhookConfigInfo>>;
     /// Names of the Services in `namespace` that fail-closed webhooks call, sorted.
     fn webhook_services_in(&self, namespace: &str) -> Vec<String>;
+    /// The aggregated APIServices served by Service `namespace/service`, sorted by name.
+    fn apiservices_calling(&self, namespace: &str, service: &str) -> Vec<Arc<ApiService>>;
+    /// Names of the Services in `namespace` that aggregated APIServices are served by, sorted.
+    fn apiservice_services_in(&self, namespace: &str) -> Vec<String>;
     fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>>;
     fn nodes(&self) -> Vec<Arc<NodeInfo>>;
     /// The nodes as a table whose topology columns are numbered once for every reader of the

@@ -1,6 +1,7 @@
 //! A view with one namespace's labels added: those the webhook read from the apiserver for a
 //! namespace its view does not know yet (created in the same apply as the object under review).
 
+use crate::core::model::apiservice::ApiService;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -68,6 +69,12 @@ impl View for WithNamespace<'_> {
     }
     fn webhook_services_in(&self, namespace: &str) -> Vec<String> {
         self.base.webhook_services_in(namespace)
+    }
+    fn apiservices_calling(&self, namespace: &str, service: &str) -> Vec<Arc<ApiService>> {
+        self.base.apiservices_calling(namespace, service)
+    }
+    fn apiservice_services_in(&self, namespace: &str) -> Vec<String> {
+        self.base.apiservice_services_in(namespace)
     }
     fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>> {
         self.base.pvc(namespace, name)

@@ -10,6 +10,7 @@ use super::nodes::NodeTable;
 use super::projection::{
     HpaInfo, NodeInfo, PdbInfo, PodInfo, PvcInfo, ServiceInfo, Template, WebhookConfigInfo, WorkloadInfo, spreads_over,
 };
+use crate::core::model::apiservice::ApiService;
 use crate::core::model::{Kind, ObjectRef, Subject, selector};
 
 /// The view as seen while reviewing `subject`: the subject's own projection replaces whatever the
@@ -217,6 +218,16 @@ impl View for Overlay<'_> {
         found.sort();
         found.dedup();
         found
+    }
+
+    // An APIService under review is judged from the subject itself (`apiservice-unavailable`):
+    // these answer for the other APIServices, as stored.
+    fn apiservices_calling(&self, namespace: &str, service: &str) -> Vec<Arc<ApiService>> {
+        self.base.apiservices_calling(namespace, service)
+    }
+
+    fn apiservice_services_in(&self, namespace: &str) -> Vec<String> {
+        self.base.apiservice_services_in(namespace)
     }
 
     fn pvc(&self, namespace: &str, name: &str) -> Option<Arc<PvcInfo>> {

@@ -222,7 +222,7 @@ impl Storage {
                     continue;
                 };
                 if let Some(affinity) = &pv.node_affinity {
-                    let why = format!("volume node affinity conflict (PersistentVolume {})", pv.name);
+                    let why = format!("didn't match PersistentVolume's node affinity (PersistentVolume {})", pv.name);
                     needs.bound.push((why.into(), affinity.clone()));
                 }
                 let name: Arc<str> = pv.name.as_str().into();
@@ -487,7 +487,7 @@ mod tests {
         assert_eq!(refused(&n, &node("n1", "a")), None);
         assert_eq!(
             refused(&n, &node("n2", "a")).as_deref(),
-            Some("volume node affinity conflict (PersistentVolume local-n1)")
+            Some("didn't match PersistentVolume's node affinity (PersistentVolume local-n1)")
         );
     }
 

@@ -584,6 +584,17 @@ mod tests {
                 "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "web"},
                 "spec": {"scaleTargetRef": {"name": "web"}, "minReplicaCount": 2}}),
             ),
+            review(
+                "apiregistration.k8s.io",
+                "v1",
+                "APIService",
+                "apiservices",
+                None,
+                serde_json::json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                "metadata": {"name": "v1beta1.visibility.kueue.x-k8s.io"},
+                "spec": {"group": "visibility.kueue.x-k8s.io", "version": "v1beta1",
+                         "service": {"namespace": "kueue-system", "name": "kueue-visibility-server"}}}),
+            ),
         ];
         let ids: Vec<ObjectRef> = cases.iter().map(|r| subject(r).unwrap().expect("a subject").id()).collect();
         assert_eq!(
@@ -592,6 +603,7 @@ mod tests {
                 ObjectRef::new(Kind::Service, "shop", "web"),
                 ObjectRef::new(Kind::ValidatingWebhookConfiguration, "", "policy"),
                 ObjectRef::new(Kind::ScaledObject, "shop", "web"),
+                ObjectRef::new(Kind::ApiService, "", "v1beta1.visibility.kueue.x-k8s.io"),
             ]
         );
     }

@@ -128,3 +128,118 @@ fn a_missing_service_or_no_pod_is_an_absence_said_only_where_the_view_is_whole()
     let live = view_with_pods(&service(), vec![daemon]);
     assert!(of_rule(&audit_findings(&apiservice(""), &live), RULE).is_empty());
 }
+
+// --- at admission: the Service's and the workload's writes (issue 51, Build 6) ----------------
+
+fn api_id() -> ObjectRef {
+    ObjectRef::new(Kind::ApiService, "", "v1beta1.visibility.kueue.x-k8s.io")
+}
+
+/// The Service written second: the APIService it serves and one replica behind it are stored.
+#[rstest]
+#[case::one(1, true)]
+#[case::none(0, true)]
+#[case::two(2, false)]
+fn a_service_write_behind_an_aggregated_api_is_judged_by_the_floor_it_selects(
+    #[case] replicas: i32,
+    #[case] fires: bool,
+) {
+    let view = docs(&[&apiservice(""), &kueue(replicas)]);
+    let f = findings(&service(), &view, false);
+    let a = of_rule(&f, RULE);
+    assert_eq!(a.len(), usize::from(fires), "{f:#?}");
+    if !fires {
+        return;
+    }
+    let a = a[0];
+    assert_eq!((a.action, a.path.as_str()), (Decision::Warn, "spec.selector"));
+    assert_eq!(a.object, ObjectRef::new(Kind::Service, "default", "visibility"));
+    assert_eq!(a.anchor, api_id(), "the finding belongs to the APIService");
+    assert_eq!(a.related, [api_id(), ObjectRef::new(Kind::Deployment, "default", "kueue")]);
+    let floor = if replicas == 0 { "no replica" } else { "1 replica" };
+    for part in [
+        "APIService/v1beta1.visibility.kueue.x-k8s.io serves visibility.kueue.x-k8s.io/v1beta1 through Service \
+         default/visibility, and the Service (selector app=kueue) selects only Deployment kueue"
+            .to_string(),
+        format!("(replicas {replicas}): {floor} at its floor"),
+        "every namespace being deleted stays Terminating".to_string(),
+    ] {
+        assert!(a.what.contains(&part), "{part:?} not in: {}", a.what);
+    }
+    assert!(a.fix.starts_with("run at least 2 replicas of Deployment default/kueue"), "{}", a.fix);
+}
+
+/// A Service no APIService names, or selecting nothing of the view: silent.
+#[test]
+fn a_service_no_aggregated_api_names_is_not_judged() {
+    assert!(of_rule(&findings(&service(), &kueue(1), false), RULE).is_empty());
+    let other = service().replace("name: visibility", "name: other");
+    assert!(of_rule(&findings(&other, &docs(&[&apiservice(""), &kueue(1)]), false), RULE).is_empty());
+    // Named, but nothing of the view behind it: at admission "no pod" is not known.
+    assert!(of_rule(&findings(&service(), &apiservice(""), true), RULE).is_empty());
+}
+
+/// The workload written second (or scaled): its replicas are the floor behind the APIService.
+#[rstest]
+#[case::one(1, true)]
+#[case::none(0, true)]
+#[case::two(2, false)]
+fn a_workload_write_behind_an_aggregated_api_is_judged_by_its_floor(#[case] replicas: i32, #[case] fires: bool) {
+    let view = docs(&[&apiservice(""), &service()]);
+    let f = findings(&kueue(replicas), &view, false);
+    let a = of_rule(&f, RULE);
+    assert_eq!(a.len(), usize::from(fires), "{f:#?}");
+    if fires {
+        let a = a[0];
+        assert_eq!((a.path.as_str(), &a.anchor), ("spec.replicas", &api_id()), "{a:#?}");
+        assert_eq!(a.related, [api_id(), ObjectRef::new(Kind::Service, "default", "visibility")]);
+        assert!(a.what.contains(&format!("selects only Deployment kueue (replicas {replicas})")), "{}", a.what);
+    }
+}
+
+#[test]
+fn a_workload_the_service_does_not_select_or_of_another_namespace_is_not_judged() {
+    let view = docs(&[&apiservice(""), &service()]);
+    let other = deployment("other", "replicas: 1", "");
+    assert!(of_rule(&findings(&other, &view, false), RULE).is_empty());
+    let elsewhere = kueue(1).replace("namespace: default", "namespace: elsewhere");
+    let elsewhere = if elsewhere.contains("namespace: elsewhere") {
+        elsewhere
+    } else {
+        elsewhere.replace("metadata:\n", "metadata:\n  namespace: elsewhere\n")
+    };
+    assert!(of_rule(&findings(&elsewhere, &view, false), RULE).is_empty(), "{elsewhere}");
+}
+
+/// An HPA's write sets the floor: a minimum of 1 over two replicas fires on the HPA, at its
+/// minimum; 2 does not.
+#[rstest]
+#[case::min_one(1, true)]
+#[case::min_two(2, false)]
+fn an_autoscalers_write_is_judged_by_its_minimum(#[case] min: i32, #[case] fires: bool) {
+    let view = docs(&[&apiservice(""), &service(), &kueue(2)]);
+    let f = findings(&hpa("kueue", "kueue", Some(min), 4), &view, false);
+    let a = of_rule(&f, RULE);
+    assert_eq!(a.len(), usize::from(fires), "{f:#?}");
+    if fires {
+        assert_eq!((a[0].path.as_str(), &a[0].anchor), ("spec.minReplicas", &api_id()), "{:#?}", a[0]);
+    }
+}
+
+/// Where the APIService is judged in the same run (`check` of the three files), its Service's and
+/// workload's copies are the same finding: the run reports it once, on the APIService (see
+/// `check`'s anchors); here, each side finds it with the same anchor and message.
+#[test]
+fn every_side_finds_one_finding_anchored_at_the_apiservice() {
+    let all = [apiservice(""), service(), kueue(1)];
+    let mut messages = Vec::new();
+    for (i, subject) in all.iter().enumerate() {
+        let others: Vec<&str> = all.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, s)| s.as_str()).collect();
+        let f = findings(subject, &docs(&others), false);
+        let a = of_rule(&f, RULE);
+        assert_eq!(a.len(), 1, "{subject}: {f:#?}");
+        assert!(a[0].anchor == api_id() || a[0].object == api_id(), "{:#?}", a[0]);
+        messages.push(a[0].what.clone());
+    }
+    assert!(messages.windows(2).all(|w| w[0] == w[1]), "one message from every side: {messages:#?}");
+}

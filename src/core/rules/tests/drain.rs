@@ -616,7 +616,7 @@ fn a_replacement_whose_volume_is_pinned_to_the_drained_node_stays_pending() {
     assert_eq!(p.len(), 1, "{f:#?}");
     for part in [
         "the replacement of web-1 cannot be placed on the nodes that remain",
-        "volume node affinity conflict (PersistentVolume local-pv) on n2, n3",
+        "didn't match PersistentVolume's node affinity (PersistentVolume local-pv) on n2, n3",
     ] {
         assert!(p[0].what.contains(part), "{part:?} not in: {}", p[0].what);
     }
