@@ -1330,6 +1330,27 @@ fn helm_test_probes_the_webhook_with_the_least_it_needs() {
     );
     assert!(tests_of(&["--set", "tests.enabled=false"]).is_empty());
     assert!(refused(&["--set", "tests.namespace=Not_A_Namespace"]).contains("/tests/namespace"));
+    // Why the probe failed (its stderr) reaches the Pod's status: the kubelet keeps its last lines.
+    assert_eq!(container["terminationMessagePolicy"], "FallbackToLogsOnError");
+    // The test's Pod is placed by tests.nodeSelector/tests.tolerations, not by the webhook's.
+    assert!(pod["spec"].get("nodeSelector").is_none() && pod["spec"].get("tolerations").is_none(), "{pod}");
+    let webhook_placed = tests_of(&["--set", "nodeSelector.zone=a", "--set", "tolerations[0].operator=Exists"]);
+    let spec = &one(&webhook_placed, "Pod")["spec"];
+    assert!(spec.get("nodeSelector").is_none() && spec.get("tolerations").is_none(), "{spec}");
+    let placed = tests_of(&[
+        "--set",
+        "tests.nodeSelector.probe=runner",
+        "--set",
+        "tests.tolerations[0].key=probe",
+        "--set",
+        "tests.tolerations[0].operator=Exists",
+        "--set",
+        "tests.tolerations[0].effect=NoSchedule",
+    ]);
+    let spec = &one(&placed, "Pod")["spec"];
+    assert_eq!(spec["nodeSelector"], json!({"probe": "runner"}));
+    assert_eq!(spec["tolerations"], json!([{"key": "probe", "operator": "Exists", "effect": "NoSchedule"}]));
+    assert!(refused(&["--set", "tests.tolerations[0].nope=x"]).contains("/tests/tolerations"));
 }
 
 #[test]
