@@ -762,6 +762,12 @@ fn the_chart_installed_upgraded_and_uninstalled_on_a_real_apiserver() {
         assert_quiet(&pods);
         background_audit_reports(&cp, &pods);
     });
+    steps.run("helm test: passes with replicas, fails saying ha-guard did not answer without, passes again", || {
+        probe_node(&cp);
+        let kubeconfig = cp.root().join("sa-2.kubeconfig");
+        helm_test_up_and_down(&cp, &helm, &mut pods, &kubeconfig, &balancer);
+        track(&pods);
+    });
     steps.run("rolling out gradually (README): mode=warn everywhere, then enforced namespace by namespace", || {
         gradual_rollout(&cp)
     });
@@ -1096,12 +1102,26 @@ fn uninstall_rendered(cp: &ControlPlane, pods: &mut [Pod], balancer: &Balancer) 
 // --- phase 2: with Helm --------------------------------------------------------------------------
 
 fn helm_install(cp: &ControlPlane, helm: &Helm, renderer: &str, port: u16) {
-    helm.run(&["install", RELEASE, CHART, "--namespace", NS, "--create-namespace", "--post-renderer", renderer])
-        .success()
-        .shows(&["STATUS: deployed", "Certificates: managed."]);
+    // The test's Pod placed on a node of its own (tests.nodeSelector, tests.tolerations).
+    let values = probe_values(cp.root());
+    let values = values.to_str().expect("a UTF-8 path");
+    helm.run(&[
+        "install",
+        RELEASE,
+        CHART,
+        "--namespace",
+        NS,
+        "--create-namespace",
+        "-f",
+        values,
+        "--post-renderer",
+        renderer,
+    ])
+    .success()
+    .shows(&["STATUS: deployed", "Certificates: managed."]);
     // The release holds the chart's rendering with exactly the route stood in for.
     let manifest = helm.run(&["get", "manifest", RELEASE, "--namespace", NS]).success().stdout;
-    let mut want = yaml_docs(&helm.template(&[]));
+    let mut want = yaml_docs(&helm.template(&["-f", values]));
     stand_in(&mut want, port);
     let (have, want) = (by_name(yaml_docs(&manifest)), by_name(want));
     assert_eq!(have.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
@@ -1581,4 +1601,295 @@ fn secret_mode(cp: &ControlPlane, helm: &Helm, renderer: &str, balancer: &Balanc
     helm.run(&["uninstall", RELEASE, "--namespace", NS]).success();
     no_webhook_configuration_left(cp);
     pods
+}
+
+// --- helm test, its Pod run by a stand-in scheduler and kubelet ------------------------------------
+
+/// The node of the helm test's Pod: labelled and tainted so that only a Pod placed by
+/// tests.nodeSelector and tests.tolerations lands there (no kubelet runs on it: the test plays it).
+const PROBE_NODE: &str = "probe-runner";
+const PROBE_LABEL: &str = "ha-guard.io/probe-runner";
+/// The chart's test Pod (`<fullname>-test`) and its ServiceAccount.
+const TEST_POD: &str = "ha-guard-test";
+
+/// The values `helm install` is given: the test's Pod placed on [`PROBE_NODE`].
+fn probe_values(dir: &Path) -> PathBuf {
+    let path = dir.join("probe-values.yaml");
+    let values = format!(
+        "tests:\n  nodeSelector:\n    {PROBE_LABEL}: \"true\"\n  tolerations:\n    - key: {PROBE_LABEL}\n      \
+         operator: Exists\n      effect: NoSchedule\n"
+    );
+    std::fs::write(&path, values).expect("probe-values.yaml");
+    path
+}
+
+/// The node that only the test's Pod tolerates; the not-ready taint cleared as its kubelet would.
+fn probe_node(cp: &ControlPlane) {
+    let node = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": PROBE_NODE, "labels": {"kubernetes.io/hostname": PROBE_NODE, PROBE_LABEL: "true"}},
+        "spec": {"taints": [{"key": PROBE_LABEL, "value": "true", "effect": "NoSchedule"}]}});
+    cp.apply(&node).success();
+    let taints = cp.kubectl(&["get", "node", PROBE_NODE, "-o", "jsonpath={.spec.taints}"]).success().stdout;
+    if taints.contains("node.kubernetes.io/not-ready") {
+        cp.kubectl(&["taint", "node", PROBE_NODE, "node.kubernetes.io/not-ready:NoSchedule-"]).success();
+    }
+}
+
+/// Whether `pod` may run on `node` as kube-scheduler's NodeAffinity (nodeSelector) and
+/// TaintToleration plugins decide, for the fields they read here (NoSchedule/NoExecute taints).
+fn feasible(pod: &Value, node: &Value) -> bool {
+    let labels = &node["metadata"]["labels"];
+    let selected = pod["spec"]["nodeSelector"].as_object().into_iter().flatten().all(|(k, v)| labels[k.as_str()] == *v);
+    let tolerations = pod["spec"]["tolerations"].as_array().cloned().unwrap_or_default();
+    let tolerated = node["spec"]["taints"].as_array().into_iter().flatten().all(|taint| {
+        taint["effect"] == "PreferNoSchedule"
+            || tolerations.iter().any(|t| {
+                let key = t["key"].is_null() || t["key"] == taint["key"];
+                let value = t["operator"] == "Exists"
+                    || t["value"].as_str().unwrap_or("") == taint["value"].as_str().unwrap_or("");
+                let effect = t["effect"].is_null() || t["effect"] == taint["effect"];
+                key && value && effect
+            })
+    });
+    selected && tolerated
+}
+
+/// A container's log as the kubelet keeps a termination message from it
+/// (FallbackToLogsOnError: its last 80 lines, at most the last 2048 bytes; pkg/kubelet/kuberuntime
+/// readLastStringFromContainerLogs, MaxContainerTerminationMessageLogLines/Length).
+fn termination_message_from_logs(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    let tail = lines[lines.len().saturating_sub(80)..].join("\n") + if log.ends_with('\n') { "\n" } else { "" };
+    let bytes = tail.as_bytes();
+    String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(2048)..]).into_owned()
+}
+
+/// What the stand-in kubelet saw of one run of the test's Pod.
+struct TestRun {
+    uid: String,
+    exit: i32,
+    log: String,
+}
+
+/// kube-scheduler and the kubelet for the chart's test Pod, once: waits for a new Pod (not `seen`),
+/// binds it to the one feasible node, runs its container's `args` with the local `ha-guard`
+/// binary (the image's ENTRYPOINT) under the Pod's ServiceAccount, and writes the Pod's status as
+/// the kubelet does (Running, then Succeeded/Failed with the exit code and termination message).
+fn run_test_pod(cp: &ControlPlane, seen: &[String]) -> TestRun {
+    let pod = poll("helm creates the test's Pod", WAIT, Duration::from_millis(100), || {
+        let out = cp.kubectl(&["get", "pod", TEST_POD, "-n", NS, "-o", "json", "--ignore-not-found"]);
+        let pod = if out.ok() && !out.stdout.trim().is_empty() { out.json() } else { Value::Null };
+        match pod["metadata"]["uid"].as_str() {
+            Some(uid) if !seen.iter().any(|s| s == uid) => Ok(pod),
+            _ => Err(format!("no new Pod {NS}/{TEST_POD}")),
+        }
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let uid = pod["metadata"]["uid"].as_str().expect("uid").to_string();
+    let spec = &pod["spec"];
+    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test", "{pod}");
+    assert!(spec["nodeName"].is_null(), "not bound yet: {spec}");
+
+    // The scheduler: the one node the Pod's nodeSelector and tolerations allow.
+    let nodes = cp.kubectl(&["get", "nodes", "-o", "json"]).success().json();
+    let feasible: Vec<&str> = nodes["items"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter(|n| feasible(&pod, n))
+        .map(|n| n["metadata"]["name"].as_str().expect("node name"))
+        .collect();
+    assert_eq!(feasible, [PROBE_NODE], "tests.nodeSelector/tests.tolerations place the Pod: {spec}");
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": TEST_POD, "namespace": NS},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": PROBE_NODE}});
+    cp.kubectl_in(
+        &["create", "--raw", &format!("/api/v1/namespaces/{NS}/pods/{TEST_POD}/binding"), "-f", "-"],
+        &binding.to_string(),
+    )
+    .success();
+
+    // The kubelet: the container as the Pod says, nothing else.
+    let containers = spec["containers"].as_array().expect("containers");
+    assert_eq!(containers.len(), 1, "one container: {spec}");
+    let c = &containers[0];
+    assert!(c.get("command").is_none(), "the image's ENTRYPOINT (/ha-guard) runs: no command");
+    assert!(c.get("env").is_none() && c.get("volumeMounts").is_none(), "no env, no mount but the token's: {c}");
+    assert_eq!(spec["automountServiceAccountToken"], true);
+    let sa = spec["serviceAccountName"].as_str().expect("serviceAccountName");
+    // The projected token volume: a TokenRequest bound to the Pod, the cluster's CA, the namespace.
+    let token = cp
+        .kubectl(&[
+            "create",
+            "token",
+            sa,
+            "-n",
+            NS,
+            "--bound-object-kind",
+            "Pod",
+            "--bound-object-name",
+            TEST_POD,
+            "--bound-object-uid",
+            &uid,
+            "--duration=1h",
+        ])
+        .success()
+        .stdout;
+    let dir = cp.root().join(format!("test-pod-{uid}"));
+    let sa_dir = dir.join("serviceaccount");
+    let cwd = dir.join("cwd");
+    for d in [&sa_dir, &cwd] {
+        std::fs::create_dir_all(d).expect("the Pod's directories");
+    }
+    let admin = std::fs::read_to_string(cp.kubeconfig()).expect("kubeconfig");
+    let ca = admin.lines().find_map(|l| l.trim().strip_prefix("certificate-authority-data: ")).expect("the CA");
+    std::fs::write(sa_dir.join("token"), token.trim()).expect("token");
+    std::fs::write(sa_dir.join("ca.crt"), b64(ca)).expect("ca.crt");
+    std::fs::write(sa_dir.join("namespace"), NS).expect("namespace");
+    use std::os::unix::fs::PermissionsExt;
+    for d in [&dir, &sa_dir, &cwd] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    // The apiserver's address as the kubelet gives it to every container (the `kubernetes` Service).
+    let server = cp.server();
+    let (host, port) = server.trim_start_matches("https://").rsplit_once(':').expect("host:port");
+    let user = &spec["securityContext"];
+    let (uid_n, gid_n) =
+        (user["runAsUser"].as_u64().expect("runAsUser"), user["runAsGroup"].as_u64().expect("runAsGroup"));
+    assert_eq!(user["runAsNonRoot"], true);
+    let running = json!({"status": {"phase": "Running", "hostIP": "127.0.0.1", "podIP": "127.0.0.1",
+        "startTime": humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": "", "ready": true,
+            "restartCount": 0, "started": true,
+            "state": {"running": {"startedAt": humantime::format_rfc3339_seconds(SystemTime::now()).to_string()}}}]}});
+    cp.kubectl(&[
+        "-n",
+        NS,
+        "patch",
+        "pod",
+        TEST_POD,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &running.to_string(),
+    ])
+    .success();
+    let started = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+    // The container's filesystem view of the token: the fixed in-cluster path, for this process
+    // only (a mount namespace of its own over an empty /run), as the user the Pod runs as, without
+    // capabilities or privilege escalation (securityContext).
+    let log_path = dir.join("container.log");
+    let log = std::fs::File::create(&log_path).expect("the container's log");
+    let script = "mount -t tmpfs tmpfs /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount \
+                  && mount --bind \"$0\" /run/secrets/kubernetes.io/serviceaccount && cd \"$1\" && shift && exec \"$@\"";
+    let status = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", script])
+        .arg(&sa_dir)
+        .arg(&cwd)
+        .args([
+            "setpriv",
+            "--reuid",
+            &uid_n.to_string(),
+            "--regid",
+            &gid_n.to_string(),
+            "--clear-groups",
+            "--no-new-privs",
+        ])
+        .args(["--inh-caps=-all", "--bounding-set=-all", "env", "-i"])
+        .arg(format!("KUBERNETES_SERVICE_HOST={host}"))
+        .arg(format!("KUBERNETES_SERVICE_PORT={port}"))
+        .arg(format!("HOSTNAME={TEST_POD}"))
+        .arg("HOME=/nonexistent")
+        .arg(env!("CARGO_BIN_EXE_ha-guard"))
+        .args(strings(&c["args"]))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .status()
+        .expect("unshare");
+    let exit = status.code().unwrap_or(-1);
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let message = if exit != 0 && c["terminationMessagePolicy"] == "FallbackToLogsOnError" {
+        termination_message_from_logs(&log)
+    } else {
+        String::new() // Nothing writes /dev/termination-log.
+    };
+    let finished = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
+    let (phase, reason) = if exit == 0 { ("Succeeded", "Completed") } else { ("Failed", "Error") };
+    let mut terminated = json!({"exitCode": exit, "reason": reason, "startedAt": started, "finishedAt": finished});
+    if !message.is_empty() {
+        terminated["message"] = json!(message);
+    }
+    let done = json!({"status": {"phase": phase,
+        "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": "", "ready": false,
+            "restartCount": 0, "started": false, "state": {"terminated": terminated}}]}});
+    cp.kubectl(&["-n", NS, "patch", "pod", TEST_POD, "--subresource=status", "--type=merge", "-p", &done.to_string()])
+        .success();
+    report(&format!("helm test's Pod {uid}: exit {exit}; its log:\n{log}"));
+    TestRun { uid, exit, log }
+}
+
+/// `helm test` of the release in a thread, its Pod run meanwhile: (helm's outcome, the Pod's run).
+fn helm_test(cp: &ControlPlane, helm: &Helm, seen: &mut Vec<String>) -> (Kubectl, TestRun) {
+    std::thread::scope(|s| {
+        let helm = s.spawn(|| helm.run(&["test", RELEASE, "--namespace", NS, "--timeout", "2m"]));
+        let run = run_test_pod(cp, seen);
+        seen.push(run.uid.clone());
+        (helm.join().expect("helm test"), run)
+    })
+}
+
+/// Issue 51, Show 2: `helm test` passes while the replicas answer; with every replica stopped
+/// (failurePolicy Ignore: the apiserver fails open) it fails, and the Pod's status says that
+/// ha-guard did not answer; with replicas back it passes again (the failed Pod replaced).
+fn helm_test_up_and_down(cp: &ControlPlane, helm: &Helm, pods: &mut Vec<Pod>, kubeconfig: &Path, balancer: &Balancer) {
+    let mut seen = Vec::new();
+    let (out, run) = helm_test(cp, helm, &mut seen);
+    let out = out.success().shows(&["TEST SUITE:     ha-guard-test", "Phase:          Succeeded"]).hides(&["Failed"]);
+    assert_eq!(run.exit, 0, "{}", out.output());
+    assert!(
+        run.log.contains("ha-guard answered the dry run of Deployment default/ha-guard-probe")
+            && run.log.contains("[replicas-colocated]")
+            && run.log.contains("[termination-grace-zero]"),
+        "the probe names ha-guard's answer: {}",
+        run.log
+    );
+    // Passed: helm deletes its hooks (hook-succeeded); the dry run stored nothing.
+    for (kind, ns) in [("pod", NS), ("serviceaccount", NS), ("role", "default"), ("rolebinding", "default")] {
+        poll(&format!("{kind} {TEST_POD} deleted"), WAIT, Duration::from_millis(200), || {
+            let out = cp.kubectl(&["get", kind, TEST_POD, "-n", ns, "--ignore-not-found", "-o", "name"]).success();
+            if out.stdout.trim().is_empty() { Ok(()) } else { Err(out.stdout) }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert!(!cp.kubectl(&["get", "deployment", "ha-guard-probe", "-n", "default"]).ok(), "a dry run stores nothing");
+
+    // Every replica stopped: with failurePolicy Ignore the apiserver admits without ha-guard.
+    stop_replicas(pods, balancer);
+    let before = WebhookCalls::of(&cp.metrics());
+    let (out, run) = helm_test(cp, helm, &mut seen);
+    let out = out.failure().shows(&["Phase:          Failed"]);
+    assert!(out.output().contains(&format!("pod {TEST_POD} failed")), "helm names the failed Pod: {}", out.output());
+    assert_eq!(run.exit, 1, "{}", run.log);
+    let calls = WebhookCalls::of(&cp.metrics()).since(&before);
+    assert!(calls.fail_open >= 1.0, "the apiserver failed open on ha-guard: {calls:?}");
+    let pod = cp.kubectl(&["get", "pod", TEST_POD, "-n", NS, "-o", "json"]).success().json();
+    assert_eq!(pod["status"]["phase"], "Failed", "a failed test's Pod is kept to read");
+    let terminated = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(terminated["exitCode"], 1);
+    let message = terminated["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(
+            "ha-guard did not answer: the apiserver admitted the dry run of Deployment default/ha-guard-probe"
+        ) && message.contains("no ha-guard replica answers"),
+        "the Pod's termination message says why: {pod}"
+    );
+    report(&format!("helm test with no replica: {}\n  the Pod's message: {message}", out.output().trim()));
+
+    // Replicas back: the test passes again; helm deletes the failed Pod first (before-hook-creation).
+    *pods = start_replicas(cp, "release-back", 2, kubeconfig, balancer);
+    poll("the validating webhook denies", WAIT, Duration::from_millis(200), || validating_live(cp, "apps-2"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (out, run) = helm_test(cp, helm, &mut seen);
+    out.success().shows(&["Phase:          Succeeded"]).hides(&["Failed"]);
+    assert_eq!(run.exit, 0, "{}", run.log);
 }
