@@ -35,14 +35,19 @@
 //! - *The Deployment controller's status* (for `kubectl rollout status`), written by the test once
 //!   the replicas are ready, and *the namespace controller* (a deleted Namespace is finalized).
 //!
+//! - *The scheduler, the kubelet and the image for `helm test`'s Pod* (issue 51, Show 2): see
+//!   [`run_test_pod`] and tests/e2e/README.md; helm, the test hooks, the token, RBAC, the dry run,
+//!   the webhooks, the replicas and `ha-guard probe-webhook` are real.
+//!
 //! **Phase 1, without Helm**: `helm template | kubectl apply --server-side` (and docs/operations.md's
 //! `kubectl apply --server-side -f manifests/ha-guard.yaml`, the same objects: a no-op); two
 //! replicas make one CA in the chart's Secret and inject it into the chart's webhook
 //! configurations; kubectl writes are denied, warned and mutated, and the apiserver's metrics show
 //! no call failed or failed open; the ServiceAccount gets 403 for anything but its Secret and its
 //! two webhook configurations; docs/operations.md's uninstall without Helm leaves nothing behind.
-//! **Phase 2, with Helm**: `helm install`, `kubectl rollout status`, README's gradual rollout
-//! (`kubectl label ns --all ha-guard.io/mode=warn`, then the label removed); the audit's own
+//! **Phase 2, with Helm**: `helm install`, `kubectl rollout status`, `helm test` (passes, fails
+//! saying ha-guard did not answer with every replica stopped, passes again), README's gradual
+//! rollout (`kubectl label ns --all ha-guard.io/mode=warn`, then the label removed); the audit's own
 //! Deployment run beside (two `ha-guard reports` replicas with its ServiceAccount's token: one
 //! writes the reports, the webhook's replicas none), `helm upgrade -f
 //! my-values.yaml` (docs/operations.md's example: 3 replicas, a rule turned to deny) under a stream of writes:
@@ -1807,6 +1812,9 @@ fn run_test_pod(cp: &ControlPlane, seen: &[String]) -> TestRun {
         .status()
         .expect("unshare");
     let exit = status.code().unwrap_or(-1);
+    // readOnlyRootFilesystem is not enforced here: the command must not have written anything.
+    let written: Vec<_> = std::fs::read_dir(&cwd).expect("cwd").collect();
+    assert!(written.is_empty(), "the probe writes no file (readOnlyRootFilesystem): {written:?}");
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     let message = if exit != 0 && c["terminationMessagePolicy"] == "FallbackToLogsOnError" {
         termination_message_from_logs(&log)
