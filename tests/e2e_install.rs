@@ -1891,6 +1891,14 @@ fn helm_test_up_and_down(cp: &ControlPlane, helm: &Helm, pods: &mut Vec<Pod>, ku
         ) && message.contains("no ha-guard replica answers"),
         "the Pod's termination message says why: {pod}"
     );
+    // README: `kubectl -n ha-guard describe pod ha-guard-test` shows why.
+    cp.kubectl(&["-n", NS, "describe", "pod", TEST_POD]).success().shows(&[
+        "Status:           Failed",
+        "State:      Terminated",
+        "Reason:   Error",
+        "Exit Code:    1",
+        "Message:  ha-guard did not answer: the apiserver admitted the dry run",
+    ]);
     report(&format!("helm test with no replica: {}\n  the Pod's message: {message}", out.output().trim()));
 
     // Replicas back: the test passes again; helm deletes the failed Pod first (before-hook-creation).
