@@ -1031,15 +1031,16 @@ pub fn feasible_with(pod: Incoming, nodes: &Nodes, replacing: &Replacing) -> Res
 /// the namespace (the scheduler's default spreading), then the fewest pods, then the name. The
 /// scheduler scores more than this; the choice matters only where it changes what fits next.
 pub fn choose(candidates: &[usize], nodes: &Nodes, namespace: &str, labels: &BTreeMap<String, String>) -> usize {
-    let same: HashMap<usize, usize> = nodes
-        .holding(namespace)
-        .map(|at| (at, nodes[at].in_namespace(namespace).iter().filter(|p| *p.labels == *labels).count()))
-        .collect();
+    // By node: asked of every candidate, so a table rather than a map.
+    let mut same = vec![0; nodes.len()];
+    for at in nodes.holding(namespace) {
+        same[at] = nodes[at].in_namespace(namespace).iter().filter(|p| *p.labels == *labels).count();
+    }
     *candidates
         .iter()
         .min_by_key(|at| {
             let s = &nodes[**at];
-            (same.get(*at).copied().unwrap_or(0), s.pods.len(), s.node.name.as_str())
+            (same[**at], s.pods.len(), s.node.name.as_str())
         })
         .expect("candidates are not empty")
 }

@@ -274,6 +274,21 @@ fn old_fits_with(pod: Incoming, at: usize, nodes: &Nodes, replacing: &Replacing)
     old_fits_counted(pod, at, nodes, &old_counted(pod, nodes), &want, &ports, &replacing.volumes)
 }
 
+/// [`choose`], the reference's way.
+fn old_choose(candidates: &[usize], nodes: &Nodes, namespace: &str, labels: &BTreeMap<String, String>) -> usize {
+    let same: HashMap<usize, usize> = nodes
+        .holding(namespace)
+        .map(|at| (at, nodes[at].in_namespace(namespace).iter().filter(|p| *p.labels == *labels).count()))
+        .collect();
+    *candidates
+        .iter()
+        .min_by_key(|at| {
+            let s = &nodes[**at];
+            (same.get(*at).copied().unwrap_or(0), s.pods.len(), s.node.name.as_str())
+        })
+        .expect("candidates are not empty")
+}
+
 /// xorshift64*: the cases are the same at every run.
 struct Rng(u64);
 
@@ -466,7 +481,11 @@ fn the_filters_answer_as_the_reference_on_generated_clusters() {
         for round in 0..2 {
             let now = feasible_with(pod, &nodes, &replacing);
             assert_eq!(now, old_feasible_with(pod, &nodes, &replacing), "case {case} round {round}: {spec:?}");
-            placed += usize::from(now.is_ok());
+            if let Ok(candidates) = &now {
+                let to = choose(candidates, &nodes, namespace, &own);
+                assert_eq!(to, old_choose(candidates, &nodes, namespace, &own), "case {case} round {round}");
+                placed += 1;
+            }
             for at in 0..nodes.len() {
                 let fit = fits_with(pod, at, &nodes, &replacing);
                 assert_eq!(fit, old_fits_with(pod, at, &nodes, &replacing), "case {case} round {round} node {at}");
