@@ -663,7 +663,11 @@ mod tests {
                     let limits: BTreeMap<String, i64> = [("d0".to_string(), limit), ("d1".to_string(), 2)].into();
                     let needs = VolumeNeeds { attaches: attaches.clone(), ..Default::default() };
                     let now = needs.refuses(&node, &limits, &on_node);
-                    assert_eq!(now, limits_counting_every_volume(&attaches, &limits, &on_node), "{attaches:?} {on_node:?} {limit}");
+                    assert_eq!(
+                        now,
+                        limits_counting_every_volume(&attaches, &limits, &on_node),
+                        "{attaches:?} {on_node:?} {limit}"
+                    );
                     if now.is_some() { refused += 1 } else { fit += 1 }
                 }
             }

@@ -150,7 +150,6 @@ fn old_counted<'a>(pod: Incoming<'a>, nodes: &'a Nodes) -> OldCounted<'a> {
     }
 }
 
-
 fn old_fits_counted(
     pod: Incoming,
     at: usize,
@@ -248,8 +247,11 @@ fn old_fits_counted(
     Ok(())
 }
 
-
-pub(super) fn old_feasible_with(pod: Incoming, nodes: &Nodes, replacing: &Replacing) -> Result<Vec<usize>, Vec<(String, Unfit)>> {
+pub(super) fn old_feasible_with(
+    pod: Incoming,
+    nodes: &Nodes,
+    replacing: &Replacing,
+) -> Result<Vec<usize>, Vec<(String, Unfit)>> {
     let counted = old_counted(pod, nodes);
     let (want, ports) = (replacing.requests_of(pod.spec), host_ports(pod.spec));
     let volumes = &replacing.volumes;
