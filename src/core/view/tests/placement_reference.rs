@@ -268,8 +268,6 @@ pub(super) fn old_feasible_with(
     if ok.is_empty() { Err(why) } else { Ok(ok) }
 }
 
-/// Where among `candidates` a new pod goes: the node with the fewest pods of the same labels in
-
 /// [`fits_with`], the reference's way.
 fn old_fits_with(pod: Incoming, at: usize, nodes: &Nodes, replacing: &Replacing) -> Result<(), Unfit> {
     let (want, ports) = (replacing.requests_of(pod.spec), host_ports(pod.spec));
