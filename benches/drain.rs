@@ -165,11 +165,15 @@ fn main() {
             *outcomes.entry(r.outcome.as_str()).or_insert(0usize) += 1;
         }
         let extra = PEAK.load(Ordering::Relaxed) as isize - view_heap;
+        // Everything the runs say, hashed: two builds that decide alike print the same digest.
+        let mut digest = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&format!("{runs:?}"), &mut digest);
         println!(
-            "round {round}: --drain-each over {} nodes in {took:.2?} ({:.2} ms a node), heap peak {:.1} MiB above the view; outcomes {outcomes:?}",
+            "round {round}: --drain-each over {} nodes in {took:.2?} ({:.2} ms a node), heap peak {:.1} MiB above the view; outcomes {outcomes:?}; runs digest {:016x}",
             runs.len(),
             took.as_secs_f64() * 1000.0 / runs.len().max(1) as f64,
-            extra as f64 / (1 << 20) as f64
+            extra as f64 / (1 << 20) as f64,
+            std::hash::Hasher::finish(&digest)
         );
         assert!(runs.iter().filter(|r| r.outcome == Outcome::Completes).count() * 2 > runs.len(), "{outcomes:?}");
     }

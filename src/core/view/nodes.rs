@@ -108,7 +108,7 @@ impl NodeTable {
             return column;
         }
         // Numbered outside the lock: two admissions asking at once both number it, neither waits.
-        let column = Arc::new(Column::of(&self.nodes, key));
+        let column = Arc::new(Column::of(self.nodes.iter().map(|n| &**n), key));
         let mut columns = self.columns.lock().unwrap_or_else(|p| p.into_inner());
         if columns.len() < KEPT_COLUMNS {
             columns.entry(key.to_string()).or_insert_with(|| column.clone());
@@ -192,12 +192,13 @@ impl NodeTable {
 }
 
 impl Column {
-    fn of(nodes: &[Arc<NodeInfo>], key: &str) -> Column {
+    /// The domains of `key` over `nodes`, numbered in their order.
+    pub fn of<'n>(nodes: impl IntoIterator<Item = &'n NodeInfo>, key: &str) -> Column {
         let mut numbers: HashMap<&str, u32> = HashMap::new();
         let mut values: Vec<String> = Vec::new();
         let mut single_nodes = true;
         let domain = nodes
-            .iter()
+            .into_iter()
             .map(|n| match n.labels.get(key) {
                 None => NO_DOMAIN,
                 Some(v) => match numbers.get(v.as_str()) {

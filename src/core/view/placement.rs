@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use super::node_selector::{holds, node_selector_admits};
+use super::nodes::{Column, NO_DOMAIN};
 use super::projection::NodeInfo;
 use super::storage::{Attached, VolumeNeeds, VolumeUnfit};
 use crate::core::model::resources::{HostPort, Resources, host_ports, pod_requests, ports_conflict};
@@ -449,6 +450,26 @@ pub struct Nodes {
     /// The namespaces' labels, for the terms' `namespaceSelector`s; a namespace not in it has
     /// none (as the scheduler takes a namespace it cannot find).
     namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
+    /// The domains of each topology key a spread asked for, numbered over the nodes: a drain
+    /// replay places thousands of pods on the same nodes, whose labels change only by
+    /// [`Nodes::set_node`] (which forgets them if they do).
+    columns: Columns,
+}
+
+/// [`Nodes`]' numbered domains, by topology key.
+#[derive(Debug, Default)]
+struct Columns(std::sync::Mutex<HashMap<String, Arc<Column>>>);
+
+impl Columns {
+    fn kept(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Column>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Clone for Columns {
+    fn clone(&self) -> Self {
+        Columns(std::sync::Mutex::new(self.kept().clone()))
+    }
 }
 
 /// No labels: a namespace [`Nodes`] does not know.
@@ -501,6 +522,17 @@ impl Nodes {
         Nodes::new(nodes.into_iter().map(NodeState::new).collect())
     }
 
+    /// The domains of the topology key `key` over the nodes (numbered at the first ask).
+    pub fn column(&self, key: &str) -> Arc<Column> {
+        let mut kept = self.columns.kept();
+        if let Some(column) = kept.get(key) {
+            return column.clone();
+        }
+        let column = Arc::new(Column::of(self.states.iter().map(|s| &*s.node), key));
+        kept.insert(key.to_string(), column.clone());
+        column
+    }
+
     /// The nodes holding pods of `namespace`, in order.
     pub fn holding(&self, namespace: &str) -> impl Iterator<Item = usize> + '_ {
         self.by_namespace.get(namespace).into_iter().flat_map(|m| m.keys().copied())
@@ -536,6 +568,9 @@ impl Nodes {
 
     /// Replaces the node of `states[at]` (a cordon, and the node as it was again).
     pub fn set_node(&mut self, at: usize, node: Arc<NodeInfo>) -> Arc<NodeInfo> {
+        if node.labels != self.states[at].node.labels {
+            self.columns.kept().clear();
+        }
         std::mem::replace(&mut self.states[at].node, node)
     }
 }
@@ -584,15 +619,24 @@ pub struct Incoming<'a> {
     pub spec: &'a PodSpec,
 }
 
-/// A spread's domains (topology values) with their matching pods, and the minimum among them.
-type SpreadDomains<'a> = (BTreeMap<&'a str, i32>, i32);
+/// A `DoNotSchedule` spread of the pod, counted over the nodes.
+struct Spread<'a> {
+    /// Its index among the pod's spreads.
+    index: usize,
+    constraint: &'a TopologySpreadConstraint,
+    /// Its key's domains, by node.
+    column: Arc<Column>,
+    /// The matching pods per domain (by number; 0 in a domain it does not count), and the minimum
+    /// it skews against; `None` for a spread without a selector.
+    counts: Option<(Vec<i32>, i32)>,
+    /// Whether the pod itself matches the selector (1) or not (0).
+    own: i32,
+}
 
 /// What the filters that count other pods read, counted once for a pod over every node (so a
 /// placement costs one pass over the nodes, not one a candidate node).
 struct Counted<'a> {
-    /// Per `DoNotSchedule` spread of the pod (its index): the domains it counts with their matching
-    /// pods and the minimum it skews against; `None` for a spread without a selector.
-    spreads: Vec<(usize, Option<SpreadDomains<'a>>)>,
+    spreads: Vec<Spread<'a>>,
     /// Per required anti-affinity term: its topology key and the values whose domain holds a
     /// matching pod.
     anti: Vec<(&'a str, BTreeSet<&'a str>)>,
@@ -698,38 +742,47 @@ fn counted<'a>(pod: Incoming<'a>, nodes: &'a Nodes) -> Counted<'a> {
         .enumerate()
         .filter(|(_, c)| c.when_unsatisfiable == "DoNotSchedule")
         .collect();
+    // Each spread's key's domains, numbered once for the nodes: a node counts for a spread only
+    // where it carries every hard spread's key.
+    let columns: Vec<Arc<Column>> = hard.iter().map(|(_, c)| nodes.column(&c.topology_key)).collect();
     let spreads = hard
         .iter()
-        .map(|(i, c)| {
-            let Some(sel) = c.label_selector.as_ref() else { return (*i, None) };
-            // The matching pods by node, from the nodes holding pods of the namespace. An empty
-            // selector (`{}`) counts every pod of the namespace: `metav1.LabelSelectorAsSelector`
-            // makes it `labels.Everything()`.
-            let mut matching: HashMap<usize, i32> = HashMap::new();
-            for at in nodes.holding(pod.namespace) {
+        .zip(&columns)
+        .map(|((i, c), column)| {
+            let mut spread = Spread { index: *i, constraint: c, column: column.clone(), counts: None, own: 0 };
+            let Some(sel) = c.label_selector.as_ref() else { return spread };
+            spread.own = i32::from(selector::matches(sel, pod.labels));
+            // The domains it counts: those of the nodes that carry every key and pass its node
+            // affinity and taint policies.
+            let counts_node: Vec<bool> = (0..nodes.len())
+                .map(|at| {
+                    columns.iter().all(|h| h.domain[at] != NO_DOMAIN) && spread_counts(c, &nodes[at].node, pod.spec)
+                })
+                .collect();
+            let mut counted = vec![false; column.values.len()];
+            for at in (0..nodes.len()).filter(|at| counts_node[*at]) {
+                counted[column.domain[at] as usize] = true;
+            }
+            // The matching pods of those nodes, from the nodes holding pods of the namespace. An
+            // empty selector (`{}`) counts every pod of the namespace:
+            // `metav1.LabelSelectorAsSelector` makes it `labels.Everything()`.
+            let mut counts = vec![0i32; column.values.len()];
+            for at in nodes.holding(pod.namespace).filter(|at| counts_node[*at]) {
                 let n = nodes[at]
                     .in_namespace(pod.namespace)
                     .iter()
                     .filter(|p| !p.terminating && selector::matches(sel, &p.labels))
                     .count() as i32;
-                matching.insert(at, n);
+                counts[column.domain[at] as usize] += n;
             }
-            let mut domains: BTreeMap<&'a str, i32> = BTreeMap::new();
-            for (at, n) in nodes.iter().enumerate() {
-                if !hard.iter().all(|(_, h)| n.node.labels.contains_key(&h.topology_key))
-                    || !spread_counts(c, &n.node, pod.spec)
-                {
-                    continue;
-                }
-                let Some(d) = n.node.labels.get(&c.topology_key) else { continue };
-                *domains.entry(d.as_str()).or_default() += matching.get(&at).copied().unwrap_or(0);
-            }
-            let min = if (domains.len() as i32) < c.min_domains.unwrap_or(1) {
+            let domains = counted.iter().filter(|c| **c).count();
+            let min = if (domains as i32) < c.min_domains.unwrap_or(1) {
                 0
             } else {
-                domains.values().copied().min().unwrap_or(0)
+                counts.iter().zip(&counted).filter(|(_, c)| **c).map(|(n, _)| *n).min().unwrap_or(0)
             };
-            (*i, Some((domains, min)))
+            spread.counts = Some((counts, min));
+            spread
         })
         .collect();
     let affinity = pod.spec.affinity.as_ref();
@@ -895,18 +948,14 @@ fn fits_counted(
     }
     // PodTopologySpread: the node must carry the key, and its domain's matching pods + 1 − the
     // minimum must not exceed maxSkew.
-    let constraints: Vec<&TopologySpreadConstraint> = pod.spec.topology_spread_constraints.iter().flatten().collect();
-    for (i, c) in &counted.spreads {
-        let constraint = constraints[*i];
-        let Some(value) = here.node.labels.get(&constraint.topology_key) else {
-            return Err(Unfit::PodTopologySpread(*i));
-        };
-        let Some((domains, min)) = c else { continue };
-        let sel = constraint.label_selector.as_ref().expect("counted with a selector");
-        let own = i32::from(crate::core::model::selector::matches(sel, pod.labels));
-        let here_count = domains.get(value.as_str()).copied().unwrap_or(0);
-        if here_count + own - min > constraint.max_skew {
-            return Err(Unfit::PodTopologySpread(*i));
+    for spread in &counted.spreads {
+        let domain = spread.column.domain[at];
+        if domain == NO_DOMAIN {
+            return Err(Unfit::PodTopologySpread(spread.index));
+        }
+        let Some((counts, min)) = &spread.counts else { continue };
+        if counts[domain as usize] + spread.own - min > spread.constraint.max_skew {
+            return Err(Unfit::PodTopologySpread(spread.index));
         }
     }
     Ok(())
@@ -982,15 +1031,16 @@ pub fn feasible_with(pod: Incoming, nodes: &Nodes, replacing: &Replacing) -> Res
 /// the namespace (the scheduler's default spreading), then the fewest pods, then the name. The
 /// scheduler scores more than this; the choice matters only where it changes what fits next.
 pub fn choose(candidates: &[usize], nodes: &Nodes, namespace: &str, labels: &BTreeMap<String, String>) -> usize {
-    let same: HashMap<usize, usize> = nodes
-        .holding(namespace)
-        .map(|at| (at, nodes[at].in_namespace(namespace).iter().filter(|p| *p.labels == *labels).count()))
-        .collect();
+    // By node: asked of every candidate, so a table rather than a map.
+    let mut same = vec![0; nodes.len()];
+    for at in nodes.holding(namespace) {
+        same[at] = nodes[at].in_namespace(namespace).iter().filter(|p| *p.labels == *labels).count();
+    }
     *candidates
         .iter()
         .min_by_key(|at| {
             let s = &nodes[**at];
-            (same.get(*at).copied().unwrap_or(0), s.pods.len(), s.node.name.as_str())
+            (same[**at], s.pods.len(), s.node.name.as_str())
         })
         .expect("candidates are not empty")
 }
@@ -1373,3 +1423,7 @@ mod pod_tests {
         assert_eq!(states.iter().map(|s| s.pods().len()).collect::<Vec<_>>(), [0, 2, 2]);
     }
 }
+
+#[cfg(test)]
+#[path = "tests/placement_reference.rs"]
+mod reference;

@@ -530,7 +530,14 @@ pub fn replay_each(view: &dyn View, nodes: &[String]) -> Vec<DrainRun> {
             else {
                 continue;
             };
-            match e.replacement.as_deref().and_then(|n| world.at(n)) {
+            // A replacement preempted later in the same drain: where its own went, if anywhere.
+            let mut went = e.replacement.clone();
+            for p in run.preempts.iter().filter(|p| p.namespace == namespace && p.pod == e.pod) {
+                if went.as_deref() == Some(p.node.as_str()) {
+                    went = p.replacement.clone();
+                }
+            }
+            match went.as_deref().and_then(|n| world.at(n)) {
                 Some(to) => {
                     let replacement = replacement_of(&pod, &template, i, &world.states[to].node.name);
                     world.pods[to].push((namespace, Arc::new(replacement)));
@@ -1000,7 +1007,11 @@ fn victim_replaced(
     on_node: &[Vec<(String, Arc<PodInfo>)>],
     run: &mut DrainRun,
 ) -> Option<String> {
-    let (namespace, pod) = on_node[at].iter().find(|(ns, p)| **ns == *v.namespace && p.name == v.name)?;
+    // A replacement placed earlier in this drain is not among the node's pods as the drain began:
+    // it carries the name of the pod it replaces, on its drained node. Its controller replaces it
+    // again all the same (a ReplicaSet's `manageReplicas`, a StatefulSet its ordinal).
+    let same = |(ns, p): &&(String, Arc<PodInfo>)| **ns == *v.namespace && p.name == v.name;
+    let (namespace, pod) = on_node[at].iter().find(same).or_else(|| on_node.iter().flatten().find(same))?;
     let (kind, name) = pod.workload()?;
     let workload = ObjectRef::new(kind, namespace, name);
     let template = view.template(&workload)?;

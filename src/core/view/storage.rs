@@ -344,12 +344,18 @@ impl VolumeNeeds {
                     continue; // its driver counted already
                 }
                 let Some(limit) = limits.get(&*a.driver) else { continue };
+                let there = on_node.iter().filter(|o| o.driver == a.driver).count() as i64;
+                // Where even every volume of the driver it attaches would be new, it fits: the
+                // usual case, which need not look for them among the node's.
+                let most = attaches.iter().filter(|m| m.driver == a.driver).count() as i64;
+                if there + most <= *limit {
+                    continue;
+                }
                 let adding = attaches
                     .iter()
                     .enumerate()
                     .filter(|(j, m)| m.driver == a.driver && !attaches[..*j].contains(m) && !on_node.contains(m))
                     .count() as i64;
-                let there = on_node.iter().filter(|o| o.driver == a.driver).count() as i64;
                 if adding > 0 && there + adding > *limit {
                     return Some(VolumeUnfit::NodeVolumeLimits(a.driver.to_string(), *limit));
                 }
@@ -612,5 +618,60 @@ mod tests {
     fn a_pod_without_claims_needs_nothing() {
         assert!(needs(&[], &[]).is_empty());
         assert!(!needs(&["data-1"], &[]).is_empty());
+    }
+
+    /// NodeVolumeLimits as it was counted before the shortcut for a node with room (issue 48):
+    /// every volume of the driver the pod attaches looked for among the node's.
+    fn limits_counting_every_volume(
+        attaches: &[Attached],
+        limits: &BTreeMap<String, i64>,
+        on_node: &[Attached],
+    ) -> Option<VolumeUnfit> {
+        for (i, a) in attaches.iter().enumerate() {
+            if attaches[..i].iter().any(|b| b.driver == a.driver) {
+                continue;
+            }
+            let Some(limit) = limits.get(&*a.driver) else { continue };
+            let adding = attaches
+                .iter()
+                .enumerate()
+                .filter(|(j, m)| m.driver == a.driver && !attaches[..*j].contains(m) && !on_node.contains(m))
+                .count() as i64;
+            let there = on_node.iter().filter(|o| o.driver == a.driver).count() as i64;
+            if adding > 0 && there + adding > *limit {
+                return Some(VolumeUnfit::NodeVolumeLimits(a.driver.to_string(), *limit));
+            }
+        }
+        None
+    }
+
+    /// Every mix of up to three volumes of two drivers attached, some already on the node (or
+    /// twice in the pod), against every limit up to one past what the node holds: the same
+    /// refusals as counting them all, and both answers reached.
+    #[test]
+    fn volume_limits_answer_as_counting_every_volume() {
+        let volume = |k: usize| Attached { driver: ["d0", "d1"][k % 2].into(), handle: format!("h{}", k / 2).into() };
+        let node = node("n", "");
+        let (mut refused, mut fit) = (0, 0);
+        for pod in 0..(1 << 9) {
+            // Three volumes, each one of 4 (two a driver) or none.
+            let attaches: Vec<Attached> =
+                (0..3).map(|i| (pod >> (3 * i)) & 7).filter(|v| (1..=4).contains(v)).map(|v| volume(v - 1)).collect();
+            for held in 0..(1 << 5) {
+                let on_node: Vec<Attached> = (0..5).filter(|k| held & (1 << k) != 0).map(volume).collect();
+                for limit in 0..=4 {
+                    let limits: BTreeMap<String, i64> = [("d0".to_string(), limit), ("d1".to_string(), 2)].into();
+                    let needs = VolumeNeeds { attaches: attaches.clone(), ..Default::default() };
+                    let now = needs.refuses(&node, &limits, &on_node);
+                    assert_eq!(
+                        now,
+                        limits_counting_every_volume(&attaches, &limits, &on_node),
+                        "{attaches:?} {on_node:?} {limit}"
+                    );
+                    if now.is_some() { refused += 1 } else { fit += 1 }
+                }
+            }
+        }
+        assert!(refused > 1000 && fit > 1000, "{refused} refused, {fit} fit");
     }
 }

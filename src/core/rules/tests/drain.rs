@@ -906,6 +906,47 @@ fn a_victims_replacement_preempts_in_turn_where_its_policy_lets_it() {
     assert_eq!(of_rule(&f, PENDING)[0].object.to_string(), "Deployment default/batch-a");
 }
 
+/// A replacement made earlier in the same drain can be a victim too, and its controller replaces
+/// it again (a ReplicaSet's `manageReplicas` counts it gone). `batch-a-1` (priority 0, 300m) is
+/// evicted first and replaced on n2; `web-1` (priority 1000, 800m) fits only by preempting that
+/// replacement; batch-a's next pod fits nowhere (n1 cordoned, n2 full) and stays Pending. The
+/// replay used to look for the victim among n2's pods as the drain began, not find it, and say
+/// the drain completes.
+#[test]
+fn a_replacement_preempted_in_the_same_drain_is_replaced_again() {
+    let node = |name: &str, cpu: &str| {
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n\
+             spec: {{}}\nstatus:\n  allocatable: {{cpu: '{cpu}', memory: 4Gi, pods: '110'}}\n"
+        )
+    };
+    let cpu = |p: PodInfo, cpu_milli: i64, priority: i32| PodInfo {
+        requests: crate::core::model::resources::Resources { cpu_milli, ..Default::default() },
+        priority,
+        ..p
+    };
+    let pods = vec![cpu(pod("batch-a-1", "batch-a", "n1"), 300, 0), cpu(pod("web-1", "web", "n1"), 800, 1000)];
+    let (n1, n2) = (node("n1", "2"), node("n2", "1"));
+    let (web, a) = (deployment("web", "replicas: 1", ""), deployment("batch-a", "replicas: 1", ""));
+    let view = view_with_templates(&docs(&[n1.as_str(), n2.as_str(), web.as_str(), a.as_str()]), pods);
+    let (run, f) = super::run(&view, &["n1".to_string()], "node n1");
+    assert_eq!(run.outcome, super::Outcome::LeavesPending, "{run:#?}");
+    let preempted: Vec<(&str, &str, &str, Option<&str>)> = run
+        .preempts
+        .iter()
+        .map(|p| (p.pod.as_str(), p.node.as_str(), p.by.as_str(), p.replacement.as_deref()))
+        .collect();
+    assert_eq!(preempted, [("batch-a-1", "n2", "default/web-1", None)], "{run:#?}");
+    let p = of_rule(&f, PENDING);
+    assert_eq!(p.len(), 1, "{f:#?}");
+    assert_eq!(p[0].object.to_string(), "Deployment default/batch-a");
+    assert!(
+        p[0].what.contains("preempted on n2 by the replacement of default/web-1 (priority 1000, higher than its 0)"),
+        "{}",
+        p[0].what
+    );
+}
+
 #[test]
 fn a_single_replica_workload_is_counted_in_the_drain_not_warned_about() {
     use crate::core::model::{Kind, ObjectRef};
