@@ -1,6 +1,7 @@
 //! `ha-guard serve`: the engine behind the kube-apiserver. Transport only: TLS with reload, body
 //! limits, timeouts, probes, metrics, graceful shutdown. The answers come from [`admission`].
 
+pub mod admission_policies;
 pub mod certs;
 pub mod lanes;
 pub mod log_format;
