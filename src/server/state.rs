@@ -201,7 +201,11 @@ impl AppState {
     /// The admission policies in force for the configuration in force now: `None` when none are,
     /// or when they were generated from an earlier configuration (until the next sync).
     pub fn policies_in_force(&self) -> Option<Arc<super::admission_policies::InForce>> {
-        let generation = *self.config_generation.borrow();
+        self.policies_for(*self.config_generation.borrow())
+    }
+
+    /// The admission policies in force if generated from configuration `generation`.
+    pub fn policies_for(&self, generation: u64) -> Option<Arc<super::admission_policies::InForce>> {
         let p = self.policies.read().unwrap_or_else(|p| p.into_inner());
         p.clone().filter(|p| p.generation == generation)
     }
