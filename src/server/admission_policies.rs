@@ -44,6 +44,11 @@ pub const GENERATED_BY: &str = "ha-guard.io/generated-by";
 pub const RESYNC: Duration = Duration::from_secs(600);
 /// How long after a failed apply it is tried again.
 pub const RETRY: Duration = Duration::from_secs(30);
+/// How long after a change of the policies the webhook waits before it leaves findings to them:
+/// the apiserver enforces a policy once its own informer has it (a delete, likewise, takes effect
+/// a moment later), and every apiserver of the control plane has its own. Meanwhile the webhook
+/// judges every rule: a violation may be said twice for these seconds, never not at all.
+pub const SETTLE: Duration = Duration::from_secs(3);
 
 /// `--admission-policies`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -142,6 +147,8 @@ pub struct Applier {
     pub owner: String,
     /// Written into [`GENERATED_BY`]: [`build`], or a test's.
     pub build: String,
+    /// [`SETTLE`], or a test's.
+    pub settle: Duration,
 }
 
 impl Applier {
@@ -199,11 +206,14 @@ impl Applier {
     pub async fn sync(&self, config: &Config, generation: u64, first: bool) -> Result<Synced, String> {
         let served = self.served().await?;
         let owner = self.owner().await?;
-        let mut existing: BTreeMap<(&'static str, String), Option<String>> = BTreeMap::new();
+        let mut existing: BTreeMap<(&'static str, String), Held> = BTreeMap::new();
         for kind in KINDS.iter().filter(|k| served.contains(k.kind)) {
             for o in self.existing(kind).await? {
                 let by = o.metadata.annotations.as_ref().and_then(|a| a.get(GENERATED_BY)).cloned();
-                existing.insert((kind.kind, o.metadata.name.clone().unwrap_or_default()), by);
+                existing.insert(
+                    (kind.kind, o.metadata.name.clone().unwrap_or_default()),
+                    (by, o.metadata.resource_version.clone()),
+                );
             }
         }
         let desired = match (self.mode, &owner) {
@@ -233,7 +243,9 @@ impl Applier {
             if existing.is_empty() {
                 return Ok(Synced::Removed(0));
             }
-        } else if !first && let Some(by) = existing.values().find(|by| by.as_deref() != Some(self.build.as_str())) {
+        } else if !first
+            && let Some((by, _)) = existing.values().find(|(by, _)| by.as_deref() != Some(self.build.as_str()))
+        {
             return Ok(Synced::OtherBuild(by.clone().unwrap_or_else(|| "an unknown build".into())));
         }
         let wanted: BTreeSet<(String, String)> = desired
@@ -242,13 +254,17 @@ impl Applier {
             .collect();
         // Policies before their bindings.
         let apply = PatchParams::apply(FIELD_MANAGER).force();
+        let mut changed = false;
         for binding in [false, true] {
             for kind in KINDS.iter().filter(|k| k.binding == binding) {
                 let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource(kind));
                 for d in desired.iter().filter(|d| d["kind"] == kind.kind) {
-                    api.patch(name_of(d), &apply, &Patch::Apply(d))
+                    let stored = api
+                        .patch(name_of(d), &apply, &Patch::Apply(d))
                         .await
                         .map_err(|e| format!("applying {} {}: {e}", kind.kind, name_of(d)))?;
+                    let before = existing.get(&(kind.kind, name_of(d).to_string())).and_then(|(_, rv)| rv.as_ref());
+                    changed |= before.is_none() || before != stored.metadata.resource_version.as_ref();
                 }
             }
         }
@@ -261,7 +277,10 @@ impl Applier {
                     existing.keys().filter(|(k, n)| *k == kind.kind && !wanted.contains(&(k.to_string(), n.clone())))
                 {
                     match api.delete(name, &DeleteParams::default()).await {
-                        Ok(_) => removed += 1,
+                        Ok(_) => {
+                            removed += 1;
+                            changed = true;
+                        }
                         Err(kube::Error::Api(s)) if s.code == 404 => {}
                         Err(e) => return Err(format!("deleting {} {name}: {e}", kind.kind)),
                     }
@@ -270,6 +289,9 @@ impl Applier {
         }
         if self.mode == Mode::Off {
             return Ok(Synced::Removed(removed));
+        }
+        if changed {
+            tokio::time::sleep(self.settle).await;
         }
         let mut in_force = InForce { generation, ..InForce::default() };
         for d in &desired {
@@ -287,6 +309,9 @@ impl Applier {
         Ok(Synced::Applied(in_force))
     }
 }
+
+/// An object of the owner's in the apiserver: the build that wrote it, its resourceVersion.
+type Held = (Option<String>, Option<String>);
 
 fn name_of(d: &Value) -> &str {
     d["metadata"]["name"].as_str().unwrap_or_default()
