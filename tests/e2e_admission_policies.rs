@@ -41,6 +41,7 @@ use support::*;
 const RELEASE: &str = "ha-guard";
 const RELEASE_NS: &str = "ha-guard";
 const NS: &str = "shop";
+/// kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings,mutatingadmissionpolicies,mutatingadmissionpolicybindings
 const KINDS: [&str; 4] = [
     "validatingadmissionpolicies",
     "validatingadmissionpolicybindings",
@@ -133,13 +134,10 @@ fn write_atomically(path: &Path, text: &str) {
 }
 
 /// Every generated object ha-guard keeps in the apiserver: `kind/name` → the object.
+/// (docs/operations.md's command, "The admission policies".)
 fn held(cp: &ControlPlane) -> Vec<Value> {
-    let mut out = Vec::new();
-    for kind in KINDS {
-        let list = cp.kubectl(&["get", kind, "-l", MANAGED, "-o", "json"]).success().json();
-        out.extend(list["items"].as_array().cloned().unwrap_or_default());
-    }
-    out
+    let list = cp.kubectl(&["get", &KINDS.join(","), "-l", MANAGED, "-o", "json"]).success().json();
+    list["items"].as_array().cloned().unwrap_or_default()
 }
 
 fn names(docs: &[Value]) -> BTreeSet<String> {
