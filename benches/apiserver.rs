@@ -259,6 +259,13 @@ impl Mode {
     /// Registers what the mode needs (and nothing else), waiting until the apiserver uses it. One
     /// engine at a time: whatever the previous mode had is taken away first.
     fn configure(self, cp: &ControlPlane, hg: &HaGuard, peers: &mut peers::Peers) -> Result<(), String> {
+        // First: the generated MutatingAdmissionPolicies add what the mutating webhook adds, so the
+        // check that it is no longer called below would see their patch.
+        if self == Mode::Policies {
+            generated_on(cp)?;
+        } else {
+            generated_off(cp)?;
+        }
         if !self.is_ha_guard() {
             for w in [Webhooks::Mutating, Webhooks::Validating] {
                 if cp.kubectl(&["get", w.resource(), "ha-guard"]).ok() {
@@ -272,11 +279,7 @@ impl Mode {
         if self != Mode::Kyverno {
             peers.kyverno_off(cp)?;
         }
-        if self == Mode::Policies {
-            generated_on(cp)?;
-        } else {
-            generated_off(cp)?;
-        }
+
         match self {
             Mode::None => return Ok(()),
             Mode::Cel => return peers.cel_on(cp),
