@@ -33,6 +33,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch
 use serde_json::{Value, json};
 
 use super::state::AppState;
+pub use super::state::InForce;
 use crate::core::config::Config;
 use crate::core::policies::{self, API_VERSION, MANAGED_BY, RULE_LABEL};
 
@@ -109,15 +110,6 @@ fn resource(kind: &Kind) -> ApiResource {
 /// This build, as [`GENERATED_BY`] says it.
 pub fn build() -> String {
     format!("{}+{}", crate::build_info::VERSION, crate::build_info::COMMIT)
-}
-
-/// What a successful apply put in force: the configuration generation it was generated from and
-/// the rules and mutations whose policies are bound (the webhook leaves their findings to them).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct InForce {
-    pub generation: u64,
-    pub rules: BTreeSet<String>,
-    pub mutations: BTreeSet<String>,
 }
 
 /// The owner: its name and uid, and what its (first) webhook selects.

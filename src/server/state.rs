@@ -1,7 +1,7 @@
 //! What the handlers share: the view, the configuration, the metrics, readiness, and the
 //! decoding budget.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -38,11 +38,20 @@ pub struct AppState {
     /// budget of GETs a second ([`super::namespaces::Reads`]).
     pub namespace_reads: super::namespaces::Reads,
     /// Bumped with every configuration set: what the admission policies were generated from
-    /// ([`super::admission_policies`]) is compared with it.
+    /// (server::admission_policies) is compared with it.
     config_generation: tokio::sync::watch::Sender<u64>,
     /// The admission policies in force, as the last sync applied them; `None`: none (off, not
     /// applied yet, failed), and the webhook judges every rule.
-    policies: RwLock<Option<Arc<super::admission_policies::InForce>>>,
+    policies: RwLock<Option<Arc<InForce>>>,
+}
+
+/// What a successful apply put in force: the configuration generation it was generated from and
+/// the rules and mutations whose policies are bound (the webhook leaves their findings to them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InForce {
+    pub generation: u64,
+    pub rules: BTreeSet<String>,
+    pub mutations: BTreeSet<String>,
 }
 
 /// How long an admission may take, and what answers when it takes longer (`--deadline`,
@@ -194,18 +203,18 @@ impl AppState {
     }
 
     /// Publishes the admission policies in force (`None`: none).
-    pub fn set_policies(&self, in_force: Option<super::admission_policies::InForce>) {
+    pub fn set_policies(&self, in_force: Option<InForce>) {
         *self.policies.write().unwrap_or_else(|p| p.into_inner()) = in_force.map(Arc::new);
     }
 
     /// The admission policies in force for the configuration in force now: `None` when none are,
     /// or when they were generated from an earlier configuration (until the next sync).
-    pub fn policies_in_force(&self) -> Option<Arc<super::admission_policies::InForce>> {
+    pub fn policies_in_force(&self) -> Option<Arc<InForce>> {
         self.policies_for(*self.config_generation.borrow())
     }
 
     /// The admission policies in force if generated from configuration `generation`.
-    pub fn policies_for(&self, generation: u64) -> Option<Arc<super::admission_policies::InForce>> {
+    pub fn policies_for(&self, generation: u64) -> Option<Arc<InForce>> {
         let p = self.policies.read().unwrap_or_else(|p| p.into_inner());
         p.clone().filter(|p| p.generation == generation)
     }
