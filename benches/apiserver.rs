@@ -21,6 +21,11 @@
 //!   CREATE webhook without conditions and an UPDATE one with `changes-what-ha-guard-reads`; the
 //!   mutating one as shipped), `mutating-only` (the validating webhook without conditions; the
 //!   mutating one as shipped);
+//! - `policies` (`--modes`): the shipped webhooks **and** the admission policies `ha-guard policies`
+//!   generates for the default configuration, as the chart's `admissionPolicies.enabled` keeps them
+//!   (issue 49, Show 4: their cost beside the webhook alone, `shipped`, in one run:
+//!   `--modes none,shipped,policies`); applied when the mode starts, deleted when it ends, each
+//!   waited for until the apiserver enforces (or stops enforcing) them;
 //! - ha-guard's peers (`--modes`, `benches/peers/`): `cel` (ValidatingAdmissionPolicies and
 //!   MutatingAdmissionPolicies for the same rules, as far as CEL reaches) and `kyverno` (Kyverno's
 //!   admission controller, built on first use, with equivalent ClusterPolicies); with either, the
@@ -50,7 +55,7 @@
 //!
 //! Flags (after `--`): `--rounds N` (3), `--objects N` apps per batch (500), `--concurrency N`
 //! (16), `--modes none,before,shipped` (the default; also `all-conditioned`, `split`, `mutating-only`,
-//! `cel`, `kyverno`; the peers table: `--modes none,shipped,cel,kyverno`),
+//! `cel`, `kyverno`, `policies`; the peers table: `--modes none,shipped,cel,kyverno`),
 //! `--out FILE` (also write the markdown there).
 
 #[path = "peers/mod.rs"]
@@ -147,6 +152,9 @@ enum Mode {
     Cel,
     /// Kyverno's admission controller with `benches/peers/kyverno/policies.yaml`.
     Kyverno,
+    /// ha-guard's webhooks as shipped plus the admission policies `ha-guard policies` generates
+    /// (what the chart's `admissionPolicies.enabled` keeps in the cluster).
+    Policies,
 }
 
 /// One webhook of a variant: name, operations, the names of its matchConditions (see [`conditions`]).
@@ -161,7 +169,7 @@ struct Variant {
 }
 
 impl Mode {
-    const ALL: [Mode; 8] = [
+    const ALL: [Mode; 9] = [
         Mode::None,
         Mode::Before,
         Mode::Shipped,
@@ -170,6 +178,7 @@ impl Mode {
         Mode::MutatingOnly,
         Mode::Cel,
         Mode::Kyverno,
+        Mode::Policies,
     ];
 
     fn flag(self) -> &'static str {
@@ -182,6 +191,7 @@ impl Mode {
             Mode::MutatingOnly => "mutating-only",
             Mode::Cel => "cel",
             Mode::Kyverno => "kyverno",
+            Mode::Policies => "policies",
         }
     }
 
@@ -212,6 +222,10 @@ impl Mode {
                 "Kyverno's admission controller (out of cluster, on loopback) with the ClusterPolicies of \
                  `benches/peers/kyverno/policies.yaml`"
             }
+            Mode::Policies => {
+                "ha-guard's webhooks as shipped **and** the admission policies `ha-guard policies` generates for \
+                 the default configuration (what `admissionPolicies.enabled` keeps in the cluster)"
+            }
         }
     }
 
@@ -219,7 +233,7 @@ impl Mode {
     fn variant(self) -> Option<Variant> {
         const BOTH: &[&str] = &["CREATE", "UPDATE"];
         let (validating, mutating, probes): (&'static [Hook], &'static [&'static str], _) = match self {
-            Mode::None | Mode::Shipped | Mode::Cel | Mode::Kyverno => return None,
+            Mode::None | Mode::Shipped | Mode::Cel | Mode::Kyverno | Mode::Policies => return None,
             Mode::Before => (&[("validate.ha-guard.io", BOTH, &[])], &[OLD_PDB], (2.0, 2.0)),
             Mode::AllConditioned => {
                 (&[("validate.ha-guard.io", BOTH, &[CONDITION])], &[OLD_PDB, CONDITION], (0.0, 2.0))
@@ -245,6 +259,13 @@ impl Mode {
     /// Registers what the mode needs (and nothing else), waiting until the apiserver uses it. One
     /// engine at a time: whatever the previous mode had is taken away first.
     fn configure(self, cp: &ControlPlane, hg: &HaGuard, peers: &mut peers::Peers) -> Result<(), String> {
+        // First: the generated MutatingAdmissionPolicies add what the mutating webhook adds, so the
+        // check that it is no longer called below would see their patch.
+        if self == Mode::Policies {
+            generated_on(cp)?;
+        } else {
+            generated_off(cp)?;
+        }
         if !self.is_ha_guard() {
             for w in [Webhooks::Mutating, Webhooks::Validating] {
                 if cp.kubectl(&["get", w.resource(), "ha-guard"]).ok() {
@@ -258,6 +279,7 @@ impl Mode {
         if self != Mode::Kyverno {
             peers.kyverno_off(cp)?;
         }
+
         match self {
             Mode::None => return Ok(()),
             Mode::Cel => return peers.cel_on(cp),
@@ -303,6 +325,45 @@ impl Mode {
         }
         register_configurations(cp, hg, &docs, &[(Probe::Metadata, metadata), (Probe::Spec, spec)])
     }
+}
+
+/// The kinds of the generated admission policies, for kubectl.
+const GENERATED_KINDS: &str = "validatingadmissionpolicies,validatingadmissionpolicybindings,mutatingadmissionpolicies,mutatingadmissionpolicybindings";
+
+/// Whether the generated policies are in effect: a server-side dry run of a Deployment with a zero
+/// grace period draws the warning of `ha-guard-termination-grace-zero-warn`.
+fn generated_live(cp: &ControlPlane) -> bool {
+    let canary = pod(deployment("default", "policies-canary", 1), json!({"terminationGracePeriodSeconds": 0}));
+    let out = cp.kubectl_in(&["apply", "--dry-run=server", "-f", "-"], &canary.to_string());
+    out.stderr.contains("ValidatingAdmissionPolicy 'ha-guard-termination-grace-zero-warn'")
+}
+
+/// Creates the admission policies `ha-guard policies` generates (default configuration) and waits
+/// until the apiserver enforces them.
+fn generated_on(cp: &ControlPlane) -> Result<(), String> {
+    let docs = ha_guard::core::policies::generate(&ha_guard::core::config::Config::default(), None);
+    let out = cp.kubectl_in(&["apply", "--server-side", "-f", "-"], &yaml_file(&docs));
+    if !out.ok() {
+        return Err(format!("applying the generated policies: {}", out.output()));
+    }
+    poll("the generated policies in effect", WAIT, Duration::from_millis(200), || {
+        if generated_live(cp) { Ok(()) } else { Err("not yet".into()) }
+    })
+}
+
+/// Deletes the generated policies, if any, and waits until the apiserver no longer enforces them.
+fn generated_off(cp: &ControlPlane) -> Result<(), String> {
+    let held = cp.kubectl(&["get", GENERATED_KINDS, "-l", "app.kubernetes.io/managed-by=ha-guard", "-o", "name"]);
+    if held.stdout.trim().is_empty() {
+        return Ok(());
+    }
+    let out = cp.kubectl(&["delete", GENERATED_KINDS, "-l", "app.kubernetes.io/managed-by=ha-guard"]);
+    if !out.ok() {
+        return Err(format!("deleting the generated policies: {}", out.output()));
+    }
+    poll("the generated policies gone", WAIT, Duration::from_millis(200), || {
+        if generated_live(cp) { Err("still in effect".into()) } else { Ok(()) }
+    })
 }
 
 /// The shipped matchCondition that skips UPDATEs changing nothing ha-guard reads.

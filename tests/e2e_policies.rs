@@ -43,6 +43,7 @@ const JUDGED: &[(&str, &str, &str)] = &[
     ("apps/v1", "Deployment", "deployments"),
     ("apps/v1", "StatefulSet", "statefulsets"),
     ("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets"),
+    ("autoscaling/v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers"),
 ];
 /// The namespace label that says which validating policies bind there (the test's own).
 const DIFF_LABEL: &str = "e2e.ha-guard.io/diff";
@@ -748,6 +749,30 @@ fn variants() -> Vec<(String, Value)> {
     let mut exempt = deployment("ex", json!({"containers": [c()], "terminationGracePeriodSeconds": 0}));
     exempt["metadata"]["annotations"] = json!({"ha-guard.io/allow-termination-grace-zero": "a batch worker"});
     add("exempted by annotation", exempt);
+    // hpa-replica-bounds: what the apiserver's validation lets through to the policy (a floor of
+    // 0 with an object metric, HPAScaleToZero on by default in 1.37) fires; 1, 2 and the default
+    // (1) do not; min == max is the boundary. (min > max and a floor of 0 with only resource
+    // metrics the apiserver refuses itself, before any policy: not comparable here.)
+    let hpa = |name: &str, min: Option<i64>, max: i64, object_metric: bool| {
+        let mut h = json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": name},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name}, "maxReplicas": max}});
+        if let Some(min) = min {
+            h["spec"]["minReplicas"] = json!(min);
+        }
+        h["spec"]["metrics"] = if object_metric {
+            json!([{"type": "Object", "object": {"describedObject": {"apiVersion": "v1", "kind": "Service", "name": "q"},
+                "metric": {"name": "queue_length"}, "target": {"type": "Value", "value": "10"}}}])
+        } else {
+            json!([{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}])
+        };
+        h
+    };
+    add("hpa min 0, object metric", hpa("h0", Some(0), 3, true));
+    add("hpa min 1", hpa("h1", Some(1), 3, false));
+    add("hpa min 2 max 2 (boundary)", hpa("h2", Some(2), 2, false));
+    add("hpa min 0 max 1 object metric", hpa("h3", Some(0), 1, true));
+    add("hpa no minReplicas", hpa("h4", None, 5, false));
     out
 }
 

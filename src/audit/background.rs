@@ -1289,6 +1289,7 @@ spec: {selector: {app: none}}
                 fix: "f.".into(),
                 related: vec![lone.clone()],
                 notes: Vec::new(),
+                from_view: false,
             },
             origin: crate::audit::origin("apis/policy/v1/namespaces/shop/poddisruptionbudgets/lone"),
             missing: None,

@@ -880,6 +880,7 @@ mod tests {
                 object,
                 related: related.to_vec(),
                 notes: Vec::new(),
+                from_view: false,
             },
             origin: Origin { file: "f.yaml".into(), document: 0, item: None, line: 0, column: None, template: None },
             missing: None,

@@ -12,6 +12,7 @@ use clap::{Args, ValueEnum};
 
 use super::error::Error;
 use crate::core::view::{Index, StaticSource, ViewSource};
+use crate::server::admission_policies::Mode as PolicyMode;
 use crate::server::{self, ServeOptions};
 
 #[derive(Args)]
@@ -28,6 +29,8 @@ pub struct ServeArgs {
     pub view: ClusterArgs,
     #[command(flatten)]
     pub audit: BackgroundAuditArgs,
+    #[command(flatten)]
+    pub admission_policies: crate::server::admission_policies::AdmissionPolicyArgs,
     /// Configuration file; re-read when its content changes.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -214,6 +217,14 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
             humantime::format_duration(args.listen.request_timeout)
         )));
     }
+    let policies = &args.admission_policies;
+    if policies.admission_policies != PolicyMode::Off && policies.admission_policies_owner.is_none() {
+        return Err(Error(
+            "--admission-policies on/auto needs --admission-policies-owner NAME (the ValidatingWebhookConfiguration \
+             whose deletion deletes them): without an owner an uninstall would leave them behind"
+                .into(),
+        ));
+    }
     let config = args.config.as_deref().map(crate::config_file::load).transpose()?.unwrap_or_default();
     let mut options = args.options();
     let runtime = tokio::runtime::Runtime::new().map_err(|e| Error(format!("cannot start the runtime: {e}")))?;
@@ -241,6 +252,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
         if let Some(client) = &live_client {
             let _ = state.namespaces.set(Arc::new(server::namespaces::ApiNamespaces::new(client.clone())));
         }
+        let policies = start_admission_policies(&args.admission_policies, live_client.clone(), &state)?;
         let (stop, stopping) = tokio::sync::watch::channel(false);
         let audit = start_background_audit(&args.audit, live_client, stopping, &state);
         // On SIGTERM the background audit releases its Lease at once (another replica takes over
@@ -250,11 +262,45 @@ pub fn run(args: ServeArgs) -> Result<ExitCode, Error> {
             let _ = stop.send(true);
         };
         server::serve(options, state, shutdown).await?;
+        if let Some(policies) = policies {
+            // The policies stay in the apiserver: they are what enforces while no replica answers.
+            policies.abort();
+        }
         if let Some(audit) = audit {
             let _ = tokio::time::timeout(Duration::from_secs(6), audit).await;
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Starts keeping the admission policies in the apiserver (or deleting the owner's, off) when
+/// asked for and possible (a live cluster).
+fn start_admission_policies(
+    args: &crate::server::admission_policies::AdmissionPolicyArgs,
+    client: Option<kube::Client>,
+    state: &Arc<server::AppState>,
+) -> Result<Option<tokio::task::JoinHandle<()>>, Error> {
+    use crate::server::admission_policies::{Applier, SETTLE, build, run};
+    let Some(owner) = args.admission_policies_owner.clone() else {
+        return Ok(None);
+    };
+    let Some(client) = client else {
+        return match args.admission_policies {
+            PolicyMode::On => Err(Error(
+                "--admission-policies on needs a live cluster (--cluster auto or live with a kubeconfig or a service \
+                 account)"
+                    .into(),
+            )),
+            _ => {
+                tracing::info!("admission policies: no live cluster (--cluster), so none are applied or deleted");
+                Ok(None)
+            }
+        };
+    };
+    let mode = args.admission_policies;
+    tracing::info!(?mode, %owner, "admission policies");
+    let applier = Applier { client, mode, owner, build: build(), settle: SETTLE };
+    Ok(Some(tokio::spawn(run(applier, state.clone()))))
 }
 
 /// Starts the background audit when asked for and possible (a live cluster, a known namespace).

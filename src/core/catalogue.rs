@@ -279,6 +279,10 @@ pub const WORKLOADS: &[CelResource] = &[
     CelResource { group: "apps", version: "v1", resource: "deployments" },
     CelResource { group: "apps", version: "v1", resource: "statefulsets" },
 ];
+/// HorizontalPodAutoscalers (autoscaling/v1 writes reach the policy as v2: matchPolicy
+/// Equivalent).
+pub const HPAS: &[CelResource] =
+    &[CelResource { group: "autoscaling", version: "v2", resource: "horizontalpodautoscalers" }];
 /// PodDisruptionBudgets.
 pub const PDBS: &[CelResource] = &[CelResource { group: "policy", version: "v1", resource: "poddisruptionbudgets" }];
 

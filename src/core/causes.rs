@@ -154,6 +154,7 @@ mod tests {
             fix: String::new(),
             related: related.to_vec(),
             notes: Vec::new(),
+            from_view: false,
         }
     }
 

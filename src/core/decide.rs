@@ -156,6 +156,29 @@ pub fn observe(decided: &mut Decided) {
     }
 }
 
+/// The hand-over to the admission policies (DESIGN.md §4 "In the apiserver as well": a user sees
+/// each violation once): removes from the webhook's answer the findings the policies in force
+/// already give — those of the rules in `covered` (whose policies are bound for this
+/// configuration), found from the object alone ([`Finding::from_view`] unset), on an object no
+/// exemption or exception takes out of the policy. Returns the rules of the findings removed.
+/// What needs the view, what an exemption or exception allowed, and every rule without a policy
+/// stay the webhook's. Scale subresource writes, which no policy matches, are not to be given
+/// here (the caller keeps them whole).
+pub fn leave_to_policies(decided: &mut Decided, covered: &std::collections::BTreeSet<String>) -> Vec<&'static str> {
+    let mut left: Vec<&'static str> = Vec::new();
+    decided.findings.retain(|f| {
+        let given = covered.contains(f.rule.id)
+            && !f.from_view
+            && matches!(f.action, Decision::Deny | Decision::Warn)
+            && !f.notes.iter().any(|n| matches!(n, Note::Exempted { .. } | Note::Exception { .. }));
+        if given && !left.contains(&f.rule.id) {
+            left.push(f.rule.id);
+        }
+        !given
+    });
+    left
+}
+
 /// Decides findings that are facts (what a drain would do, DESIGN.md §3 "Drains"): the
 /// configuration's action applies (`off` turns the rule off, `deny` makes an audit fail), while an
 /// exemption, an exempt namespace or a namespace mode hides nothing: the finding says it instead.

@@ -143,6 +143,11 @@ pub struct Finding {
     pub anchor: ObjectRef,
     /// How the decision came about.
     pub notes: Vec<Note>,
+    /// Found with what the view holds beside the object written (another workload, an
+    /// autoscaler's bounds, an absence): no admission policy gives it, since a policy reads the
+    /// object alone. The rule's CEL form (`catalogue::CelRule`) gives every other finding of a
+    /// rule that has one, so the webhook leaves those to the policies while they are in force.
+    pub from_view: bool,
 }
 
 impl Finding {
@@ -172,6 +177,12 @@ impl Finding {
         if let Some(anchor) = anchor {
             self.anchor = anchor;
         }
+        self
+    }
+
+    /// Marks the finding as found with the view ([`Finding::from_view`]) when `yes`.
+    pub fn needing_view(&mut self, yes: bool) -> &mut Self {
+        self.from_view |= yes;
         self
     }
 

@@ -1,6 +1,7 @@
 //! `ha-guard serve`: the engine behind the kube-apiserver. Transport only: TLS with reload, body
 //! limits, timeouts, probes, metrics, graceful shutdown. The answers come from [`admission`].
 
+pub mod admission_policies;
 pub mod certs;
 pub mod lanes;
 pub mod log_format;
@@ -400,7 +401,9 @@ fn answer(
         });
     }
     let result = request.as_ref().map_err(|e| review::BadRequest(e.0.clone())).and_then(|req| {
-        let config = state.config();
+        // The configuration and the admission policies generated from it, as one.
+        let (config, generation) = state.config_and_generation();
+        let policies = state.policies_for(generation);
         let clock = state.admission_clock();
         // A snapshot: the review holds no lock the watchers need, however long it takes.
         let view = state.view.snapshot();
@@ -412,7 +415,15 @@ fn answer(
             Some(v) => v,
             None => &*view,
         };
-        review::review_with_progress(req, webhook, view, &config, &clock, Some(progress))
+        review::review_with_progress(
+            req,
+            webhook,
+            view,
+            &config,
+            &clock,
+            Some(progress),
+            policies.as_ref().map(|p| &p.rules),
+        )
     });
     if progress.stopped() {
         // Answered at the deadline already (`past_deadline`).

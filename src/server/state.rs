@@ -1,7 +1,7 @@
 //! What the handlers share: the view, the configuration, the metrics, readiness, and the
 //! decoding budget.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -37,6 +37,21 @@ pub struct AppState {
     /// What bounds those reads: one GET per namespace at a time, answers kept a few seconds, a
     /// budget of GETs a second ([`super::namespaces::Reads`]).
     pub namespace_reads: super::namespaces::Reads,
+    /// Bumped with every configuration set: what the admission policies were generated from
+    /// (server::admission_policies) is compared with it.
+    config_generation: tokio::sync::watch::Sender<u64>,
+    /// The admission policies in force, as the last sync applied them; `None`: none (off, not
+    /// applied yet, failed), and the webhook judges every rule.
+    policies: RwLock<Option<Arc<InForce>>>,
+}
+
+/// What a successful apply put in force: the configuration generation it was generated from and
+/// the rules and mutations whose policies are bound (the webhook leaves their findings to them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InForce {
+    pub generation: u64,
+    pub rules: BTreeSet<String>,
+    pub mutations: BTreeSet<String>,
 }
 
 /// How long an admission may take, and what answers when it takes longer (`--deadline`,
@@ -154,6 +169,8 @@ impl AppState {
             large: super::lanes::LargeLane::start(),
             namespaces: std::sync::OnceLock::new(),
             namespace_reads,
+            config_generation: tokio::sync::watch::Sender::new(0),
+            policies: RwLock::new(None),
         })
     }
 
@@ -169,9 +186,36 @@ impl AppState {
 
     pub fn set_config(&self, config: Config) {
         self.metrics.set_exceptions(&config);
-        match self.config.write() {
-            Ok(mut c) => *c = Arc::new(config),
-            Err(p) => *p.into_inner() = Arc::new(config),
-        }
+        let mut c = self.config.write().unwrap_or_else(|p| p.into_inner());
+        *c = Arc::new(config);
+        self.config_generation.send_modify(|g| *g += 1);
+    }
+
+    /// The configuration and its generation (bumped by every [`AppState::set_config`]), read together.
+    pub fn config_and_generation(&self) -> (Arc<Config>, u64) {
+        let c = self.config.read().unwrap_or_else(|p| p.into_inner());
+        (c.clone(), *self.config_generation.borrow())
+    }
+
+    /// Changes whenever the configuration is set.
+    pub fn config_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.config_generation.subscribe()
+    }
+
+    /// Publishes the admission policies in force (`None`: none).
+    pub fn set_policies(&self, in_force: Option<InForce>) {
+        *self.policies.write().unwrap_or_else(|p| p.into_inner()) = in_force.map(Arc::new);
+    }
+
+    /// The admission policies in force for the configuration in force now: `None` when none are,
+    /// or when they were generated from an earlier configuration (until the next sync).
+    pub fn policies_in_force(&self) -> Option<Arc<InForce>> {
+        self.policies_for(*self.config_generation.borrow())
+    }
+
+    /// The admission policies in force if generated from configuration `generation`.
+    pub fn policies_for(&self, generation: u64) -> Option<Arc<InForce>> {
+        let p = self.policies.read().unwrap_or_else(|p| p.into_inner());
+        p.clone().filter(|p| p.generation == generation)
     }
 }

@@ -579,6 +579,18 @@ fn rbac_writes_only_its_own_secret_and_webhook_configurations_by_name() {
         writes,
         vec![
             (
+                "ha-guard-admission-policies".to_string(),
+                None,
+                vec![
+                    "validatingadmissionpolicies".to_string(),
+                    "validatingadmissionpolicybindings".into(),
+                    "mutatingadmissionpolicies".into(),
+                    "mutatingadmissionpolicybindings".into()
+                ],
+                admission_policy_names(),
+                verbs(&["get", "create", "patch", "delete"])
+            ),
+            (
                 "ha-guard-audit".to_string(),
                 None,
                 vec!["policyreports".to_string(), "clusterpolicyreports".into()],
@@ -607,8 +619,8 @@ fn rbac_writes_only_its_own_secret_and_webhook_configurations_by_name() {
                 rw
             ),
         ],
-        "managed mode writes exactly its Secret and its two webhook configurations; the background audit its \
-         reports and its Lease, by name"
+        "managed mode writes exactly its Secret and its two webhook configurations, and the admission policies \
+         ha-guard can generate; the background audit its reports and its Lease, by name"
     );
     // Without the background audit: no Lease, no report, no pod read (but in `audit --drain`'s
     // role, which no ServiceAccount of the chart is bound to: see the test of that role).
@@ -654,12 +666,13 @@ fn rbac_writes_only_its_own_secret_and_webhook_configurations_by_name() {
         assert_eq!(b["roleRef"]["name"], b["metadata"]["name"], "{b}");
     }
 
-    // With files (cert-manager, a user's Secret) ha-guard writes nothing but the background audit's.
+    // With files (cert-manager, a user's Secret) ha-guard writes nothing but the background audit's
+    // and the admission policies.
     for args in [COMBINATIONS[1].1, COMBINATIONS[3].1] {
         let d = objects(args);
         for (role, _, rule) in rbac_rules(&d) {
-            if role == "ha-guard-audit" {
-                continue; // the background audit's, as above
+            if role == "ha-guard-audit" || role == "ha-guard-admission-policies" {
+                continue; // as above
             }
             assert!(strings(&rule["verbs"]).iter().all(|v| READ.contains(&v.as_str())), "{args:?} {role}: {rule}");
         }
@@ -808,7 +821,11 @@ fn the_webhook_and_the_audit_have_service_accounts_and_roles_of_their_own() {
 
         // The webhook: the live view, and in managed mode its Secret and webhook configurations. No
         // pods, no ReplicaSets (not even list), no reports, no Lease.
-        let hook = grants(&rules_of(&d, "ha-guard"));
+        // (The admission policies' role, read and written by name: its own test.)
+        let hook: Vec<_> = grants(&rules_of(&d, "ha-guard"))
+            .into_iter()
+            .filter(|(_, r, _, _)| !r.contains("admissionpolic"))
+            .collect();
         let mut read: Vec<_> =
             hook.iter().filter(|(_, _, v, names)| READ.contains(&v.as_str()) && names.is_empty()).collect();
         read.sort();
@@ -1093,6 +1110,8 @@ fn the_deployment_runs_serve_as_the_contract_says() {
             "--shutdown-delay=5",
             "--shutdown-timeout=20",
             "--audit-interval=0",
+            "--admission-policies=auto",
+            "--admission-policies-owner=ha-guard",
         ]
     );
     assert_eq!(
@@ -2088,4 +2107,78 @@ fn the_notes_follow_the_mode_and_say_how_to_see_that_it_answers() {
     assert!(config_mode.contains("Mode observe"), "config.mode wins: {config_mode}");
     let fail = notes(&["--set", "webhook.failurePolicy=Fail"]);
     assert!(fail.contains("no warning means no replica answered:"), "{fail}");
+}
+
+/// Every name of an admission policy or binding ha-guard can generate: `ha-guard-<id>` and
+/// `ha-guard-<id>-warn` per rule with a CEL form, `ha-guard-<id>` per mutation with one.
+fn admission_policy_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for r in ha_guard::core::rules::CEL_RULES {
+        names.push(format!("ha-guard-{}", r.rule.id));
+        names.push(format!("ha-guard-{}-warn", r.rule.id));
+    }
+    for m in ha_guard::core::mutations::CEL_MUTATIONS {
+        names.push(format!("ha-guard-{}", m.mutation.id));
+    }
+    names
+}
+
+/// The names the ServiceAccount may write are exactly those the generator can make (the chart's
+/// list follows the registry), and whatever a configuration makes is among them: every rule at
+/// deny (both policies), the default configuration and observe mode.
+#[test]
+fn the_admission_policy_role_names_what_the_generator_makes() {
+    let names = admission_policy_names();
+    let all_deny =
+        ha_guard::core::rules::CEL_RULES.iter().map(|r| format!("  {}: deny\n", r.rule.id)).collect::<String>();
+    for config in [String::new(), "mode: observe\n".to_string(), format!("rules:\n{all_deny}")] {
+        let config = ha_guard::core::registry::parse_config(&config, "c.yaml").unwrap_or_else(|e| panic!("{e}"));
+        for d in ha_guard::core::policies::generate(&config, None) {
+            let name = d["metadata"]["name"].as_str().unwrap().to_string();
+            assert!(names.contains(&name), "{name} generated but not in the chart's admission policy role: {names:?}");
+        }
+    }
+    let d = objects(&[]);
+    let role = of_kind(&d, "ClusterRole")
+        .into_iter()
+        .find(|r| r["metadata"]["name"] == "ha-guard-admission-policies")
+        .expect("ClusterRole ha-guard-admission-policies");
+    assert_eq!(strings(&role["rules"][1]["resourceNames"]), names);
+    assert_eq!(strings(&role["rules"][0]["verbs"]), READ);
+    assert!(role["rules"][0].get("resourceNames").is_none());
+    let binding = of_kind(&d, "ClusterRoleBinding")
+        .into_iter()
+        .find(|b| b["metadata"]["name"] == "ha-guard-admission-policies")
+        .expect("its binding");
+    assert_eq!(binding["subjects"][0]["name"], "ha-guard");
+}
+
+/// admissionPolicies.enabled reaches serve as --admission-policies, owned by the chart's
+/// ValidatingWebhookConfiguration: auto where the cluster serves them (1.30+), off before; true is
+/// on, false off (the pods then delete what they applied); anything else is refused.
+#[test]
+fn admission_policies_value_reaches_serve() {
+    let args_of = |args: &[&str]| strings(&container(&objects(args))["args"]);
+    for (args, want) in [
+        (vec![], "auto"),
+        (vec!["--set", "admissionPolicies.enabled=true"], "on"),
+        (vec!["--set", "admissionPolicies.enabled=false"], "off"),
+        (vec!["--kube-version", "1.29.0"], "off"),
+        (
+            vec![
+                "--kube-version",
+                "1.29.0",
+                "--api-versions",
+                "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+            ],
+            "auto",
+        ),
+        (vec!["--kube-version", "1.29.0", "--set", "admissionPolicies.enabled=true"], "on"),
+    ] {
+        let got = args_of(&args);
+        assert!(got.contains(&format!("--admission-policies={want}")), "{args:?}: {got:?}");
+        let owner = of_kind(&objects(&args), "ValidatingWebhookConfiguration")[0]["metadata"]["name"].clone();
+        assert!(got.contains(&format!("--admission-policies-owner={}", owner.as_str().unwrap())), "{args:?}: {got:?}");
+    }
+    assert!(refused(&["--set", "admissionPolicies.enabled=yes"]).contains("admissionPolicies"));
 }

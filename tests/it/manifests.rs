@@ -177,6 +177,23 @@ fn writes_are_only_to_its_own_secret_and_webhook_configurations() {
             strings(&["get", "patch"]),
         ),
         ("Role".to_string(), "ha-guard".to_string(), strings(&["leases"]), vec![], strings(&["create"])),
+        // The generated admission policies (both files), by the names ha-guard can generate.
+        (
+            "ClusterRole".to_string(),
+            String::new(),
+            strings(&[
+                "validatingadmissionpolicies",
+                "validatingadmissionpolicybindings",
+                "mutatingadmissionpolicies",
+                "mutatingadmissionpolicybindings",
+            ]),
+            ha_guard::core::rules::CEL_RULES
+                .iter()
+                .flat_map(|r| [format!("ha-guard-{}", r.rule.id), format!("ha-guard-{}-warn", r.rule.id)])
+                .chain(ha_guard::core::mutations::CEL_MUTATIONS.iter().map(|m| format!("ha-guard-{}", m.mutation.id)))
+                .collect(),
+            strings(&["get", "create", "patch", "delete"]),
+        ),
     ];
     let mut managed = vec![
         (
@@ -203,9 +220,13 @@ fn writes_are_only_to_its_own_secret_and_webhook_configurations() {
         sorted(writes(FILES[0])),
         sorted(managed),
         "self-managed certificates: its Secret and its two webhook configurations, each by name; the background \
-         audit's reports and Lease"
+         audit's reports and Lease; the admission policies by name"
     );
-    assert_eq!(sorted(writes(FILES[1])), sorted(audit), "cert-manager: ha-guard writes only the background audit's");
+    assert_eq!(
+        sorted(writes(FILES[1])),
+        sorted(audit),
+        "cert-manager: ha-guard writes only the background audit's and the admission policies"
+    );
 }
 
 #[test]

@@ -23,6 +23,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_ha-guard");
 /// Commands run elsewhere: (the start of the command, the file that runs it, a line of that file
 /// that shows it does).
 const ELSEWHERE: &[(&str, &str, &str)] = &[
+    (
+        "kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings,mutatingadmissionpolicies,mutatingadmissionpolicybindings -l app.kubernetes.io/managed-by=ha-guard",
+        "tests/e2e_admission_policies.rs",
+        "/// kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings,mutatingadmissionpolicies,mutatingadmissionpolicybindings",
+    ),
     ("cargo test", ".ci/run", "\ncargo test\n"),
     (
         "ha-guard probe-webhook --namespace default\n",

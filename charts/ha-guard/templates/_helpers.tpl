@@ -234,3 +234,36 @@ caBundle: {{ $.Values.certificates.secret.caBundle | b64enc }}
 {{- fail (printf "webhook.matchConditions need Kubernetes 1.30 or later; this cluster is %s" .Capabilities.KubeVersion.Version) }}
 {{- end }}
 {{- end }}
+
+{{/*
+serve's --admission-policies for admissionPolicies.enabled: true is on, false is off, and auto is
+auto (serve asks discovery at each sync which kinds the cluster serves) where the cluster serves
+ValidatingAdmissionPolicies or is 1.30 or later (`helm template` without a cluster knows only
+its built-in API list, which has none of them), off on an older cluster.
+*/}}
+{{- define "ha-guard.admissionPolicies" -}}
+{{- $enabled := .Values.admissionPolicies.enabled }}
+{{- if eq (toString $enabled) "true" }}on
+{{- else if eq (toString $enabled) "false" }}off
+{{- else if or (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version) }}auto
+{{- else }}off
+{{- end }}
+{{- end }}
+
+{{/*
+The names of every admission policy and binding ha-guard may generate, as JSON: ha-guard-<id> and
+ha-guard-<id>-warn for each rule with a CEL form, ha-guard-<id> for each mutation with one (`ha-guard
+rules`, POLICY column). The webhook's ServiceAccount may write these names only; tests/it/chart.rs
+holds the list to the registry's.
+*/}}
+{{- define "ha-guard.admissionPolicyNames" -}}
+{{- $names := list }}
+{{- range list "spread-selector-missing" "spread-selector-mismatch" "spread-selector-overlap" "host-network-colocation" "csi-controller-recreate" "recreate-multi-replica" "pdb-selector-empty" "pdb-selects-nothing" "pdb-unhealthy-eviction-policy" "termination-grace-zero" "prestop-exceeds-grace" "toleration-wildcard" "hpa-replica-bounds" }}
+{{- $names = append $names (printf "ha-guard-%s" .) }}
+{{- $names = append $names (printf "ha-guard-%s-warn" .) }}
+{{- end }}
+{{- range list "inject-spread-selector" "inject-unhealthy-pod-eviction-policy" }}
+{{- $names = append $names (printf "ha-guard-%s" .) }}
+{{- end }}
+{{- $names | toJson }}
+{{- end }}

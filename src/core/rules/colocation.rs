@@ -142,7 +142,8 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
             ),
         )
         .related(scaled.related(subject))
-        .anchored_at(scaled.anchor());
+        .anchored_at(scaled.anchor())
+        .needing_view(scaled.from_view());
     }
 
     // spread-unsatisfiable needs the pod spec and the nodes: the workload's own write, live view.

@@ -126,6 +126,7 @@ impl<'a> Emitter<'a> {
             related: Vec::new(),
             anchor: self.subject.clone(),
             notes: Vec::new(),
+            from_view: false,
         });
         self.out.last_mut().expect("just pushed")
     }
@@ -180,6 +181,12 @@ impl Scaled {
             .chain(self.bounds.hpas.iter().map(|h| h.id.clone()))
             .filter(|r| r != subject)
             .collect()
+    }
+
+    /// Whether the bounds come from more than the workload's own write (an autoscaler's, or a
+    /// write to another object): what the CEL forms of the replica-bound rules cannot read.
+    pub fn from_view(&self) -> bool {
+        self.anchored_elsewhere || !self.bounds.hpas.is_empty()
     }
 
     pub fn anchor(&self) -> Option<ObjectRef> {

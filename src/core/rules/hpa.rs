@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::context::{Ctx, Emitter, scaled_workload};
-use crate::core::catalogue::Rule;
+use crate::core::catalogue::{CelRule, HPAS, Rule};
 use crate::core::model::words::{NAMED, list};
 use crate::core::model::{Kind, ReplicasSource, Subject};
 use crate::core::view::{HpaInfo, View, WorkloadInfo};
@@ -16,6 +16,26 @@ declare_rule!(pub HPA_TARGET_MISSING, "hpa-target-missing", Warn, judged: WholeS
 declare_rule!(pub HPA_REPLICAS_CONFLICT, "hpa-replicas-conflict", Warn, "a workload sets spec.replicas while an HPA or ScaledObject scales it: every apply resets the count");
 
 pub static RULES: &[&Rule] = &[&HPA_REPLICA_BOUNDS, &HPA_TARGET_MISSING, &HPA_REPLICAS_CONFLICT];
+
+/// `hpa-replica-bounds` in CEL: the whole rule (the HPA's own bounds; minReplicas defaults to 1,
+/// as the view reads it). The apiserver's own validation refuses most such HPAs before any policy
+/// runs; what reaches the policy is a minReplicas of 0 that the HPAScaleToZero gate lets through.
+pub static HPA_REPLICA_BOUNDS_CEL: CelRule = CelRule {
+    rule: &HPA_REPLICA_BOUNDS,
+    resources: HPAS,
+    findings: "(o.spec.?minReplicas.orValue(1) < 1 ? [{'path': 'spec.minReplicas', 'action': 'deny', 'what': \
+               variables.id + ' has minReplicas ' + string(o.spec.?minReplicas.orValue(1)) + ', below 1: a floor of 0 \
+               leaves no pod whenever the metric is idle. (The apiserver refuses it unless the HPAScaleToZero \
+               feature gate, on by default from Kubernetes 1.37, and an object or external metric allow it.)', \
+               'fix': 'set minReplicas to at least 1 (2 or more for a highly available workload).'}] : []) + \
+               (o.spec.?minReplicas.orValue(1) > o.spec.?maxReplicas.orValue(0) ? [{'path': 'spec.minReplicas', \
+               'action': 'deny', 'what': variables.id + ' has minReplicas ' + string(o.spec.?minReplicas.orValue(1)) \
+               + ' above maxReplicas ' + string(o.spec.?maxReplicas.orValue(0)) + ': the apiserver refuses it, and \
+               the bounds give the autoscaler no valid replica count.', 'fix': 'set maxReplicas to at least ' + \
+               string(o.spec.?minReplicas.orValue(1)) + ', or minReplicas to at most ' + \
+               string(o.spec.?maxReplicas.orValue(0)) + '.'}] : [])",
+    partial: None,
+};
 
 pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     replicas_conflict(ctx, out);

@@ -64,6 +64,7 @@ pub static CEL_RULES: &[&CelRule] = &[
     &termination::TERMINATION_GRACE_ZERO_CEL,
     &termination::PRESTOP_EXCEEDS_GRACE_CEL,
     &tolerations::TOLERATION_WILDCARD_CEL,
+    &hpa::HPA_REPLICA_BOUNDS_CEL,
 ];
 
 /// The rules a review at `stage` is judging: a family's, or none.

@@ -220,7 +220,8 @@ fn pdb_side(ctx: &Ctx, pdb: &PdbInfo, policy: Option<&str>, out: &mut Emitter) {
                 "make spec.selector match the pod template labels of the workload it should protect, or delete \
                  the PDB."
                     .to_string(),
-            );
+            )
+            .needing_view(true);
         }
         return;
     }

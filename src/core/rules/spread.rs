@@ -211,7 +211,8 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
                  app.kubernetes.io/instance), or give the other workloads distinct labels."
                     .to_string(),
             )
-            .related(others.iter().map(|o| o.id.clone()).collect());
+            .related(others.iter().map(|o| o.id.clone()).collect())
+            .needing_view(true);
         }
     }
     // The other side: this workload's pods are counted by another workload's spread.
@@ -233,7 +234,8 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
                 format!("give these pods a label that {} does not select, or narrow its selector.", other.id),
             )
             .related(vec![other.id.clone()])
-            .anchored_at(Some(other.id.clone()));
+            .anchored_at(Some(other.id.clone()))
+            .needing_view(true);
         }
     }
 }

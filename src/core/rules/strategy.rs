@@ -114,7 +114,10 @@ pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
              single-replica workloads that must never run two versions at once.",
         ),
     };
-    out.emit(rule, path, what, fix).related(scaled.related(subject)).anchored_at(scaled.anchor());
+    out.emit(rule, path, what, fix)
+        .related(scaled.related(subject))
+        .anchored_at(scaled.anchor())
+        .needing_view(scaled.from_view());
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 
 mod absences;
 mod decisions;
+mod handover;
 mod keda;
 mod mutations;
 mod policies;

@@ -105,6 +105,10 @@ pub const WARNING_ITEM_LIMIT: usize = 256;
 pub const UNCHANGED: &str = "an UPDATE that changes nothing ha-guard reads (spec, labels, ha-guard.io/* and \
                              last-applied annotations)";
 
+/// The audit annotation naming the rules whose findings the answer left to the admission
+/// policies in force.
+pub const LEFT_TO_POLICIES: &str = "left-to-admission-policies";
+
 /// Answers one request. `clock` says whether an absence has lasted long enough to be said
 /// ([`Absences::at_admission`]).
 pub fn review<'a>(
@@ -114,11 +118,13 @@ pub fn review<'a>(
     config: &Config,
     clock: &AdmissionClock,
 ) -> Result<(AdmissionResponse, Outcome<'a>), BadRequest> {
-    review_with_progress(request, webhook, view, config, clock, None)
+    review_with_progress(request, webhook, view, config, clock, None, None)
 }
 
 /// [`review`], saying where it has got in `progress` and stopping when asked (the server's
-/// deadline): an answer then is partial, and the server answers for it.
+/// deadline): an answer then is partial, and the server answers for it. `policies`: the rules
+/// whose admission policies are in force for `config` ([`crate::core::decide::leave_to_policies`]);
+/// the validating answer leaves their findings to them.
 pub fn review_with_progress<'a>(
     request: &'a Request,
     webhook: Webhook,
@@ -126,6 +132,7 @@ pub fn review_with_progress<'a>(
     config: &Config,
     clock: &AdmissionClock,
     progress: Option<&Progress>,
+    policies: Option<&std::collections::BTreeSet<String>>,
 ) -> Result<(AdmissionResponse, Outcome<'a>), BadRequest> {
     let req = &request.header;
     let mut outcome = Outcome {
@@ -238,6 +245,14 @@ pub fn review_with_progress<'a>(
                 .iter()
                 .filter_map(|f| f.notes.iter().find_map(|n| n.exception()).map(|(name, _)| (name.to_string(), f.rule)))
                 .collect();
+            // What the admission policies in force already said (the apiserver shows theirs): not
+            // said twice. Counted above all the same; no policy matches a scale write.
+            let left = match policies {
+                Some(covered) if req.sub_resource.is_none() => {
+                    crate::core::decide::leave_to_policies(&mut decided, covered)
+                }
+                _ => Vec::new(),
+            };
             outcome.decision = if decided.denied() {
                 AdmissionDecision::Denied
             } else if decided.with(Decision::Warn).next().is_some() || !decided.warnings.is_empty() {
@@ -246,6 +261,9 @@ pub fn review_with_progress<'a>(
                 AdmissionDecision::Allowed
             };
             response = respond(response, &decided);
+            if !left.is_empty() {
+                response.audit_annotations.insert(LEFT_TO_POLICIES.into(), left.join(","));
+            }
             if !verdict.not_judged.is_empty() {
                 let rules: Vec<&str> = verdict.not_judged.iter().map(|n| n.rule.id).collect();
                 response.audit_annotations.insert("not-judged".into(), rules.join(","));
@@ -430,6 +448,7 @@ mod tests {
             related: vec![],
             anchor: web(),
             notes,
+            from_view: false,
         };
         assert_eq!(line(&f), expected);
         // The same text as the message the other outputs show, after the rule and the reasons.
