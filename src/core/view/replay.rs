@@ -545,6 +545,28 @@ pub fn replay_each(view: &dyn View, nodes: &[String]) -> Vec<DrainRun> {
                 None => pending.push((namespace, pod, template)),
             }
         }
+        // Pods that were on their nodes before this drain and were preempted there by a
+        // replacement: gone, and replaced by their controllers where the drain placed theirs, or
+        // Pending. (A replacement preempted in the same drain is not listed yet: followed above.)
+        for p in &run.preempts {
+            let Some(on) = world.at(&p.node) else { continue };
+            let Some(k) = world.pods[on].iter().position(|(ns, q)| *ns == p.namespace && *q.name == *p.pod) else {
+                continue;
+            };
+            let (namespace, pod) = world.pods[on].remove(k);
+            let Some(template) =
+                pod.workload().and_then(|(kind, name)| view.template(&ObjectRef::new(kind, &namespace, name)))
+            else {
+                continue;
+            };
+            match p.replacement.as_deref().and_then(|n| world.at(n)) {
+                Some(to) => {
+                    let replacement = replacement_of(&pod, &template, i, &world.states[to].node.name);
+                    world.pods[to].push((namespace, Arc::new(replacement)));
+                }
+                None => pending.push((namespace, pod, template)),
+            }
+        }
         // Uncordoned: what was Pending is placed again, now that the node takes pods.
         for (namespace, pod, template) in pending {
             let incoming = Incoming { namespace: &namespace, labels: &template.labels, spec: &template.spec };

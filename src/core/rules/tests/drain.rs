@@ -948,6 +948,35 @@ fn a_replacement_preempted_in_the_same_drain_is_replaced_again() {
 }
 
 #[test]
+fn drain_each_follows_a_pod_preempted_on_another_node_to_its_replacement() {
+    // Draining n1 moves web (priority 1000) to n2, where it preempts batch-b-1; batch-b's
+    // replacement goes to n3. The next drains find batch-b's pod on n3, not on n2.
+    let node = |name: &str, cpu: &str| {
+        format!(
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n\
+             spec: {{}}\nstatus:\n  allocatable: {{cpu: '{cpu}', memory: 4Gi, pods: '110'}}\n"
+        )
+    };
+    let cpu = |p: PodInfo, cpu_milli: i64, priority: i32| PodInfo {
+        requests: crate::core::model::resources::Resources { cpu_milli, ..Default::default() },
+        priority,
+        ..p
+    };
+    let pods = vec![cpu(pod("web-1", "web", "n1"), 800, 1000), cpu(pod("batch-b-1", "batch-b", "n2"), 300, 0)];
+    let (n1, n2, n3) = (node("n1", "2"), node("n2", "1"), node("n3", "0.5"));
+    let (web, b) = (deployment("web", "replicas: 1", ""), deployment("batch-b", "replicas: 1", ""));
+    let view = view_with_templates(&docs(&[n1.as_str(), n2.as_str(), n3.as_str(), web.as_str(), b.as_str()]), pods);
+    let nodes: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| n.to_string()).collect();
+    let runs = crate::core::view::replay::replay_each(&view, &nodes);
+    let preempted: Vec<(&str, &str, Option<&str>)> =
+        runs[0].preempts.iter().map(|p| (p.pod.as_str(), p.node.as_str(), p.replacement.as_deref())).collect();
+    assert_eq!(preempted, [("batch-b-1", "n2", Some("n3"))], "{:#?}", runs[0]);
+    let evicted = |run: &super::DrainRun| -> Vec<String> { run.evictions.iter().map(|e| e.pod.clone()).collect() };
+    assert_eq!(evicted(&runs[1]), ["web-1-replacement-0"], "n2 holds web's replacement only: {:#?}", runs[1]);
+    assert_eq!(evicted(&runs[2]), ["batch-b-1-replacement-0"], "batch-b's replacement is on n3: {:#?}", runs[2]);
+}
+
+#[test]
 fn a_single_replica_workload_is_counted_in_the_drain_not_warned_about() {
     use crate::core::model::{Kind, ObjectRef};
     let nodes = |n: &[&str]| n.iter().map(|n| n.to_string()).collect::<Vec<_>>();
