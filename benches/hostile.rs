@@ -14,10 +14,13 @@
 //!    Target: every answer under 50 ms.
 //! 2. **Stream**: the real server (`serve_with_listeners`, production defaults) on loopback over
 //!    TLS and HTTP/1.1, as the apiserver calls a webhook (`--client-proto h2`: every call over one
-//!    HTTP/2 connection, as for a webhook at a localhost URL), its threads on `--server-cpus` (the last CPU by default; `any`: unpinned) and the load
-//!    generator on the others, as `benches/load` pins them (in a cluster the apiserver does not
-//!    encrypt and send a megabyte on the webhook's CPU); an open-loop stream of the ordinary
-//!    requests at `--rate` per second (200), in windows that take five conditions in turn: the
+//!    HTTP/2 connection, as for a webhook at a localhost URL), its threads on `--server-cpus` (the
+//!    last CPU by default; `any`: unpinned) and the load generator on the others, as
+//!    `benches/load` pins them (in a cluster the apiserver does not encrypt and send a megabyte on
+//!    the webhook's CPU); the requests beside the stream are sent by a runtime and client of their
+//!    own under `SCHED_IDLE`, as other apiserver goroutines send another tenant's calls
+//!    (`--side-sender same`: by the stream's own); an open-loop stream of the ordinary requests at
+//!    `--rate` per second (200), in windows that take five conditions in turn: the
 //!    stream alone; with the hostile requests, in turn, open loop at `--hostile-rate` per second
 //!    (20: a tenant's pipeline applying them over and over); as a control, with as many more
 //!    ordinary Deployment CREATEs instead; and those two again with every request made distinct
@@ -351,6 +354,7 @@ fn stream(
     let window = duration(args, "--window", "10s");
     let hostile_rate: f64 = arg(args, "--hostile-rate", 20.0);
     let client_proto: String = arg(args, "--client-proto", "h1".to_string());
+    let side_sender: String = arg(args, "--side-sender", "apart".to_string());
     let certs = tempfile::tempdir().unwrap();
     let (cert, key, ca) = dev_certs(certs.path());
     let listeners = Listeners::bind("127.0.0.1:0".parse().unwrap(), "127.0.0.1:0".parse().unwrap()).unwrap();
@@ -380,21 +384,46 @@ fn stream(
     });
     pin(&client_cpus);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    // The requests beside the stream (hostile, or the control's) are sent by a runtime of their
+    // own, its thread under SCHED_IDLE on the load generator's CPUs, with a client of its own: in
+    // a cluster another tenant's megabyte is encrypted and sent by other apiserver goroutines, not
+    // on the time of the calls being measured (`--side-sender same`: on the stream's runtime and
+    // client).
+    let side_runtime = match side_sender.as_str() {
+        "apart" => Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .on_thread_start(lowest_priority)
+                .enable_all()
+                .build()
+                .unwrap(),
+        ),
+        "same" => None,
+        other => panic!("--side-sender {other}: apart or same"),
+    };
+    let side_runtime_handle = side_runtime.as_ref().map(|r| r.handle().clone());
+    let side_apart = side_runtime.is_some();
     runtime.block_on(async move {
         // HTTP/1.1, as the apiserver calls a webhook behind a Service or at a URL not on
         // localhost (k8s.io/apiserver/pkg/util/webhook/client.go sets NextProtos to http/1.1,
         // kubernetes#75791): a pool of connections, one call on each at a time. `--client-proto h2`
         // sends every call over one HTTP/2 connection instead, as a webhook at a localhost URL is
         // called.
-        let builder = reqwest::Client::builder()
-            .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
-            .timeout(Duration::from_secs(30));
-        let builder = match client_proto.as_str() {
-            "h2" => builder,
-            "h1" => builder.http1_only(),
-            other => panic!("--client-proto {other}: h1 or h2"),
+        let make_client = || {
+            let builder = reqwest::Client::builder()
+                .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+                .timeout(Duration::from_secs(30));
+            match client_proto.as_str() {
+                "h2" => builder,
+                "h1" => builder.http1_only(),
+                other => panic!("--client-proto {other}: h1 or h2"),
+            }
+            .build()
+            .unwrap()
         };
-        let client = builder.build().unwrap();
+        let client = make_client();
+        let side_client = if side_apart { make_client() } else { client.clone() };
+        let side_handle = side_runtime_handle.unwrap_or_else(tokio::runtime::Handle::current);
         let base = format!("https://localhost:{}", addr.port());
         wait_until_up(&client, &base).await;
         println!(
@@ -440,9 +469,9 @@ fn stream(
                 // Open loop too: each request at its time, whatever the answers take (a tenant's
                 // CI applying its manifests again and again).
                 let (client, base, stop, answered) =
-                    (client.clone(), base.clone(), stop.clone(), answered_hostile.clone());
+                    (side_client.clone(), base.clone(), stop.clone(), answered_hostile.clone());
                 let counts = condition == 1 || condition == 3;
-                side_task = Some(tokio::spawn(async move {
+                side_task = Some(side_handle.spawn(async move {
                     let start = tokio::time::Instant::now();
                     let mut sent = Vec::new();
                     let mut i = 0usize;
@@ -577,6 +606,15 @@ fn cpu_split(args: &[String]) -> (Vec<usize>, Vec<usize>) {
     let client: Vec<usize> = all.iter().copied().filter(|c| !server.contains(c)).collect();
     println!("CPUs: the server on {server:?}, the load generator on {client:?}");
     (server, if client.is_empty() { all } else { client })
+}
+
+/// Puts the calling thread under `SCHED_IDLE`: it runs only when the CPU has nothing else to do.
+fn lowest_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads `param` and changes only the calling thread's policy.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        eprintln!("cannot set SCHED_IDLE for the side sender: {}", std::io::Error::last_os_error());
+    }
 }
 
 /// Pins the calling thread (and the threads it creates after) to `cpus`; none: nothing.
