@@ -288,9 +288,14 @@ impl Pod {
             project(cp, &namespace, volume, &host);
             mounts.push((path, host, (*volume).clone()));
         }
+        // The admission policies off: their owner is the webhook configuration, and this control
+        // plane runs no garbage collector to remove them when it goes (the uninstall steps), nor
+        // should they take over what this test holds the webhooks to. tests/e2e_admission_policies.rs
+        // shows them with the chart's value, kube-controller-manager running.
         let args: Vec<String> = strings(&c["args"])
             .into_iter()
             .map(|a| mounts.iter().fold(a, |a, (path, host, _)| a.replace(path.as_str(), &host.to_string_lossy())))
+            .map(|a| if a.starts_with("--admission-policies=") { "--admission-policies=off".to_string() } else { a })
             .collect();
         let env = c["env"]
             .as_array()
