@@ -906,6 +906,19 @@ fn a_victims_replacement_preempts_in_turn_where_its_policy_lets_it() {
     assert_eq!(of_rule(&f, PENDING)[0].object.to_string(), "Deployment default/batch-a");
 }
 
+/// A node YAML of `cpu` CPUs (4Gi, 110 pods), labelled with its hostname.
+fn cpu_node(name: &str, cpu: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n\
+         spec: {{}}\nstatus:\n  allocatable: {{cpu: '{cpu}', memory: 4Gi, pods: '110'}}\n"
+    )
+}
+
+/// `p` requesting `cpu_milli` of CPU at `priority`.
+fn with_cpu(p: PodInfo, cpu_milli: i64, priority: i32) -> PodInfo {
+    PodInfo { requests: crate::core::model::resources::Resources { cpu_milli, ..Default::default() }, priority, ..p }
+}
+
 /// A replacement made earlier in the same drain can be a victim too, and its controller replaces
 /// it again (a ReplicaSet's `manageReplicas` counts it gone). `batch-a-1` (priority 0, 300m) is
 /// evicted first and replaced on n2; `web-1` (priority 1000, 800m) fits only by preempting that
@@ -914,19 +927,9 @@ fn a_victims_replacement_preempts_in_turn_where_its_policy_lets_it() {
 /// the drain completes.
 #[test]
 fn a_replacement_preempted_in_the_same_drain_is_replaced_again() {
-    let node = |name: &str, cpu: &str| {
-        format!(
-            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n\
-             spec: {{}}\nstatus:\n  allocatable: {{cpu: '{cpu}', memory: 4Gi, pods: '110'}}\n"
-        )
-    };
-    let cpu = |p: PodInfo, cpu_milli: i64, priority: i32| PodInfo {
-        requests: crate::core::model::resources::Resources { cpu_milli, ..Default::default() },
-        priority,
-        ..p
-    };
-    let pods = vec![cpu(pod("batch-a-1", "batch-a", "n1"), 300, 0), cpu(pod("web-1", "web", "n1"), 800, 1000)];
-    let (n1, n2) = (node("n1", "2"), node("n2", "1"));
+    let pods =
+        vec![with_cpu(pod("batch-a-1", "batch-a", "n1"), 300, 0), with_cpu(pod("web-1", "web", "n1"), 800, 1000)];
+    let (n1, n2) = (cpu_node("n1", "2"), cpu_node("n2", "1"));
     let (web, a) = (deployment("web", "replicas: 1", ""), deployment("batch-a", "replicas: 1", ""));
     let view = view_with_templates(&docs(&[n1.as_str(), n2.as_str(), web.as_str(), a.as_str()]), pods);
     let (run, f) = super::run(&view, &["n1".to_string()], "node n1");
@@ -951,19 +954,9 @@ fn a_replacement_preempted_in_the_same_drain_is_replaced_again() {
 fn drain_each_follows_a_pod_preempted_on_another_node_to_its_replacement() {
     // Draining n1 moves web (priority 1000) to n2, where it preempts batch-b-1; batch-b's
     // replacement goes to n3. The next drains find batch-b's pod on n3, not on n2.
-    let node = |name: &str, cpu: &str| {
-        format!(
-            "apiVersion: v1\nkind: Node\nmetadata:\n  name: {name}\n  labels:\n    kubernetes.io/hostname: {name}\n\
-             spec: {{}}\nstatus:\n  allocatable: {{cpu: '{cpu}', memory: 4Gi, pods: '110'}}\n"
-        )
-    };
-    let cpu = |p: PodInfo, cpu_milli: i64, priority: i32| PodInfo {
-        requests: crate::core::model::resources::Resources { cpu_milli, ..Default::default() },
-        priority,
-        ..p
-    };
-    let pods = vec![cpu(pod("web-1", "web", "n1"), 800, 1000), cpu(pod("batch-b-1", "batch-b", "n2"), 300, 0)];
-    let (n1, n2, n3) = (node("n1", "2"), node("n2", "1"), node("n3", "0.5"));
+    let pods =
+        vec![with_cpu(pod("web-1", "web", "n1"), 800, 1000), with_cpu(pod("batch-b-1", "batch-b", "n2"), 300, 0)];
+    let (n1, n2, n3) = (cpu_node("n1", "2"), cpu_node("n2", "1"), cpu_node("n3", "0.5"));
     let (web, b) = (deployment("web", "replicas: 1", ""), deployment("batch-b", "replicas: 1", ""));
     let view = view_with_templates(&docs(&[n1.as_str(), n2.as_str(), n3.as_str(), web.as_str(), b.as_str()]), pods);
     let nodes: Vec<String> = ["n1", "n2", "n3"].iter().map(|n| n.to_string()).collect();
