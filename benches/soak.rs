@@ -1444,6 +1444,11 @@ fn apiserver_counts(cp: &ControlPlane) -> Option<BTreeMap<&'static str, u64>> {
         }
         out.insert(kind, got.stdout.lines().filter(|l| !l.trim().is_empty()).count() as u64);
     }
+    // The view keeps only the APIServices a Service serves: the local ones no rule reads.
+    let got = cp.kubectl(&["get", "apiservices", "-o", "json"]);
+    let list: Value = serde_json::from_str(&got.stdout).ok().filter(|_| got.ok())?;
+    let served = list["items"].as_array()?.iter().filter(|a| !a["spec"]["service"].is_null()).count();
+    out.insert("APIService", served as u64);
     let mut watched: Vec<&str> = WATCHED_KINDS.to_vec();
     watched.sort_unstable();
     assert_eq!(out.keys().copied().collect::<Vec<_>>(), watched, "count every kind the view watches, no other");
