@@ -76,6 +76,8 @@ const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(5);
 const HANDLER_TARGET: Duration = Duration::from_millis(50);
 
 fn main() {
+    // The server runs in this process: its memory as `serve` sets it (src/main.rs).
+    ha_guard::cli::memory::no_transparent_huge_pages();
     let args: Vec<String> = std::env::args().collect();
     let nodes: usize = arg(&args, "--nodes", 5000);
     let repeat: usize = arg(&args, "--repeat", 15);

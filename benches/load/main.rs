@@ -82,7 +82,11 @@ fn main() {
     // `cargo bench` passes `--bench`; the role is the first word that is not a flag.
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     match args.first().map(String::as_str) {
-        Some("serve") => serve_role(&args[1..]),
+        Some("serve") => {
+            // The server process: its memory as `serve` sets it (src/main.rs).
+            ha_guard::cli::memory::no_transparent_huge_pages();
+            serve_role(&args[1..])
+        }
         Some("bench") | None => bench_role(args.get(1..).unwrap_or_default()),
         Some("profile") => profile_role(&args[1..]),
         Some("viewsize") => viewsize_role(&args[1..]),

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod certs;
 pub mod check;
 pub mod error;
+pub mod memory;
 pub mod policies;
 pub mod probe;
 pub mod reports;

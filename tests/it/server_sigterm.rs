@@ -68,6 +68,9 @@ fn sigterm_drops_readiness_finishes_in_flight_requests_and_exits_0() {
     wait_until(Duration::from_secs(30), "/readyz answers 200", &mut guard.0, || {
         probe_status(probe, "/readyz") == Some(200)
     });
+    // Its memory in 4 KiB pages: a huge page's first touch zeroes 2 MiB on the request path.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("its /proc status");
+    assert!(status.contains("THP_enabled:\t0"), "THP off for serve:\n{status}");
 
     // Requests in flight: each has sent its head (so its TLS handshake is done) when SIGTERM comes,
     // and uploads its body in pieces over 1.5 s, past the 1 s shutdown delay.
