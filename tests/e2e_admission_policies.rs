@@ -382,6 +382,16 @@ fn the_chart_keeps_the_admission_policies_enforced_while_ha_guard_is_down() {
             })
             .collect();
         assert!(warnings.is_empty(), "type checking warns:\n{}", warnings.join("\n"));
+        // The replica says so: applied, every rule handed over (its policies type-checked clean).
+        poll("ha_guard_admission_policies_applied 1", WAIT, Duration::from_millis(200), || {
+            let m = hg.metrics();
+            let state = (
+                m.get("ha_guard_admission_policies_applied", &[]),
+                m.get("ha_guard_admission_policies_held_back", &[]),
+            );
+            if state == (Some(1.0), Some(0.0)) { Ok(()) } else { Err(format!("{state:?}")) }
+        })
+        .unwrap_or_else(|e| panic!("{e}:\n{}", hg.log_tail(30)));
     });
 
     // Another workload whose pods carry `team: t` (counted by the overlapping spreads below).
@@ -505,6 +515,7 @@ fn the_chart_keeps_the_admission_policies_enforced_while_ha_guard_is_down() {
         hg.stop();
         hg = replica.start(&cp, "ha-guard-off", &off, &balancer);
         holds(&cp, &BTreeSet::new(), "no policy left");
+        assert_eq!(hg.metrics().get("ha_guard_admission_policies_applied", &[]), None, "no sample when off");
         // The webhook alone now (once the apiserver has dropped the policies): its warning, once.
         let zero = pod(deployment(NS, "zero-webhook", 1), json!({"terminationGracePeriodSeconds": 0}));
         poll("the deleted policies out of admission", WAIT, Duration::from_millis(300), || {

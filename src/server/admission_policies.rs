@@ -492,6 +492,10 @@ pub async fn run(applier: Applier, state: Arc<AppState>) {
     let mut first = true;
     loop {
         let (config, generation) = state.config_and_generation();
+        if applier.mode != Mode::Off && state.policies_for(generation).is_none() {
+            // A newer configuration than the one applied (or none applied yet): not current.
+            state.metrics.set_admission_policies(Some((false, 0)));
+        }
         let wait = match applier.sync(&config, generation, first).await {
             Ok(Synced::Applied(in_force)) => {
                 tracing::info!(
@@ -508,6 +512,7 @@ pub async fn run(applier: Applier, state: Arc<AppState>) {
                     );
                 }
                 let wait = if in_force.held_back.is_empty() { RESYNC } else { RETRY };
+                state.metrics.set_admission_policies(Some((true, in_force.held_back.len())));
                 state.set_policies(Some(in_force));
                 first = false;
                 wait
@@ -517,6 +522,7 @@ pub async fn run(applier: Applier, state: Arc<AppState>) {
                     tracing::info!(owner = %applier.owner, removed = n, "admission policies off: deleted this owner's");
                 }
                 state.set_policies(None);
+                state.metrics.set_admission_policies(None);
                 first = false;
                 RESYNC
             }
@@ -527,12 +533,14 @@ pub async fn run(applier: Applier, state: Arc<AppState>) {
                      judges every rule meanwhile"
                 );
                 state.set_policies(None);
+                state.metrics.set_admission_policies(Some((false, 0)));
                 RESYNC
             }
             Err(e) => {
                 tracing::error!(error = %e, owner = %applier.owner,
                     "admission policies not applied; the webhook judges every rule meanwhile");
                 state.set_policies(None);
+                state.metrics.set_admission_policies(Some((false, 0)));
                 RETRY
             }
         };
