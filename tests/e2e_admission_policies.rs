@@ -18,9 +18,12 @@
 //!    admitted with the rule's warning; a selector-less spread is stored with the workload's
 //!    selector and a PDB without unhealthyPodEvictionPolicy with AlwaysAllow; a compliant
 //!    Deployment draws no warning; a rule that needs the view (another workload's pods counted)
-//!    passes unsaid (failurePolicy Ignore).
+//!    passes unsaid (failurePolicy Ignore); a PDB with maxUnavailable 0 is refused
+//!    (`pdb-blocks-eviction`), one too tight only for its workload's replicas passes; a misspelt
+//!    exemption annotation draws `exemption-unknown-rule`'s warning with its suggestion.
 //! 3. **Back, one message**: the replica restarted: a write with a covered violation and a
-//!    view-only one gets each warning once (the policy's and the webhook's).
+//!    view-only one gets each warning once (the policy's and the webhook's); a self-blocking PDB is
+//!    refused once, a PDB too tight for its workload's one replica by the webhook, naming it.
 //! 4. **Round trips**: a rule turned off in the chart's values, reloaded from the ConfigMap: its
 //!    policies deleted, the others kept; `admissionPolicies.enabled=false`: every policy deleted
 //!    and the webhook judges everything again; `helm uninstall` (the replica still running) leaves
@@ -348,6 +351,11 @@ fn the_chart_keeps_the_admission_policies_enforced_while_ha_guard_is_down() {
             .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
             .map(|d| d["metadata"]["name"].as_str().unwrap().to_string())
             .collect();
+        // Every rule with a CEL form has its policy here, type-checked below with the others.
+        for r in ha_guard::core::rules::CEL_RULES {
+            let id = r.rule.id;
+            assert!(vaps.iter().any(|n| n.starts_with(&format!("ha-guard-{id}"))), "no policy of {id}: {vaps:?}");
+        }
         let checked = poll("type checking of every policy", WAIT, Duration::from_millis(500), || {
             let list =
                 cp.kubectl(&["get", "validatingadmissionpolicies", "-l", MANAGED, "-o", "json"]).success().json();
@@ -374,6 +382,16 @@ fn the_chart_keeps_the_admission_policies_enforced_while_ha_guard_is_down() {
             })
             .collect();
         assert!(warnings.is_empty(), "type checking warns:\n{}", warnings.join("\n"));
+        // The replica says so: applied, every rule handed over (its policies type-checked clean).
+        poll("ha_guard_admission_policies_applied 1", WAIT, Duration::from_millis(200), || {
+            let m = hg.metrics();
+            let state = (
+                m.get("ha_guard_admission_policies_applied", &[]),
+                m.get("ha_guard_admission_policies_held_back", &[]),
+            );
+            if state == (Some(1.0), Some(0.0)) { Ok(()) } else { Err(format!("{state:?}")) }
+        })
+        .unwrap_or_else(|e| panic!("{e}:\n{}", hg.log_tail(30)));
     });
 
     // Another workload whose pods carry `team: t` (counted by the overlapping spreads below).
@@ -415,6 +433,16 @@ fn the_chart_keeps_the_admission_policies_enforced_while_ha_guard_is_down() {
         assert_eq!(budget["spec"]["unhealthyPodEvictionPolicy"], "AlwaysAllow", "{budget}");
         cp.apply(deployment(NS, "fine", 1)).success().no_warnings();
         cp.apply(overlapping("view")).success().no_warnings();
+        // A PDB that allows no disruption by itself is refused; one too tight only for the one
+        // replica it covers (the view's) passes; a misspelt exemption warns with its suggestion.
+        refused_by_policy(cp.apply(pdb(NS, "frozen", "fine", json!({"maxUnavailable": 0}))), "pdb-blocks-eviction");
+        cp.apply(pdb(NS, "tight", "fine", json!({"minAvailable": 1}))).success();
+        cp.kubectl(&["-n", NS, "delete", "pdb", "tight"]).success();
+        let mut typo = deployment(NS, "typo", 1);
+        typo["metadata"]["annotations"] = json!({"ha-guard.io/allow-termination-grace-zreo": "batch"});
+        let out = cp.apply(&typo).success();
+        assert_eq!(mentions(&out, "exemption-unknown-rule"), 1, "{}", out.output());
+        assert!(out.stderr.contains("did you mean ha-guard.io/allow-termination-grace-zero?"), "{}", out.output());
         assert!(failed_open(&cp) > open_before, "the webhooks were called and failed open: ha-guard was down");
     });
 
@@ -433,6 +461,21 @@ fn the_chart_keeps_the_admission_policies_enforced_while_ha_guard_is_down() {
             spread(json!({"matchLabels": {"app": "other"}}), "DoNotSchedule"),
         );
         refused_by_policy(cp.apply(&mismatch), "spread-selector-mismatch");
+        // The PDB's own block, once (the policy's); the budget too tight for its one replica, the
+        // webhook's, naming the workload.
+        refused_by_policy(cp.apply(pdb(NS, "frozen", "fine", json!({"maxUnavailable": 0}))), "pdb-blocks-eviction");
+        let tight = cp.apply(pdb(NS, "tight-2", "fine", json!({"minAvailable": 1}))).failure();
+        assert_eq!(mentions(&tight, "pdb-blocks-eviction"), 1, "{}", tight.output());
+        assert!(
+            !tight.stderr.contains("ValidatingAdmissionPolicy")
+                && tight.stderr.contains("Deployment fine (replicas 1)"),
+            "{}",
+            tight.output()
+        );
+        let mut typo = deployment(NS, "typo-2", 1);
+        typo["metadata"]["annotations"] = json!({"ha-guard.io/allow-termination-grace-zreo": "batch"});
+        let out = cp.apply(&typo).success();
+        assert_eq!(mentions(&out, "exemption-unknown-rule"), 1, "the policy's warning only: {}", out.output());
         assert_eq!(failed_open(&cp), open_before, "ha-guard answered every call");
     });
 
@@ -472,6 +515,7 @@ fn the_chart_keeps_the_admission_policies_enforced_while_ha_guard_is_down() {
         hg.stop();
         hg = replica.start(&cp, "ha-guard-off", &off, &balancer);
         holds(&cp, &BTreeSet::new(), "no policy left");
+        assert_eq!(hg.metrics().get("ha_guard_admission_policies_applied", &[]), None, "no sample when off");
         // The webhook alone now (once the apiserver has dropped the policies): its warning, once.
         let zero = pod(deployment(NS, "zero-webhook", 1), json!({"terminationGracePeriodSeconds": 0}));
         poll("the deleted policies out of admission", WAIT, Duration::from_millis(300), || {

@@ -773,6 +773,87 @@ fn variants() -> Vec<(String, Value)> {
     add("hpa min 2 max 2 (boundary)", hpa("h2", Some(2), 2, false));
     add("hpa min 0 max 1 object metric", hpa("h3", Some(0), 1, true));
     add("hpa no minReplicas", hpa("h4", None, 5, false));
+    // pdb-blocks-eviction: the budgets that block by themselves, and the nearest that do not (a
+    // PDB alone: what covers too few replicas needs the view, left to the webhook).
+    let web = json!({"matchLabels": {"app": "web"}});
+    for (what, budget) in [
+        ("maxUnavailable 0", json!({"maxUnavailable": 0})),
+        ("maxUnavailable 0%", json!({"maxUnavailable": "0%"})),
+        ("maxUnavailable 00%", json!({"maxUnavailable": "00%"})),
+        ("maxUnavailable 1 (boundary)", json!({"maxUnavailable": 1})),
+        ("maxUnavailable 1%", json!({"maxUnavailable": "1%"})),
+        ("minAvailable 100%", json!({"minAvailable": "100%"})),
+        ("minAvailable 99%", json!({"minAvailable": "99%"})),
+        ("minAvailable 0", json!({"minAvailable": 0})),
+        ("minAvailable 1", json!({"minAvailable": 1})),
+        ("minAvailable 5", json!({"minAvailable": 5})),
+        ("minAvailable 0%", json!({"minAvailable": "0%"})),
+        ("neither field", json!({})),
+        ("neither field, AlwaysAllow", json!({"unhealthyPodEvictionPolicy": "AlwaysAllow"})),
+    ] {
+        let mut spec = budget.clone();
+        spec["selector"] = web.clone();
+        add(&format!("PDB budget {what}"), pdb("pb", spec));
+        let mut spec = budget;
+        spec["selector"] = json!({});
+        add(&format!("PDB budget {what}, empty selector"), pdb("pb", spec));
+    }
+    add("PDB budget maxUnavailable 0, no selector", pdb("pb", json!({"maxUnavailable": 0})));
+    // exemption-unknown-rule: each tier of the suggestion, ambiguity, none, a mutation, several
+    // keys, a known ID, an empty reason, the rule exempting itself, the longest name allowed.
+    let annotated = |name: &str, annotations: Value| {
+        let mut d = deployment(name, json!({"containers": [container(json!({}))]}));
+        d["metadata"]["annotations"] = annotations;
+        d
+    };
+    for (what, key) in [
+        ("one edit", "replica-colocated"),
+        ("case and underscores", "Replicas_Colocated"),
+        ("dots", "pdb.blocks.eviction"),
+        ("a missing hyphen", "hostnetwork-colocation"),
+        ("a swap", "termination-grace-zreo"),
+        ("words reordered", "colocated-replicas"),
+        ("another form of a word", "spread-unsatisfied"),
+        ("a word's first 4 letters", "hpa-repl-bounds"),
+        ("3 letters of a word", "hpa-rep-bounds"),
+        ("part of one ID", "colocated"),
+        ("part of several", "spread-selector"),
+        ("far from everything", "everything-is-fine"),
+        ("two edits", "pdb-msing"),
+        ("a mutation", "inject-spread-selector"),
+        ("a mutation's misspelling", "inject-spread-selectors"),
+        ("a known ID", "pdb-missing"),
+        ("the longest name", "x-very-long-annotation-name-that-is-not-any-rule-at-all-x"),
+    ] {
+        add(&format!("exemption {what}"), annotated("ea", json!({format!("ha-guard.io/allow-{key}"): "why"})));
+    }
+    add(
+        "exemptions, three unknown and one known",
+        annotated(
+            "eb",
+            json!({"ha-guard.io/allow-pdb-mising": "a", "ha-guard.io/allow-Hpa_Replica_Bounds": "b",
+                "ha-guard.io/allow-pdb-missing": "c", "ha-guard.io/allow-colocated": "d", "example.com/allow-x": "e"}),
+        ),
+    );
+    add("exemption, an empty reason", annotated("ec", json!({"ha-guard.io/allow-pdb-mising": ""})));
+    add(
+        "exemption of the rule itself",
+        annotated(
+            "ed",
+            json!({"ha-guard.io/allow-pdb-mising": "a", "ha-guard.io/allow-exemption-unknown-rule": "newer rules"}),
+        ),
+    );
+    let many: serde_json::Map<String, Value> = (0..12)
+        .map(|i| (format!("ha-guard.io/allow-termination-grace-zer{i}-typo-{i}"), json!("why")))
+        .chain(std::iter::once(("ha-guard.io/allow-spread-selector-mismatsh".to_string(), json!("why"))))
+        .collect();
+    add("exemptions, thirteen unknown", annotated("ee", Value::Object(many)));
+    let mut on_pdb = pdb("ep", json!({"maxUnavailable": 1, "selector": web}));
+    on_pdb["metadata"]["annotations"] = json!({"ha-guard.io/allow-pdb-blocks-evictions": "why"});
+    add("exemption on a PDB", on_pdb);
+    let mut on_hpa = hpa("eh", Some(2), 4, false);
+    on_hpa["metadata"]["annotations"] = json!({"ha-guard.io/allow-hpa-replica-bound": "why"});
+    add("exemption on an HPA", on_hpa);
     out
 }
 

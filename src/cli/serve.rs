@@ -280,7 +280,7 @@ fn start_admission_policies(
     client: Option<kube::Client>,
     state: &Arc<server::AppState>,
 ) -> Result<Option<tokio::task::JoinHandle<()>>, Error> {
-    use crate::server::admission_policies::{Applier, SETTLE, build, run};
+    use crate::server::admission_policies::{Applier, SETTLE, TYPE_CHECK_WAIT, build, run};
     let Some(owner) = args.admission_policies_owner.clone() else {
         return Ok(None);
     };
@@ -299,7 +299,7 @@ fn start_admission_policies(
     };
     let mode = args.admission_policies;
     tracing::info!(?mode, %owner, "admission policies");
-    let applier = Applier { client, mode, owner, build: build(), settle: SETTLE };
+    let applier = Applier { client, mode, owner, build: build(), settle: SETTLE, type_check_wait: TYPE_CHECK_WAIT };
     Ok(Some(tokio::spawn(run(applier, state.clone()))))
 }
 

@@ -271,20 +271,27 @@ pub struct CelResource {
     pub group: &'static str,
     pub version: &'static str,
     pub resource: &'static str,
+    /// The kind of its objects, as [`Kind::as_str`](crate::core::model::Kind::as_str) names it.
+    pub kind: &'static str,
 }
 
 /// Deployments and StatefulSets (the workloads), not their `scale` subresource: a scale write
 /// only warns in the webhook, so no policy matches it.
 pub const WORKLOADS: &[CelResource] = &[
-    CelResource { group: "apps", version: "v1", resource: "deployments" },
-    CelResource { group: "apps", version: "v1", resource: "statefulsets" },
+    CelResource { group: "apps", version: "v1", resource: "deployments", kind: "Deployment" },
+    CelResource { group: "apps", version: "v1", resource: "statefulsets", kind: "StatefulSet" },
 ];
 /// HorizontalPodAutoscalers (autoscaling/v1 writes reach the policy as v2: matchPolicy
 /// Equivalent).
-pub const HPAS: &[CelResource] =
-    &[CelResource { group: "autoscaling", version: "v2", resource: "horizontalpodautoscalers" }];
+pub const HPAS: &[CelResource] = &[CelResource {
+    group: "autoscaling",
+    version: "v2",
+    resource: "horizontalpodautoscalers",
+    kind: "HorizontalPodAutoscaler",
+}];
 /// PodDisruptionBudgets.
-pub const PDBS: &[CelResource] = &[CelResource { group: "policy", version: "v1", resource: "poddisruptionbudgets" }];
+pub const PDBS: &[CelResource] =
+    &[CelResource { group: "policy", version: "v1", resource: "poddisruptionbudgets", kind: "PodDisruptionBudget" }];
 
 /// The CEL form of a rule, declared beside it (DESIGN.md §4 "In the apiserver as well"): what the
 /// generated ValidatingAdmissionPolicies evaluate (src/core/policies.rs), the same findings with
@@ -302,6 +309,13 @@ pub struct CelRule {
     /// `None`: the CEL form yields every finding the Rust form does with an empty view. `Some`: it
     /// covers part of the rule only (which, said here), and the webhook alone judges the rest.
     pub partial: Option<&'static str>,
+}
+
+impl CelRule {
+    /// Whether its policies match objects of `kind` (a [`Kind::as_str`](crate::core::model::Kind::as_str)).
+    pub fn matches(&self, kind: &str) -> bool {
+        self.resources.iter().any(|r| r.kind == kind)
+    }
 }
 
 /// How a mutation's CEL form patches: an RFC 6902 JSON Patch or an apply configuration (the

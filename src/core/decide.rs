@@ -160,7 +160,8 @@ pub fn observe(decided: &mut Decided) {
 /// each violation once): removes from the webhook's answer the findings the policies in force
 /// already give — those of the rules in `covered` (whose policies are bound for this
 /// configuration), found from the object alone ([`Finding::from_view`] unset), on an object no
-/// exemption or exception takes out of the policy. Returns the rules of the findings removed.
+/// exemption or exception takes out of the policy, of a kind the policy matches. Returns the rules
+/// of the findings removed.
 /// What needs the view, what an exemption or exception allowed, and every rule without a policy
 /// stay the webhook's. Scale subresource writes, which no policy matches, are not to be given
 /// here (the caller keeps them whole).
@@ -169,6 +170,9 @@ pub fn leave_to_policies(decided: &mut Decided, covered: &std::collections::BTre
     decided.findings.retain(|f| {
         let given = covered.contains(f.rule.id)
             && !f.from_view
+            && crate::core::rules::CEL_RULES
+                .iter()
+                .any(|c| c.rule.id == f.rule.id && c.matches(f.object.kind.as_str()))
             && matches!(f.action, Decision::Deny | Decision::Warn)
             && !f.notes.iter().any(|n| matches!(n, Note::Exempted { .. } | Note::Exception { .. }));
         if given && !left.contains(&f.rule.id) {

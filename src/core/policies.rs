@@ -160,6 +160,10 @@ fn selector_matches(selector: &LabelSelector, labels: &str) -> String {
     if terms.is_empty() { "true".to_string() } else { terms.join(" && ") }
 }
 
+/// The variable a CEL form reads the rule IDs from (every rule of the registry, in catalogue
+/// order): given only to the policies whose form reads it.
+const RULE_IDS: &str = "variables.ruleIds";
+
 const OBJECT_LABELS: &str = "object.metadata.?labels.orValue({})";
 const NAMESPACE_LABELS: &str = "variables.namespaceLabels";
 
@@ -199,18 +203,29 @@ fn labels(id: &str) -> Value {
     json!({ MANAGED_BY: "ha-guard", RULE_LABEL: id })
 }
 
+/// One resource rule per API group and version (in the order of `resources`), so that no rule
+/// names a group, version and resource that do not go together.
 fn resource_rules(resources: &[CelResource]) -> Value {
-    let mut groups: Vec<&str> = resources.iter().map(|r| r.group).collect();
-    groups.dedup();
-    let mut versions: Vec<&str> = resources.iter().map(|r| r.version).collect();
-    versions.dedup();
-    let names: Vec<&str> = resources.iter().map(|r| r.resource).collect();
-    json!([{
-        "apiGroups": groups,
-        "apiVersions": versions,
-        "resources": names,
-        "operations": ["CREATE", "UPDATE"],
-    }])
+    let mut rules: Vec<(&str, &str, Vec<&str>)> = Vec::new();
+    for r in resources {
+        match rules.iter_mut().find(|(g, v, _)| *g == r.group && *v == r.version) {
+            Some((_, _, names)) => names.push(r.resource),
+            None => rules.push((r.group, r.version, vec![r.resource])),
+        }
+    }
+    Value::Array(
+        rules
+            .into_iter()
+            .map(|(group, version, names)| {
+                json!({
+                    "apiGroups": [group],
+                    "apiVersions": [version],
+                    "resources": names,
+                    "operations": ["CREATE", "UPDATE"],
+                })
+            })
+            .collect(),
+    )
 }
 
 /// The namespaces a binding leaves out: those labelled `ha-guard.io/mode: off` and the exempt
@@ -291,8 +306,11 @@ fn validating(config: &Config, today: Option<Date>, rule: &CelRule) -> Vec<Value
         json!({"name": "id", "expression": "request.kind.kind + ' ' + request.namespace + '/' + object.metadata.?name.orValue('')"}),
         json!({"name": "namespaceLabels", "expression": "namespaceObject.metadata.?labels.orValue({})"}),
         json!({"name": "csiImages", "expression": cel_list(&config.csi_controller_images)}),
-        json!({"name": "findings", "expression": format!("[object].map(o, {})[0]", rule.findings)}),
     ];
+    if rule.findings.contains(RULE_IDS) {
+        variables.push(json!({"name": "ruleIds", "expression": cel_list(crate::core::rules::all().map(|r| r.id))}));
+    }
+    variables.push(json!({"name": "findings", "expression": format!("[object].map(o, {})[0]", rule.findings)}));
     if ratchet {
         variables.push(json!({
             "name": "oldPaths",

@@ -18,6 +18,13 @@
 //! namespaceSelector and objectSelector are added to each binding's, its matchConditions to each
 //! validating policy's (kube-system and the release namespace stay out, as from the webhooks).
 //!
+//! A rule is handed over (the webhook leaves its findings to its policies, [`InForce::rules`])
+//! only once the apiserver has type-checked each of its ValidatingAdmissionPolicies at their
+//! current generation without a warning (`status.typeChecking`, written by
+//! kube-controller-manager): a policy whose CEL the apiserver warns about may fail at run time,
+//! and `failurePolicy: Ignore` would then pass what the webhook no longer says. Until then, or for
+//! good with a warning (logged), the webhook keeps judging the rule ([`InForce::held_back`]).
+//!
 //! Several replicas, rolling upgrades: every replica applies at start, so the newest replicas'
 //! set wins; afterwards (a reload, a resync) a replica applies only while every object it would
 //! touch was written by the same build ([`GENERATED_BY`]), so that an old replica still running
@@ -50,6 +57,80 @@ pub const RETRY: Duration = Duration::from_secs(30);
 /// a moment later), and every apiserver of the control plane has its own. Meanwhile the webhook
 /// judges every rule: a violation may be said twice for these seconds, never not at all.
 pub const SETTLE: Duration = Duration::from_secs(3);
+
+/// How long a sync waits for the apiserver's type checking of the validating policies it applied
+/// (kube-controller-manager's policy status controller writes it into `status.typeChecking`).
+/// A rule whose policies are not type-checked by then is not handed over yet: the webhook keeps
+/// judging it, and the sync comes again after [`RETRY`].
+pub const TYPE_CHECK_WAIT: Duration = Duration::from_secs(15);
+
+/// What the apiserver's type checking says of one applied ValidatingAdmissionPolicy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TypeCheck {
+    /// Checked at its current generation, without a warning.
+    Clean,
+    /// Checked, with these warnings (`fieldRef: warning`, joined by `; `).
+    Warned(String),
+    /// Not checked at its current generation yet (or not readable).
+    Pending,
+}
+
+/// [`TypeCheck`] of a ValidatingAdmissionPolicy as the apiserver holds it.
+pub fn type_check(policy: &Value) -> TypeCheck {
+    let status = &policy["status"];
+    if status["observedGeneration"].is_null()
+        || status["observedGeneration"] != policy["metadata"]["generation"]
+        || status["typeChecking"].is_null()
+    {
+        return TypeCheck::Pending;
+    }
+    let warnings: Vec<String> = status["typeChecking"]["expressionWarnings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|w| {
+            format!(
+                "{}: {}",
+                w["fieldRef"].as_str().unwrap_or_default(),
+                w["warning"].as_str().unwrap_or_default().trim()
+            )
+        })
+        .collect();
+    if warnings.is_empty() { TypeCheck::Clean } else { TypeCheck::Warned(warnings.join("; ")) }
+}
+
+/// The rules whose findings the webhook may leave to their policies: every rule bound in
+/// `desired` whose validating policies all type-checked clean (`checks`, by policy name). The
+/// others are held back, with why: the webhook keeps judging them (a violation may be said twice,
+/// never not at all).
+pub fn handed_over(
+    desired: &[Value],
+    checks: &BTreeMap<String, TypeCheck>,
+) -> (BTreeSet<String>, BTreeMap<String, String>) {
+    let rule_of = |d: &Value| d["metadata"]["labels"][RULE_LABEL].as_str().unwrap_or_default().to_string();
+    let mut rules = BTreeSet::new();
+    let mut held_back = BTreeMap::new();
+    for d in desired.iter().filter(|d| d["kind"] == "ValidatingAdmissionPolicyBinding") {
+        rules.insert(rule_of(d));
+    }
+    for d in desired.iter().filter(|d| d["kind"] == "ValidatingAdmissionPolicy") {
+        let id = rule_of(d);
+        let why = match checks.get(name_of(d)).unwrap_or(&TypeCheck::Pending) {
+            TypeCheck::Clean => continue,
+            TypeCheck::Warned(w) => format!("{}: the apiserver's type checking warns: {w}", name_of(d)),
+            TypeCheck::Pending => format!("{}: not type-checked by the apiserver yet", name_of(d)),
+        };
+        rules.remove(&id);
+        held_back
+            .entry(id)
+            .and_modify(|w: &mut String| {
+                w.push_str("; ");
+                w.push_str(&why);
+            })
+            .or_insert(why);
+    }
+    (rules, held_back)
+}
 
 /// `--admission-policies`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -141,6 +222,8 @@ pub struct Applier {
     pub build: String,
     /// [`SETTLE`], or a test's.
     pub settle: Duration,
+    /// [`TYPE_CHECK_WAIT`], or a test's.
+    pub type_check_wait: Duration,
 }
 
 impl Applier {
@@ -285,20 +368,40 @@ impl Applier {
         if changed {
             tokio::time::sleep(self.settle).await;
         }
-        let mut in_force = InForce { generation, ..InForce::default() };
-        for d in &desired {
-            let id = d["metadata"]["labels"][RULE_LABEL].as_str().unwrap_or_default().to_string();
-            match d["kind"].as_str() {
-                Some("ValidatingAdmissionPolicyBinding") => {
-                    in_force.rules.insert(id);
-                }
-                Some("MutatingAdmissionPolicyBinding") => {
-                    in_force.mutations.insert(id);
-                }
-                _ => {}
-            }
+        let checks = self.type_checks(&desired).await;
+        let (rules, held_back) = handed_over(&desired, &checks);
+        let mut in_force = InForce { generation, rules, held_back, ..InForce::default() };
+        for d in desired.iter().filter(|d| d["kind"] == "MutatingAdmissionPolicyBinding") {
+            in_force.mutations.insert(d["metadata"]["labels"][RULE_LABEL].as_str().unwrap_or_default().to_string());
         }
         Ok(Synced::Applied(in_force))
+    }
+}
+
+impl Applier {
+    /// The type checking of the validating policies in `desired`, by name: read until every one
+    /// is checked at its generation or [`Applier::type_check_wait`] has passed.
+    async fn type_checks(&self, desired: &[Value]) -> BTreeMap<String, TypeCheck> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource(&KINDS[0]));
+        let names: Vec<&str> =
+            desired.iter().filter(|d| d["kind"] == "ValidatingAdmissionPolicy").map(name_of).collect();
+        let until = tokio::time::Instant::now() + self.type_check_wait;
+        let mut checks: BTreeMap<String, TypeCheck> = BTreeMap::new();
+        loop {
+            let pending: Vec<&str> =
+                names.iter().copied().filter(|n| checks.get(*n).is_none_or(|c| *c == TypeCheck::Pending)).collect();
+            for name in pending {
+                let check = match api.get_opt(name).await {
+                    Ok(Some(p)) => serde_json::to_value(&p).map(|v| type_check(&v)).unwrap_or(TypeCheck::Pending),
+                    _ => TypeCheck::Pending,
+                };
+                checks.insert(name.to_string(), check);
+            }
+            if !checks.values().any(|c| *c == TypeCheck::Pending) || tokio::time::Instant::now() >= until {
+                return checks;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 }
 
@@ -389,23 +492,37 @@ pub async fn run(applier: Applier, state: Arc<AppState>) {
     let mut first = true;
     loop {
         let (config, generation) = state.config_and_generation();
+        if applier.mode != Mode::Off && state.policies_for(generation).is_none() {
+            // A newer configuration than the one applied (or none applied yet): not current.
+            state.metrics.set_admission_policies(Some((false, 0)));
+        }
         let wait = match applier.sync(&config, generation, first).await {
             Ok(Synced::Applied(in_force)) => {
                 tracing::info!(
                     owner = %applier.owner,
                     rules = in_force.rules.len(),
                     mutations = in_force.mutations.len(),
+                    held_back = in_force.held_back.len(),
                     "admission policies applied: the apiserver enforces the rules that need only the written object"
                 );
+                for (rule, why) in &in_force.held_back {
+                    tracing::warn!(
+                        %rule, reason = %why,
+                        "admission policy applied but not handed over: the webhook keeps judging the rule"
+                    );
+                }
+                let wait = if in_force.held_back.is_empty() { RESYNC } else { RETRY };
+                state.metrics.set_admission_policies(Some((true, in_force.held_back.len())));
                 state.set_policies(Some(in_force));
                 first = false;
-                RESYNC
+                wait
             }
             Ok(Synced::Removed(n)) => {
                 if n > 0 {
                     tracing::info!(owner = %applier.owner, removed = n, "admission policies off: deleted this owner's");
                 }
                 state.set_policies(None);
+                state.metrics.set_admission_policies(None);
                 first = false;
                 RESYNC
             }
@@ -416,12 +533,14 @@ pub async fn run(applier: Applier, state: Arc<AppState>) {
                      judges every rule meanwhile"
                 );
                 state.set_policies(None);
+                state.metrics.set_admission_policies(Some((false, 0)));
                 RESYNC
             }
             Err(e) => {
                 tracing::error!(error = %e, owner = %applier.owner,
                     "admission policies not applied; the webhook judges every rule meanwhile");
                 state.set_policies(None);
+                state.metrics.set_admission_policies(Some((false, 0)));
                 RETRY
             }
         };
@@ -499,6 +618,65 @@ mod tests {
         // The mutating policies keep their own (their condition says what there is to add).
         let m = stamped(generated("MutatingAdmissionPolicy"), &owner(), "b");
         assert!(!m["spec"]["matchConditions"].to_string().contains("webhook-"), "{m}");
+    }
+
+    fn checked(generation: i64, observed: Option<i64>, warnings: Option<Value>) -> Value {
+        let mut p = json!({"metadata": {"name": "p", "generation": generation}, "status": {}});
+        if let Some(o) = observed {
+            p["status"]["observedGeneration"] = json!(o);
+            if let Some(w) = warnings {
+                p["status"]["typeChecking"] = json!({"expressionWarnings": w});
+            }
+        }
+        p
+    }
+
+    #[test]
+    fn type_checking_is_read_at_the_policys_generation() {
+        assert_eq!(type_check(&checked(2, Some(2), Some(json!([])))), TypeCheck::Clean);
+        let warned = json!([{"fieldRef": "spec.validations[0].expression", "warning": "no such key: x\n"}]);
+        assert_eq!(
+            type_check(&checked(2, Some(2), Some(warned.clone()))),
+            TypeCheck::Warned("spec.validations[0].expression: no such key: x".into())
+        );
+        // A status of the previous generation, or none yet: pending.
+        assert_eq!(type_check(&checked(3, Some(2), Some(json!([])))), TypeCheck::Pending);
+        assert_eq!(type_check(&checked(3, Some(2), Some(warned))), TypeCheck::Pending);
+        assert_eq!(type_check(&checked(1, None, None)), TypeCheck::Pending);
+        let mut no_checking = checked(1, Some(1), None);
+        no_checking["status"]["conditions"] = json!([]);
+        assert_eq!(type_check(&no_checking), TypeCheck::Pending);
+    }
+
+    #[test]
+    fn a_rule_is_handed_over_only_when_all_its_policies_type_checked_clean() {
+        let config = crate::core::registry::parse_config("rules: {termination-grace-zero: deny}\n", "c.yaml").unwrap();
+        let desired = policies::generate(&config, None);
+        let vaps: Vec<String> = desired
+            .iter()
+            .filter(|d| d["kind"] == "ValidatingAdmissionPolicy")
+            .map(|d| name_of(d).to_string())
+            .collect();
+        let mut checks: BTreeMap<String, TypeCheck> = vaps.iter().map(|n| (n.clone(), TypeCheck::Clean)).collect();
+        let (rules, held_back) = handed_over(&desired, &checks);
+        assert!(held_back.is_empty(), "{held_back:?}");
+        assert!(rules.contains("termination-grace-zero") && rules.contains("pdb-blocks-eviction"), "{rules:?}");
+        // One of a rule's two policies warned, another rule's not checked yet: both held back,
+        // the rest handed over.
+        checks.insert("ha-guard-termination-grace-zero-warn".into(), TypeCheck::Warned("f: w".into()));
+        checks.remove("ha-guard-pdb-blocks-eviction");
+        let (rules, held_back) = handed_over(&desired, &checks);
+        assert!(!rules.contains("termination-grace-zero") && !rules.contains("pdb-blocks-eviction"), "{rules:?}");
+        assert!(rules.contains("prestop-exceeds-grace"), "{rules:?}");
+        assert_eq!(
+            held_back["termination-grace-zero"],
+            "ha-guard-termination-grace-zero-warn: the apiserver's type checking warns: f: w"
+        );
+        assert_eq!(
+            held_back["pdb-blocks-eviction"],
+            "ha-guard-pdb-blocks-eviction: not type-checked by the apiserver yet"
+        );
+        assert_eq!(held_back.len(), 2);
     }
 
     #[test]

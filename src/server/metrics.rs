@@ -219,6 +219,13 @@ pub struct Metrics {
     pub rule_deadline_exceeded: Family<RuleLabels, Counter>,
     /// Namespaces the view did not know, read at admission, by result ([`NAMESPACE_READ_RESULTS`]).
     pub namespace_reads: Family<ResultLabels, Counter>,
+    /// `serve --admission-policies`: 1 while the policies generated for the configuration in force
+    /// are applied, 0 while they are not (not yet, a failed apply, another build's, a newer
+    /// configuration not applied yet); no sample with `--admission-policies off`.
+    pub admission_policies_applied: Family<NoLabels, Gauge>,
+    /// The rules whose policies are applied but not handed over (not type-checked yet, or with a
+    /// type-checking warning): the webhook keeps judging them. No sample with the policies off.
+    pub admission_policies_held_back: Family<NoLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -403,6 +410,18 @@ impl Metrics {
         for result in NAMESPACE_READ_RESULTS {
             let _ = namespace_reads.get_or_create(&ResultLabels { result });
         }
+        let admission_policies_applied = Family::<NoLabels, Gauge>::default();
+        registry.register(
+            "ha_guard_admission_policies_applied",
+            "1 while the admission policies generated for the configuration in force are applied, 0 while not (serve --admission-policies; no sample when off)",
+            admission_policies_applied.clone(),
+        );
+        let admission_policies_held_back = Family::<NoLabels, Gauge>::default();
+        registry.register(
+            "ha_guard_admission_policies_held_back",
+            "Rules whose admission policies are applied but not handed over (not type-checked by the apiserver yet, or with a warning): the webhook keeps judging them",
+            admission_policies_held_back.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -431,6 +450,23 @@ impl Metrics {
             exception_expiry,
             rule_deadline_exceeded,
             namespace_reads,
+            admission_policies_applied,
+            admission_policies_held_back,
+        }
+    }
+
+    /// The admission policies' gauges: `Some((applied, held back))`, or `None` to drop both
+    /// samples (the policies off).
+    pub fn set_admission_policies(&self, state: Option<(bool, usize)>) {
+        match state {
+            Some((applied, held_back)) => {
+                self.admission_policies_applied.get_or_create(&NoLabels).set(i64::from(applied));
+                self.admission_policies_held_back.get_or_create(&NoLabels).set(held_back as i64);
+            }
+            None => {
+                self.admission_policies_applied.clear();
+                self.admission_policies_held_back.clear();
+            }
         }
     }
 
@@ -458,6 +494,24 @@ mod tests {
 
     fn sample(text: &str, line_start: &str) -> Option<f64> {
         text.lines().find_map(|l| l.strip_prefix(line_start)).map(|v| v.trim().parse().unwrap())
+    }
+
+    #[test]
+    fn the_admission_policy_gauges_have_no_sample_until_a_sync_and_after_off() {
+        let m = Metrics::new();
+        let text = m.encode();
+        assert_eq!(sample(&text, "ha_guard_admission_policies_applied{} "), None, "{text}");
+        m.set_admission_policies(Some((true, 2)));
+        let text = m.encode();
+        assert!(text.contains("# TYPE ha_guard_admission_policies_applied gauge"), "{text}");
+        assert_eq!(sample(&text, "ha_guard_admission_policies_applied{} "), Some(1.0), "{text}");
+        assert_eq!(sample(&text, "ha_guard_admission_policies_held_back{} "), Some(2.0), "{text}");
+        m.set_admission_policies(Some((false, 0)));
+        assert_eq!(sample(&m.encode(), "ha_guard_admission_policies_applied{} "), Some(0.0));
+        m.set_admission_policies(None);
+        let text = m.encode();
+        assert_eq!(sample(&text, "ha_guard_admission_policies_applied{} "), None, "{text}");
+        assert_eq!(sample(&text, "ha_guard_admission_policies_held_back{} "), None, "{text}");
     }
 
     #[test]

@@ -50,8 +50,12 @@ pub struct AppState {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InForce {
     pub generation: u64,
+    /// The rules handed over: bound, and every validating policy type-checked without a warning.
     pub rules: BTreeSet<String>,
     pub mutations: BTreeSet<String>,
+    /// The rules whose policies are applied but not handed over, with why (a type-checking
+    /// warning, or no type checking yet): the webhook keeps judging them.
+    pub held_back: BTreeMap<String, String>,
 }
 
 /// How long an admission may take, and what answers when it takes longer (`--deadline`,

@@ -277,7 +277,7 @@ fn the_rules_pass_promtool_check() {
         let out = run(&["check", "rules", "rules.yaml"], dir.path());
         let said = text(&out);
         assert!(out.status.success(), "{name}: promtool check rules:\n{said}");
-        let count = if name == "audit off" { 10 } else { 17 };
+        let count = if name == "audit off" { 11 } else { 18 };
         assert!(said.contains(&format!("SUCCESS: {count} rules found")), "{name}: {said}");
     }
     // promtool does refuse a broken rule: the check above can fail.
@@ -770,4 +770,54 @@ fn the_exception_alerts_fire_ahead_of_and_after_expiry() {
         assert!(!out.status.success(), "{alert} {what}: the unit tests still pass:\n{said}");
         assert!(said.contains(alert), "{alert} {what}: promtool fails, but not on {alert}:\n{said}");
     }
+}
+
+/// HaGuardAdmissionPoliciesNotApplied: a pod whose policies are not applied for 15 minutes, per
+/// pod; applied, back within 15 minutes, or off (no sample at all): nothing.
+#[test]
+fn the_admission_policies_alert_fires_when_a_pod_has_not_applied_them_for_15_minutes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let good = rules(&[]);
+    let r = rule(&good, "HaGuardAdmissionPoliciesNotApplied");
+    let webhook = r#"job="ha-guard", namespace="ha-guard""#;
+    let gauge = |pod: &str, values: &str| json!({"series": format!(r#"ha_guard_admission_policies_applied{{{webhook}, pod="{pod}"}}"#), "values": values});
+    let mut labels = json!({"namespace": "ha-guard", "pod": "ha-guard-5d8-a"});
+    for (k, v) in r["labels"].as_object().unwrap() {
+        labels[k] = v.clone();
+    }
+    let mut annotations = r["annotations"].clone();
+    for (_, v) in annotations.as_object_mut().unwrap() {
+        let s = v.as_str().unwrap().replace("{{ $labels.pod }}", "ha-guard-5d8-a");
+        assert!(!s.contains("{{"), "a template this test does not expand: {s}");
+        *v = json!(s);
+    }
+    let fired = json!({"exp_labels": labels, "exp_annotations": annotations});
+    let alert = "HaGuardAdmissionPoliciesNotApplied";
+    let tests = [
+        case(
+            "one pod cannot apply them",
+            vec![gauge("ha-guard-5d8-a", "0x40"), gauge("ha-guard-5d8-b", "1x40")],
+            vec![at("14m", alert, vec![]), at("16m", alert, vec![fired.clone()]), at("40m", alert, vec![fired])],
+        ),
+        case(
+            "applied again within 15 minutes (a rolling upgrade)",
+            vec![gauge("ha-guard-5d8-a", "0x10 1x30")],
+            vec![at("10m", alert, vec![]), at("16m", alert, vec![]), at("40m", alert, vec![])],
+        ),
+        case(
+            "policies off: no sample",
+            vec![
+                json!({"series": format!(r#"ha_guard_build_info{{{webhook}, pod="ha-guard-5d8-a"}}"#), "values": "1x40"}),
+            ],
+            vec![at("20m", alert, vec![]), at("40m", alert, vec![])],
+        ),
+    ];
+    let out = test_rules(dir.path(), &good, &tests);
+    assert!(out.status.success(), "promtool test rules:\n{}", text(&out));
+    // And the unit tests catch a rule that fires on an applied set.
+    let mut bad = good.clone();
+    rule_mut(&mut bad, alert)["expr"] =
+        json!(format!("min by (namespace, pod) (ha_guard_admission_policies_applied{{{webhook}}}) >= 0"));
+    let out = test_rules(dir.path(), &bad, &tests);
+    assert!(!out.status.success(), "a wrong rule passed:\n{}", text(&out));
 }

@@ -1822,6 +1822,7 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
             "HaGuardDeadlineExceeded",
             "HaGuardWebhookUnreachable",
             "HaGuardCacheNotSynced",
+            "HaGuardAdmissionPoliciesNotApplied",
             "HaGuardExceptionExpiring",
             "HaGuardExceptionExpired"
         ]
@@ -1851,7 +1852,8 @@ fn monitoring_uses_only_metrics_ha_guard_exports() {
     assert_eq!(
         used,
         BTreeSet::from([
-            "ha_guard_cache_synced".to_string(),
+            "ha_guard_admission_policies_applied".to_string(),
+            "ha_guard_cache_synced".into(),
             "ha_guard_config_reloads_total".into(),
             "ha_guard_exception_expiry_timestamp_seconds".into(),
             "ha_guard_rule_deadline_exceeded_total".into(),

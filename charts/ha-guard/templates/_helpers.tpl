@@ -258,7 +258,7 @@ holds the list to the registry's.
 */}}
 {{- define "ha-guard.admissionPolicyNames" -}}
 {{- $names := list }}
-{{- range list "spread-selector-missing" "spread-selector-mismatch" "spread-selector-overlap" "host-network-colocation" "csi-controller-recreate" "recreate-multi-replica" "pdb-selector-empty" "pdb-selects-nothing" "pdb-unhealthy-eviction-policy" "termination-grace-zero" "prestop-exceeds-grace" "toleration-wildcard" "hpa-replica-bounds" }}
+{{- range list "spread-selector-missing" "spread-selector-mismatch" "spread-selector-overlap" "host-network-colocation" "csi-controller-recreate" "recreate-multi-replica" "pdb-blocks-eviction" "pdb-selector-empty" "pdb-selects-nothing" "pdb-unhealthy-eviction-policy" "termination-grace-zero" "prestop-exceeds-grace" "toleration-wildcard" "hpa-replica-bounds" "exemption-unknown-rule" }}
 {{- $names = append $names (printf "ha-guard-%s" .) }}
 {{- $names = append $names (printf "ha-guard-%s-warn" .) }}
 {{- end }}

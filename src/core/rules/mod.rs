@@ -58,6 +58,7 @@ pub static CEL_RULES: &[&CelRule] = &[
     &colocation::HOST_NETWORK_COLOCATION_CEL,
     &strategy::CSI_CONTROLLER_RECREATE_CEL,
     &strategy::RECREATE_MULTI_REPLICA_CEL,
+    &pdb::PDB_BLOCKS_EVICTION_CEL,
     &pdb::PDB_SELECTOR_EMPTY_CEL,
     &pdb::PDB_SELECTS_NOTHING_CEL,
     &pdb::PDB_UNHEALTHY_EVICTION_POLICY_CEL,
@@ -65,6 +66,7 @@ pub static CEL_RULES: &[&CelRule] = &[
     &termination::PRESTOP_EXCEEDS_GRACE_CEL,
     &tolerations::TOLERATION_WILDCARD_CEL,
     &hpa::HPA_REPLICA_BOUNDS_CEL,
+    &exemptions::EXEMPTION_UNKNOWN_RULE_CEL,
 ];
 
 /// The rules a review at `stage` is judging: a family's, or none.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::context::{Ctx, Emitter, scaled_workload};
 use crate::core::catalogue::{CelRule, PDBS, Rule};
-use crate::core::model::arith::{self, Budget, Disruption};
+use crate::core::model::arith::{self, Amount, Budget, Disruption};
 use crate::core::model::selector::{self, render};
 use crate::core::model::words::names;
 use crate::core::model::{ObjectRef, Subject};
@@ -71,6 +71,87 @@ pub static PDB_UNHEALTHY_EVICTION_POLICY_CEL: CelRule = CelRule {
     partial: None,
 };
 
+/// `pdb-blocks-eviction` in CEL: a budget that allows no disruption by itself
+/// ([`blocks_by_itself`], with [`self_blocking_message`]'s text).
+pub static PDB_BLOCKS_EVICTION_CEL: CelRule = CelRule {
+    rule: &PDB_BLOCKS_EVICTION,
+    resources: PDBS,
+    findings: "!has(o.spec.selector) ? [] : has(o.spec.maxUnavailable) ? ([o.spec.maxUnavailable].exists(v, type(v) \
+               == int ? v <= 0 : (v.matches('^[0-9]+%$') && int(v.substring(0, size(v) - 1)) <= 0)) ? [{'path': \
+               'spec.maxUnavailable', 'action': 'deny', 'what': variables.id + ' (maxUnavailable ' + \
+               string(o.spec.maxUnavailable) + ') allows 0 disruptions whatever it covers: no pod may be unavailable, \
+               so every voluntary eviction is refused: kubectl drain hangs, node upgrades stall and autoscaler \
+               consolidation is blocked, while a node that dies is not prevented.', 'fix': 'use maxUnavailable: 1 (it \
+               always leaves one pod to evict), or a minAvailable below the replicas it covers (minAvailable 1 over at \
+               least 2 replicas).'}] : []) : has(o.spec.minAvailable) ? ([o.spec.minAvailable].exists(v, type(v) == \
+               string && v.matches('^[0-9]+%$') && int(v.substring(0, size(v) - 1)) >= 100) ? [{'path': \
+               'spec.minAvailable', 'action': 'deny', 'what': variables.id + ' (minAvailable ' + \
+               string(o.spec.minAvailable) + ') allows 0 disruptions whatever it covers: every pod must stay healthy, \
+               so every voluntary eviction is refused: kubectl drain hangs, node upgrades stall and autoscaler \
+               consolidation is blocked, while a node that dies is not prevented.', 'fix': 'use maxUnavailable: 1 (it \
+               always leaves one pod to evict), or a minAvailable below the replicas it covers (minAvailable 1 over at \
+               least 2 replicas).'}] : []) : [{'path': 'spec.minAvailable', 'action': 'deny', 'what': variables.id + ' \
+               sets neither minAvailable nor maxUnavailable: for such a budget the disruption controller expects no pods \
+               and allows 0 disruptions however many of the pods it covers are healthy, so every voluntary eviction is \
+               refused: kubectl drain hangs, node upgrades stall and autoscaler consolidation is blocked, while a node \
+               that dies is not prevented.', 'fix': 'set maxUnavailable: 1 (it always leaves one pod to evict), or \
+               minAvailable below the replicas.'}]",
+    partial: Some(
+        "a budget that allows no disruption by itself (maxUnavailable 0 or 0%, minAvailable 100%, neither set); one \
+         too tight for the replicas of the workloads it covers (minAvailable 1 over one replica) needs them, and is \
+         the webhook's and the audit's",
+    ),
+};
+
+/// What every blocking budget leads to.
+const CONSEQUENCE: &str = "so every voluntary eviction is refused: kubectl drain hangs, node upgrades stall and \
+                           autoscaler consolidation is blocked, while a node that dies is not prevented.";
+
+/// Whether `budget` allows no disruption whatever it covers (at least one pod): maxUnavailable 0
+/// or 0 %, a minAvailable of 100 %, or neither field (the controller then expects no pods). What
+/// the PDB alone says, so its CEL form ([`PDB_BLOCKS_EVICTION_CEL`]) gives it too.
+fn blocks_by_itself(budget: &Budget) -> bool {
+    match budget {
+        Budget::MaxUnavailable(v) => matches!(arith::amount(v), Ok(Amount::Int(n) | Amount::Percent(n)) if n <= 0),
+        Budget::MinAvailable(v) => matches!(arith::amount(v), Ok(Amount::Percent(p)) if p >= 100),
+        Budget::Unset => true,
+    }
+}
+
+/// The finding of a budget that blocks by itself: the PDB's own fields and nothing of the view,
+/// the same with or without the workloads it covers (the text of [`PDB_BLOCKS_EVICTION_CEL`]).
+fn self_blocking_message(pdb: &PdbInfo) -> (String, String) {
+    let fix = "use maxUnavailable: 1 (it always leaves one pod to evict), or a minAvailable below the replicas it \
+               covers (minAvailable 1 over at least 2 replicas).";
+    match pdb.budget() {
+        Budget::Unset => (
+            format!(
+                "{} sets neither minAvailable nor maxUnavailable: for such a budget the disruption controller expects \
+                 no pods and allows 0 disruptions however many of the pods it covers are healthy, {CONSEQUENCE}",
+                pdb.id
+            ),
+            "set maxUnavailable: 1 (it always leaves one pod to evict), or minAvailable below the replicas."
+                .to_string(),
+        ),
+        budget @ Budget::MaxUnavailable(_) => (
+            format!(
+                "{} ({}) allows 0 disruptions whatever it covers: no pod may be unavailable, {CONSEQUENCE}",
+                pdb.id,
+                budget.describe()
+            ),
+            fix.to_string(),
+        ),
+        budget @ Budget::MinAvailable(_) => (
+            format!(
+                "{} ({}) allows 0 disruptions whatever it covers: every pod must stay healthy, {CONSEQUENCE}",
+                pdb.id,
+                budget.describe()
+            ),
+            fix.to_string(),
+        ),
+    }
+}
+
 pub fn evaluate(ctx: &Ctx, out: &mut Emitter) {
     match ctx.subject {
         Subject::Pdb(p) => {
@@ -111,8 +192,7 @@ fn blocks_message(pdb: &PdbInfo, cov: &Coverage) -> (String, String) {
         cov.workloads.iter().filter(|(_, b)| b.floor > 0).map(|(w, b)| format!("{} floor {}", b.describe(w), b.floor)),
     );
     let plural = |n: i32| if n == 1 { "" } else { "s" };
-    let consequence = "so every voluntary eviction is refused: kubectl drain hangs, node upgrades stall and \
-                       autoscaler consolidation is blocked, while a node that dies is not prevented.";
+    let consequence = CONSEQUENCE;
     if budget == Budget::Unset {
         let what = format!(
             "{} sets neither minAvailable nor maxUnavailable and covers {}: for such a budget the disruption \
@@ -201,7 +281,16 @@ fn pdb_side(ctx: &Ctx, pdb: &PdbInfo, policy: Option<&str>, out: &mut Emitter) {
             "set spec.selector to the selector of the one workload it should protect.".to_string(),
         );
     }
-    let Some(cov) = coverage(ctx.view, pdb) else { return };
+    let covered = coverage(ctx.view, pdb);
+    let by_itself = blocks_by_itself(&pdb.budget());
+    if by_itself {
+        // Found on the PDB alone: the same finding whatever the view holds (its related objects
+        // aside), so that the admission policy gives it word for word.
+        let (what, fix) = self_blocking_message(pdb);
+        let related = covered.as_ref().map(|cov| related_of(cov, pdb, &subject)).unwrap_or_default();
+        out.emit(&PDB_BLOCKS_EVICTION, pdb.budget().path(), what, fix).related(related);
+    }
+    let Some(cov) = covered else { return };
     if cov.workloads.is_empty() {
         // Pods of no workload (bare pods, a Job's) are protected all the same, or blocked: an
         // integer minAvailable counts them, a maxUnavailable or a percentage expects none of them and
@@ -225,9 +314,12 @@ fn pdb_side(ctx: &Ctx, pdb: &PdbInfo, policy: Option<&str>, out: &mut Emitter) {
         }
         return;
     }
-    if cov.disruption.blocks() {
+    if !by_itself && cov.disruption.blocks() {
+        // Too tight for the floors of the workloads it covers: found with the view.
         let (what, fix) = blocks_message(pdb, &cov);
-        out.emit(&PDB_BLOCKS_EVICTION, pdb.budget().path(), what, fix).related(related_of(&cov, pdb, &subject));
+        out.emit(&PDB_BLOCKS_EVICTION, pdb.budget().path(), what, fix)
+            .related(related_of(&cov, pdb, &subject))
+            .needing_view(true);
     }
     for (w, _) in &cov.workloads {
         let others: Vec<_> = ctx
@@ -285,7 +377,8 @@ fn workload_side(ctx: &Ctx, out: &mut Emitter) {
             let (what, fix) = blocks_message(pdb, &cov);
             out.emit(&PDB_BLOCKS_EVICTION, scaled.floor_path, what, fix)
                 .related(related_of(&cov, pdb, subject))
-                .anchored_at(Some(pdb.id.clone()));
+                .anchored_at(Some(pdb.id.clone()))
+                .needing_view(true);
         }
     }
 

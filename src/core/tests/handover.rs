@@ -130,3 +130,35 @@ fn replica_bound_findings_from_an_autoscaler_stay_the_webhooks() {
     assert!(leave_to_policies(&mut d, &all_cel()).is_empty());
     assert!(actions(&d).iter().any(|(r, _)| *r == "recreate-multi-replica"));
 }
+
+#[test]
+fn a_finding_on_a_kind_its_policy_does_not_match_stays_the_webhooks() {
+    // exemption-unknown-rule's policy matches workloads, PDBs and HPAs: a Service's stays here.
+    let service = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: default\n  annotations: \
+                   {ha-guard.io/allow-pdb-mising: x}\nspec:\n  selector: {app: web}\n  ports: [{port: 80}]\n";
+    let mut d = decided(service, "", false, &Config::default());
+    assert!(actions(&d).contains(&("exemption-unknown-rule", Decision::Warn)), "{:?}", actions(&d));
+    assert!(leave_to_policies(&mut d, &all_cel()).is_empty());
+    assert!(actions(&d).contains(&("exemption-unknown-rule", Decision::Warn)));
+    let annotated = deployment("web", "{app: web}", "", "  annotations: {ha-guard.io/allow-pdb-mising: x}\n");
+    let mut d = decided(&annotated, "", false, &Config::default());
+    assert!(leave_to_policies(&mut d, &all_cel()).contains(&"exemption-unknown-rule"));
+    assert!(!actions(&d).iter().any(|(r, _)| *r == "exemption-unknown-rule"), "{:?}", actions(&d));
+}
+
+#[test]
+fn a_pdb_that_blocks_by_itself_is_left_to_its_policy_and_one_too_tight_for_its_workload_is_not() {
+    let pdb = |budget: &str| {
+        format!(
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: web, namespace: default}}\nspec:\n  \
+             {budget}\n  selector: {{matchLabels: {{app: web}}}}\n"
+        )
+    };
+    let one_replica = deployment("web", "{app: web}", "", "").replace("replicas: 3", "replicas: 1");
+    let mut d = decided(&pdb("maxUnavailable: 0"), &one_replica, false, &Config::default());
+    assert!(leave_to_policies(&mut d, &all_cel()).contains(&"pdb-blocks-eviction"));
+    let mut d = decided(&pdb("minAvailable: 1"), &one_replica, false, &Config::default());
+    assert!(actions(&d).contains(&("pdb-blocks-eviction", Decision::Deny)), "{:?}", actions(&d));
+    assert!(leave_to_policies(&mut d, &all_cel()).is_empty());
+    assert!(actions(&d).contains(&("pdb-blocks-eviction", Decision::Deny)));
+}

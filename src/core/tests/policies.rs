@@ -196,3 +196,36 @@ fn cel_strings_and_globs_are_escaped() {
     assert_eq!(cel_string("it's a \\ b"), "'it\\'s a \\\\ b'");
     assert_eq!(glob_regex("a.b*"), "^a\\.b.*$");
 }
+
+#[test]
+fn the_rule_ids_are_given_to_the_policies_that_read_them_and_resources_go_by_group() {
+    let docs = generate(&Config::default(), None);
+    let policy = named(&docs, "ValidatingAdmissionPolicy", "ha-guard-exemption-unknown-rule-warn").unwrap();
+    let ids = variable(policy, "ruleIds");
+    for id in crate::core::rules::all().map(|r| r.id) {
+        assert!(ids.contains(&format!("'{id}'")), "{id} in {ids}");
+    }
+    // Defined before the findings that read it.
+    let names: Vec<&str> =
+        policy["spec"]["variables"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+    assert!(names.iter().position(|n| *n == "ruleIds") < names.iter().position(|n| *n == "findings"), "{names:?}");
+    // One resource rule per group and version: no apps/v2 or autoscaling/v1 matched by accident.
+    let rules = &policy["spec"]["matchConstraints"]["resourceRules"];
+    let by_group: Vec<(String, String, String)> = rules
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["apiGroups"].to_string(), r["apiVersions"].to_string(), r["resources"].to_string()))
+        .collect();
+    assert_eq!(
+        by_group,
+        [
+            ("[\"apps\"]".into(), "[\"v1\"]".into(), "[\"deployments\",\"statefulsets\"]".into()),
+            ("[\"policy\"]".into(), "[\"v1\"]".into(), "[\"poddisruptionbudgets\"]".into()),
+            ("[\"autoscaling\"]".into(), "[\"v2\"]".into(), "[\"horizontalpodautoscalers\"]".into()),
+        ]
+    );
+    // A policy that does not read them has no such variable.
+    let other = named(&docs, "ValidatingAdmissionPolicy", "ha-guard-termination-grace-zero-warn").unwrap();
+    assert!(other["spec"]["variables"].as_array().unwrap().iter().all(|v| v["name"] != "ruleIds"));
+}

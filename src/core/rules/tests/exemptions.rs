@@ -1,5 +1,6 @@
 //! exemption-unknown-rule.
 
+use super::{EXEMPTION_UNKNOWN_RULE_CEL, nearest, one_edit};
 use crate::core::config::Config;
 use crate::core::finding::{Decision, Finding, Note};
 use crate::core::model::{Kind, ObjectRef};
@@ -54,6 +55,11 @@ fn a_misspelt_rule_id_warns_and_suggests_the_nearest() {
 #[case::case_and_underscores("Replicas_Colocated", "replicas-colocated")]
 #[case::a_part_of_one_id("colocated", "replicas-colocated")]
 #[case::new_rule("toleration-wildcards", "toleration-wildcard")]
+#[case::dots_and_case("PDB.Blocks.Eviction", "pdb-blocks-eviction")]
+#[case::words_reordered("colocated-replicas", "replicas-colocated")]
+#[case::one_edit_per_word("hpa-replicas-bound", "hpa-replica-bounds")]
+#[case::another_form_of_a_word("spread-selector-missed", "spread-selector-missing")]
+#[case::four_letters_of_a_word("hpa-repl-bounds", "hpa-replica-bounds")]
 fn the_suggestion(#[case] x: &str, #[case] suggested: &str) {
     let f = findings(&web(&format!("{{ha-guard.io/allow-{x}: why}}")), "", false);
     let u = unknown(&f);
@@ -65,6 +71,12 @@ fn the_suggestion(#[case] x: &str, #[case] suggested: &str) {
 #[case::far_from_everything("everything-is-fine")]
 #[case::part_of_several_ids("pdb")]
 #[case::part_of_several_longer("spread-selector")]
+#[case::part_of_two("spread-selector-mis")]
+// Boundaries: two edits in one word; a word sharing only 3 letters; 3 characters contained.
+#[case::two_edits_in_a_word("pdb-msing")]
+#[case::two_edits_and_one("pdb-blok-evictions")]
+#[case::three_letters_of_a_word("hpa-rep-bounds")]
+#[case::three_characters("dis")]
 fn no_suggestion_when_nothing_is_close_or_several_are(#[case] x: &str) {
     let f = findings(&web(&format!("{{ha-guard.io/allow-{x}: why}}")), "", false);
     let u = unknown(&f);
@@ -161,4 +173,34 @@ fn it_is_exempted_like_any_rule() {
     // Without that annotation, a warning.
     let d = decided(&web("{ha-guard.io/allow-some-future-rule: x}"), "", false, &Config::default());
     assert_eq!(d.findings.iter().find(|f| f.rule == RULE).map(|f| f.action), Some(Decision::Warn));
+}
+
+#[test]
+fn the_nearest_id_tiers() {
+    let ids = ["pdb-blocks-eviction", "pdb-missing", "replicas-colocated", "drain-blocked", "drain-refused"];
+    // The first tier that holds decides: same letters before one edit, one edit before words.
+    assert_eq!(nearest("pdbmissing", &ids), Some("pdb-missing"));
+    assert_eq!(nearest("pdb-missin", &ids), Some("pdb-missing"));
+    assert_eq!(nearest("eviction-blocks-pdb", &ids), Some("pdb-blocks-eviction"));
+    // Several in the deciding tier: none.
+    assert_eq!(nearest("drain", &ids), None);
+    assert_eq!(nearest("drain-refuse", &["drain-refused", "drain-refuser"]), None);
+    assert_eq!(nearest("drain-refuse", &["drain-refused", "drain-blocked"]), Some("drain-refused"));
+    assert_eq!(nearest("", &ids), None);
+    // An exact ID is not "one edit" from itself.
+    assert!(!one_edit("pdb-missing", "pdb-missing"));
+    assert!(one_edit("ab", "ba") && one_edit("abc", "abd") && one_edit("abc", "ab") && one_edit("ab", "abc"));
+    assert!(!one_edit("abc", "cba") && !one_edit("abcd", "ab"));
+}
+
+/// The CEL form iterates indexes 0..=62 (an annotation name part is at most 63 characters): every
+/// rule ID must be shorter, so that every position of an ID and of a name one edit from it is
+/// among them.
+#[test]
+fn the_cel_indexes_cover_every_rule_id() {
+    let indexes: Vec<String> = (0..63).map(|i| i.to_string()).collect();
+    assert!(EXEMPTION_UNKNOWN_RULE_CEL.findings.contains(&format!("[{}]", indexes.join(", "))));
+    for r in crate::core::rules::all() {
+        assert!(r.id.len() < 62, "{} is too long for the CEL form's indexes", r.id);
+    }
 }

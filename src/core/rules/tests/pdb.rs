@@ -120,10 +120,7 @@ fn assert_mentions(message: &str, parts: &[&str]) {
     Some((1, 1))
 )]
 #[case::min80pct_of_5(vec![deploy("web", "web", Some(5))], "minAvailable: \"80%\"", None)]
-#[case::min100pct(vec![deploy("web", "web", Some(4))], "minAvailable: \"100%\"", Some((4, 4)))]
 #[case::max10pct_of_3_allows_1(vec![deploy("web", "web", Some(3))], "maxUnavailable: \"10%\"", None)]
-#[case::max0(vec![deploy("web", "web", Some(3))], "maxUnavailable: 0", Some((3, 3)))]
-#[case::max0pct(vec![deploy("web", "web", Some(3))], "maxUnavailable: \"0%\"", Some((3, 3)))]
 #[case::max1_of_1(vec![deploy("web", "web", Some(1))], "maxUnavailable: 1", None)]
 #[case::replicas0_contributes_nothing(vec![deploy("web", "web", Some(0))], "minAvailable: 1", None)]
 #[case::two_deployments_floors_sum_to_2(
@@ -158,6 +155,7 @@ fn blocks_eviction_arithmetic(#[case] workloads: Vec<String>, #[case] budget: &s
         Some((required, expected)) => {
             let f = one(&fs, "pdb-blocks-eviction");
             assert_eq!(f.action, Decision::Deny);
+            assert!(f.from_view, "too tight for the workloads it covers: found with the view");
             let field = if budget.starts_with("max") { "spec.maxUnavailable" } else { "spec.minAvailable" };
             assert_eq!(f.path, field);
             assert_eq!(f.object, pdb_ref("pdb"));
@@ -179,6 +177,69 @@ fn blocks_eviction_arithmetic(#[case] workloads: Vec<String>, #[case] budget: &s
             );
         }
     }
+}
+
+/// A budget that allows no disruption by itself, whatever it covers: found on the PDB alone, the
+/// same finding (path, text) with the workloads it covers in the view, over a workload scaled to
+/// 0, and with nothing in the view: what its admission policy gives (DESIGN.md §4 "In the
+/// apiserver as well"). The covered workloads are its related objects, not its text.
+#[rstest]
+#[case::max0(
+    "maxUnavailable: 0",
+    "spec.maxUnavailable",
+    "(maxUnavailable 0) allows 0 disruptions whatever it covers: no pod may be unavailable"
+)]
+#[case::max0pct(
+    "maxUnavailable: \"0%\"",
+    "spec.maxUnavailable",
+    "(maxUnavailable 0%) allows 0 disruptions whatever it covers"
+)]
+#[case::min100pct(
+    "minAvailable: \"100%\"",
+    "spec.minAvailable",
+    "(minAvailable 100%) allows 0 disruptions whatever it covers: every pod must stay healthy"
+)]
+fn blocks_by_itself(#[case] budget: &str, #[case] field: &str, #[case] says: &str) {
+    let alone = findings(&pdb("pdb", "web", budget), "", false);
+    let f = one(&alone, "pdb-blocks-eviction");
+    assert_eq!((f.action, f.path.as_str(), f.from_view), (Decision::Deny, field, false));
+    assert!(f.related.is_empty(), "{:?}", f.related);
+    assert_mentions(
+        &f.message(),
+        &[
+            &format!("PodDisruptionBudget default/pdb {says}"),
+            "kubectl drain hangs",
+            "Fix: use maxUnavailable: 1 (it always leaves one pod to evict), or a minAvailable below the replicas it covers",
+        ],
+    );
+    for view in [deploy("web", "web", Some(4)), deploy("web", "web", Some(0)), deploy("api", "api", Some(4))] {
+        let fs = findings(&pdb("pdb", "web", budget), &view, false);
+        let g = one(&fs, "pdb-blocks-eviction");
+        assert_eq!((&g.path, &g.what, &g.fix, g.from_view), (&f.path, &f.what, &f.fix, false), "{view}");
+        assert!(!g.what.contains("Deployment"), "names no workload: {}", g.what);
+    }
+    let covered = findings(&pdb("pdb", "web", budget), &deploy("web", "web", Some(4)), false);
+    assert_eq!(one(&covered, "pdb-blocks-eviction").related, vec![dep_ref("web")]);
+    // Boundary: one more allowed and it does not block by itself (the arithmetic decides: 99 %
+    // of 100 replicas leaves one).
+    let looser = match budget {
+        "maxUnavailable: 0" => "maxUnavailable: 1",
+        "maxUnavailable: \"0%\"" => "maxUnavailable: \"1%\"",
+        _ => "minAvailable: \"99%\"",
+    };
+    none(&findings(&pdb("pdb", "web", looser), &deploy("web", "web", Some(100)), false), "pdb-blocks-eviction");
+    none(&findings(&pdb("pdb", "web", looser), "", false), "pdb-blocks-eviction");
+}
+
+/// The arithmetic over the workloads' floors needs the view: a finding of the view, on the PDB's
+/// write and on the workload's.
+#[test]
+fn too_tight_for_the_floor_is_found_with_the_view() {
+    let fs = findings(&pdb("pdb", "web", "minAvailable: 1"), &deploy("web", "web", Some(1)), false);
+    assert!(one(&fs, "pdb-blocks-eviction").from_view);
+    none(&findings(&pdb("pdb", "web", "minAvailable: 1"), "", false), "pdb-blocks-eviction");
+    let fs = findings(&deploy("web", "web", Some(1)), &pdb("pdb", "web", "maxUnavailable: 0"), false);
+    assert!(one(&fs, "pdb-blocks-eviction").from_view, "from the workload's side, the PDB is the view's");
 }
 
 #[test]
@@ -266,7 +327,7 @@ fn found_on_the_pdb_write_with_max_unavailable_path() {
     let f = one(&fs, "pdb-blocks-eviction");
     assert_eq!(f.path, "spec.maxUnavailable");
     assert_eq!(f.related, vec![dep_ref("web")]);
-    assert_mentions(&f.message(), &["maxUnavailable 0", "Deployment web (replicas 2) floor 2", "requires 2 healthy"]);
+    assert_mentions(&f.message(), &["(maxUnavailable 0) allows 0 disruptions", "Fix: use maxUnavailable: 1"]);
 }
 
 #[test]
@@ -619,21 +680,28 @@ fn a_budget_with_neither_field_blocks_every_eviction(#[case] replicas: i32) {
     let b = blocks[0];
     assert_eq!(b.path, "spec.minAvailable");
     assert!(b.what.contains("sets neither minAvailable nor maxUnavailable"), "{}", b.what);
-    assert!(b.what.contains(&format!("allows 0 disruptions however many of the {replicas} pod")), "{}", b.what);
+    assert!(b.what.contains("allows 0 disruptions however many of the pods it covers are healthy"), "{}", b.what);
+    assert!(!b.from_view, "the PDB alone says it");
     assert!(b.fix.contains("maxUnavailable: 1"), "{}", b.fix);
-    // From the workload's side too, anchored at the PDB.
+    // From the workload's side too, anchored at the PDB, naming the workload's pods.
     let f = findings(&deploy("web", "web", Some(replicas)), &unset, false);
     let blocks = of_rule(&f, "pdb-blocks-eviction");
     assert_eq!(blocks.len(), 1, "{f:#?}");
     assert_eq!(blocks[0].anchor, ObjectRef::new(Kind::PodDisruptionBudget, "default", "web"));
+    assert!(blocks[0].what.contains(&format!("however many of the {replicas} pod")), "{}", blocks[0].what);
 }
 
-/// Boundary: the same PDB over nothing blocks nothing; a workload scaled to 0 contributes nothing.
+/// The same PDB over nothing, or over a workload scaled to 0, still blocks whatever it will cover
+/// (found on the PDB alone); the workload scaled to 0 is not blocked by it (it contributes nothing).
 #[test]
-fn a_budget_with_neither_field_over_no_pod_blocks_nothing() {
+fn a_budget_with_neither_field_blocks_by_itself_over_no_pod_too() {
     let unset = pdb("web", "web", "unhealthyPodEvictionPolicy: AlwaysAllow");
-    assert!(of_rule(&findings(&unset, &deploy("web", "web", Some(0)), false), "pdb-blocks-eviction").is_empty());
-    assert!(of_rule(&findings(&unset, "", false), "pdb-blocks-eviction").is_empty());
+    assert_eq!(of_rule(&findings(&unset, &deploy("web", "web", Some(0)), false), "pdb-blocks-eviction").len(), 1);
+    assert_eq!(of_rule(&findings(&unset, "", false), "pdb-blocks-eviction").len(), 1);
+    assert!(of_rule(&findings(&deploy("web", "web", Some(0)), &unset, false), "pdb-blocks-eviction").is_empty());
+    // Without a selector it covers nothing at all (pdb-selects-nothing says so instead).
+    let bare = "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web}\nspec:\n  maxUnavailable: 0\n";
+    assert!(of_rule(&findings(bare, "", false), "pdb-blocks-eviction").is_empty());
 }
 
 /// maxUnavailable above the replicas: the controller clamps desired healthy at 0 and allows every
