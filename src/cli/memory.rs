@@ -25,7 +25,7 @@ pub fn return_memory_promptly() {
 /// - `serve`: the first touch of fresh memory in a huge page zeroes all 2 MiB of it in one page
 ///   fault, on whichever thread touched it. Reading a large request body did that on the async
 ///   worker every other request waits for: `perf sched` on the hostile bench's server CPU showed
-///   its worker in such faults for 1.5-7 ms at a time beside large bodies, and never beside
+///   its worker in such faults for up to 7.6 ms at a time beside large bodies, and never beside
 ///   ordinary ones (docs/benchmarks.md, "Hostile admissions").
 /// - `audit`, `reports`: khugepaged fills whole 2 MiB pages around live objects; `ha-guard reports`
 ///   over 30,000 pods grew from 105 to 133 MiB resident while idle, with 110 MiB of it in huge
