@@ -34,11 +34,12 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use support::balancer::Balancer;
+use support::helm::{Helm, post_renderer};
 use support::*;
 
 const RELEASE: &str = "ha-guard";
@@ -52,62 +53,6 @@ const KINDS: [&str; 4] = [
     "mutatingadmissionpolicybindings",
 ];
 const MANAGED: &str = "app.kubernetes.io/managed-by=ha-guard";
-
-/// The pinned helm against the control plane, its cache, config and data in the test's directory.
-struct Helm {
-    bin: PathBuf,
-    kubeconfig: PathBuf,
-    home: PathBuf,
-}
-
-impl Helm {
-    fn run(&self, args: &[&str]) -> Kubectl {
-        let out = Command::new(&self.bin)
-            .args(args)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .current_dir(repo())
-            .env("HELM_CACHE_HOME", self.home.join("cache"))
-            .env("HELM_CONFIG_HOME", self.home.join("config"))
-            .env("HELM_DATA_HOME", self.home.join("data"))
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.bin.display()));
-        Kubectl {
-            command: format!("helm {}", args.join(" ")),
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-}
-
-/// A post-renderer (kustomize) that stands in for the Service's route: the Service becomes
-/// ExternalName localhost, each webhook's service port the balancer's.
-fn post_renderer(dir: &Path, port: u16) -> PathBuf {
-    std::fs::create_dir_all(dir).expect("the post-renderer's directory");
-    let kustomization = format!(
-        "resources: [rendered.yaml]\n\
-         patches:\n\
-         \x20 - target: {{kind: Service, name: {RELEASE}}}\n\
-         \x20   patch: |\n\
-         \x20     - {{op: replace, path: /spec/type, value: ExternalName}}\n\
-         \x20     - {{op: add, path: /spec/externalName, value: localhost}}\n\
-         \x20 - target: {{group: admissionregistration.k8s.io, kind: ValidatingWebhookConfiguration|MutatingWebhookConfiguration, name: {RELEASE}}}\n\
-         \x20   patch: |\n\
-         \x20     - {{op: replace, path: /webhooks/0/clientConfig/service/port, value: {port}}}\n"
-    );
-    std::fs::write(dir.join("kustomization.yaml"), kustomization).expect("kustomization.yaml");
-    let script = dir.join("post-render");
-    std::fs::write(
-        &script,
-        "#!/bin/sh\nset -eu\ndir=\"$(dirname \"$0\")\"\ncat >\"$dir/rendered.yaml\"\nexec kubectl kustomize \"$dir\"\n",
-    )
-    .expect("the post-renderer");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    script
-}
 
 /// The chart's `config.yaml` as installed (the ConfigMap the kubelet would mount).
 fn installed_config(cp: &ControlPlane) -> String {
@@ -272,11 +217,7 @@ fn the_chart_keeps_the_admission_policies_enforced_while_ha_guard_is_down() {
     let cp = ControlPlane::start_with_controllers().unwrap_or_else(|e| panic!("{e}"));
     cp.namespace(RELEASE_NS, &[]);
     cp.namespace(NS, &[]);
-    let helm = Helm {
-        bin: helm().unwrap_or_else(|e| panic!("{e}")),
-        kubeconfig: cp.kubeconfig(),
-        home: cp.root().join("helm"),
-    };
+    let helm = Helm::new(&cp);
     let dir = HaGuard::dir_of(cp.root(), "ha-guard");
     std::fs::create_dir_all(&dir).expect("dir");
     let out = Command::new(env!("CARGO_BIN_EXE_ha-guard"))
@@ -287,7 +228,7 @@ fn the_chart_keeps_the_admission_policies_enforced_while_ha_guard_is_down() {
         .expect("ha-guard certs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let balancer = Balancer::start(vec![]);
-    let renderer = post_renderer(&cp.root().join("post-render"), balancer.port);
+    let renderer = post_renderer(&cp.root().join("post-render"), RELEASE, balancer.port);
     let ca = dir.join("ca.crt").display().to_string();
     let renderer_arg = renderer.display().to_string();
     let chart_args = |extra: &[&str]| -> Vec<String> {

@@ -78,6 +78,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
 use support::balancer::Balancer;
+use support::helm::{Helm, post_renderer};
 use support::*;
 
 /// Release, namespace and the chart's resource names (release `ha-guard` contains the chart's
@@ -125,47 +126,11 @@ fn unix_now() -> f64 {
 
 // --- helm ----------------------------------------------------------------------------------------
 
-/// The pinned helm (tests/e2e/helm/build.sh) against the control plane, with its cache, config and
-/// data directories in the test's temporary directory.
-struct Helm {
-    bin: PathBuf,
-    kubeconfig: PathBuf,
-    home: PathBuf,
-}
-
-impl Helm {
-    fn new(cp: &ControlPlane) -> Helm {
-        let bin = helm().unwrap_or_else(|e| panic!("{e}"));
-        Helm { bin, kubeconfig: cp.kubeconfig(), home: cp.root().join("helm") }
-    }
-
-    /// `helm ARGS --kubeconfig KUBECONFIG`, from the repository root (where `charts/` is).
-    fn run(&self, args: &[&str]) -> Kubectl {
-        let out = Command::new(&self.bin)
-            .args(args)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .current_dir(repo())
-            .env("HELM_CACHE_HOME", self.home.join("cache"))
-            .env("HELM_CONFIG_HOME", self.home.join("config"))
-            .env("HELM_DATA_HOME", self.home.join("data"))
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.bin.display()));
-        Kubectl {
-            command: format!("helm {}", args.join(" ")),
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    /// The chart's release objects with `args` (`helm template`, hooks left out).
-    fn template(&self, args: &[&str]) -> String {
-        let mut all = vec!["template", RELEASE, CHART, "--namespace", NS, "--no-hooks"];
-        all.extend_from_slice(args);
-        self.run(&all).success().stdout
-    }
+/// The chart's release objects with `args` (`helm template`, hooks left out).
+fn template(helm: &Helm, args: &[&str]) -> String {
+    let mut all = vec!["template", RELEASE, CHART, "--namespace", NS, "--no-hooks"];
+    all.extend_from_slice(args);
+    helm.run(&all).success().stdout
 }
 
 // --- the route from the Service to the replicas, stood in for -------------------------------------
@@ -203,35 +168,6 @@ fn patch_route(cp: &ControlPlane, port: u16) {
             .collect();
         cp.kubectl(&["patch", kind, NAME, "--type=json", "-p", &Value::from(ops).to_string()]).success();
     }
-}
-
-/// The same stand-in for helm (phase 2): a post-renderer that runs kustomize (`kubectl
-/// kustomize`) over what helm rendered, with the two patches. Returns its path.
-fn post_renderer(dir: &Path, port: u16) -> PathBuf {
-    std::fs::create_dir_all(dir).expect("the post-renderer's directory");
-    let kustomization = format!(
-        "# The route stood in for (tests/e2e_install.rs): the Service to localhost, the webhooks to the balancer.\n\
-         resources: [rendered.yaml]\n\
-         patches:\n\
-         \x20 - target: {{kind: Service, name: {NAME}}}\n\
-         \x20   patch: |\n\
-         \x20     - {{op: replace, path: /spec/type, value: ExternalName}}\n\
-         \x20     - {{op: add, path: /spec/externalName, value: localhost}}\n\
-         \x20 - target: {{group: admissionregistration.k8s.io, kind: ValidatingWebhookConfiguration|MutatingWebhookConfiguration, name: {NAME}}}\n\
-         \x20   patch: |\n\
-         \x20     - {{op: replace, path: /webhooks/0/clientConfig/service/port, value: {port}}}\n"
-    );
-    std::fs::write(dir.join("kustomization.yaml"), kustomization).expect("kustomization.yaml");
-    let script = dir.join("post-render");
-    std::fs::write(
-        &script,
-        "#!/bin/sh\n# helm --post-renderer: reads the rendered release on stdin, prints it kustomized.\nset -eu\n\
-         dir=\"$(dirname \"$0\")\"\ncat >\"$dir/rendered.yaml\"\nexec kubectl kustomize \"$dir\"\n",
-    )
-    .expect("the post-renderer");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod the post-renderer");
-    script
 }
 
 /// Objects keyed by kind and name, for comparing sets of manifests whatever their order.
@@ -749,7 +685,7 @@ fn the_chart_installed_upgraded_and_uninstalled_on_a_real_apiserver() {
     pods.clear();
 
     // Phase 2: with Helm.
-    let renderer = post_renderer(&cp.root().join("stand-in"), balancer.port);
+    let renderer = post_renderer(&cp.root().join("stand-in"), NAME, balancer.port);
     let renderer = renderer.to_str().expect("a UTF-8 path");
     steps.run("helm install: the release is the rendering, the route stood in for", || {
         helm_install(&cp, &helm, renderer, balancer.port)
@@ -808,7 +744,7 @@ fn the_chart_installed_upgraded_and_uninstalled_on_a_real_apiserver() {
 fn install_rendered(cp: &ControlPlane, helm: &Helm, port: u16) {
     // As `helm install --create-namespace` does; manifests/ha-guard.yaml carries the Namespace.
     cp.kubectl(&["create", "namespace", NS]).success();
-    let rendered = helm.template(&[]);
+    let rendered = template(helm, &[]);
     let docs = yaml_docs(&rendered);
     let applied = cp.kubectl_in(&["apply", "--server-side", "-f", "-"], &rendered).success();
     assert_eq!(applied.stdout.matches("serverside-applied").count(), docs.len(), "{}", applied.stdout);
@@ -1131,7 +1067,7 @@ fn helm_install(cp: &ControlPlane, helm: &Helm, renderer: &str, port: u16) {
     .shows(&["STATUS: deployed", "Certificates: managed."]);
     // The release holds the chart's rendering with exactly the route stood in for.
     let manifest = helm.run(&["get", "manifest", RELEASE, "--namespace", NS]).success().stdout;
-    let mut want = yaml_docs(&helm.template(&["-f", values]));
+    let mut want = yaml_docs(&template(helm, &["-f", values]));
     stand_in(&mut want, port);
     let (have, want) = (by_name(yaml_docs(&manifest)), by_name(want));
     assert_eq!(have.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 pub mod balancer;
+pub mod helm;
 pub mod reports;
 
 /// The kinds the live view watches, as ha-guard's metrics label them. This control plane has no
