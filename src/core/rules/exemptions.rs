@@ -25,19 +25,24 @@ const MUTATION_PREFIX: &str = "inject-";
 /// `None` when no tier holds, or when the first that holds does for several IDs (ambiguous).
 fn nearest(x: &str, ids: &[&'static str]) -> Option<&'static str> {
     let n = normalized(x);
-    let words = |s: &str| s.split('-').map(str::to_string).collect::<Vec<String>>();
-    let sorted = |s: &str| {
-        let mut w = words(s);
-        w.sort();
-        w
-    };
+    // What the tiers read of `n`, worked out once rather than once per rule ID: an object may carry
+    // thousands of annotations.
+    let letters = n.replace('-', "");
+    let words: Vec<&str> = n.split('-').collect();
+    let mut sorted_words = words.clone();
+    sorted_words.sort_unstable();
     let tiers: [&dyn Fn(&str) -> bool; 5] = [
-        &|id| id.replace('-', "") == n.replace('-', ""),
+        &|id| id.chars().filter(|c| *c != '-').eq(letters.chars()),
         &|id| one_edit(&n, id),
-        &|id| sorted(&n) == sorted(id),
         &|id| {
-            let (ws, vs) = (words(&n), words(id));
-            ws.len() == vs.len() && ws.iter().zip(&vs).all(|(w, v)| w == v || one_edit(w, v) || same_stem(w, v))
+            let mut id_words: Vec<&str> = id.split('-').collect();
+            id_words.sort_unstable();
+            id_words == sorted_words
+        },
+        &|id| {
+            let id_words: Vec<&str> = id.split('-').collect();
+            words.len() == id_words.len()
+                && words.iter().zip(&id_words).all(|(w, v)| w == v || one_edit(w, v) || same_stem(w, v))
         },
         &|id| n.chars().count() >= 4 && id.contains(n.as_str()),
     ];
@@ -62,7 +67,12 @@ fn normalized(x: &str) -> String {
 /// `size` and `substring` count them.
 fn one_edit(a: &str, b: &str) -> bool {
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let dropped = |s: &[char], i: usize| -> Vec<char> { s[..i].iter().chain(&s[i + 1..]).copied().collect() };
+    // One character of `long` dropped gives `short`: dropping it at their first difference does
+    // whenever dropping it anywhere does.
+    let one_dropped = |long: &[char], short: &[char]| {
+        let first_difference = short.iter().zip(long).take_while(|(s, l)| s == l).count();
+        long[first_difference + 1..] == short[first_difference..]
+    };
     if a.len() == b.len() {
         (0..a.len()).any(|i| {
             a[..i] == b[..i]
@@ -70,9 +80,9 @@ fn one_edit(a: &str, b: &str) -> bool {
                     || (i + 1 < a.len() && a[i] == b[i + 1] && a[i + 1] == b[i] && a[i + 2..] == b[i + 2..]))
         }) && a != b
     } else if a.len() == b.len() + 1 {
-        (0..a.len()).any(|i| dropped(&a, i) == b)
+        one_dropped(&a, &b)
     } else if b.len() == a.len() + 1 {
-        (0..b.len()).any(|i| dropped(&b, i) == a)
+        one_dropped(&b, &a)
     } else {
         false
     }

@@ -204,3 +204,42 @@ fn the_cel_indexes_cover_every_rule_id() {
         assert!(r.id.len() < 62, "{} is too long for the CEL form's indexes", r.id);
     }
 }
+
+/// `one_edit` against its definition, over every pair of strings of up to 5 characters from
+/// three letters: one character dropped anywhere, replaced anywhere, or two neighbours swapped.
+#[test]
+fn one_edit_is_one_drop_replacement_or_swap() {
+    fn all(len: usize) -> Vec<String> {
+        (0..3usize.pow(len as u32))
+            .map(|mut i| {
+                (0..len)
+                    .map(|_| {
+                        let c = ['a', 'b', '-'][i % 3];
+                        i /= 3;
+                        c
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+    fn by_definition(a: &str, b: &str) -> bool {
+        let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+        let dropped = |s: &[char], i: usize| -> Vec<char> { s[..i].iter().chain(&s[i + 1..]).copied().collect() };
+        let replaced = a.len() == b.len() && a.iter().zip(&b).filter(|(x, y)| x != y).count() == 1;
+        let swapped = a.len() == b.len()
+            && (0..a.len().saturating_sub(1)).any(|i| {
+                let mut s = a.clone();
+                s.swap(i, i + 1);
+                s == b && a != b
+            });
+        let drop_a = a.len() == b.len() + 1 && (0..a.len()).any(|i| dropped(&a, i) == b);
+        let drop_b = b.len() == a.len() + 1 && (0..b.len()).any(|i| dropped(&b, i) == a);
+        replaced || swapped || drop_a || drop_b
+    }
+    let strings: Vec<String> = (0..=5).flat_map(all).collect();
+    for a in &strings {
+        for b in &strings {
+            assert_eq!(super::one_edit(a, b), by_definition(a, b), "{a:?} {b:?}");
+        }
+    }
+}
