@@ -52,7 +52,9 @@ impl LargeLane {
         let (jobs, mut queue) = tokio::sync::mpsc::channel::<Job>(QUEUE);
         let started = std::thread::Builder::new().name("ha-guard-large".into()).spawn(move || {
             lower_priority();
+            let ticks = YieldTicks::new();
             while let Some(job) = queue.blocking_recv() {
+                let _ticking = ticks.as_ref().map(YieldTicks::start);
                 job();
             }
         });
@@ -98,6 +100,8 @@ pub fn count_apart(work: &mut (dyn FnMut() + Send)) {
     let outcome = std::thread::scope(|scope| {
         let started = std::thread::Builder::new().name("ha-guard-count".into()).spawn_scoped(scope, || {
             lower_priority();
+            let ticks = YieldTicks::new();
+            let _ticking = ticks.as_ref().map(YieldTicks::start);
             work();
         });
         started.map(|thread| thread.join())
@@ -139,6 +143,144 @@ fn lower_priority() {
     }
 }
 
+/// How often a thread at the lanes' priority gives the CPU back while it works: the longest an
+/// ordinary review waits behind it once the scheduler has picked it. A tenth of an ordinary
+/// review's p99 (about 1 ms on two cores).
+pub const YIELD_EVERY: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// A timer that makes the thread that created it call `sched_yield` every [`YIELD_EVERY`] while
+/// it is started: the lanes' own preemption tick.
+///
+/// Why: a `SCHED_IDLE` thread is preempted at once when a normal thread *wakes*, but under EEVDF a
+/// normal thread that is already runnable and has run past its share ("not eligible") can wait
+/// while the scheduler picks the idle-policy thread, which then keeps the CPU until it blocks or
+/// the kernel's next tick (4 ms at `HZ=250`). Decoding a megabyte or counting thousands of nodes
+/// does neither for milliseconds; the yield makes the scheduler pick again, and having run, the
+/// idle-policy thread is no longer eligible (its weight is 3 to a normal thread's 1,024). A
+/// POSIX timer with `SIGEV_THREAD_ID` because the work is third-party code (serde_json's decoding)
+/// with no place to yield from; no crate offers a per-thread interval signal (nix's `Timer`
+/// would, at the cost of a dependency for two calls). Linux only; elsewhere nothing.
+#[cfg(target_os = "linux")]
+pub struct YieldTicks {
+    timer: libc::timer_t,
+}
+
+/// The signal the ticks send; its handler only yields. A real-time signal that nothing else in
+/// the process uses (tokio and the rest use the classic ones); real-time signals are not merged
+/// with others, and a timer queues at most one at a time.
+#[cfg(target_os = "linux")]
+fn yield_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 3
+}
+
+#[cfg(target_os = "linux")]
+thread_local! {
+    /// Ticks this thread took: for the tests. Const-initialised and without a destructor, so
+    /// reading it is a plain thread-local access, safe in a signal handler.
+    static TICKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(target_os = "linux")]
+extern "C" fn on_yield_tick(_: libc::c_int) {
+    // Both are async-signal-safe: a thread-local add and a syscall that sets no errno.
+    TICKS.with(|ticks| ticks.set(ticks.get() + 1));
+    // SAFETY: sched_yield takes nothing and cannot fail on Linux.
+    unsafe { libc::sched_yield() };
+}
+
+/// Installs [`on_yield_tick`] once per process; false when it could not be (then no timer is
+/// made: the signal's default action would end the process).
+#[cfg(target_os = "linux")]
+fn handler_installed() -> bool {
+    static INSTALLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *INSTALLED.get_or_init(|| {
+        // SAFETY: a zeroed sigaction is valid; the handler is an `extern "C" fn(c_int)` that does
+        // only async-signal-safe work. SA_RESTART: a syscall the tick interrupts is restarted.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_yield_tick as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(yield_signal(), &action, std::ptr::null_mut()) == 0
+        }
+    })
+}
+
+#[cfg(target_os = "linux")]
+impl YieldTicks {
+    /// A stopped timer aimed at the calling thread; None where one cannot be made (the work then
+    /// runs without yielding, as before).
+    pub fn new() -> Option<YieldTicks> {
+        if !handler_installed() {
+            tracing::debug!("cannot install the yield tick's handler: the lanes run without it");
+            return None;
+        }
+        // SAFETY: a zeroed sigevent is valid; timer_create writes the new timer's id into
+        // `timer`, which is used only after it returned 0.
+        unsafe {
+            let mut event: libc::sigevent = std::mem::zeroed();
+            event.sigev_notify = libc::SIGEV_THREAD_ID;
+            event.sigev_signo = yield_signal();
+            event.sigev_notify_thread_id = libc::gettid();
+            let mut timer: libc::timer_t = std::ptr::null_mut();
+            if libc::timer_create(libc::CLOCK_MONOTONIC, &mut event, &mut timer) != 0 {
+                tracing::debug!(error = %std::io::Error::last_os_error(), "cannot create the yield tick: the lanes run without it");
+                return None;
+            }
+            Some(YieldTicks { timer })
+        }
+    }
+
+    /// Ticks from now until the returned guard is dropped.
+    pub fn start(&self) -> Ticking<'_> {
+        self.set(YIELD_EVERY);
+        Ticking(self)
+    }
+
+    /// Stops the ticks (what dropping [`Ticking`] does).
+    pub fn stop(&self) {
+        self.set(std::time::Duration::ZERO);
+    }
+
+    fn set(&self, every: std::time::Duration) {
+        let every = libc::timespec { tv_sec: 0, tv_nsec: every.as_nanos() as libc::c_long };
+        let spec = libc::itimerspec { it_interval: every, it_value: every };
+        // SAFETY: the timer is ours and alive; a zero it_value disarms it.
+        unsafe { libc::timer_settime(self.timer, 0, &spec, std::ptr::null_mut()) };
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for YieldTicks {
+    fn drop(&mut self) {
+        // SAFETY: deleted once, by its owner, on the thread it signals.
+        unsafe { libc::timer_delete(self.timer) };
+    }
+}
+
+/// Stops the ticks when dropped.
+#[cfg(target_os = "linux")]
+pub struct Ticking<'a>(&'a YieldTicks);
+
+#[cfg(target_os = "linux")]
+impl Drop for Ticking<'_> {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+pub struct YieldTicks;
+
+#[cfg(not(target_os = "linux"))]
+impl YieldTicks {
+    pub fn new() -> Option<YieldTicks> {
+        None
+    }
+    pub fn start(&self) {}
+    pub fn stop(&self) {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +308,40 @@ mod tests {
         let panicked = judge_apart(&lane, LARGE_BODY + 1, 0, || panic!("injected")).await;
         assert!(matches!(panicked, Err(Failed)));
         assert_eq!(judge_apart(&lane, LARGE_BODY + 1, 0, || 7).await.unwrap(), 7, "the lane survives a panic");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn started_ticks_yield_and_stopped_ones_do_not() {
+        let busy = |for_: std::time::Duration| {
+            let until = std::time::Instant::now() + for_;
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+        };
+        std::thread::spawn(move || {
+            let ticks = YieldTicks::new().expect("a timer on Linux");
+            let ticks_here = || TICKS.with(std::cell::Cell::get);
+            let before = ticks_here();
+            {
+                let _ticking = ticks.start();
+                busy(std::time::Duration::from_millis(30));
+                // A sleep the tick interrupts is restarted (SA_RESTART, and std's loop on EINTR).
+                let slept = std::time::Instant::now();
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                assert!(slept.elapsed() >= std::time::Duration::from_millis(5));
+            }
+            let ticked = ticks_here() - before;
+            // 300 at most in 30 ms; a loaded machine delivers fewer, never none.
+            assert!(ticked >= 3, "{ticked} yields in 30 ms of work every {YIELD_EVERY:?}");
+            // Stopped: none, but the one that may have been queued as it stopped.
+            let stopped = ticks_here();
+            busy(std::time::Duration::from_millis(30));
+            let after = ticks_here() - stopped;
+            assert!(after <= 1, "{after} ticks in 30 ms after the stop");
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
