@@ -50,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use ha_guard::core::config::Config;
 use ha_guard::core::view::{AdmissionClock, Index, StaticSource};
+use ha_guard::server::lanes;
 use ha_guard::server::review::{self, Webhook};
 use ha_guard::server::{self, AppState, Listeners, ServeOptions};
 use serde_json::{Value, json};
@@ -396,6 +397,8 @@ fn stream(
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
                 .on_thread_start(lowest_priority)
+                .on_thread_unpark(|| SIDE_TICKS.with(|t| t.set(true)))
+                .on_thread_park(|| SIDE_TICKS.with(|t| t.set(false)))
                 .enable_all()
                 .build()
                 .unwrap(),
@@ -617,6 +620,32 @@ fn lowest_priority() {
     if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
         eprintln!("cannot set SCHED_IDLE for the side sender: {}", std::io::Error::last_os_error());
     }
+}
+
+/// The side sender's thread yields while it works, as the server's large lane does
+/// (`lanes::YieldTicks`): encrypting a megabyte at `SCHED_IDLE` would otherwise keep the load
+/// generator's CPU from the stream's client for up to a kernel tick, time that in a cluster is
+/// another apiserver goroutine's on another CPU, not the webhook's.
+struct SideTicks {
+    ticks: Option<lanes::YieldTicks>,
+    ticking: std::cell::Cell<bool>,
+}
+
+impl SideTicks {
+    fn set(&self, on: bool) {
+        let Some(ticks) = &self.ticks else { return };
+        if on != self.ticking.replace(on) {
+            if on {
+                std::mem::forget(ticks.start());
+            } else {
+                ticks.stop();
+            }
+        }
+    }
+}
+
+thread_local! {
+    static SIDE_TICKS: SideTicks = SideTicks { ticks: lanes::YieldTicks::new(), ticking: std::cell::Cell::new(false) };
 }
 
 /// Pins the calling thread (and the threads it creates after) to `cpus`; none: nothing.
