@@ -55,6 +55,7 @@ impl LargeLane {
             let ticks = YieldTicks::new();
             while let Some(job) = queue.blocking_recv() {
                 let _ticking = ticks.as_ref().map(YieldTicks::start);
+                let _pausing = Pausing::start();
                 job();
             }
         });
@@ -100,8 +101,7 @@ pub fn count_apart(work: &mut (dyn FnMut() + Send)) {
     let outcome = std::thread::scope(|scope| {
         let started = std::thread::Builder::new().name("ha-guard-count".into()).spawn_scoped(scope, || {
             lower_priority();
-            let ticks = YieldTicks::new();
-            let _ticking = ticks.as_ref().map(YieldTicks::start);
+            let _pausing = Pausing::start();
             work();
         });
         started.map(|thread| thread.join())
@@ -143,23 +143,79 @@ fn lower_priority() {
     }
 }
 
-/// How often a thread at the lanes' priority gives the CPU back while it works: the longest an
-/// ordinary review waits behind it once the scheduler has picked it. A tenth of an ordinary
-/// review's p99 (about 1 ms on two cores).
-pub const YIELD_EVERY: std::time::Duration = std::time::Duration::from_micros(100);
+// Why the lanes' threads yield: a `SCHED_IDLE` thread is preempted at once when a normal thread
+// *wakes*, but under EEVDF a normal thread that is already runnable and has run past its share
+// ("not eligible") can wait while the scheduler picks the idle-policy thread, which then keeps the
+// CPU until it blocks or the kernel's next tick (4 ms at `HZ=250`). Decoding a megabyte or counting
+// thousands of nodes does neither for milliseconds. A yield makes the scheduler pick again, and
+// having run, the idle-policy thread is no longer eligible (its weight is 3 to a normal thread's
+// 1,024). Where the work is ours (the counts over the nodes) it pauses between pieces
+// ([`pause`]); where it is not (serde_json decoding a large body) a timer interrupts it
+// ([`YieldTicks`]).
+
+/// How long a thread of the lanes counts between two yields ([`pause`]).
+pub const PAUSE_EVERY: std::time::Duration = std::time::Duration::from_micros(50);
+
+thread_local! {
+    /// On a lane's thread while it works: when it last gave the CPU back.
+    static LAST_YIELD: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+    /// Yields this thread took (pauses and ticks): for the tests. Const-initialised and without a
+    /// destructor, so reading it is a plain thread-local access, safe in a signal handler.
+    static YIELDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The counts' pause point ([`crate::core::view::nodes::pause_with`]): on a lane's thread, gives
+/// the CPU back when [`PAUSE_EVERY`] has passed since it last did; on any other, nothing. A yield
+/// is a syscall, less than a microsecond when nothing else waits; reading the clock (vDSO) tens of
+/// nanoseconds, every 64 nodes.
+pub fn pause() {
+    LAST_YIELD.with(|last| {
+        let Some(since) = last.get() else { return };
+        if since.elapsed() >= PAUSE_EVERY {
+            yield_now();
+            last.set(Some(std::time::Instant::now()));
+        }
+    });
+}
+
+fn yield_now() {
+    YIELDS.with(|n| n.set(n.get() + 1));
+    #[cfg(target_os = "linux")]
+    // SAFETY: sched_yield takes nothing and cannot fail on Linux.
+    unsafe {
+        libc::sched_yield();
+    }
+    #[cfg(not(target_os = "linux"))]
+    std::thread::yield_now();
+}
+
+/// [`pause`] yields on this thread until the guard is dropped.
+struct Pausing;
+
+impl Pausing {
+    fn start() -> Pausing {
+        LAST_YIELD.with(|last| last.set(Some(std::time::Instant::now())));
+        Pausing
+    }
+}
+
+impl Drop for Pausing {
+    fn drop(&mut self) {
+        LAST_YIELD.with(|last| last.set(None));
+    }
+}
+
+/// How often the large lane's thread is made to give the CPU back while it works ([`YieldTicks`]):
+/// the longest an ordinary review waits behind it once the scheduler has picked it. Not shorter,
+/// because each tick costs the CPU it interrupts (whichever thread runs there) an interrupt and a
+/// signal: 26 µs measured on a nested virtual machine, a few on bare metal.
+pub const YIELD_EVERY: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// A timer that makes the thread that created it call `sched_yield` every [`YIELD_EVERY`] while
-/// it is started: the lanes' own preemption tick.
-///
-/// Why: a `SCHED_IDLE` thread is preempted at once when a normal thread *wakes*, but under EEVDF a
-/// normal thread that is already runnable and has run past its share ("not eligible") can wait
-/// while the scheduler picks the idle-policy thread, which then keeps the CPU until it blocks or
-/// the kernel's next tick (4 ms at `HZ=250`). Decoding a megabyte or counting thousands of nodes
-/// does neither for milliseconds; the yield makes the scheduler pick again, and having run, the
-/// idle-policy thread is no longer eligible (its weight is 3 to a normal thread's 1,024). A
-/// POSIX timer with `SIGEV_THREAD_ID` because the work is third-party code (serde_json's decoding)
-/// with no place to yield from; no crate offers a per-thread interval signal (nix's `Timer`
-/// would, at the cost of a dependency for two calls). Linux only; elsewhere nothing.
+/// it is started: the large lane's own preemption tick, for the work that has no place to pause
+/// (serde_json decoding a large body). A POSIX timer with `SIGEV_THREAD_ID`; no crate offers a
+/// per-thread interval signal (nix's `Timer` would, at the cost of a dependency for two calls).
+/// Linux only; elsewhere nothing.
 #[cfg(target_os = "linux")]
 pub struct YieldTicks {
     timer: libc::timer_t,
@@ -174,18 +230,9 @@ fn yield_signal() -> libc::c_int {
 }
 
 #[cfg(target_os = "linux")]
-thread_local! {
-    /// Ticks this thread took: for the tests. Const-initialised and without a destructor, so
-    /// reading it is a plain thread-local access, safe in a signal handler.
-    static TICKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-#[cfg(target_os = "linux")]
 extern "C" fn on_yield_tick(_: libc::c_int) {
-    // Both are async-signal-safe: a thread-local add and a syscall that sets no errno.
-    TICKS.with(|ticks| ticks.set(ticks.get() + 1));
-    // SAFETY: sched_yield takes nothing and cannot fail on Linux.
-    unsafe { libc::sched_yield() };
+    // Async-signal-safe: a thread-local add and a syscall that sets no errno.
+    yield_now();
 }
 
 /// Installs [`on_yield_tick`] once per process; false when it could not be (then no timer is
@@ -321,7 +368,7 @@ mod tests {
         };
         std::thread::spawn(move || {
             let ticks = YieldTicks::new().expect("a timer on Linux");
-            let ticks_here = || TICKS.with(std::cell::Cell::get);
+            let ticks_here = || YIELDS.with(std::cell::Cell::get);
             let before = ticks_here();
             {
                 let _ticking = ticks.start();
@@ -332,7 +379,7 @@ mod tests {
                 assert!(slept.elapsed() >= std::time::Duration::from_millis(5));
             }
             let ticked = ticks_here() - before;
-            // 300 at most in 30 ms; a loaded machine delivers fewer, never none.
+            // 60 at most in 30 ms; a loaded machine delivers fewer, never none.
             assert!(ticked >= 3, "{ticked} yields in 30 ms of work every {YIELD_EVERY:?}");
             // Stopped: none, but the one that may have been queued as it stopped.
             let stopped = ticks_here();
@@ -365,6 +412,19 @@ mod tests {
             assert_eq!(apart, Some(libc::SCHED_IDLE));
             assert_ne!(policy(), libc::SCHED_IDLE, "the caller's own policy is unchanged");
         }
+        // A count pauses on its thread every PAUSE_EVERY, never on the caller's.
+        let yields = || YIELDS.with(std::cell::Cell::get);
+        let count = || {
+            let (before, until) = (yields(), std::time::Instant::now() + 40 * PAUSE_EVERY);
+            while std::time::Instant::now() < until {
+                pause();
+            }
+            yields() - before
+        };
+        let mut apart = 0;
+        count_apart(&mut || apart = count());
+        assert!((1..=40).contains(&apart), "{apart} yields in 40 pauses' time");
+        assert_eq!(count(), 0, "the caller's thread does not pause");
         let panicked = std::panic::catch_unwind(|| count_apart(&mut || panic!("injected")));
         assert!(panicked.is_err());
     }

@@ -160,6 +160,7 @@ impl AppState {
         let namespace_reads = super::namespaces::Reads::new(metrics.namespace_reads.clone());
         // A template counted for the first time on a large cluster waits behind the others.
         crate::core::view::nodes::count_apart_with(super::lanes::count_apart);
+        crate::core::view::nodes::pause_with(super::lanes::pause);
         Arc::new(AppState {
             view,
             config: RwLock::new(Arc::new(config)),

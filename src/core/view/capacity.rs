@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 
-use super::nodes::{Column, NO_DOMAIN, NodeTable};
+use super::nodes::{self, Column, NO_DOMAIN, NodeTable};
 use super::placement::{Incoming, NodeFilter, Unfit, term_matches};
 use super::projection::NodeInfo;
 use crate::core::model::pod::ZONE;
@@ -151,6 +151,9 @@ pub fn replicas_capacity(pod: Incoming, table: &NodeTable) -> Capacity {
         .iter()
         .enumerate()
         .map(|(i, n)| {
+            if i % nodes::PAUSE_NODES == nodes::PAUSE_NODES - 1 {
+                nodes::pause_point();
+            }
             let affinity_ok = filter.node_affinity(n);
             let untolerated = filter.untolerated(n).map(|t| format!("{}:{}", t.key, t.effect));
             let missing_key = hard.iter().find(|(_, _, column)| column.domain[i] == NO_DOMAIN).map(|(k, _, _)| *k);

@@ -55,6 +55,29 @@ pub fn count_apart_with(run: RunApart) {
     let _ = RUN_APART.set(run);
 }
 
+/// Called between pieces of a count over the nodes (every [`PAUSE_NODES`] nodes): where the
+/// server lets a thread of lower priority give the CPU back ([`pause_with`]).
+pub type Pause = fn();
+
+static PAUSE: OnceLock<Pause> = OnceLock::new();
+
+/// Nodes counted between two [`pause_point`]s: about 5 µs of work.
+pub const PAUSE_NODES: usize = 64;
+
+/// What a count calls between its pieces: set once per process (by `serve`; the first call
+/// wins). Without it, nothing.
+pub fn pause_with(pause: Pause) {
+    let _ = PAUSE.set(pause);
+}
+
+/// A point where a long count may pause ([`pause_with`]).
+#[inline]
+pub fn pause_point() {
+    if let Some(pause) = PAUSE.get() {
+        pause();
+    }
+}
+
 /// The nodes of a view, in the view's order (by name), and what was computed of them so far: the
 /// columns asked, the answers about pods ([`super::capacity`]'s counts), the first node a node
 /// autoscaler labels.
