@@ -208,7 +208,7 @@ impl Drop for Pausing {
 /// How often the large lane's thread is made to give the CPU back while it works ([`YieldTicks`]):
 /// the longest an ordinary review waits behind it once the scheduler has picked it. Not shorter,
 /// because each tick costs the CPU it interrupts (whichever thread runs there) an interrupt and a
-/// signal: 26 µs measured on a nested virtual machine, a few on bare metal.
+/// signal, 26 µs measured on a nested virtual machine (docs/benchmarks.md).
 pub const YIELD_EVERY: std::time::Duration = std::time::Duration::from_micros(500);
 
 /// A timer that makes the thread that created it call `sched_yield` every [`YIELD_EVERY`] while
