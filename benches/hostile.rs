@@ -397,8 +397,8 @@ fn stream(
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
                 .on_thread_start(lowest_priority)
-                .on_thread_unpark(|| SIDE_TICKS.with(|t| t.set(true)))
-                .on_thread_park(|| SIDE_TICKS.with(|t| t.set(false)))
+                .on_thread_unpark(|| SIDE_TICKS.with(|t| t.iter().for_each(lanes::YieldTicks::start)))
+                .on_thread_park(|| SIDE_TICKS.with(|t| t.iter().for_each(lanes::YieldTicks::stop)))
                 .enable_all()
                 .build()
                 .unwrap(),
@@ -622,30 +622,12 @@ fn lowest_priority() {
     }
 }
 
-/// The side sender's thread yields while it works, as the server's large lane does
-/// (`lanes::YieldTicks`): encrypting a megabyte at `SCHED_IDLE` would otherwise keep the load
-/// generator's CPU from the stream's client for up to a kernel tick, time that in a cluster is
-/// another apiserver goroutine's on another CPU, not the webhook's.
-struct SideTicks {
-    ticks: Option<lanes::YieldTicks>,
-    ticking: std::cell::Cell<bool>,
-}
-
-impl SideTicks {
-    fn set(&self, on: bool) {
-        let Some(ticks) = &self.ticks else { return };
-        if on != self.ticking.replace(on) {
-            if on {
-                std::mem::forget(ticks.start());
-            } else {
-                ticks.stop();
-            }
-        }
-    }
-}
-
 thread_local! {
-    static SIDE_TICKS: SideTicks = SideTicks { ticks: lanes::YieldTicks::new(), ticking: std::cell::Cell::new(false) };
+    /// The side sender's thread yields while it works, as the server's large lane does
+    /// (`lanes::YieldTicks`): encrypting a megabyte at `SCHED_IDLE` would otherwise keep the load
+    /// generator's CPU from the stream's client for up to a kernel tick, time that in a cluster is
+    /// another apiserver goroutine's on another CPU, not the webhook's.
+    static SIDE_TICKS: Option<lanes::YieldTicks> = lanes::YieldTicks::new();
 }
 
 /// Pins the calling thread (and the threads it creates after) to `cpus`; none: nothing.

@@ -54,9 +54,11 @@ impl LargeLane {
             lower_priority();
             let ticks = YieldTicks::new();
             while let Some(job) = queue.blocking_recv() {
-                let _ticking = ticks.as_ref().map(YieldTicks::start);
+                // A job cannot unwind: [`LargeLane::run`] catches its panic.
                 let _pausing = Pausing::start();
+                ticks.iter().for_each(YieldTicks::start);
                 job();
+                ticks.iter().for_each(YieldTicks::stop);
             }
         });
         if let Err(e) = started {
@@ -164,7 +166,7 @@ thread_local! {
     static YIELDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// The counts' pause point ([`crate::core::view::nodes::pause_with`]): on a lane's thread, gives
+/// The counts' pause point ([`crate::core::view::nodes::Apart::pause`]): on a lane's thread, gives
 /// the CPU back when [`PAUSE_EVERY`] has passed since it last did; on any other, nothing. A yield
 /// is a syscall, less than a microsecond when nothing else waits; reading the clock (vDSO) tens of
 /// nanoseconds, every 64 nodes.
@@ -278,13 +280,11 @@ impl YieldTicks {
         }
     }
 
-    /// Ticks from now until the returned guard is dropped.
-    pub fn start(&self) -> Ticking<'_> {
+    /// Ticks from now until [`YieldTicks::stop`].
+    pub fn start(&self) {
         self.set(YIELD_EVERY);
-        Ticking(self)
     }
 
-    /// Stops the ticks (what dropping [`Ticking`] does).
     pub fn stop(&self) {
         self.set(std::time::Duration::ZERO);
     }
@@ -302,17 +302,6 @@ impl Drop for YieldTicks {
     fn drop(&mut self) {
         // SAFETY: deleted once, by its owner, on the thread it signals.
         unsafe { libc::timer_delete(self.timer) };
-    }
-}
-
-/// Stops the ticks when dropped.
-#[cfg(target_os = "linux")]
-pub struct Ticking<'a>(&'a YieldTicks);
-
-#[cfg(target_os = "linux")]
-impl Drop for Ticking<'_> {
-    fn drop(&mut self) {
-        self.0.stop();
     }
 }
 
@@ -370,14 +359,13 @@ mod tests {
             let ticks = YieldTicks::new().expect("a timer on Linux");
             let ticks_here = || YIELDS.with(std::cell::Cell::get);
             let before = ticks_here();
-            {
-                let _ticking = ticks.start();
-                busy(std::time::Duration::from_millis(30));
-                // A sleep the tick interrupts is restarted (SA_RESTART, and std's loop on EINTR).
-                let slept = std::time::Instant::now();
-                std::thread::sleep(std::time::Duration::from_millis(5));
-                assert!(slept.elapsed() >= std::time::Duration::from_millis(5));
-            }
+            ticks.start();
+            busy(std::time::Duration::from_millis(30));
+            // A sleep the tick interrupts is restarted (SA_RESTART, and std's loop on EINTR).
+            let slept = std::time::Instant::now();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            assert!(slept.elapsed() >= std::time::Duration::from_millis(5));
+            ticks.stop();
             let ticked = ticks_here() - before;
             // 60 at most in 30 ms; a loaded machine delivers fewer, never none.
             assert!(ticked >= 3, "{ticked} yields in 30 ms of work every {YIELD_EVERY:?}");

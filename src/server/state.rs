@@ -159,8 +159,10 @@ impl AppState {
         metrics.set_exceptions(&config);
         let namespace_reads = super::namespaces::Reads::new(metrics.namespace_reads.clone());
         // A template counted for the first time on a large cluster waits behind the others.
-        crate::core::view::nodes::count_apart_with(super::lanes::count_apart);
-        crate::core::view::nodes::pause_with(super::lanes::pause);
+        crate::core::view::nodes::count_apart_with(crate::core::view::nodes::Apart {
+            run: super::lanes::count_apart,
+            pause: super::lanes::pause,
+        });
         Arc::new(AppState {
             view,
             config: RwLock::new(Arc::new(config)),

@@ -44,37 +44,37 @@ pub const APART_NODES: usize = 1000;
 /// it must have run `work` to its end when it returns.
 pub type RunApart = fn(&mut (dyn FnMut() + Send));
 
-static RUN_APART: OnceLock<RunApart> = OnceLock::new();
-
-/// Where the counts that the memo does not hold run, on tables of [`APART_NODES`] nodes or more:
-/// set once per process (by `serve`; the first call wins). Counting a new template on a cluster of
-/// thousands of nodes is most of its admission's cost; at a lower priority, a stream of new
-/// templates (a tenant's, or many rollouts at once) waits behind the remembered ones, instead of
-/// delaying them. Without it the count runs on the caller's thread. The answer is the same.
-pub fn count_apart_with(run: RunApart) {
-    let _ = RUN_APART.set(run);
-}
-
 /// Called between pieces of a count over the nodes (every [`PAUSE_NODES`] nodes): where the
-/// server lets a thread of lower priority give the CPU back ([`pause_with`]).
+/// server lets a thread of lower priority give the CPU back.
 pub type Pause = fn();
 
-static PAUSE: OnceLock<Pause> = OnceLock::new();
+/// Where and how the counts that the memo does not hold run ([`count_apart_with`]).
+#[derive(Clone, Copy)]
+pub struct Apart {
+    pub run: RunApart,
+    pub pause: Pause,
+}
+
+static APART: OnceLock<Apart> = OnceLock::new();
 
 /// Nodes counted between two [`pause_point`]s: about 5 µs of work.
 pub const PAUSE_NODES: usize = 64;
 
-/// What a count calls between its pieces: set once per process (by `serve`; the first call
-/// wins). Without it, nothing.
-pub fn pause_with(pause: Pause) {
-    let _ = PAUSE.set(pause);
+/// Where the counts that the memo does not hold run, on tables of [`APART_NODES`] nodes or more,
+/// and what they call between pieces: set once per process (by `serve`; the first call wins).
+/// Counting a new template on a cluster of thousands of nodes is most of its admission's cost; at
+/// a lower priority, a stream of new templates (a tenant's, or many rollouts at once) waits behind
+/// the remembered ones, instead of delaying them. Without it the count runs on the caller's
+/// thread and never pauses. The answer is the same.
+pub fn count_apart_with(apart: Apart) {
+    let _ = APART.set(apart);
 }
 
-/// A point where a long count may pause ([`pause_with`]).
+/// A point where a long count may pause ([`Apart::pause`]).
 #[inline]
 pub fn pause_point() {
-    if let Some(pause) = PAUSE.get() {
-        pause();
+    if let Some(apart) = APART.get() {
+        (apart.pause)();
     }
 }
 
@@ -165,8 +165,8 @@ impl NodeTable {
     /// `compute`'s answer, computed where [`count_apart_with`] says on a table of
     /// [`APART_NODES`] nodes or more.
     fn computed<T: Send>(&self, compute: impl FnOnce() -> T + Send) -> T {
-        let apart = RUN_APART.get().filter(|_| self.nodes.len() >= APART_NODES);
-        let Some(run) = apart else { return compute() };
+        let apart = APART.get().filter(|_| self.nodes.len() >= APART_NODES);
+        let Some(Apart { run, .. }) = apart else { return compute() };
         let mut compute = Some(compute);
         let mut answer = None;
         run(&mut || answer = compute.take().map(|c| c()));
@@ -386,7 +386,7 @@ mod tests {
     #[test]
     fn a_count_on_a_large_table_that_the_memo_lacks_runs_apart() {
         // The first runner set wins: this one, or `serve`'s where a server test set it first.
-        count_apart_with(run_on_a_named_thread);
+        count_apart_with(Apart { run: run_on_a_named_thread, pause: || {} });
         let nodes = |n: usize| NodeTable::new((0..n).map(|i| node(&format!("n{i}"), &[])).collect());
         let (large, small) = (nodes(APART_NODES), nodes(APART_NODES - 1));
         let labels = BTreeMap::new();
