@@ -22,7 +22,9 @@
 //!    (`--side-sender same`: by the stream's own); an open-loop stream of the ordinary requests at
 //!    `--rate` per second (200), in windows that take five conditions in turn: the
 //!    stream alone; with the hostile requests, in turn, open loop at `--hostile-rate` per second
-//!    (20: a tenant's pipeline applying them over and over); as a control, with as many more
+//!    (20: a tenant's pipeline applying them over and over; at random times, a Poisson process
+//!    seeded by the round, as another tenant's writes arrive: `--side-arrivals in-step` sends them
+//!    in step with the stream instead, each beside an ordinary request); as a control, with as many more
 //!    ordinary Deployment CREATEs instead; and those two again with every request made distinct
 //!    (a pod template label of its own), so that none is answered from what the webhook remembers
 //!    of the nodes for a pod it has seen. The ordinary requests' p50 and p99 per condition, the
@@ -358,6 +360,7 @@ fn stream(
     let hostile_rate: f64 = arg(args, "--hostile-rate", 20.0);
     let client_proto: String = arg(args, "--client-proto", "h1".to_string());
     let side_sender: String = arg(args, "--side-sender", "apart".to_string());
+    let side_arrivals_how: Arrivals = arg(args, "--side-arrivals", Arrivals::Random);
     let certs = tempfile::tempdir().unwrap();
     let (cert, key, ca) = dev_certs(certs.path());
     let listeners = Listeners::bind("127.0.0.1:0".parse().unwrap(), "127.0.0.1:0".parse().unwrap()).unwrap();
@@ -433,7 +436,7 @@ fn stream(
         wait_until_up(&client, &base).await;
         println!(
             "\n## Stream: ordinary requests at {rate}/s over TLS: alone, with hostile requests at {hostile_rate}/s, with as \
-             many more ordinary ones (windows of {window:?}, in turn)\n"
+             many more ordinary ones (windows of {window:?}, in turn; the side requests' arrivals: {side_arrivals_how:?})\n"
         );
         let ordinary = Arc::new(ordinary.into_iter().map(|(_, b)| b).collect::<Vec<_>>());
         let hostile = Arc::new(hostile);
@@ -476,12 +479,16 @@ fn stream(
                 let (client, base, stop, answered) =
                     (side_client.clone(), base.clone(), stop.clone(), answered_hostile.clone());
                 let counts = condition == 1 || condition == 3;
+                // The round's arrivals: a hostile window and its control send at the same times.
+                let due = side_arrivals(side_arrivals_how, hostile_rate, (w / conditions.len()) as u64, window);
                 side_task = Some(side_handle.spawn(async move {
                     let start = tokio::time::Instant::now();
                     let mut sent = Vec::new();
-                    let mut i = 0usize;
-                    while !stop.load(Ordering::Relaxed) {
-                        tokio::time::sleep_until(start + Duration::from_secs_f64(i as f64 / hostile_rate)).await;
+                    for (i, at) in due.into_iter().enumerate() {
+                        tokio::time::sleep_until(start + at).await;
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
                         let (client, base, side, answered) = (client.clone(), base.clone(), side.clone(), answered.clone());
                         sent.push(tokio::spawn(async move {
                             let (name, body) = &side[i % side.len()];
@@ -497,7 +504,6 @@ fn stream(
                                 Err(e) => Some(format!("{name} /{path}: {e}")),
                             }
                         }));
-                        i += 1;
                     }
                     let mut failed = Vec::new();
                     for t in sent {
@@ -661,6 +667,52 @@ async fn post(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Result<(), 
         return Err(format!("HTTP {status}: {}", text.chars().take(200).collect::<String>()));
     }
     Ok(())
+}
+
+/// When the requests beside the stream are sent (`--side-arrivals`).
+#[derive(Clone, Copy, Debug)]
+enum Arrivals {
+    /// At random times, independent of the stream (a Poisson process: exponential gaps), as
+    /// another tenant's pipeline writes: some land beside an ordinary request, most do not.
+    Random,
+    /// Every 1/rate from the window's start, in step with the stream: at 20/s beside 200/s, each
+    /// lands within a timer tick of an ordinary request, so one ordinary request in ten meets one.
+    InStep,
+}
+
+impl std::str::FromStr for Arrivals {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "random" => Ok(Arrivals::Random),
+            "in-step" => Ok(Arrivals::InStep),
+            other => Err(format!("--side-arrivals {other}: random or in-step")),
+        }
+    }
+}
+
+/// The times, from a window's start, at which the requests beside the stream are sent, a little
+/// past the window (the sender stops at its end). Random ones are drawn from a generator seeded
+/// with the round, so that a run can be repeated and a round's conditions compared on the same
+/// arrivals.
+fn side_arrivals(how: Arrivals, rate: f64, round: u64, window: Duration) -> Vec<Duration> {
+    use rand::{RngExt, SeedableRng};
+    let until = window.as_secs_f64() + 1.0;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(round);
+    let mut at = 0.0f64;
+    let mut due = Vec::new();
+    for i in 0.. {
+        at = match how {
+            Arrivals::InStep => i as f64 / rate,
+            // Inverse transform: -ln(1 - U) / rate is exponential with mean 1/rate.
+            Arrivals::Random => at - (1.0 - rng.random::<f64>()).ln() / rate,
+        };
+        if at > until {
+            break;
+        }
+        due.push(Duration::from_secs_f64(at));
+    }
+    due
 }
 
 /// Ordinary requests at `rate` a second for `window`, each sent at its time whatever the others
