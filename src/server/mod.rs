@@ -746,6 +746,13 @@ pub async fn serve_with_listeners(
 ) -> Result<(), ServeError> {
     let listen = listeners.webhook_addr()?;
     let probe_listen = listeners.probe_addr()?;
+    // A template counted for the first time on a large cluster waits behind the admissions. Only
+    // where admissions are answered: `reports` judges a whole cluster, and there a thread of its
+    // own for each new template, at the lowest priority, made a full read ten times slower.
+    crate::core::view::nodes::count_apart_with(crate::core::view::nodes::Apart {
+        run: lanes::count_apart,
+        pause: lanes::pause,
+    });
     // Reload loops (TLS files or certificate controller, config file) and the probe server.
     // Stopped when serving ends, so that a server run in-process (tests) leaves nothing behind.
     let mut background = tokio::task::JoinSet::new();

@@ -158,11 +158,6 @@ impl AppState {
         let metrics = Metrics::new();
         metrics.set_exceptions(&config);
         let namespace_reads = super::namespaces::Reads::new(metrics.namespace_reads.clone());
-        // A template counted for the first time on a large cluster waits behind the others.
-        crate::core::view::nodes::count_apart_with(crate::core::view::nodes::Apart {
-            run: super::lanes::count_apart,
-            pause: super::lanes::pause,
-        });
         Arc::new(AppState {
             view,
             config: RwLock::new(Arc::new(config)),

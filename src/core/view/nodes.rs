@@ -70,6 +70,11 @@ pub fn count_apart_with(apart: Apart) {
     let _ = APART.set(apart);
 }
 
+/// Whether this process counts apart ([`count_apart_with`] was called).
+pub fn counts_apart() -> bool {
+    APART.get().is_some()
+}
+
 /// A point where a long count may pause ([`Apart::pause`]).
 #[inline]
 pub fn pause_point() {
