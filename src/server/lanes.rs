@@ -7,6 +7,10 @@
 //! bounds), never everyone else's.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use crate::core::view::nodes::Work;
 
 /// Bodies larger than this are judged on the large lane. Real Deployments, StatefulSets, PDBs and
 /// HPAs are a few KiB (an UPDATE carries two, each with its managedFields); 64 KiB is far above
@@ -55,7 +59,7 @@ impl LargeLane {
             let ticks = YieldTicks::new();
             while let Some(job) = queue.blocking_recv() {
                 // A job cannot unwind: [`LargeLane::run`] catches its panic.
-                let _pausing = Pausing::start();
+                let _pausing = Pausing::start(None);
                 ticks.iter().for_each(YieldTicks::start);
                 job();
                 ticks.iter().for_each(YieldTicks::stop);
@@ -94,24 +98,84 @@ pub async fn judge_apart<T: Send + 'static>(
     }
 }
 
-/// Runs `work` on a thread of its own at the large lane's priority, and waits for it: how `serve`
-/// counts a template its node table does not remember ([`crate::core::view::nodes::count_apart_with`]).
-/// A scoped thread, because the count borrows the review and the snapshot it reads; starting one
-/// costs less than a tenth of such a count. A panic in `work` is resumed here; a thread that cannot
-/// start leaves the work to the caller.
-pub fn count_apart(work: &mut (dyn FnMut() + Send)) {
-    let outcome = std::thread::scope(|scope| {
-        let started = std::thread::Builder::new().name("ha-guard-count".into()).spawn_scoped(scope, || {
+/// Count threads started and not yet ended at most ([`count_apart`]): past them, a count runs on
+/// the caller's thread. Threads left behind ([`count_apart`]'s hand-over) end at their next pause
+/// once they run, but while the CPU is taken they would pile up, each with its stack and a count's
+/// copy of a pod.
+const COUNTING_AT_MOST: usize = 32;
+
+/// Count threads running now.
+static COUNTING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts that waited longer than their hand-over time and were counted by their callers.
+static HANDED_OVER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many counts the callers took over so far ([`count_apart`]).
+pub fn counts_handed_over() -> u64 {
+    HANDED_OVER.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The unwinding payload that ends a count left behind (see [`pause`]): not a panic, so no hook
+/// prints it.
+struct LeftBehind;
+
+/// Runs `work` on a thread of its own at the large lane's priority and returns its answer: how
+/// `serve` counts a template its node table does not remember
+/// ([`crate::core::view::nodes::count_apart_with`]). Starting a thread costs less than a tenth of
+/// such a count. A panic in `work` is resumed here; a thread that cannot start, or one too many
+/// ([`COUNTING_AT_MOST`]), leaves the work to the caller.
+///
+/// The hand-over: a thread of the lowest priority runs only when no other thread of its cgroup
+/// wants the CPU. In a pod those are serve's own (the ordinary admissions come first, as they
+/// should); where serve shares its cgroup with busy processes (a control plane on the same host,
+/// the scale bench) they can hold it for seconds, past the deadline. So the caller waits
+/// `hand_over_after` at most, then counts at its own priority; the thread left behind ends at its
+/// next pause ([`pause`]). An unprivileged thread cannot raise its priority back (`RLIMIT_NICE`
+/// is 0 in containers), so the count is done again rather than moved.
+pub fn count_apart(work: Work, hand_over_after: std::time::Duration) -> Box<dyn std::any::Any + Send> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if COUNTING.fetch_add(1, Ordering::Relaxed) >= COUNTING_AT_MOST {
+        COUNTING.fetch_sub(1, Ordering::Relaxed);
+        return work();
+    }
+    let (sent, answer) = std::sync::mpsc::sync_channel(1);
+    let left_behind = Arc::new(AtomicBool::new(false));
+    let started = {
+        let (work, left_behind) = (work.clone(), left_behind.clone());
+        std::thread::Builder::new().name("ha-guard-count".into()).spawn(move || {
+            struct Ended;
+            impl Drop for Ended {
+                fn drop(&mut self) {
+                    COUNTING.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+            let _ended = Ended;
             lower_priority();
-            let _pausing = Pausing::start();
-            work();
-        });
-        started.map(|thread| thread.join())
-    });
-    match outcome {
-        Ok(Ok(())) => {}
+            let _pausing = Pausing::start(Some(left_behind));
+            match std::panic::catch_unwind(AssertUnwindSafe(|| work())) {
+                Err(payload) if payload.is::<LeftBehind>() => {}
+                // The caller may have stopped waiting: then nobody reads it.
+                outcome => drop(sent.send(outcome)),
+            }
+        })
+    };
+    if let Err(e) = started {
+        COUNTING.fetch_sub(1, Ordering::Relaxed);
+        tracing::debug!(error = %e, "cannot start a counting thread: counted on the request's");
+        return work();
+    }
+    match answer.recv_timeout(hand_over_after) {
+        Ok(Ok(answer)) => answer,
         Ok(Err(panic)) => std::panic::resume_unwind(panic),
-        Err(e) => tracing::debug!(error = %e, "cannot start a counting thread: counted on the request's"),
+        Err(_) => {
+            left_behind.store(true, Ordering::Relaxed);
+            HANDED_OVER.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                waited = ?hand_over_after,
+                "a count waited behind other threads of its cgroup: counted at the request's priority"
+            );
+            work()
+        }
     }
 }
 
@@ -164,20 +228,32 @@ thread_local! {
     /// Yields this thread took (pauses and ticks): for the tests. Const-initialised and without a
     /// destructor, so reading it is a plain thread-local access, safe in a signal handler.
     static YIELDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// On a count's thread: set when its caller stopped waiting ([`count_apart`]).
+    static LEFT_BEHIND: std::cell::RefCell<Option<Arc<AtomicBool>>> = const { std::cell::RefCell::new(None) };
 }
 
 /// The counts' pause point ([`crate::core::view::nodes::Apart::pause`]): on a lane's thread, gives
-/// the CPU back when [`PAUSE_EVERY`] has passed since it last did; on any other, nothing. A yield
-/// is a syscall, less than a microsecond when nothing else waits; reading the clock (vDSO) tens of
+/// the CPU back when [`PAUSE_EVERY`] has passed since it last did, and ends a count its caller
+/// stopped waiting for ([`count_apart`]) by unwinding it; on any other, nothing. A yield is a
+/// syscall, less than a microsecond when nothing else waits; reading the clock (vDSO) tens of
 /// nanoseconds, every 64 nodes.
 pub fn pause() {
-    LAST_YIELD.with(|last| {
-        let Some(since) = last.get() else { return };
-        if since.elapsed() >= PAUSE_EVERY {
-            yield_now();
-            last.set(Some(std::time::Instant::now()));
+    let yielded = LAST_YIELD.with(|last| {
+        let Some(since) = last.get() else { return false };
+        if since.elapsed() < PAUSE_EVERY {
+            return false;
         }
+        yield_now();
+        last.set(Some(std::time::Instant::now()));
+        true
     });
+    // Looked at once the thread has run again, at most a pause's worth of work after the caller
+    // left: the count's answer would go to nobody.
+    if yielded
+        && LEFT_BEHIND.with_borrow(|left| left.as_ref().is_some_and(|l| l.load(std::sync::atomic::Ordering::Relaxed)))
+    {
+        std::panic::resume_unwind(Box::new(LeftBehind));
+    }
 }
 
 fn yield_now() {
@@ -191,12 +267,14 @@ fn yield_now() {
     std::thread::yield_now();
 }
 
-/// [`pause`] yields on this thread until the guard is dropped.
+/// [`pause`] yields on this thread until the guard is dropped, and on a count's thread, ends the
+/// count once `left_behind` is set.
 struct Pausing;
 
 impl Pausing {
-    fn start() -> Pausing {
+    fn start(left_behind: Option<Arc<AtomicBool>>) -> Pausing {
         LAST_YIELD.with(|last| last.set(Some(std::time::Instant::now())));
+        LEFT_BEHIND.set(left_behind);
         Pausing
     }
 }
@@ -204,6 +282,7 @@ impl Pausing {
 impl Drop for Pausing {
     fn drop(&mut self) {
         LAST_YIELD.with(|last| last.set(None));
+        LEFT_BEHIND.set(None);
     }
 }
 
@@ -379,41 +458,85 @@ mod tests {
         .unwrap();
     }
 
+    /// `f`'s answer, counted apart as `serve` counts.
+    fn apart<T: Send + 'static>(f: impl Fn() -> T + Send + Sync + 'static) -> T {
+        let work: Work = Arc::new(move || Box::new(f()) as Box<dyn std::any::Any + Send>);
+        *count_apart(work, std::time::Duration::from_secs(60)).downcast::<T>().expect("f's answer")
+    }
+
+    fn thread_name() -> Option<String> {
+        std::thread::current().name().map(str::to_string)
+    }
+
     #[test]
     fn a_count_apart_runs_on_a_thread_of_lower_priority_and_its_panic_reaches_the_caller() {
-        let mut seen = None;
-        count_apart(&mut || seen = std::thread::current().name().map(str::to_string));
-        assert_eq!(seen.as_deref(), Some("ha-guard-count"));
+        assert_eq!(apart(thread_name).as_deref(), Some("ha-guard-count"));
         #[cfg(target_os = "linux")]
         {
             // SAFETY: reads the calling thread's nice value.
             let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
             let here = nice();
-            let mut there = None;
-            count_apart(&mut || there = Some(nice()));
-            assert_eq!(there, Some((here + NICE).min(19)));
+            assert_eq!(apart(nice), (here + NICE).min(19));
             assert_eq!(nice(), here, "the caller's own priority is unchanged");
             // SAFETY: reads the calling thread's scheduling policy.
             let policy = || unsafe { libc::sched_getscheduler(0) };
-            let mut apart = None;
-            count_apart(&mut || apart = Some(policy()));
-            assert_eq!(apart, Some(libc::SCHED_IDLE));
+            assert_eq!(apart(policy), libc::SCHED_IDLE);
             assert_ne!(policy(), libc::SCHED_IDLE, "the caller's own policy is unchanged");
         }
         // A count pauses on its thread every PAUSE_EVERY, never on the caller's.
         let yields = || YIELDS.with(std::cell::Cell::get);
-        let count = || {
+        let count = move || {
             let (before, until) = (yields(), std::time::Instant::now() + 40 * PAUSE_EVERY);
             while std::time::Instant::now() < until {
                 pause();
             }
             yields() - before
         };
-        let mut apart = 0;
-        count_apart(&mut || apart = count());
-        assert!((1..=40).contains(&apart), "{apart} yields in 40 pauses' time");
+        let paused = apart(count);
+        assert!((1..=40).contains(&paused), "{paused} yields in 40 pauses' time");
         assert_eq!(count(), 0, "the caller's thread does not pause");
-        let panicked = std::panic::catch_unwind(|| count_apart(&mut || panic!("injected")));
+        let panicked = std::panic::catch_unwind(|| apart(|| panic!("injected")));
         assert!(panicked.is_err());
+    }
+
+    #[test]
+    fn a_count_that_waits_apart_past_its_hand_over_is_counted_by_the_caller_and_the_one_left_ends() {
+        use std::sync::atomic::Ordering;
+        // On the count's thread, a count that does not end (as one that never gets the CPU): it
+        // only pauses. On the caller's, it answers at once.
+        let ended = Arc::new(AtomicBool::new(false));
+        struct SetOnDrop(Arc<AtomicBool>);
+        impl Drop for SetOnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let work: Work = {
+            let ended = ended.clone();
+            Arc::new(move || {
+                if thread_name().as_deref() == Some("ha-guard-count") {
+                    let _ends = SetOnDrop(ended.clone());
+                    loop {
+                        pause();
+                    }
+                }
+                Box::new(thread_name()) as Box<dyn std::any::Any + Send>
+            })
+        };
+        let before = counts_handed_over();
+        let hand_over_after = std::time::Duration::from_millis(50);
+        let started = std::time::Instant::now();
+        let answer = count_apart(work, hand_over_after);
+        assert!(started.elapsed() >= hand_over_after, "waited for the count apart first");
+        assert_eq!(*answer.downcast::<Option<String>>().unwrap(), thread_name(), "counted by the caller");
+        assert!(counts_handed_over() > before);
+        // The thread left behind ends at its next pause (on a loaded machine, once it runs).
+        let patience = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !ended.load(Ordering::Relaxed) && std::time::Instant::now() < patience {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(ended.load(Ordering::Relaxed), "the count left behind still runs");
+        // A count that ends in time is the thread's, as before.
+        assert_eq!(apart(thread_name).as_deref(), Some("ha-guard-count"));
     }
 }

@@ -752,6 +752,9 @@ pub async fn serve_with_listeners(
     crate::core::view::nodes::count_apart_with(crate::core::view::nodes::Apart {
         run: lanes::count_apart,
         pause: lanes::pause,
+        // A quarter of the deadline: a count at the request's priority takes milliseconds, and the
+        // rest of the review has the other three.
+        hand_over_after: state.admission.deadline / 4,
     });
     // Reload loops (TLS files or certificate controller, config file) and the probe server.
     // Stopped when serving ends, so that a server run in-process (tests) leaves nothing behind.

@@ -59,7 +59,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// The view's nodes with their topology columns ([`View::node_table`]), asked once per review.
-    pub fn node_table(&self) -> &NodeTable {
+    pub fn node_table(&self) -> &Arc<NodeTable> {
         self.nodes.get_or_init(|| self.view.node_table())
     }
 

@@ -127,8 +127,13 @@ struct NodeFacts {
 
 /// [`replicas_capacity`], counted once per node table for each distinct pod
 /// ([`NodeTable::remembered`]: `pod` is the whole of what it reads).
-pub fn remembered_capacity(pod: Incoming, table: &NodeTable) -> Arc<Capacity> {
-    table.remembered(pod.namespace, pod.labels, pod.spec, || replicas_capacity(pod, table))
+pub fn remembered_capacity(pod: Incoming, table: &Arc<NodeTable>) -> Arc<Capacity> {
+    table.remembered(pod.namespace, pod.labels, pod.spec, || {
+        let (namespace, labels, spec) = (pod.namespace.to_string(), pod.labels.clone(), pod.spec.clone());
+        move |table: &NodeTable| {
+            replicas_capacity(Incoming { namespace: &namespace, labels: &labels, spec: &spec }, table)
+        }
+    })
 }
 
 /// How many replicas of `pod` the nodes of `table` hold (see the module's doc).

@@ -40,12 +40,17 @@ const MEMO_SPEC_BYTES: usize = 64 * 1024;
 /// this, a count costs less than starting a thread (about 50 ns a node).
 pub const APART_NODES: usize = 1000;
 
-/// Runs a count synchronously somewhere else (the server: on a thread of lower CPU priority);
-/// it must have run `work` to its end when it returns.
-pub type RunApart = fn(&mut (dyn FnMut() + Send));
+/// A count to run apart: it owns what it reads (the table, the pod), so that the caller can
+/// leave it behind ([`RunApart`]); its answer boxed.
+pub type Work = Arc<dyn Fn() -> Box<dyn Any + Send> + Send + Sync>;
+
+/// Runs a count somewhere else (the server: on a thread of lower CPU priority) and returns its
+/// answer; a runner may also run `work` itself, once the count has waited `hand_over_after`
+/// there ([`Apart::hand_over_after`]).
+pub type RunApart = fn(work: Work, hand_over_after: std::time::Duration) -> Box<dyn Any + Send>;
 
 /// Called between pieces of a count over the nodes (every [`PAUSE_NODES`] nodes): where the
-/// server lets a thread of lower priority give the CPU back.
+/// server lets a thread of lower priority give the CPU back, and where a count left behind ends.
 pub type Pause = fn();
 
 /// Where and how the counts that the memo does not hold run ([`count_apart_with`]).
@@ -53,6 +58,10 @@ pub type Pause = fn();
 pub struct Apart {
     pub run: RunApart,
     pub pause: Pause,
+    /// How long a count may wait apart before the caller counts it itself: a thread of lower
+    /// priority waits behind every other of its cgroup, and where that cgroup is shared with other
+    /// processes (a control plane, a bare-metal host) they can hold it for seconds.
+    pub hand_over_after: std::time::Duration,
 }
 
 static APART: OnceLock<Apart> = OnceLock::new();
@@ -144,42 +153,50 @@ impl NodeTable {
         column
     }
 
-    /// What `compute` answers about the pod that `namespace`, `labels` and `spec` describe,
-    /// computed once per table: every rollout, scale write and UPDATE of a workload asks again
-    /// about the same template, and so do the workloads of one chart. A pod is known by a hash of
-    /// those three, which must be the whole of what `compute` reads of it; a pod whose labels and
-    /// spec are over [`MEMO_SPEC_BYTES`] as JSON is answered afresh each time.
-    pub fn remembered<T: Send + Sync + 'static>(
-        &self,
+    /// What the count that `prepare` makes answers about the pod that `namespace`, `labels` and
+    /// `spec` describe, computed once per table: every rollout, scale write and UPDATE of a
+    /// workload asks again about the same template, and so do the workloads of one chart. A pod is
+    /// known by a hash of those three, which must be the whole of what the count reads of it; a pod
+    /// whose labels and spec are over [`MEMO_SPEC_BYTES`] as JSON is answered afresh each time.
+    /// `prepare` is called only when the memo lacks the answer; the count it makes owns its copy of
+    /// the pod, because one run apart may outlive this call ([`Apart::hand_over_after`]).
+    pub fn remembered<T, F>(
+        self: &Arc<Self>,
         namespace: &str,
         labels: &std::collections::BTreeMap<String, String>,
         spec: &impl serde::Serialize,
-        compute: impl FnOnce() -> T + Send,
-    ) -> Arc<T> {
-        let Some(key) = self.key_of(namespace, labels, spec) else { return Arc::new(self.computed(compute)) };
+        prepare: impl FnOnce() -> F,
+    ) -> Arc<T>
+    where
+        T: Send + Sync + 'static,
+        F: Fn(&NodeTable) -> T + Send + Sync + 'static,
+    {
+        let Some(key) = self.key_of(namespace, labels, spec) else { return Arc::new(self.computed(prepare())) };
         let key = (TypeId::of::<T>(), key);
         if let Some(answer) = self.answers.get(&key).and_then(|a| a.downcast::<T>().ok()) {
             return answer;
         }
         // Computed outside the memo's locks, as the columns are numbered.
-        let answer = Arc::new(self.computed(compute));
+        let answer = Arc::new(self.computed(prepare()));
         self.answers.insert(key, answer.clone());
         answer
     }
 
-    /// `compute`'s answer, computed where [`count_apart_with`] says on a table of
+    /// `compute`'s answer over this table, computed where [`count_apart_with`] says on a table of
     /// [`APART_NODES`] nodes or more.
-    fn computed<T: Send>(&self, compute: impl FnOnce() -> T + Send) -> T {
+    fn computed<T: Send + 'static>(self: &Arc<Self>, compute: impl Fn(&NodeTable) -> T + Send + Sync + 'static) -> T {
         let apart = APART.get().filter(|_| self.nodes.len() >= APART_NODES);
-        let Some(Apart { run, .. }) = apart else { return compute() };
-        let mut compute = Some(compute);
-        let mut answer = None;
-        run(&mut || answer = compute.take().map(|c| c()));
-        // A runner that did not run it: computed here.
-        match (answer, compute) {
-            (Some(answer), _) => answer,
-            (None, Some(compute)) => compute(),
-            (None, None) => unreachable!("compute taken without an answer: the runner resumed its panic"),
+        let Some(Apart { run, hand_over_after, .. }) = apart else { return compute(self) };
+        let table = self.clone();
+        let compute = Arc::new(compute);
+        let work: Work = {
+            let compute = compute.clone();
+            Arc::new(move || Box::new(compute(&table)) as Box<dyn Any + Send>)
+        };
+        match run(work, *hand_over_after).downcast::<T>() {
+            Ok(answer) => *answer,
+            // A runner that answered something else (none does): counted here.
+            Err(_) => compute(self),
         }
     }
 
@@ -301,15 +318,21 @@ mod tests {
         Counted(n)
     }
 
+    /// What [`NodeTable::remembered`] takes: makes a count that answers `Counted(n)`.
+    fn counting(n: u64) -> impl FnOnce() -> Box<dyn Fn(&NodeTable) -> Counted + Send + Sync> {
+        move || Box::new(move |_: &NodeTable| Counted(n))
+    }
+
     #[test]
     fn a_pod_is_counted_once_per_table_and_any_change_to_it_counts_again() {
-        let table = NodeTable::new(vec![node("a", &[])]);
+        let table = Arc::new(NodeTable::new(vec![node("a", &[])]));
         let labels: BTreeMap<String, String> = [("app".to_string(), "web".to_string())].into();
         let spec = serde_json::json!({"containers": [{"name": "app", "resources": {"requests": {"cpu": "1"}}}]});
         let counts = std::sync::atomic::AtomicUsize::new(0);
+        // Made only when the memo lacks the answer.
         let count = |n| {
             counts.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            counted(n)
+            move |_: &NodeTable| counted(n)
         };
         let first = table.remembered("shop", &labels, &spec, || count(3));
         let again = table.remembered("shop", &labels, &spec, || count(99));
@@ -327,51 +350,51 @@ mod tests {
         assert_eq!(*table.remembered("shop", &labels, &other_spec, || count(6)), Counted(6));
         assert_eq!(counts.load(std::sync::atomic::Ordering::Relaxed), 4);
         // Another answer about the same pod is kept apart from the count.
-        assert_eq!(*table.remembered("shop", &labels, &spec, || "zones"), "zones");
+        assert_eq!(*table.remembered("shop", &labels, &spec, || |_: &NodeTable| "zones"), "zones");
         assert_eq!(*table.remembered("shop", &labels, &spec, || count(98)), Counted(3));
         // Another table (the nodes changed) remembers nothing of this one.
-        let next = NodeTable::new(vec![node("a", &[]), node("b", &[])]);
+        let next = Arc::new(NodeTable::new(vec![node("a", &[]), node("b", &[])]));
         assert_eq!(*next.remembered("shop", &labels, &spec, || count(7)), Counted(7));
     }
 
     #[test]
     fn the_memo_is_bounded_and_a_long_spec_is_counted_afresh() {
-        let table = NodeTable::new(vec![node("a", &[])]);
+        let table = Arc::new(NodeTable::new(vec![node("a", &[])]));
         let labels = BTreeMap::new();
         for i in 0..KEPT_ANSWERS + 10 {
-            table.remembered("shop", &labels, &i, || counted(i as u64));
+            table.remembered("shop", &labels, &i, counting(i as u64));
         }
         assert!(table.answers.len() <= KEPT_ANSWERS);
         let long = "x".repeat(MEMO_SPEC_BYTES + 1);
-        let a = table.remembered("shop", &labels, &long, || counted(1));
-        let b = table.remembered("shop", &labels, &long, || counted(2));
+        let a = table.remembered("shop", &labels, &long, counting(1));
+        let b = table.remembered("shop", &labels, &long, counting(2));
         assert_eq!((*a, *b), (Counted(1), Counted(2)), "not remembered");
         let just = "x".repeat(MEMO_SPEC_BYTES - 4); // with its quotes and the labels' {}, at the limit
-        let a = table.remembered("shop", &labels, &just, || counted(1));
-        let b = table.remembered("shop", &labels, &just, || counted(2));
+        let a = table.remembered("shop", &labels, &just, counting(1));
+        let b = table.remembered("shop", &labels, &just, counting(2));
         assert_eq!((*a, *b), (Counted(1), Counted(1)), "remembered at the limit");
     }
 
     #[test]
     fn a_stream_of_pods_asked_once_does_not_evict_the_ones_asked_again() {
-        let table = NodeTable::new(vec![node("a", &[])]);
+        let table = Arc::new(NodeTable::new(vec![node("a", &[])]));
         let labels = BTreeMap::new();
         let templates = 50u64;
         for t in 0..templates {
-            table.remembered("shop", &labels, &format!("template-{t}"), || counted(t));
+            table.remembered("shop", &labels, &format!("template-{t}"), counting(t));
         }
         // A tenant's stream of pods, each new, ten times the memo's size, with the templates'
         // rollouts asking again among them.
         for i in 0..10 * KEPT_ANSWERS as u64 {
-            table.remembered("tenant", &labels, &i, || counted(i));
+            table.remembered("tenant", &labels, &i, counting(i));
             if i % 20 == 0 {
                 let t = (i / 20) % templates;
-                table.remembered("shop", &labels, &format!("template-{t}"), || counted(t));
+                table.remembered("shop", &labels, &format!("template-{t}"), counting(t));
             }
         }
         let recounted = (0..templates)
             .filter(|t| {
-                *table.remembered("shop", &labels, &format!("template-{t}"), || counted(u64::MAX)) == Counted(u64::MAX)
+                *table.remembered("shop", &labels, &format!("template-{t}"), counting(u64::MAX)) == Counted(u64::MAX)
             })
             .count();
         assert_eq!(recounted, 0, "templates asked again were evicted by pods asked once");
@@ -380,31 +403,37 @@ mod tests {
 
     /// A runner as `serve`'s: on a thread of its own, waited for. (Set for the whole test binary:
     /// it changes only where the large tables' counts run.)
-    fn run_on_a_named_thread(work: &mut (dyn FnMut() + Send)) {
-        std::thread::scope(|s| {
-            std::thread::Builder::new().name("apart".into()).spawn_scoped(s, work).map(|t| t.join())
-        })
-        .expect("a thread")
-        .expect("no panic");
+    fn run_on_a_named_thread(work: Work, _: std::time::Duration) -> Box<dyn Any + Send> {
+        std::thread::Builder::new()
+            .name("apart".into())
+            .spawn(move || work())
+            .expect("a thread")
+            .join()
+            .expect("no panic")
     }
 
     #[test]
     fn a_count_on_a_large_table_that_the_memo_lacks_runs_apart() {
         // The first runner set wins: this one, or `serve`'s where a server test set it first.
-        count_apart_with(Apart { run: run_on_a_named_thread, pause: || {} });
-        let nodes = |n: usize| NodeTable::new((0..n).map(|i| node(&format!("n{i}"), &[])).collect());
+        count_apart_with(Apart {
+            run: run_on_a_named_thread,
+            pause: || {},
+            hand_over_after: std::time::Duration::from_secs(60),
+        });
+        let nodes = |n: usize| Arc::new(NodeTable::new((0..n).map(|i| node(&format!("n{i}"), &[])).collect()));
         let (large, small) = (nodes(APART_NODES), nodes(APART_NODES - 1));
         let labels = BTreeMap::new();
         let thread = || std::thread::current().name().map(str::to_string);
+        let where_counted = || |_: &NodeTable| std::thread::current().name().map(str::to_string);
         let here = thread();
-        let apart = large.remembered("shop", &labels, &1, thread);
+        let apart = large.remembered("shop", &labels, &1, where_counted);
         assert!(apart.is_some() && *apart != here, "counted on another thread: {apart:?}");
-        assert_eq!(*small.remembered("shop", &labels, &1, thread), here, "below the size: here");
+        assert_eq!(*small.remembered("shop", &labels, &1, where_counted), here, "below the size: here");
         // Remembered: answered here, with what was counted apart.
-        assert_eq!(large.remembered("shop", &labels, &1, || None::<String>), apart);
+        assert_eq!(large.remembered("shop", &labels, &1, || |_: &NodeTable| None::<String>), apart);
         // Not remembered (too long): counted apart each time.
         let long = "x".repeat(MEMO_SPEC_BYTES + 1);
-        assert_eq!(large.remembered("shop", &labels, &long, thread), apart);
+        assert_eq!(large.remembered("shop", &labels, &long, where_counted), apart);
     }
 
     #[test]
