@@ -42,7 +42,9 @@
 //!    --config` (the chart's arguments and ConfigMap) of this build, both shipped webhook
 //!    configurations registered for it (`support::register`: failurePolicy Ignore, timeoutSeconds 5,
 //!    the matchConditions), and `ha-guard reports --interval` (2m; the report CRDs installed first),
-//!    waited for until its first full read is done.
+//!    waited for until its first full read is done. Each is moved to a cpu cgroup of its own where
+//!    the machine allows it (root; `common/cgroup.rs`), as the kubelet gives each container one;
+//!    the report says where they ran.
 //! 4. `--minutes` of writes through the apiserver, `--rate` a second in all (4), open loop, as admin,
 //!    taking turns: a rollout (`kubectl rollout restart` of a Deployment of a few replicas: its
 //!    template's `restartedAt` annotation, which the deployment controller rolls out), a scale
@@ -80,6 +82,9 @@ mod cluster;
 
 #[path = "common/flags.rs"]
 mod flags;
+
+#[path = "common/cgroup.rs"]
+mod cgroup;
 
 mod common;
 
@@ -879,6 +884,8 @@ struct Row {
     /// The apiserver's writes a second over the window: all, and Leases.
     apiserver_writes: (f64, f64),
     deadline_exceeded: f64,
+    /// Where serve and reports ran for the CPU (`common/cgroup.rs`).
+    cgroups: String,
     serve_kib: (u64, u64),
     reports_kib: (u64, u64),
     reports_synced_ms: Option<f64>,
@@ -1007,6 +1014,8 @@ fn measure(a: &Args, rt: &tokio::runtime::Runtime, nodes: usize, cost: Cost) -> 
     spec.args = vec!["--deadline".into(), "2000ms".into(), "--failure-policy".into(), "Ignore".into()];
     spec.args.extend(["--audit-interval".into(), "0".into(), "--config".into(), config.display().to_string()]);
     let mut hg = HaGuard::spawn_spec(&cp, &spec).unwrap_or_else(|e| panic!("ha-guard serve: {e}"));
+    // Each in a cpu cgroup of its own, as in a cluster (`common/cgroup.rs`), where this machine lets us.
+    let serve_cgroup = cgroup::CpuCgroup::enter("ha-guard-bench-serve", hg.pid().unwrap_or(0));
     hg.wait_ready(Duration::from_secs(600)).unwrap_or_else(|e| panic!("ha-guard serve: {e}"));
     register(&cp, &hg, &[Webhooks::Mutating, Webhooks::Validating])
         .unwrap_or_else(|e| panic!("{e}\n{}", hg.log_tail(20)));
@@ -1015,6 +1024,12 @@ fn measure(a: &Args, rt: &tokio::runtime::Runtime, nodes: usize, cost: Cost) -> 
 
     install_reports(&cp);
     let mut reports = Reports::start(&cp, &config, a.interval);
+    let reports_cgroup = cgroup::CpuCgroup::enter("ha-guard-bench-reports", reports.child.id());
+    let cgroups = match (&serve_cgroup, &reports_cgroup) {
+        (Ok(s), Ok(r)) => format!("each in a cpu cgroup of its own ({}, {})", s.dir().display(), r.dir().display()),
+        (Err(e), _) | (_, Err(e)) => format!("**in the bench's own cgroup**, beside the control plane ({e})"),
+    };
+    eprintln!("[scale]   serve and reports: {cgroups}");
     poll("ha-guard reports' first full read", Duration::from_secs(1800), Duration::from_secs(2), || {
         match reports.runs() {
             Ok(n) if n >= 1.0 => Ok(Ok(())),
@@ -1073,6 +1088,7 @@ fn measure(a: &Args, rt: &tokio::runtime::Runtime, nodes: usize, cost: Cost) -> 
         calls_since_registered: ApiserverCalls::of(&api_after).minus(registered),
         apiserver_writes: ((w1 - w0) / secs, (l1 - l0) / secs),
         deadline_exceeded: hg_after.sum("ha_guard_rule_deadline_exceeded_total", &[]),
+        cgroups,
         serve_kib: (status_kib(serve_pid, "VmRSS"), status_kib(serve_pid, "VmHWM")),
         reports_kib: (status_kib(reports_pid, "VmRSS"), status_kib(reports_pid, "VmHWM")),
         reports_synced_ms: synced,
@@ -1181,6 +1197,7 @@ fn details(r: &Row, a: &Args) -> String {
         r.plan.cut.as_ref().map(|c| format!(" **Planned short of the wanted**, {c}.")).unwrap_or_default(),
         r.created.stopped.as_ref().map(|c| format!(" **Creation stopped short**, {c}.")).unwrap_or_default(),
     );
+    let _ = writeln!(md, "- serve and reports: {}.", r.cgroups);
     if !r.created.failed.is_empty() {
         let _ = writeln!(
             md,
