@@ -107,12 +107,14 @@ const COUNTING_AT_MOST: usize = 32;
 /// Count threads running now.
 static COUNTING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Counts that waited longer than their hand-over time and were counted by their callers.
-static HANDED_OVER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// `ha_guard_counts_handed_over_total`: counts that waited apart longer than their hand-over time
+/// and were counted by their callers ([`count_apart`]). One per process, as the counts' runner is.
+pub static COUNTS_HANDED_OVER: std::sync::LazyLock<prometheus_client::metrics::counter::Counter> =
+    std::sync::LazyLock::new(Default::default);
 
 /// How many counts the callers took over so far ([`count_apart`]).
 pub fn counts_handed_over() -> u64 {
-    HANDED_OVER.load(std::sync::atomic::Ordering::Relaxed)
+    COUNTS_HANDED_OVER.get()
 }
 
 /// The unwinding payload that ends a count left behind (see [`pause`]): not a panic, so no hook
@@ -169,7 +171,7 @@ pub fn count_apart(work: Work, hand_over_after: std::time::Duration) -> Box<dyn 
         Ok(Err(panic)) => std::panic::resume_unwind(panic),
         Err(_) => {
             left_behind.store(true, Ordering::Relaxed);
-            HANDED_OVER.fetch_add(1, Ordering::Relaxed);
+            COUNTS_HANDED_OVER.inc();
             tracing::debug!(
                 waited = ?hand_over_after,
                 "a count waited behind other threads of its cgroup: counted at the request's priority"

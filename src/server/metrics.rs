@@ -295,6 +295,11 @@ impl Metrics {
         build_info
             .get_or_create(&BuildLabels { version: crate::build_info::VERSION, commit: crate::build_info::COMMIT })
             .set(1);
+        registry.register(
+            "ha_guard_counts_handed_over",
+            "Counts of a new pod template that waited apart, at the lowest CPU priority, for a quarter of the deadline, then were counted by the request's thread",
+            super::lanes::COUNTS_HANDED_OVER.clone(),
+        );
         registry.register_collector(Box::new(process::ProcessCollector));
         let audit_findings = Family::<AuditLabels, Gauge>::default();
         registry.register(

@@ -148,6 +148,10 @@ async fn past_the_deadline_ignore_admits_and_names_the_rules_not_judged() {
     let metrics = server.get_probe("/metrics").await.1;
     assert_eq!(deadline_counter(&metrics, "spread-unsatisfiable"), 1.0, "{metrics}");
     assert_eq!(deadline_counter(&metrics, "pdb-blocks-eviction"), 0.0, "the others start at 0: {metrics}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("ha_guard_counts_handed_over_total ")),
+        "the counts' hand-overs are counted from the start: {metrics}"
+    );
     // The slow review is still running on its blocking thread (its family ends after STALL); a
     // PDB's review, which reads no node, is answered meanwhile: the deadline's answer came at 300
     // ms, and at twice the deadline readiness says the request path is stalled.
