@@ -61,7 +61,8 @@
 //!    `run=full`: `elapsed_ms`, the read and judgement of every namespace, split into its
 //!    `reading_ms`, `judging_ms` and `writing_ms`; the view's first sync is logged apart and shown
 //!    apart); `ha_guard_rule_deadline_exceeded_total` since serve started
-//!    (must be 0) and the apiserver's failed, failed-open and error-refused calls to ha-guard
+//!    (must be 0), `ha_guard_counts_handed_over_total` (counts that waited apart so long that the
+//!    request counted itself) and the apiserver's failed, failed-open and error-refused calls to ha-guard
 //!    (`support::ApiserverCalls`; must be 0).
 //!
 //! Output: a markdown table (one row per size) and per-size details on stdout and in
@@ -884,6 +885,8 @@ struct Row {
     /// The apiserver's writes a second over the window: all, and Leases.
     apiserver_writes: (f64, f64),
     deadline_exceeded: f64,
+    /// `ha_guard_counts_handed_over_total` since serve started.
+    counts_handed_over: f64,
     /// Where serve and reports ran for the CPU (`common/cgroup.rs`).
     cgroups: String,
     serve_kib: (u64, u64),
@@ -1088,6 +1091,7 @@ fn measure(a: &Args, rt: &tokio::runtime::Runtime, nodes: usize, cost: Cost) -> 
         calls_since_registered: ApiserverCalls::of(&api_after).minus(registered),
         apiserver_writes: ((w1 - w0) / secs, (l1 - l0) / secs),
         deadline_exceeded: hg_after.sum("ha_guard_rule_deadline_exceeded_total", &[]),
+        counts_handed_over: hg_after.sum("ha_guard_counts_handed_over_total", &[]),
         cgroups,
         serve_kib: (status_kib(serve_pid, "VmRSS"), status_kib(serve_pid, "VmHWM")),
         reports_kib: (status_kib(reports_pid, "VmRSS"), status_kib(reports_pid, "VmHWM")),
@@ -1270,7 +1274,7 @@ fn details(r: &Row, a: &Args) -> String {
         md,
         "- The apiserver's calls to ha-guard during the writes: {} (denials {}), failed {}, failed open {}, refused for an \
          error {}; since the webhooks were registered: {} calls, {} failed, {} failed open. \
-         `ha_guard_rule_deadline_exceeded_total`: {}.",
+         `ha_guard_rule_deadline_exceeded_total`: {}; `ha_guard_counts_handed_over_total`: {}.",
         c.calls,
         c.rejected,
         c.failed,
@@ -1279,7 +1283,8 @@ fn details(r: &Row, a: &Args) -> String {
         r.calls_since_registered.calls,
         r.calls_since_registered.failed,
         r.calls_since_registered.fail_open,
-        r.deadline_exceeded
+        r.deadline_exceeded,
+        r.counts_handed_over
     );
     let _ = writeln!(
         md,
